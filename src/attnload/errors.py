@@ -1,0 +1,81 @@
+"""Error classes shared by the client, the CLI and reports.
+
+Hierarchy::
+
+    UsageError            bad user input (config, flags, env): the CLI prints one line, exit 2
+    RequestFailed         one request failed; carries an ErrorClass (the `error` label)
+
+Foreign exceptions are mapped into these at one boundary each (config loading,
+``client.classify_exception``); nothing downstream inspects foreign types.
+"""
+
+from __future__ import annotations
+
+import re
+from enum import Enum, unique
+
+
+@unique  # two equal hints would silently merge two classes
+class ErrorClass(Enum):
+    """DESIGN.md error classes; ``name.lower()`` is the metric label and the results key."""
+
+    AUTH = "check the key in the env var named by api_key_env (complete, no spaces, not expired)"
+    NOT_FOUND = "check the model id against the provider's model list, and drop a trailing /v1 from base_url"
+    RATE_LIMITED = "lower --users or the --shape rate, or raise the provider's rate limit"
+    QUOTA = "the account is out of quota or balance: top it up in the provider's console"
+    CONTEXT_LENGTH = "the prompt plus max_tokens exceeds the model's context window: shorten it"
+    BAD_REQUEST = "the server rejected the request body: check model parameters in the config"
+    SERVER = "the server failed (5xx): retry later or lower the load"
+    TIMEOUT = "raise [request] timeout (e.g. 120 s) or lower max_tokens"
+    CONNECTION = "the endpoint refused or reset the connection: check base_url and that the server is up"
+    PROXY = "a proxy env var is set and the proxy failed: unset HTTP_PROXY/HTTPS_PROXY/ALL_PROXY or fix it"
+    BAD_RESPONSE = "the response is not OpenAI-shaped (no choices): check base_url and the model id"
+    TRUNCATED = "the output stopped early: raise max_tokens, or the server cut the stream"
+    CANCELLED = "the test stopped while this request was in flight (not a server fault)"
+
+    @property
+    def label(self) -> str:
+        return self.name.lower()
+
+    @classmethod
+    def from_label(cls, label: str) -> ErrorClass:
+        return cls[label.upper()]
+
+
+class UsageError(Exception):
+    """A user input problem: printed as one line by the CLI, exit status 2."""
+
+
+class RequestFailed(Exception):
+    """A classified request failure; ``detail`` is redacted before it is stored."""
+
+    def __init__(self, kind: ErrorClass, detail: str) -> None:
+        self.kind = kind
+        self.detail = redact(detail)
+        super().__init__(f"{kind.label}: {self.detail}. Fix: {kind.value}")
+
+
+# Each pattern keeps group "keep" (a label such as "Authorization: ") and masks the rest.
+_SECRET_PATTERNS = (
+    re.compile(r"(?i)(?P<keep>authorization\s*[:=]\s*(?:bearer\s+)?)[^\s,;'\"]+"),
+    re.compile(r"(?i)(?P<keep>bearer\s+)[A-Za-z0-9._\-~+/=]{6,}"),
+    re.compile(r"(?P<keep>)\bsk-[A-Za-z0-9_\-]{6,}"),
+    re.compile(r"(?i)(?P<keep>(?:api[_-]?key|access[_-]?token|secret)[\"']?\s*[:=]\s*[\"']?)[^\s,;'\"&]+"),
+)
+_registered_secrets: set[str] = set()
+
+
+def register_secret(value: str) -> None:
+    """Remember a secret (an API key read from the env) so ``redact`` removes it anywhere."""
+    if len(value) >= 4:
+        _registered_secrets.add(value)
+
+
+def redact(text: str) -> str:
+    """Remove registered secrets and anything key-shaped from ``text``."""
+    for secret in _registered_secrets:
+        if secret in text:
+            text = text.replace(secret, "***")
+    for pattern in _SECRET_PATTERNS:
+        text = pattern.sub(lambda m: m.group("keep") + "***", text)
+    return text
