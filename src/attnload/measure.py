@@ -1,0 +1,274 @@
+"""Mergeable latency histograms and the per-(model, profile, stage) recorder.
+
+``LogHistogram`` is a log-bucketed sketch (bucket growth γ = 1.02, so any reported
+quantile is within 1 % of a true sample value): O(1) to record, bounded memory
+whatever the request count, and exact to merge, so percentiles merged across
+workers are percentiles of the whole fleet — never averages of percentiles.
+
+``Recorder`` holds one ``Series`` per (model key, profile, stage) and hands out the
+*delta* since the last call (``take_delta``), which workers ship to the master and the
+master folds in with ``merge_delta`` — Locust's ``report_to_master`` pattern.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+GAMMA = 1.02
+_LOG_GAMMA = math.log(GAMMA)
+_MIN_VALUE_S = 1e-7  # anything faster is recorded in the lowest bucket
+
+
+class LogHistogram:
+    """Sparse log-bucket histogram of positive values (seconds) with exact count/sum/min/max."""
+
+    __slots__ = ("buckets", "count", "total", "min", "max")
+
+    def __init__(self) -> None:
+        self.buckets: dict[int, int] = {}
+        self.count = 0
+        self.total = 0.0
+        self.min = math.inf
+        self.max = 0.0
+
+    def record(self, value: float, n: int = 1) -> None:
+        """Add ``n`` samples of ``value``; O(1)."""
+        index = math.floor(math.log(value if value > _MIN_VALUE_S else _MIN_VALUE_S) / _LOG_GAMMA)
+        buckets = self.buckets
+        buckets[index] = buckets.get(index, 0) + n
+        self.count += n
+        self.total += value * n
+        if value < self.min:
+            self.min = value
+        if value > self.max:
+            self.max = value
+
+    def merge(self, other: LogHistogram) -> None:
+        for index, n in other.buckets.items():
+            self.buckets[index] = self.buckets.get(index, 0) + n
+        self.count += other.count
+        self.total += other.total
+        self.min = min(self.min, other.min)
+        self.max = max(self.max, other.max)
+
+    def quantile(self, q: float) -> float | None:
+        """Value at quantile ``q`` in [0, 1]: the bucket's midpoint, clamped to [min, max]."""
+        if self.count == 0:
+            return None
+        if q >= 1.0:
+            return self.max
+        rank = q * (self.count - 1)
+        seen = 0
+        for index in sorted(self.buckets):
+            seen += self.buckets[index]
+            if seen > rank:
+                mid = 2.0 * GAMMA**index * GAMMA / (GAMMA + 1.0)
+                return min(max(mid, self.min), self.max)
+        return self.max
+
+    @property
+    def mean(self) -> float | None:
+        return self.total / self.count if self.count else None
+
+    def cumulative_counts(self, upper_bounds_s: Iterable[float]) -> list[int]:
+        """Counts of samples ≤ each bound, for Prometheus buckets (a bucket straddling a bound
+        is assigned by its upper edge, an error below 2 % of the bound)."""
+        bounds = list(upper_bounds_s)
+        counts = [0] * len(bounds)
+        for index, n in self.buckets.items():
+            upper = GAMMA ** (index + 1)
+            for position, bound in enumerate(bounds):
+                if upper <= bound * GAMMA:
+                    counts[position] += n
+                    break
+        running = 0
+        for position, n in enumerate(counts):
+            running += n
+            counts[position] = running
+        return counts
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"b": self.buckets, "n": self.count, "s": self.total, "lo": self.min, "hi": self.max}
+
+    @classmethod
+    def from_wire(cls, data: dict[str, Any]) -> LogHistogram:
+        hist = cls()
+        hist.buckets = {int(k): int(v) for k, v in data["b"].items()}
+        hist.count = int(data["n"])
+        hist.total = float(data["s"])
+        hist.min = float(data["lo"])
+        hist.max = float(data["hi"])
+        return hist
+
+    def summary(self) -> dict[str, float | int | None]:
+        """The results-file summary: count, mean, p50, p90, p95, p99, max (seconds)."""
+        return {"count": self.count, "mean": self.mean, "p50": self.quantile(0.50), "p90": self.quantile(0.90),
+                "p95": self.quantile(0.95), "p99": self.quantile(0.99), "max": self.max if self.count else None}
+
+
+HISTOGRAMS = ("ttft", "itl", "tpot", "e2e", "lag")
+COUNTERS = ("ok", "failed", "cancelled", "prompt_tokens", "completion_tokens", "cached_prompt_tokens",
+            "estimated", "good")
+
+
+@dataclass
+class Series:
+    """Everything recorded for one (model, profile, stage)."""
+
+    hists: dict[str, LogHistogram] = field(default_factory=lambda: {name: LogHistogram() for name in HISTOGRAMS})
+    counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(COUNTERS, 0))
+    errors: dict[str, int] = field(default_factory=dict)
+
+    def merge(self, other: Series) -> None:
+        for name, hist in other.hists.items():
+            self.hists[name].merge(hist)
+        for name, n in other.counts.items():
+            self.counts[name] = self.counts.get(name, 0) + n
+        for name, n in other.errors.items():
+            self.errors[name] = self.errors.get(name, 0) + n
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"h": {k: v.to_wire() for k, v in self.hists.items() if v.count},
+                "c": {k: v for k, v in self.counts.items() if v}, "e": self.errors}
+
+    @classmethod
+    def from_wire(cls, data: dict[str, Any]) -> Series:
+        series = cls()
+        for name, hist in data["h"].items():
+            series.hists[name] = LogHistogram.from_wire(hist)
+        series.counts.update(data["c"])
+        series.errors.update(data["e"])
+        return series
+
+
+@dataclass(frozen=True)
+class RequestRecord:
+    """The outcome of one request, as the client measured it."""
+
+    model_key: str
+    profile: str
+    stage: int
+    outcome: str  # "ok" | "failed" | "cancelled"
+    error: str | None
+    ttft_s: float | None
+    itl_samples: tuple[tuple[float, int], ...]
+    """(gap per token, tokens in the chunk) pairs: one ITL sample per token."""
+    e2e_s: float
+    prompt_tokens: int
+    completion_tokens: int
+    cached_prompt_tokens: int
+    tokens_estimated: bool
+    dispatch_lag_s: float | None = None
+    good: bool = False
+
+    @property
+    def tpot_s(self) -> float | None:
+        if self.ttft_s is None or self.completion_tokens < 2:
+            return None
+        return (self.e2e_s - self.ttft_s) / (self.completion_tokens - 1)
+
+
+SeriesKey = tuple[str, str, int]
+
+
+class Recorder:
+    """Per-(model, profile, stage) series; ``take_delta`` ships what changed since last time."""
+
+    def __init__(self) -> None:
+        self.series: dict[SeriesKey, Series] = {}
+        self._delta: dict[SeriesKey, Series] = {}
+
+    def _both(self, key: SeriesKey) -> Iterator[Series]:
+        for store in (self.series, self._delta):
+            series = store.get(key)
+            if series is None:
+                series = store[key] = Series()
+            yield series
+
+    def add(self, record: RequestRecord) -> None:
+        key = (record.model_key, record.profile, record.stage)
+        for series in self._both(key):
+            _apply(series, record)
+
+    def take_delta(self) -> dict[str, Any]:
+        """Serialisable changes since the previous call (then reset), for ``report_to_master``."""
+        delta, self._delta = self._delta, {}
+        return {"|".join((k[0], k[1], str(k[2]))): s.to_wire() for k, s in delta.items()}
+
+    def merge_delta(self, delta: dict[str, Any]) -> None:
+        """Fold a worker's delta in (the master side of ``take_delta``)."""
+        for key_text, wire in delta.items():
+            model_key, profile, stage = key_text.rsplit("|", 2)
+            key = (model_key, profile, int(stage))
+            incoming = Series.from_wire(wire)
+            for series in self._both(key):
+                series.merge(incoming)
+
+    def combined(self, model_key: str | None = None, profile: str | None = None,
+                 stage: int | None = None) -> Series:
+        """One merged series over every key matching the given parts."""
+        total = Series()
+        for (m, p, s), series in self.series.items():
+            if (model_key is None or m == model_key) and (profile is None or p == profile) and (
+                    stage is None or s == stage):
+                total.merge(series)
+        return total
+
+
+def _apply(series: Series, record: RequestRecord) -> None:
+    counts = series.counts
+    counts[record.outcome] += 1
+    if record.error is not None:
+        series.errors[record.error] = series.errors.get(record.error, 0) + 1
+    counts["prompt_tokens"] += record.prompt_tokens
+    counts["completion_tokens"] += record.completion_tokens
+    counts["cached_prompt_tokens"] += record.cached_prompt_tokens
+    counts["estimated"] += record.tokens_estimated
+    counts["good"] += record.good
+    hists = series.hists
+    if record.dispatch_lag_s is not None:
+        hists["lag"].record(max(record.dispatch_lag_s, 0.0))
+    if record.outcome != "ok":
+        return  # latency summaries describe successful requests only
+    hists["e2e"].record(record.e2e_s)
+    if record.ttft_s is not None:
+        hists["ttft"].record(record.ttft_s)
+    itl = hists["itl"]
+    for gap_s, n in record.itl_samples:
+        itl.record(gap_s, n)
+    tpot = record.tpot_s
+    if tpot is not None:
+        hists["tpot"].record(tpot)
+
+
+def split_gaps(gaps_s: list[float], chunk_tokens: list[int], completion_tokens: int | None
+               ) -> tuple[tuple[float, int], ...]:
+    """Per-token ITL samples: a chunk of k tokens after a gap g gives k samples of g/k.
+
+    ``chunk_tokens`` are local estimates for every content chunk, the first included
+    (one more than ``gaps_s``). When the server reported ``completion_tokens`` they are
+    re-scaled to sum to it (largest remainder, every chunk keeps ≥ 1 token), so the
+    server's count decides how many ITL samples there are.
+    """
+    if completion_tokens is not None and completion_tokens >= len(chunk_tokens) != 0 \
+            and sum(chunk_tokens) != completion_tokens:
+        chunk_tokens = _rescale(chunk_tokens, completion_tokens)
+    return tuple((gap / n, n) for gap, n in zip(gaps_s, chunk_tokens[1:], strict=False))
+
+
+def _rescale(estimates: list[int], total: int) -> list[int]:
+    """Integers ≥ 1 summing to ``total``, proportional to ``estimates`` beyond their first token."""
+    weights = [e - 1 for e in estimates]
+    if not any(weights):
+        weights = [1] * len(estimates)
+    spare = total - len(estimates)
+    weight_total = sum(weights)
+    raw = [spare * w / weight_total for w in weights]
+    shares = [1 + math.floor(r) for r in raw]
+    by_remainder = sorted(range(len(raw)), key=lambda i: raw[i] - math.floor(raw[i]), reverse=True)
+    for i in by_remainder[: total - sum(shares)]:
+        shares[i] += 1
+    return shares

@@ -1,0 +1,407 @@
+"""The simulator's OpenAI-compatible HTTP server (aiohttp).
+
+It owns the wire: request validation with OpenAI-shaped errors, SSE framing, seeded
+filler text, ``usage`` (prompt tokens by the shared estimator, cached tokens from the
+engine), grouping tokens into events (``tokens_per_event``), and the server-side truth
+(``/stats``, ``/metrics``) that client measurements are checked against. When tokens
+appear is the engine's business (``sim/api.py``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import logging
+import time
+import uuid
+from collections import deque
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+from prometheus_client.registry import Collector
+
+from attnload.measure import LogHistogram
+from attnload.sim.api import Engine, EngineRejected, GenerationRequest, GenerationState
+from attnload.tokens import prompt_tokens
+
+log = logging.getLogger(__name__)
+
+PREFIX_BLOCK_BYTES = 64  # 16 tokens of 4 bytes (§4.5)
+_WORDS = ("the", "model", "token", "cache", "latent", "query", "key", "value", "head", "layer", "batch",
+          "memory", "decode", "prefill", "group", "tensor", "kernel", "stream", "vector", "state")
+STEP_BUCKETS_S = tuple(round(0.0005 * 1.25**i, 6) for i in range(40))
+
+
+@dataclass
+class ModelTruth:
+    """Server-side counts and timings for one served model: the reference for client numbers."""
+
+    received: int = 0
+    completed: int = 0
+    cancelled: int = 0
+    rejected: dict[int, int] = field(default_factory=dict)
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    completed_completion_tokens: int = 0
+    cached_tokens: int = 0
+    ttft: LogHistogram = field(default_factory=LogHistogram)
+    itl: LogHistogram = field(default_factory=LogHistogram)
+    prompt_digests: deque[str] = field(default_factory=lambda: deque(maxlen=10000))
+
+    def to_json(self, with_prompts: bool) -> dict[str, Any]:
+        data: dict[str, Any] = {
+            "received": self.received, "completed": self.completed, "cancelled": self.cancelled,
+            "rejected": {str(k): v for k, v in self.rejected.items()},
+            "prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens,
+            "completed_completion_tokens": self.completed_completion_tokens,
+            "cached_tokens": self.cached_tokens,
+            "ttft_s": self.ttft.summary(), "itl_s": self.itl.summary()}
+        if with_prompts:
+            data["prompt_sha256"] = list(self.prompt_digests)
+        return data
+
+
+class SimServer:
+    """Routes requests to engines by model id (or alias) and keeps the truth."""
+
+    def __init__(self, engines: Sequence[Engine], *, tokens_per_event: int = 1, default_output_tokens: int = 256,
+                 max_waiting: int | None = None) -> None:
+        if tokens_per_event < 1:
+            raise ValueError("tokens_per_event must be ≥ 1")
+        self.engines = list(engines)
+        self.tokens_per_event = tokens_per_event
+        self.default_output_tokens = default_output_tokens
+        self.max_waiting = max_waiting
+        self.truth = {engine.model.id: ModelTruth() for engine in self.engines}
+        self._routes: dict[str, Engine] = {}
+        for engine in self.engines:
+            names = [engine.model.id, engine.model.preset, *engine.model.details.get("aliases", ())]  # type: ignore[misc]
+            for name in names:
+                self._routes.setdefault(_route_key(str(name)), engine)
+        self._step_hist: dict[str, list[float]] = {e.model.id: [0.0] * (len(STEP_BUCKETS_S) + 1)
+                                                   for e in self.engines}
+        self._step_sum: dict[str, float] = dict.fromkeys(self.truth, 0.0)
+
+    def engine_for(self, model: str) -> Engine | None:
+        return self._routes.get(_route_key(model))
+
+    # ------------------------------------------------------------------ app
+
+    def app(self) -> web.Application:
+        app = web.Application(client_max_size=64 * 1024 * 1024)
+        for prefix in ("/v1", "/api/v1"):
+            app.router.add_post(prefix + "/chat/completions", self.chat_completions)
+            app.router.add_get(prefix + "/models", self.models)
+        app.router.add_get("/metrics", self.metrics)
+        app.router.add_get("/stats", self.stats)
+        app.router.add_get("/health", self.health)
+        return app
+
+    async def health(self, request: web.Request) -> web.Response:
+        return web.json_response({"status": "ok"})
+
+    async def models(self, request: web.Request) -> web.Response:
+        data = [{"id": e.model.id, "object": "model", "created": 0, "owned_by": "attnload-sim",
+                 "attention": e.model.attention, "preset": e.model.preset, "simulated": True,
+                 "details": {k: v for k, v in e.model.details.items() if k != "aliases"}} for e in self.engines]
+        return web.json_response({"object": "list", "data": data})
+
+    async def stats(self, request: web.Request) -> web.Response:
+        with_prompts = request.query.get("prompts") == "1"
+        return web.json_response({"models": {k: t.to_json(with_prompts) for k, t in self.truth.items()}})
+
+    async def metrics(self, request: web.Request) -> web.Response:
+        self._drain_steps()
+        registry = CollectorRegistry()
+        registry.register(_SimCollector(self))
+        return web.Response(body=generate_latest(registry), content_type="text/plain", charset="utf-8",
+                            headers={"X-Content-Type-Options": "nosniff"})
+
+    def _drain_steps(self) -> None:
+        for engine in self.engines:
+            counts = self._step_hist[engine.model.id]
+            for step_s in engine.step_seconds():
+                self._step_sum[engine.model.id] += step_s
+                counts[_bucket_index(step_s)] += 1
+
+    # ------------------------------------------------------------------ completions
+
+    async def chat_completions(self, request: web.Request) -> web.StreamResponse:
+        received_at = time.perf_counter()
+        raw = await request.read()
+        try:
+            body = json.loads(raw)
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            return _error(400, "invalid_request_error", "invalid_json", "request body is not valid JSON")
+        if not isinstance(body, dict):
+            return _error(400, "invalid_request_error", "invalid_body", "request body must be a JSON object")
+        problem = _validate(body)
+        if problem:
+            return _error(400, "invalid_request_error", problem[0], problem[1])
+        model_name = str(body["model"])
+        engine = self.engine_for(model_name)
+        if engine is None:
+            served = ", ".join(e.model.id for e in self.engines)
+            return _error(404, "invalid_request_error", "model_not_found",
+                          f"The model `{model_name}` does not exist (served: {served})")
+        truth = self.truth[engine.model.id]
+        max_tokens = body.get("max_completion_tokens") or body.get("max_tokens") or self.default_output_tokens
+        messages = body["messages"]
+        n_prompt = prompt_tokens(messages)
+        if n_prompt + max_tokens > engine.model.max_model_len:
+            return self._reject(truth, 400, "context_length_exceeded",
+                                f"This model's maximum context length is {engine.model.max_model_len} tokens; "
+                                f"the request has {n_prompt} prompt + {max_tokens} completion tokens")
+        if self.max_waiting is not None and engine.snapshot().waiting >= self.max_waiting:
+            return self._reject(truth, 429, "rate_limit_exceeded", "server overloaded: too many waiting requests",
+                                retry_after_s=1.0)
+        truth.received += 1
+        truth.prompt_tokens += n_prompt
+        truth.prompt_digests.append(_prompt_digest(messages))
+        gen = GenerationRequest(request_id=uuid.uuid4().hex, prompt_tokens=n_prompt, max_tokens=int(max_tokens),
+                                prompt_blocks=_prompt_blocks(engine.model.id, messages),
+                                body_digest=hashlib.sha256(raw).digest())
+        call = _Call(self, engine, truth, gen, model_name, received_at,
+                     include_usage=bool((body.get("stream_options") or {}).get("include_usage")))
+        if body.get("stream"):
+            return await call.stream(request)
+        return await call.complete()
+
+    def _reject(self, truth: ModelTruth, status: int, code: str, message: str,
+                retry_after_s: float | None = None) -> web.Response:
+        truth.rejected[status] = truth.rejected.get(status, 0) + 1
+        kind = "rate_limit_error" if status == 429 else "invalid_request_error"
+        response = _error(status, kind, code, message)
+        if retry_after_s is not None:
+            response.headers["Retry-After"] = str(max(1, round(retry_after_s)))
+        return response
+
+
+class _Call:
+    """One chat completion in flight: drives the engine and writes the response."""
+
+    def __init__(self, server: SimServer, engine: Engine, truth: ModelTruth, gen: GenerationRequest,
+                 model_name: str, received_at: float, include_usage: bool) -> None:
+        self.server = server
+        self.engine = engine
+        self.truth = truth
+        self.gen = gen
+        self.state = GenerationState()
+        self.model_name = model_name
+        self.received_at = received_at
+        self.include_usage = include_usage
+        self.chat_id = "chatcmpl-" + gen.request_id[:24]
+        self.created = int(time.time())
+        self.emitted = 0
+        self._words = _filler(gen.body_digest)
+
+    def _text(self, n: int) -> str:
+        words = self._words
+        return "".join(words[(self.emitted + i) % len(words)] for i in range(n))
+
+    def _record_tokens(self, n: int, last_at: float | None, now: float) -> None:
+        if last_at is None:
+            self.truth.ttft.record(now - self.received_at)
+            if n > 1:
+                self.truth.itl.record(0.0, n - 1)
+        else:
+            self.truth.itl.record((now - last_at) / n, n)
+        self.emitted += n
+        self.truth.completion_tokens += n
+
+    def _usage(self) -> dict[str, Any]:
+        return {"prompt_tokens": self.gen.prompt_tokens, "completion_tokens": self.emitted,
+                "total_tokens": self.gen.prompt_tokens + self.emitted,
+                "prompt_tokens_details": {"cached_tokens": self.state.cached_tokens}}
+
+    async def stream(self, request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+        generator = self.engine.generate(self.gen, self.state)
+        prefix = (f'data: {{"id":"{self.chat_id}","object":"chat.completion.chunk","created":{self.created},'
+                  f'"model":{json.dumps(self.model_name)},"choices":[{{"index":0,"delta":')
+        pending = 0
+        last_at: float | None = None
+        k = self.server.tokens_per_event
+        try:
+            try:
+                async for n in generator:
+                    if n == 0:  # admitted: headers and the role-only chunk (never counts as TTFT)
+                        await response.prepare(request)
+                        await response.write((prefix + '{"role":"assistant","content":""},"finish_reason":null}]}\n\n')
+                                             .encode())
+                        continue
+                    pending += n
+                    # The first token goes alone; later events carry up to k tokens.
+                    if last_at is not None and pending < k and self.emitted + pending < self.gen.max_tokens:
+                        continue
+                    now = time.perf_counter()
+                    text = self._text(pending)
+                    self._record_tokens(pending, last_at, now)
+                    last_at, pending = now, 0
+                    await response.write((prefix + '{"content":"' + text + '"},"finish_reason":null}]}\n\n').encode())
+            except EngineRejected as exc:
+                self.truth.received -= 1
+                self.truth.prompt_tokens -= self.gen.prompt_tokens
+                return self.server._reject(self.truth, exc.status, exc.code, str(exc), exc.retry_after_s)
+            if not response.prepared:
+                await response.prepare(request)
+            tail = prefix + '{},"finish_reason":"length"}]}\n\n'
+            if self.include_usage:
+                tail += (f'data: {{"id":"{self.chat_id}","object":"chat.completion.chunk","created":{self.created},'
+                         f'"model":{json.dumps(self.model_name)},"choices":[],"usage":{json.dumps(self._usage())}}}\n\n')
+            await response.write((tail + "data: [DONE]\n\n").encode())
+            await response.write_eof()
+        except (ConnectionResetError, asyncio.CancelledError):
+            self.truth.cancelled += 1
+            await generator.aclose()
+            raise
+        self.truth.completed += 1
+        self.truth.completed_completion_tokens += self.emitted
+        self.truth.cached_tokens += self.state.cached_tokens
+        return response
+
+    async def complete(self) -> web.Response:
+        last_at: float | None = None
+        generator = self.engine.generate(self.gen, self.state)
+        try:
+            async for n in generator:
+                if n:
+                    now = time.perf_counter()
+                    self._record_tokens(n, last_at, now)
+                    last_at = now
+        except EngineRejected as exc:
+            self.truth.received -= 1
+            self.truth.prompt_tokens -= self.gen.prompt_tokens
+            return self.server._reject(self.truth, exc.status, exc.code, str(exc), exc.retry_after_s)
+        except asyncio.CancelledError:
+            self.truth.cancelled += 1
+            await generator.aclose()
+            raise
+        text = "".join(self._words[i % len(self._words)] for i in range(self.emitted))
+        self.truth.completed += 1
+        self.truth.completed_completion_tokens += self.emitted
+        self.truth.cached_tokens += self.state.cached_tokens
+        return web.json_response({
+            "id": self.chat_id, "object": "chat.completion", "created": self.created, "model": self.model_name,
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "length"}],
+            "usage": self._usage()})
+
+
+class _SimCollector(Collector):
+    """Builds the ``attnload_sim_*`` families from engine snapshots and the truth at scrape time."""
+
+    def __init__(self, server: SimServer) -> None:
+        self.server = server
+
+    def collect(self) -> Iterator[Any]:
+        labels = ("model", "attention")
+        running = GaugeMetricFamily("attnload_sim_requests_running", "Sequences in the running batch (simulated).",
+                                    labels=labels)
+        waiting = GaugeMetricFamily("attnload_sim_requests_waiting", "Requests queued for KV capacity (simulated).",
+                                    labels=labels)
+        kv = GaugeMetricFamily("attnload_sim_kv_usage_ratio", "Fraction of KV blocks in use (simulated).",
+                               labels=labels)
+        steps = HistogramMetricFamily("attnload_sim_step_seconds", "Engine step durations (simulated).",
+                                      labels=labels)
+        requests = CounterMetricFamily("attnload_sim_requests", "Requests accepted by the simulator.", labels=labels)
+        prompt = CounterMetricFamily("attnload_sim_prompt_tokens", "Prompt tokens accepted.", labels=labels)
+        completion = CounterMetricFamily("attnload_sim_completion_tokens", "Completion tokens emitted.", labels=labels)
+        preempt = CounterMetricFamily("attnload_sim_preemptions", "Sequences preempted (recompute).", labels=labels)
+        for engine in self.server.engines:
+            values = (engine.model.id, engine.model.attention)
+            snap = engine.snapshot()
+            truth = self.server.truth[engine.model.id]
+            running.add_metric(values, snap.running)
+            waiting.add_metric(values, snap.waiting)
+            kv.add_metric(values, snap.kv_usage_ratio)
+            requests.add_metric(values, truth.received)
+            prompt.add_metric(values, truth.prompt_tokens)
+            completion.add_metric(values, truth.completion_tokens)
+            preempt.add_metric(values, snap.preemptions_total)
+            counts = self.server._step_hist[engine.model.id]
+            cumulative, buckets = 0, []
+            for bound, n in zip((*STEP_BUCKETS_S, float("inf")), counts, strict=True):
+                cumulative += n
+                buckets.append(("+Inf" if bound == float("inf") else repr(bound), cumulative))
+            steps.add_metric(values, buckets, self.server._step_sum[engine.model.id])
+        yield from (running, waiting, kv, steps, requests, prompt, completion, preempt)
+
+
+def _route_key(name: str) -> str:
+    return name.strip().lower().rsplit("/", 1)[-1]
+
+
+def _bucket_index(value_s: float) -> int:
+    for i, bound in enumerate(STEP_BUCKETS_S):
+        if value_s <= bound:
+            return i
+    return len(STEP_BUCKETS_S)
+
+
+def _validate(body: Mapping[str, Any]) -> tuple[str, str] | None:
+    if not isinstance(body.get("model"), str) or not body["model"]:
+        return "missing_model", "`model` is required"
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages or not all(isinstance(m, dict) for m in messages):
+        return "missing_messages", "`messages` must be a non-empty list of message objects"
+    for name in ("max_tokens", "max_completion_tokens"):
+        value = body.get(name)
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value <= 0):
+            return "invalid_max_tokens", f"`{name}` must be a positive integer"
+    return None
+
+
+def _error(status: int, kind: str, code: str, message: str) -> web.Response:
+    return web.json_response({"error": {"message": message, "type": kind, "param": None, "code": code}},
+                             status=status)
+
+
+def _prompt_bytes(messages: Sequence[Mapping[str, Any]]) -> bytes:
+    return b"".join(str(m.get("role", "")).encode() + str(m.get("content", "")).encode() for m in messages)
+
+
+def _prompt_blocks(model_id: str, messages: Sequence[Mapping[str, Any]]) -> tuple[int, ...]:
+    """Chained hashes of the prompt's full 64-byte blocks: h_i = H(h_{i−1}, model_id, block_i) (§4.5)."""
+    data = _prompt_bytes(messages)
+    previous = hashlib.blake2b(model_id.encode(), digest_size=8).digest()
+    blocks = []
+    for start in range(0, len(data) - PREFIX_BLOCK_BYTES + 1, PREFIX_BLOCK_BYTES):
+        previous = hashlib.blake2b(previous + data[start:start + PREFIX_BLOCK_BYTES], digest_size=8).digest()
+        blocks.append(int.from_bytes(previous, "little"))
+    return tuple(blocks)
+
+
+def _prompt_digest(messages: Sequence[Mapping[str, Any]]) -> str:
+    return hashlib.sha256(_prompt_bytes(messages)).hexdigest()
+
+
+def _filler(seed: bytes) -> tuple[str, ...]:
+    """Seeded filler: one word plus a space per token (§4.4)."""
+    start = int.from_bytes(seed[:4] or b"\0", "little")
+    return tuple(_WORDS[(start + i * 7) % len(_WORDS)] + " " for i in range(len(_WORDS)))
+
+
+def build_app(engines: Sequence[Engine], *, tokens_per_event: int = 1, default_output_tokens: int = 256,
+              max_waiting: int | None = None) -> web.Application:
+    """The aiohttp application serving ``engines`` (for tests and ``serve``)."""
+    server = SimServer(engines, tokens_per_event=tokens_per_event, default_output_tokens=default_output_tokens,
+                       max_waiting=max_waiting)
+    app = server.app()
+    app["sim"] = server
+    return app
+
+
+def serve(engines: Sequence[Engine], *, host: str, port: int, tokens_per_event: int = 1,
+          default_output_tokens: int = 256, max_waiting: int | None = None) -> None:
+    """Run the simulator until SIGINT/SIGTERM."""
+    app = build_app(engines, tokens_per_event=tokens_per_event, default_output_tokens=default_output_tokens,
+                    max_waiting=max_waiting)
+    ids = ", ".join(f"{e.model.id} ({e.model.attention})" for e in engines)
+    log.info("attnload sim serving %s on http://%s:%d/v1 (simulated timings)", ids, host, port)
+    web.run_app(app, host=host, port=port, print=None, access_log=None, handle_signals=True,
+                shutdown_timeout=1.0, backlog=4096)
