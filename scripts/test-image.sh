@@ -22,6 +22,10 @@ MIRROR="${DEBIAN_MIRROR:-http://deb.debian.org/debian}"
 BASE_CACHE="${BASE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/attnload}"
 CA_BUNDLE="${CA_BUNDLE:-/etc/ssl/certs/ca-certificates.crt}"
 start=$(date +%s)
+# crun refuses hybrid cgroup v1/v2 hosts (this CI); runc copes. Low explicit ulimits because
+# podman's defaults (1048576) exceed what an unprivileged CI container may set.
+RUNTIME="${PODMAN_RUNTIME:-$(command -v runc >/dev/null && echo runc || echo crun)}"
+RUN=(podman --runtime "$RUNTIME" run --rm --ulimit nofile=4096:4096 --ulimit nproc=4096:4096)
 
 log() { printf '[test-image %3ss] %s\n' "$(( $(date +%s) - start ))" "$*" >&2; }
 
@@ -57,22 +61,24 @@ build() {
   log "podman build -> $IMAGE"
   local secret=()
   [[ -r "$CA_BUNDLE" ]] && secret=(--secret "id=cacert,src=$CA_BUNDLE")
-  podman build --isolation chroot --network host --pull=never "${secret[@]}" \
+  # --format docker keeps HEALTHCHECK (the OCI format drops it); chroot isolation and host
+  # networking let the build run inside an unprivileged CI container.
+  podman build --format docker --isolation chroot --network host --pull=never "${secret[@]}" \
     -t "$IMAGE" -f "$ROOT/Dockerfile" "$ROOT"
 }
 
 smoke() {
   log "smoke: --version"
   local version
-  version="$(podman run --rm --network none --read-only "$IMAGE" --version)"
+  version="$("${RUN[@]}" --network none --read-only "$IMAGE" --version)"
   [[ "$version" == attnload* ]] || { echo "unexpected --version: $version" >&2; exit 1; }
   log "  $version"
   log "smoke: runs as non-root"
   local uid
-  uid="$(podman run --rm --network none --entrypoint id "$IMAGE" -u)"
+  uid="$("${RUN[@]}" --network none --entrypoint id "$IMAGE" -u)"
   [[ "$uid" != 0 ]] || { echo "image runs as root" >&2; exit 1; }
   log "smoke: attnload sim answers /health and a chat completion (read-only rootfs)"
-  podman run --rm --network none --read-only --tmpfs /tmp --entrypoint /bin/sh "$IMAGE" -c '
+  "${RUN[@]}" --network none --read-only --tmpfs /tmp --entrypoint /bin/sh "$IMAGE" -c '
     attnload sim --host 127.0.0.1 --port 8000 --models llama-3-70b,deepseek-chat --kv-capacity-scale 0.05 &
     pid=$!
     python - <<PY

@@ -16,7 +16,7 @@ import re
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -117,6 +117,10 @@ class Slo(StrictModel):
     ttft_p99_s: float | None = Field(default=None, gt=0)
     itl_p99_s: float | None = Field(default=None, gt=0)
     e2e_p99_s: float | None = Field(default=None, gt=0)
+
+    @property
+    def is_set(self) -> bool:
+        return any(v is not None for v in (self.ttft_p99_s, self.itl_p99_s, self.e2e_p99_s))
 
 
 class TestConfig(StrictModel):
@@ -309,7 +313,9 @@ def _refuse_literal_keys(file: Path, data: Mapping[str, Any], where: str = "") -
 
 
 def _describe_validation(file: Path, text: str, exc: ValidationError) -> str:
-    error = exc.errors()[0]
+    errors = exc.errors()
+    # A misspelled key also makes the real key "missing": report the typo, which is the cause.
+    error = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
     loc = ".".join(str(part) for part in error["loc"])
     message = error["msg"].removeprefix("Value error, ")
     if error["type"] == "extra_forbidden":

@@ -181,6 +181,11 @@ class Recorder:
         self.series: dict[SeriesKey, Series] = {}
         self._delta: dict[SeriesKey, Series] = {}
 
+    def reset(self) -> None:
+        """Forget everything (a new test starts); collectors keep their reference to this object."""
+        self.series.clear()
+        self._delta.clear()
+
     def _both(self, key: SeriesKey) -> Iterator[Series]:
         for store in (self.series, self._delta):
             series = store.get(key)
@@ -249,14 +254,17 @@ def split_gaps(gaps_s: list[float], chunk_tokens: list[int], completion_tokens: 
     """Per-token ITL samples: a chunk of k tokens after a gap g gives k samples of g/k.
 
     ``chunk_tokens`` are local estimates for every content chunk, the first included
-    (one more than ``gaps_s``). When the server reported ``completion_tokens`` they are
-    re-scaled to sum to it (largest remainder, every chunk keeps ≥ 1 token), so the
-    server's count decides how many ITL samples there are.
+    (one more than ``gaps_s``). When the server reported ``completion_tokens`` the later
+    chunks are re-scaled to sum to it minus the first chunk's estimate (largest
+    remainder, every chunk keeps ≥ 1 token), so the server's count decides how many
+    ITL samples there are.
     """
-    if completion_tokens is not None and completion_tokens >= len(chunk_tokens) != 0 \
-            and sum(chunk_tokens) != completion_tokens:
-        chunk_tokens = _rescale(chunk_tokens, completion_tokens)
-    return tuple((gap / n, n) for gap, n in zip(gaps_s, chunk_tokens[1:], strict=False))
+    later = chunk_tokens[1:]
+    if completion_tokens is not None and later:
+        wanted = completion_tokens - chunk_tokens[0]
+        if wanted >= len(later) and wanted != sum(later):
+            later = _rescale(later, wanted)
+    return tuple((gap / n, n) for gap, n in zip(gaps_s, later, strict=False))
 
 
 def _rescale(estimates: list[int], total: int) -> list[int]:

@@ -44,8 +44,13 @@ def presets_differ(results: Results) -> bool:
     return len(presets) > 1
 
 
+def _truthy(value: object) -> bool:
+    """``simulated`` may arrive as a bool, 1 or a string, depending on who wrote the file."""
+    return value is True or value == 1 or (isinstance(value, str) and value.lower() in {"true", "yes", "1"})
+
+
 def is_simulated(results: Results) -> bool:
-    return any(bool(m.attention_info.get("simulated")) for m in results.models)
+    return any(_truthy(m.attention_info.get("simulated")) for m in results.models)
 
 
 def attention_facts(model: ModelSummary) -> list[tuple[str, str]]:
@@ -68,7 +73,7 @@ def attention_facts(model: ModelSummary) -> list[tuple[str, str]]:
         facts.append(("KV capacity", f"{count(info['kv_capacity_tokens'])} tokens"))
     if "max_seqs_at_8k" in info:
         facts.append(("8K sequences that fit", count(info["max_seqs_at_8k"])))
-    if info.get("simulated"):
+    if _truthy(info.get("simulated")):
         facts.append(("source", "attnload simulator"))
     return facts
 

@@ -19,9 +19,17 @@ def ms(seconds: float | None, digits: int = 1) -> str:
     if seconds is None:
         return DASH
     value = seconds * 1000.0
-    if value >= 10_000:
-        return f"{value / 1000.0:,.1f} s"
+    if value >= 1000:
+        return f"{seconds:,.2f} s"
     return f"{value:,.{digits}f} ms"
+
+
+def ms_bare(seconds: float | None) -> str:
+    """Milliseconds without the unit, for table columns whose header names it."""
+    if seconds is None:
+        return DASH
+    value = seconds * 1000.0
+    return f"{value:,.0f}" if value >= 1000 else f"{value:,.1f}"
 
 
 def rate(value: float | None, unit: str = "") -> str:
@@ -58,7 +66,7 @@ def pct(delta: float | None) -> str:
 def stage_label(stage: StageSummary) -> str:
     """``64 users`` for a closed-loop stage, ``2 req/s`` for an open-loop one."""
     if stage.users is not None:
-        return f"{stage.users} users"
+        return f"{stage.users} user" + ("" if stage.users == 1 else "s")
     if stage.rate is not None:
         return f"{stage.rate:g} req/s"
     return f"stage {stage.index + 1}"
@@ -95,6 +103,8 @@ class Metric:
 
     key: str
     title: str
+    path: str
+    """Dotted path of the field in the results JSON (``ttft_s.p50``), for tests and tooltips."""
     get: Callable[[Totals], float | None]
     show: Callable[[float | None], str]
     higher_is_better: bool = False
@@ -109,12 +119,12 @@ def _summary(name: str, q: str) -> Callable[[Totals], float | None]:
 
 
 METRICS: tuple[Metric, ...] = (
-    Metric("ttft_p50", "TTFT p50", _summary("ttft_s", "p50"), ms),
-    Metric("ttft_p99", "TTFT p99", _summary("ttft_s", "p99"), ms),
-    Metric("itl_p50", "ITL p50", _summary("itl_s", "p50"), ms),
-    Metric("itl_p99", "ITL p99", _summary("itl_s", "p99"), ms),
-    Metric("tpot_p50", "TPOT p50", _summary("tpot_s", "p50"), ms),
-    Metric("output_tps", "out tok/s", lambda t: t.output_tokens_per_s, lambda v: rate(v), True),
-    Metric("goodput", "goodput req/s", lambda t: t.goodput_rps, lambda v: rate(v), True),
+    Metric("ttft_p50", "TTFT p50", "ttft_s.p50", _summary("ttft_s", "p50"), ms),
+    Metric("ttft_p99", "TTFT p99", "ttft_s.p99", _summary("ttft_s", "p99"), ms),
+    Metric("itl_p50", "ITL p50", "itl_s.p50", _summary("itl_s", "p50"), ms),
+    Metric("itl_p99", "ITL p99", "itl_s.p99", _summary("itl_s", "p99"), ms),
+    Metric("tpot_p50", "TPOT p50", "tpot_s.p50", _summary("tpot_s", "p50"), ms),
+    Metric("output_tps", "out tok/s", "output_tokens_per_s", lambda t: t.output_tokens_per_s, lambda v: rate(v), True),
+    Metric("goodput", "goodput req/s", "goodput_rps", lambda t: t.goodput_rps, lambda v: rate(v), True),
 )
 """Medians first (the seed's advice), then tails, then throughput."""

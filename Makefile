@@ -1,0 +1,46 @@
+# attnload: `make demo` runs the GQA-vs-MLA demo, `make test` runs the test suite.
+# Both install what they need into .venv first (Python >= 3.11).
+
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test test-fast lint bench bench-quick deploy-gen test-image observe clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[test]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/attnload demo
+
+test: $(STAMP)
+	$(BIN)/ruff check src tests bench locustfiles
+	$(BIN)/pytest -q -rfEs
+
+test-fast: $(STAMP)
+	$(BIN)/pytest -q -m "not e2e and not browser and not slow"
+
+lint: $(STAMP)
+	$(BIN)/ruff check src tests bench locustfiles
+
+bench: $(STAMP)
+	$(BIN)/python bench/client_cost.py
+
+bench-quick: $(STAMP)
+	$(BIN)/python bench/client_cost.py --quick
+
+deploy-gen: $(STAMP)
+	$(BIN)/python -m attnload.cluster.generate
+
+test-image: $(STAMP)
+	bash scripts/test-image.sh
+
+observe: $(STAMP)
+	$(BIN)/python -m attnload.observe.prometheus
+
+clean:
+	rm -rf $(VENV) results .pytest_cache

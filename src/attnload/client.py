@@ -1,0 +1,542 @@
+"""The hot path: one keep-alive HTTP/1.1 connection per user, streaming chat completions.
+
+Why not Locust's ``FastHttpSession`` or the openai SDK: ``iter_lines()`` waits for 1024
+bytes before yielding and the SDK costs ~0.3 ms CPU per chunk (DESIGN.md, pitfalls), both
+distorting TTFT/ITL at high concurrency. Here a gevent socket is read in whatever chunks
+the kernel gives, geventhttpclient's C parser (llhttp) removes HTTP framing, and
+``SseSplitter`` cuts events without per-chunk string concatenation. Every byte of a
+``recv`` is stamped with the time that ``recv`` returned.
+
+Failures become :class:`RequestFailed` with a DESIGN.md :class:`ErrorClass` in one place
+(``classify_status``, ``classify_exception``); a hostile server can only produce a
+classified failure, never an exception out of :meth:`ChatClient.send`.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import ssl
+import time
+import urllib.request
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+import gevent
+import gevent.socket
+import gevent.ssl
+from gevent import GreenletExit
+from geventhttpclient.response import HTTPParseError, HTTPResponse
+
+from attnload.errors import ErrorClass, RequestFailed, redact
+from attnload.measure import RequestRecord, split_gaps
+from attnload.tokens import chunk_tokens, prompt_tokens
+
+RECV_BYTES = 65536
+ERROR_BODY_LIMIT = 64 * 1024
+_LOOPBACK = ("127.", "localhost", "::1", "[::1]")
+
+
+class SseSplitter:
+    """Cuts an SSE byte stream into the payloads of ``data:`` fields, one per event.
+
+    Accepts LF or CRLF line endings, multi-line data fields and events split across
+    reads; ``event: error`` marks the next payload as an error event.
+    """
+
+    __slots__ = ("_buffer", "events")
+
+    def __init__(self) -> None:
+        self._buffer = b""
+        self.events: list[tuple[bytes, bytes]] = []
+        """Parsed ``(event type, data)`` pairs not yet consumed."""
+
+    def feed(self, data: bytes) -> None:
+        buffer = self._buffer + data if self._buffer else bytes(data)
+        if b"\r" in buffer:
+            buffer = buffer.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+        start = 0
+        while True:
+            end = buffer.find(b"\n\n", start)
+            if end < 0:
+                break
+            self._event(buffer[start:end])
+            start = end + 2
+        self._buffer = buffer[start:]
+
+    def _event(self, block: bytes) -> None:
+        if block.startswith(b"data:") and b"\n" not in block:  # the common case: one data line
+            self.events.append((b"message", block[6:] if block[5:6] == b" " else block[5:]))
+            return
+        kind, data = b"message", []
+        for line in block.split(b"\n"):
+            if line.startswith(b"data:"):
+                data.append(line[6:] if line[5:6] == b" " else line[5:])
+            elif line.startswith(b"event:"):
+                kind = line[6:].strip()
+        if data:
+            self.events.append((kind, b"\n".join(data)))
+
+    @property
+    def pending(self) -> bytes:
+        """Bytes after the last complete event (a stream that ends here ended mid-event)."""
+        return self._buffer
+
+
+class _Response(HTTPResponse):
+    """llhttp parser whose body bytes go straight to an ``SseSplitter`` or a capped buffer."""
+
+    def __init__(self, sse: SseSplitter | None) -> None:
+        super().__init__(method="POST")
+        self.sse = sse
+        self.body = bytearray()
+
+    def _on_body(self, buf: bytearray) -> None:
+        if self.sse is not None and self.get_code() == 200:
+            self.sse.feed(bytes(buf))
+        elif len(self.body) < ERROR_BODY_LIMIT:
+            self.body += buf
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """Where one model's requests go, with proxy resolution done once."""
+
+    host: str
+    port: int
+    path: str
+    tls: bool
+    proxy: tuple[str, int] | None
+
+    @classmethod
+    def from_url(cls, url: str) -> Endpoint:
+        parts = urlsplit(url)
+        tls = parts.scheme == "https"
+        host = parts.hostname or ""
+        port = parts.port or (443 if tls else 80)
+        return cls(host=host, port=port, path=parts.path or "/", tls=tls, proxy=_proxy_for(parts.scheme, host))
+
+    @property
+    def host_header(self) -> str:
+        default = 443 if self.tls else 80
+        return self.host if self.port == default else f"{self.host}:{self.port}"
+
+
+def _proxy_for(scheme: str, host: str) -> tuple[str, int] | None:
+    """The proxy from HTTP(S)_PROXY/ALL_PROXY unless NO_PROXY (or loopback) bypasses it."""
+    if host.startswith(_LOOPBACK) or urllib.request.proxy_bypass_environment(host):
+        return None
+    proxies = urllib.request.getproxies_environment()
+    url = proxies.get(scheme) or proxies.get("all")
+    if not url:
+        return None
+    parts = urlsplit(url if "://" in url else "http://" + url)
+    return parts.hostname or "", parts.port or 8080
+
+
+@dataclass(frozen=True)
+class Timeouts:
+    """Named apart on purpose: a bare ``timeout`` would bound each read, not the request."""
+
+    connect_s: float = 10.0
+    ttft_s: float | None = None
+    idle_s: float = 60.0
+    total_s: float = 600.0
+
+
+class ChatClient:
+    """Sends chat completions to one endpoint over one keep-alive connection (one user)."""
+
+    def __init__(self, url: str, api_key: str | None, timeouts: Timeouts,
+                 ssl_context: gevent.ssl.SSLContext | None = None) -> None:
+        self.endpoint = Endpoint.from_url(url)
+        self.timeouts = timeouts
+        self._sock: Any = None
+        self._ssl = ssl_context
+        auth = f"Authorization: Bearer {api_key}\r\n" if api_key else ""
+        target = self.endpoint.path
+        if self.endpoint.proxy and not self.endpoint.tls:
+            target = f"http://{self.endpoint.host_header}{self.endpoint.path}"  # absolute-form via a proxy
+        self._head = (f"POST {target} HTTP/1.1\r\nHost: {self.endpoint.host_header}\r\n"
+                      f"Content-Type: application/json\r\nAccept: text/event-stream\r\n"
+                      f"User-Agent: attnload\r\n{auth}Content-Length: ").encode()
+
+    def close(self) -> None:
+        if self._sock is not None:
+            try:
+                self._sock.close()
+            finally:
+                self._sock = None
+
+    # ------------------------------------------------------------------ connection
+
+    def _connect(self) -> Any:
+        endpoint = self.endpoint
+        address = endpoint.proxy or (endpoint.host, endpoint.port)
+        try:
+            sock = gevent.socket.create_connection(address, timeout=self.timeouts.connect_s)
+        except OSError as exc:
+            if endpoint.proxy:
+                raise RequestFailed(ErrorClass.PROXY, f"proxy {address[0]}:{address[1]} unreachable ({exc})") from None
+            raise
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if endpoint.proxy and endpoint.tls:
+            sock = self._tunnel(sock)
+        if endpoint.tls:
+            context = self._ssl or gevent.ssl.create_default_context()
+            sock = context.wrap_socket(sock, server_hostname=endpoint.host)
+        return sock
+
+    def _tunnel(self, sock: Any) -> Any:
+        endpoint = self.endpoint
+        sock.sendall(f"CONNECT {endpoint.host}:{endpoint.port} HTTP/1.1\r\nHost: {endpoint.host}:{endpoint.port}\r\n\r\n"
+                     .encode())
+        reply = b""
+        while b"\r\n\r\n" not in reply:
+            data = sock.recv(4096)
+            if not data:
+                raise RequestFailed(ErrorClass.PROXY, "proxy closed the CONNECT tunnel")
+            reply += data
+        status = reply.split(b" ", 2)[1:2]
+        if status != [b"200"]:
+            raise RequestFailed(ErrorClass.PROXY, f"proxy refused CONNECT: {reply.splitlines()[0].decode(errors='replace')}")
+        return sock
+
+    # ------------------------------------------------------------------ request
+
+    def send(self, body: dict[str, Any], *, model_key: str, profile: str, stage: int,
+             intended_start: float | None = None) -> RequestRecord:
+        """Run one request to completion and return its record; never raises for server faults.
+
+        ``intended_start`` (perf_counter seconds) is the open-loop schedule's send time:
+        latencies count from it, so a late client cannot hide queueing (coordinated omission).
+        """
+        started = time.perf_counter()
+        origin = intended_start if intended_start is not None else started
+        stream = bool(body.get("stream", True))
+        max_tokens = int(body.get("max_tokens") or body.get("max_completion_tokens") or 0)
+        run = _Run(stream, max_tokens)
+        error: RequestFailed | None = None
+        outcome = "ok"
+        try:
+            self._exchange(json.dumps(body, ensure_ascii=False).encode(), run, origin)
+            run.finish()
+        except RequestFailed as exc:
+            error, outcome = exc, "failed"
+        except GreenletExit:
+            outcome = "cancelled"
+            error = RequestFailed(ErrorClass.CANCELLED, "the test stopped during the request")
+            self.close()
+            record = self._record(body, run, origin, outcome, error, model_key, profile, stage, intended_start, started)
+            raise _Cancelled(record) from None
+        except Exception as exc:  # noqa: BLE001 - one boundary maps every foreign error to a class
+            error, outcome = classify_exception(exc, self.endpoint.proxy is not None), "failed"
+        if error is not None:
+            self.close()
+        return self._record(body, run, origin, outcome, error, model_key, profile, stage, intended_start, started)
+
+    def _exchange(self, payload: bytes, run: _Run, origin: float) -> None:
+        timeouts = self.timeouts
+        deadline = origin + timeouts.total_s
+        first_deadline = origin + timeouts.ttft_s if timeouts.ttft_s else deadline
+        request = self._head + str(len(payload)).encode() + b"\r\n\r\n" + payload
+        reused = self._sock is not None
+        if self._sock is None:
+            self._sock = self._connect()
+        sock = self._sock
+        try:
+            sock.sendall(request)
+        except OSError:
+            if not reused:
+                raise
+            self.close()  # a keep-alive connection the server closed: reconnect once
+            sock = self._sock = self._connect()
+            sock.sendall(request)
+        response = _Response(run.sse if run.stream else None)
+        run.response = response
+        while True:
+            now = time.perf_counter()
+            limit = deadline if run.first_at is not None or not run.stream else min(first_deadline, deadline)
+            wait = limit - now
+            if response.headers_complete:
+                wait = min(wait, timeouts.idle_s)
+            if wait <= 0:
+                raise RequestFailed(ErrorClass.TIMEOUT, _timeout_detail(run, timeouts))
+            sock.settimeout(wait)
+            try:
+                data = sock.recv(RECV_BYTES)
+            except TimeoutError:
+                raise RequestFailed(ErrorClass.TIMEOUT, _timeout_detail(run, timeouts)) from None
+            except gevent.socket.timeout:
+                raise RequestFailed(ErrorClass.TIMEOUT, _timeout_detail(run, timeouts)) from None
+            at = time.perf_counter()
+            if not data:
+                run.eof = True
+                self.close()
+                return
+            try:
+                response.feed(data)
+            except HTTPParseError as exc:
+                raise RequestFailed(ErrorClass.BAD_RESPONSE, f"malformed HTTP response ({exc})") from None
+            if response.headers_complete and response.get_code() != 200:
+                if response.message_complete:
+                    raise classify_status(response.get_code(), bytes(response.body), _header(response, "retry-after"))
+                continue
+            if run.stream and run.sse.events:
+                run.consume(at, origin)
+                if run.done:
+                    if not response.message_complete or response.should_close():
+                        self.close()  # [DONE] seen; don't wait for the framing to end
+                    return
+            if response.message_complete:
+                if response.should_close():
+                    self.close()
+                return
+
+    def _record(self, body: dict[str, Any], run: _Run, origin: float, outcome: str, error: RequestFailed | None,
+                model_key: str, profile: str, stage: int, intended_start: float | None, started: float
+                ) -> RequestRecord:
+        end = time.perf_counter()
+        usage = run.usage or {}
+        reported_prompt = usage.get("prompt_tokens")
+        reported_completion = usage.get("completion_tokens")
+        details = usage.get("prompt_tokens_details") or {}
+        estimated = not isinstance(reported_prompt, int) or not isinstance(reported_completion, int)
+        completion = reported_completion if isinstance(reported_completion, int) else sum(run.chunk_tokens)
+        return RequestRecord(
+            model_key=model_key, profile=profile, stage=stage, outcome=outcome,
+            error=error.kind.label if error else None, ttft_s=None if run.first_at is None else run.first_at - origin,
+            itl_samples=split_gaps(run.gaps, run.chunk_tokens, completion if not estimated else None),
+            e2e_s=end - origin,
+            prompt_tokens=reported_prompt if isinstance(reported_prompt, int) else prompt_tokens(body.get("messages", ())),
+            completion_tokens=completion,
+            cached_prompt_tokens=int(details.get("cached_tokens") or 0) if isinstance(details, dict) else 0,
+            tokens_estimated=estimated, dispatch_lag_s=None if intended_start is None else started - intended_start)
+
+
+class _Cancelled(Exception):
+    """Carries the record of a request the test stopped; the user records it, then exits."""
+
+    def __init__(self, record: RequestRecord) -> None:
+        super().__init__("cancelled")
+        self.record = record
+
+
+class _Run:
+    """State of one response being read: timings, chunk token estimates, usage, finish."""
+
+    __slots__ = ("stream", "max_tokens", "sse", "response", "first_at", "last_at", "gaps", "chunk_tokens",
+                 "usage", "finish_reason", "done", "eof")
+
+    def __init__(self, stream: bool, max_tokens: int) -> None:
+        self.stream = stream
+        self.max_tokens = max_tokens
+        self.sse = SseSplitter()
+        self.response: _Response | None = None
+        self.first_at: float | None = None
+        self.last_at = 0.0
+        self.gaps: list[float] = []
+        self.chunk_tokens: list[int] = []
+        self.usage: dict[str, Any] | None = None
+        self.finish_reason: str | None = None
+        self.done = False
+        self.eof = False
+
+    def consume(self, at: float, origin: float) -> None:
+        """Handle the events parsed so far; all of them arrived in the ``recv`` that returned at ``at``."""
+        events, self.sse.events = self.sse.events, []
+        for kind, data in events:
+            if data == b"[DONE]":
+                self.done = True
+                continue
+            try:
+                chunk = json.loads(data)
+            except ValueError:
+                raise RequestFailed(ErrorClass.BAD_RESPONSE, f"malformed JSON in stream: {data[:80]!r}") from None
+            if not isinstance(chunk, dict):
+                raise RequestFailed(ErrorClass.BAD_RESPONSE, f"stream chunk is not an object: {data[:80]!r}")
+            if kind == b"error" or "error" in chunk:
+                raise _classify_error_object(chunk.get("error", chunk), 200)
+            usage = chunk.get("usage")
+            if isinstance(usage, dict):
+                self.usage = usage
+            choices = chunk.get("choices")
+            if not isinstance(choices, list):
+                if usage is None:
+                    raise RequestFailed(ErrorClass.BAD_RESPONSE, "stream chunk without `choices`")
+                continue
+            if not choices:
+                continue
+            choice = choices[0]
+            if not isinstance(choice, dict):
+                raise RequestFailed(ErrorClass.BAD_RESPONSE, "`choices[0]` is not an object")
+            delta = choice.get("delta") or {}
+            text = delta.get("content") or delta.get("reasoning_content") or delta.get("reasoning") \
+                if isinstance(delta, dict) else None
+            if text and isinstance(text, str):
+                if self.first_at is None:
+                    self.first_at = at
+                else:
+                    self.gaps.append(at - self.last_at)
+                self.last_at = at
+                self.chunk_tokens.append(chunk_tokens(text))
+            if choice.get("finish_reason"):
+                self.finish_reason = choice["finish_reason"]
+
+    def finish(self) -> None:
+        """Check the completed response: non-streaming body, [DONE], truncation."""
+        response = self.response
+        assert response is not None
+        if response.headers_complete and response.get_code() != 200:
+            raise classify_status(response.get_code(), bytes(response.body), _header(response, "retry-after"))
+        if not self.stream:
+            self._finish_unary(bytes(response.body), response)
+            return
+        if response.headers_complete and not _is_event_stream(response) and not self.first_at:
+            # A 200 that is not SSE: a gateway error page or a JSON body (error or a non-streamed answer).
+            self._finish_unary(bytes(response.body) + self.sse.pending, response)
+            return
+        if not self.done:
+            if not response.headers_complete:
+                raise RequestFailed(ErrorClass.CONNECTION, "connection closed before the response headers")
+            raise RequestFailed(ErrorClass.TRUNCATED, "stream ended without [DONE]")
+        self._check_length()
+
+    def _finish_unary(self, raw: bytes, response: _Response) -> None:
+        try:
+            data = json.loads(raw)
+        except ValueError:
+            snippet = raw[:120].decode("utf-8", errors="replace").replace("\n", " ")
+            raise RequestFailed(ErrorClass.BAD_RESPONSE, f"response is not JSON: {snippet!r}") from None
+        if not isinstance(data, dict):
+            raise RequestFailed(ErrorClass.BAD_RESPONSE, "response is not a JSON object")
+        if "error" in data:
+            raise _classify_error_object(data["error"], 200)
+        choices = data.get("choices")
+        if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+            raise RequestFailed(ErrorClass.BAD_RESPONSE, "response has no `choices` (reading choices failed)")
+        message = choices[0].get("message") or {}
+        text = message.get("content") or message.get("reasoning_content") or "" if isinstance(message, dict) else ""
+        self.first_at = time.perf_counter()
+        self.chunk_tokens = [chunk_tokens(text)] if text else []
+        self.finish_reason = choices[0].get("finish_reason")
+        usage = data.get("usage")
+        self.usage = usage if isinstance(usage, dict) else None
+        self._check_length()
+
+    def _check_length(self) -> None:
+        if self.finish_reason == "length" and self.max_tokens:
+            completion = (self.usage or {}).get("completion_tokens")
+            produced = completion if isinstance(completion, int) else sum(self.chunk_tokens)
+            if produced < self.max_tokens:
+                raise RequestFailed(ErrorClass.TRUNCATED,
+                                    f"finish_reason length after {produced} of max_tokens {self.max_tokens}")
+
+
+def _is_event_stream(response: _Response) -> bool:
+    return "text/event-stream" in str(_header(response, "content-type") or "").lower()
+
+
+def _header(response: HTTPResponse, name: str) -> str | None:
+    value = response.get(name)
+    if isinstance(value, list):
+        return value[0] if value else None
+    return value
+
+
+def _timeout_detail(run: _Run, timeouts: Timeouts) -> str:
+    if run.response is None or not run.response.headers_complete:
+        return f"no response headers in time (total {timeouts.total_s:g} s)"
+    if run.first_at is None:
+        return f"no first token in time (ttft {timeouts.ttft_s or timeouts.total_s:g} s)"
+    return f"stream stalled (idle {timeouts.idle_s:g} s or total {timeouts.total_s:g} s exceeded)"
+
+
+def classify_status(status: int, body: bytes, retry_after: str | None = None) -> RequestFailed:
+    """Map an HTTP error status and its body (OpenAI or gateway JSON, HTML, text) to a class."""
+    try:
+        data = json.loads(body) if body else None
+    except ValueError:
+        data = None
+    if isinstance(data, dict):
+        error = data.get("error", data)
+        if isinstance(error, dict | str):
+            return _classify_error_object(error, status, retry_after)
+    return _by_status(status, _text_of(body), "", retry_after)
+
+
+def _classify_error_object(error: Any, status: int, retry_after: str | None = None) -> RequestFailed:
+    if isinstance(error, dict):
+        message = str(error.get("message") or error.get("msg") or error.get("detail") or "")
+        code = " ".join(str(error.get(k) or "") for k in ("code", "type", "status"))
+        status = _int(error.get("status_code") or error.get("code")) or status
+    else:
+        message, code = str(error), ""
+    return _by_status(status, message[:300], code, retry_after)
+
+
+def _by_status(status: int, message: str, code: str, retry_after: str | None) -> RequestFailed:
+    text = f"{code} {message}".lower()
+    detail = f"HTTP {status}: {message or code or 'no details'}".strip()
+    if retry_after:
+        detail += f" (Retry-After {retry_after})"
+    if "insufficient_quota" in text or "quota" in text or "balance" in text or status == 402:
+        return RequestFailed(ErrorClass.QUOTA, detail)
+    if "context_length" in text or "context length" in text or "maximum context" in text or "too long" in text:
+        return RequestFailed(ErrorClass.CONTEXT_LENGTH, detail)
+    if status in (401, 403) or "invalid_api_key" in text or "unauthorized" in text:
+        return RequestFailed(ErrorClass.AUTH, detail)
+    if status == 404 or "model_not_found" in text or "does not exist" in text:
+        return RequestFailed(ErrorClass.NOT_FOUND, detail)
+    if status == 429 or "rate_limit" in text:
+        return RequestFailed(ErrorClass.RATE_LIMITED, detail)
+    if status == 407:
+        return RequestFailed(ErrorClass.PROXY, detail)
+    if status == 408 or status == 504:
+        return RequestFailed(ErrorClass.TIMEOUT, detail)
+    if 400 <= status < 500:
+        return RequestFailed(ErrorClass.BAD_REQUEST, detail)
+    if status >= 500:
+        return RequestFailed(ErrorClass.SERVER, detail)
+    return RequestFailed(ErrorClass.SERVER, detail)  # an error object inside a 200 stream: the server failed
+
+
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and 100 <= value <= 599 else None
+
+
+def _text_of(body: bytes) -> str:
+    text = body[:2000].decode("utf-8", errors="replace")
+    if "<" in text:  # an HTML error page: keep its title
+        start, end = text.lower().find("<title>"), text.lower().find("</title>")
+        text = text[start + 7:end] if 0 <= start < end else "HTML error page"
+    return " ".join(text.split())[:200]
+
+
+def classify_exception(exc: BaseException, via_proxy: bool) -> RequestFailed:
+    """The one boundary where socket, TLS and parser exceptions become DESIGN.md classes."""
+    if isinstance(exc, RequestFailed):
+        return exc
+    detail = redact(f"{type(exc).__name__}: {exc}")
+    if isinstance(exc, TimeoutError | gevent.socket.timeout):
+        return RequestFailed(ErrorClass.TIMEOUT, detail)
+    if isinstance(exc, ConnectionError | OSError | ssl.SSLError):
+        return RequestFailed(ErrorClass.PROXY if via_proxy else ErrorClass.CONNECTION, detail)
+    if isinstance(exc, HTTPParseError):
+        return RequestFailed(ErrorClass.BAD_RESPONSE, detail)
+    return RequestFailed(ErrorClass.BAD_RESPONSE, detail)
+
+
+def chat_body(model_id: str, messages: Sequence[dict[str, Any]], *, max_tokens: int, temperature: float,
+              stream: bool = True, ignore_eos: bool = False) -> dict[str, Any]:
+    """The request body: streaming with usage by default (DESIGN.md measurement rules)."""
+    body: dict[str, Any] = {"model": model_id, "messages": list(messages), "max_tokens": max_tokens,
+                            "temperature": temperature, "stream": stream}
+    if stream:
+        body["stream_options"] = {"include_usage": True}
+    if ignore_eos:
+        body["ignore_eos"] = True
+        body["min_tokens"] = max_tokens
+    return body

@@ -1,0 +1,251 @@
+"""``attnload cluster``: the routine parts of a Kubernetes run, without hand-written kubectl.
+
+    attnload cluster up [--workers N --image IMG --config FILE --shape SPEC --api-key-env VAR]
+    attnload cluster status | scale N | run [--users N --spawn-rate R --run-time D --wait]
+    attnload cluster stop | results [--out DIR] | logs [COMPONENT] | down
+
+``up`` applies deploy/ (server-side apply, namespace first) and waits until every
+Deployment is ready; ``run``/``stop`` drive Locust's web API (/swarm, /stop) through the
+API server's service proxy; ``results`` copies the master's results files back the same
+way; ``down`` deletes the namespace. See kube.py for why the service proxy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from attnload.cluster import manifests, names
+from attnload.cluster.kube import Kube, NotFound, connect
+from attnload.errors import UsageError, register_secret
+
+NS = names.NAMESPACE
+_LOCUST_DONE = {"stopped", "ready"}
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, ~/.kube/config)")
+    parser.add_argument("--context", help="kubeconfig context (default: the current one)")
+    parser.add_argument("--timeout", type=float, default=300.0, help="seconds to wait for readiness (300)")
+    sub = parser.add_subparsers(dest="action", metavar="ACTION", required=True,
+                                parser_class=type(parser))
+    up = sub.add_parser("up", help="apply deploy/ and wait until every Deployment is ready")
+    up.add_argument("--manifests", type=Path, default=Path("deploy"), help="manifest directory (deploy/)")
+    up.add_argument("--image", help=f"image for master, workers and sim (default {manifests.ATTNLOAD_IMAGE})")
+    up.add_argument("--workers", type=_non_negative, help="worker replicas (default: the manifest's)")
+    up.add_argument("--config", help="config file name in the attnload-config ConfigMap "
+                                     "(default k8s_sim_config.json: the in-cluster simulator)")
+    up.add_argument("--shape", help="ATTNLOAD_SHAPE, e.g. concurrency:8,32,128")
+    up.add_argument("--stage-duration", help="ATTNLOAD_STAGE_DURATION, e.g. 60s")
+    up.add_argument("--profile", help="ATTNLOAD_PROFILE")
+    up.add_argument("--api-key-env", action="append", default=[], metavar="VAR",
+                    help="copy this local env var into the attnload-api-keys Secret (repeatable)")
+    up.add_argument("--no-wait", action="store_true", help="return after applying")
+    sub.add_parser("status", help="Deployments' readiness and the Locust master's state")
+    scale = sub.add_parser("scale", help="set the number of Locust workers")
+    scale.add_argument("replicas", type=_non_negative)
+    scale.add_argument("--no-wait", action="store_true")
+    run = sub.add_parser("run", help="start a test through the master's /swarm")
+    run.add_argument("--users", type=int, default=32, help="users (ignored when ATTNLOAD_SHAPE drives the test)")
+    run.add_argument("--spawn-rate", type=float, default=8.0, help="users started per second")
+    run.add_argument("--run-time", help="stop after this long, e.g. 5m (default: the shape's end or /stop)")
+    run.add_argument("--wait", action="store_true", help="block until the test stops, then fetch results")
+    run.add_argument("--out", type=Path, default=Path("results"), help="where --wait puts results (results/)")
+    sub.add_parser("stop", help="stop the running test (the master writes results)")
+    results = sub.add_parser("results", help="copy the master's results files here")
+    results.add_argument("--out", type=Path, default=Path("results"), help="directory (results/)")
+    logs = sub.add_parser("logs", help="recent log lines of a component's pods")
+    logs.add_argument("component", nargs="?", default="master", choices=["master", "worker", "sim"])
+    logs.add_argument("--tail", type=int, default=100)
+    down = sub.add_parser("down", help="delete the attnload namespace and everything in it")
+    down.add_argument("--no-wait", action="store_true")
+
+
+def _non_negative(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError("must be 0 or more")
+    return value
+
+
+def run(args: argparse.Namespace) -> int:
+    kube = connect(args.kubeconfig, args.context)
+    actions: dict[str, Callable[[Kube, argparse.Namespace], int]] = {
+        "up": up, "status": status, "scale": scale, "run": start, "stop": stop,
+        "results": fetch_results, "logs": logs, "down": down}
+    return actions[args.action](kube, args)
+
+
+# --------------------------------------------------------------------------- up / scale / down
+
+
+def up(kube: Kube, args: argparse.Namespace) -> int:
+    objects = manifests.load(args.manifests)
+    overrides = manifests.Overrides(image=args.image, workers=args.workers, config=args.config,
+                                    shape=args.shape, stage_duration=args.stage_duration, profile=args.profile)
+    manifests.customise(objects, overrides, manifests.config_keys(objects))
+    secret = _api_key_secret(args.api_key_env)
+    if secret is not None:
+        objects.insert(1, secret)  # after the namespace, before the pods that read it
+    for obj in objects:
+        kube.apply(obj)
+        print(f"applied {obj['kind'].lower()}/{obj['metadata']['name']}")
+    if not args.no_wait:
+        wait_ready(kube, args.timeout)
+    print(f"attnload is up in namespace {NS}; `attnload cluster run` starts a test")
+    return 0
+
+
+def _api_key_secret(env_names: list[str]) -> dict[str, Any] | None:
+    if not env_names:
+        return None
+    data = {}
+    for name in env_names:
+        value = os.environ.get(name)
+        if not value:
+            raise UsageError(f"--api-key-env {name}: the variable is not set; export {name}=<your key>")
+        register_secret(value)
+        data[name] = value
+    return {"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+            "metadata": {"name": names.SECRET, "namespace": NS, "labels": names.labels("loadgen")},
+            "stringData": data}
+
+
+def _unready(deployments: list[dict[str, Any]]) -> list[str]:
+    waiting = []
+    for dep in deployments:
+        spec, st = dep.get("spec", {}), dep.get("status", {})
+        want = spec.get("replicas", 1)
+        current = st.get("observedGeneration", 0) >= dep["metadata"].get("generation", 0)
+        if not current or st.get("readyReplicas", 0) < want or st.get("updatedReplicas", 0) < want:
+            waiting.append(f"{dep['metadata']['name']} {st.get('readyReplicas', 0)}/{want}")
+    return waiting
+
+
+def wait_ready(kube: Kube, timeout_s: float, poll_s: float = 2.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        waiting = _unready(kube.deployments(NS))
+        if not waiting:
+            return
+        if time.monotonic() > deadline:
+            raise UsageError(f"not ready after {timeout_s:.0f} s: {', '.join(waiting)}; "
+                             f"see `kubectl -n {NS} get pods` and `attnload cluster logs`")
+        time.sleep(poll_s)
+
+
+def scale(kube: Kube, args: argparse.Namespace) -> int:
+    kube.scale(NS, names.WORKER_DEPLOYMENT, args.replicas)
+    print(f"scaled {names.WORKER_DEPLOYMENT} to {args.replicas}")
+    if not args.no_wait:
+        wait_ready(kube, args.timeout)
+    return 0
+
+
+def down(kube: Kube, args: argparse.Namespace) -> int:
+    try:
+        kube.delete_namespace(NS)
+    except NotFound:
+        print(f"namespace {NS} does not exist")
+        return 0
+    print(f"deleting namespace {NS}")
+    if not args.no_wait:
+        deadline = time.monotonic() + args.timeout
+        while kube.namespace_exists(NS):
+            if time.monotonic() > deadline:
+                raise UsageError(f"namespace {NS} still terminating after {args.timeout:.0f} s")
+            time.sleep(2.0)
+        print(f"namespace {NS} deleted")
+    return 0
+
+
+# --------------------------------------------------------------------------- status / logs
+
+
+def status(kube: Kube, args: argparse.Namespace) -> int:
+    if not kube.namespace_exists(NS):
+        print(f"namespace {NS} does not exist: `attnload cluster up` creates it")
+        return 1
+    for dep in kube.deployments(NS):
+        st = dep.get("status", {})
+        print(f"{dep['metadata']['name']:<22} {st.get('readyReplicas', 0)}/{dep['spec'].get('replicas', 1)} ready")
+    try:
+        stats = _master(kube, "GET", "stats/requests")
+    except UsageError as exc:
+        print(f"master: not answering ({exc})")
+        return 1
+    workers = stats.get("workers") or []
+    print(f"master: state={stats.get('state')} users={stats.get('user_count')} workers={len(workers)} "
+          f"rps={stats.get('total_rps', 0):.1f} fail_ratio={stats.get('fail_ratio', 0):.3f}")
+    return 0
+
+
+def logs(kube: Kube, args: argparse.Namespace) -> int:
+    selector = f"app.kubernetes.io/name=attnload,app.kubernetes.io/component={args.component}"
+    pods = kube.pods(NS, selector)
+    if not pods:
+        raise UsageError(f"no {args.component} pods in namespace {NS}")
+    for pod in pods:
+        name = pod["metadata"]["name"]
+        print(f"==> {name} <==")
+        print(kube.pod_log(NS, name, args.component, args.tail), end="")
+    return 0
+
+
+# --------------------------------------------------------------------------- run / stop / results
+
+
+def _master(kube: Kube, method: str, path: str, form: dict[str, str] | None = None) -> dict[str, Any]:
+    reply = kube.proxy(method, NS, names.MASTER_SERVICE, "web", path, form=form, raw=True)
+    try:
+        data = json.loads(reply)
+    except ValueError:
+        raise UsageError(f"Locust master /{path} did not answer JSON: {reply.strip()[:120]}") from None
+    return data if isinstance(data, dict) else {}
+
+
+def start(kube: Kube, args: argparse.Namespace) -> int:
+    form = {"user_count": str(args.users), "spawn_rate": str(args.spawn_rate)}
+    if args.run_time:
+        form["run_time"] = args.run_time
+    reply = _master(kube, "POST", "swarm", form)
+    if not reply.get("success", False):
+        raise UsageError(f"the master refused to start: {reply.get('message', reply)}")
+    print(f"started: {reply.get('message', 'swarming')}")
+    if not args.wait:
+        return 0
+    state = ""
+    while state not in _LOCUST_DONE:
+        time.sleep(5.0)
+        state = str(_master(kube, "GET", "stats/requests").get("state", ""))
+    print("test stopped")
+    return fetch_results(kube, args)
+
+
+def stop(kube: Kube, args: argparse.Namespace) -> int:
+    reply = _master(kube, "GET", "stop")
+    print(f"stopped: {reply.get('message', 'ok')}")
+    return 0
+
+
+_LINK = re.compile(r'href="([^"/?#]+\.(?:json|html))"')
+
+
+def fetch_results(kube: Kube, args: argparse.Namespace) -> int:
+    listing = kube.proxy("GET", NS, names.MASTER_SERVICE, "results", "", raw=True)
+    files = sorted(set(_LINK.findall(listing)))
+    if not files:
+        print("no results yet: a test writes them when it stops (`attnload cluster stop`)")
+        return 1
+    args.out.mkdir(parents=True, exist_ok=True)
+    for file in files:
+        text = kube.proxy("GET", NS, names.MASTER_SERVICE, "results", file, raw=True)
+        (args.out / file).write_text(text, encoding="utf-8")
+        print(f"{args.out / file}")
+    return 0

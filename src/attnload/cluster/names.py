@@ -1,0 +1,52 @@
+"""Every name and port the deploy/ manifests, the generator and ``attnload cluster`` share.
+
+Spelled once here so a rename breaks a test instead of a cluster; tests/test_deploy.py
+checks the YAML in deploy/ against these.
+"""
+
+from __future__ import annotations
+
+NAMESPACE = "attnload"
+PART_OF = "attnload"
+
+MASTER_DEPLOYMENT = MASTER_SERVICE = "attnload-master"
+WORKER_DEPLOYMENT = "attnload-worker"
+SIM_DEPLOYMENT = SIM_SERVICE = "attnload-sim"
+PROMETHEUS_DEPLOYMENT = PROMETHEUS_SERVICE = "attnload-prometheus"
+GRAFANA_DEPLOYMENT = GRAFANA_SERVICE = "attnload-grafana"
+
+CONFIG_MAP = "attnload-config"
+SECRET = "attnload-api-keys"
+PROMETHEUS_CONFIG_MAP = "attnload-prometheus"
+GRAFANA_DATASOURCES_MAP = "attnload-grafana-datasources"
+GRAFANA_PROVIDERS_MAP = "attnload-grafana-dashboard-providers"
+GRAFANA_DASHBOARDS_MAP = "attnload-grafana-dashboards"
+
+GENERATED_CONFIG_FILE = "10-config.generated.yaml"
+GENERATED_PROMETHEUS_FILE = "40-prometheus-config.generated.yaml"
+GENERATED_GRAFANA_FILE = "50-grafana-config.generated.yaml"
+
+MASTER_PORT = 5557        # Locust master bind port (workers connect here)
+MASTER_PORT_2 = 5558      # the second Locust port older releases and docs expect open
+WEB_PORT = 8089           # Locust web UI and API (/swarm, /stop, /stats/requests)
+RESULTS_PORT = 8090       # read-only file listing of the master's results directory
+METRICS_PORT = 9646       # attnload Prometheus /metrics on the master
+SIM_PORT = 8000
+PROMETHEUS_PORT = 9090
+GRAFANA_PORT = 3000
+
+PROMETHEUS_URL = f"http://{PROMETHEUS_SERVICE}:{PROMETHEUS_PORT}"
+PROMETHEUS_CONFIG_DIR = "/etc/prometheus"
+GRAFANA_DASHBOARD_DIR = "/etc/grafana/dashboards"
+CONFIG_DIR = "/etc/attnload"
+RESULTS_DIR = "/results"
+
+
+def labels(component: str, name: str = "attnload") -> dict[str, str]:
+    """The app.kubernetes.io labels every object carries."""
+    return {
+        "app.kubernetes.io/name": name,
+        "app.kubernetes.io/component": component,
+        "app.kubernetes.io/part-of": PART_OF,
+        "app.kubernetes.io/managed-by": "attnload",
+    }

@@ -1,0 +1,103 @@
+"""Which charts the report draws, built from the results model (data selection, not drawing)."""
+
+from __future__ import annotations
+
+from attnload.report.fmt import load_axis_name, series_name, stage_label, stage_x
+from attnload.report.svg import PALETTE, Series, line_chart, stacked_bars
+from attnload.results import ModelSummary, Results, StageSummary
+
+
+def _colors(results: Results) -> dict[str, str]:
+    return {m.key: PALETTE[i % len(PALETTE)] for i, m in enumerate(results.models)}
+
+
+def _loaded(model: ModelSummary) -> list[StageSummary]:
+    """Stages that completed at least one request (a zero-request stage has nothing to plot)."""
+    return [s for s in model.stages if s.requests.ok > 0 and stage_x(s) is not None]
+
+
+def _baseline_twin(model: ModelSummary, baseline: Results | None) -> ModelSummary | None:
+    if baseline is None:
+        return None
+    return next((m for m in baseline.models if m.key == model.key), None)
+
+
+def throughput_chart(results: Results, baseline: Results | None = None) -> str:
+    """Output tok/s per model against the stage load: where each model's throughput stops growing."""
+    colors = _colors(results)
+    series: list[Series] = []
+    for model in results.models:
+        for run, dashed, suffix in ((model, False, ""), (_baseline_twin(model, baseline), True, " — baseline")):
+            if run is None:
+                continue
+            stages = _loaded(run)
+            points = [(float(stage_x(s) or 0.0), s.output_tokens_per_s) for s in stages]
+            series.append(Series(series_name(run) + suffix, points, colors[model.key], dashed))
+    return line_chart("plot-throughput", series, load_axis_name(results), "output tokens/s",
+                      log_y=False, describe=lambda s, x, y: f"{s.name}: {y:,.0f} tok/s at {x:g}")
+
+
+def frontier_chart(results: Results, field: str = "ttft_s", q: str = "p99",
+                   baseline: Results | None = None) -> str:
+    """Latency vs throughput per stage: the frontier; lower-right is better."""
+    colors = _colors(results)
+    series: list[Series] = []
+    for model in results.models:
+        for run, dashed, suffix in ((model, False, ""), (_baseline_twin(model, baseline), True, " — baseline")):
+            if run is None:
+                continue
+            points, labels = [], []
+            for stage in _loaded(run):
+                value = getattr(getattr(stage, field), q)
+                if value is not None:
+                    points.append((stage.output_tokens_per_s, value * 1000.0))
+                    labels.append(stage_label(stage).replace(" users", "u"))
+            series.append(Series(series_name(run) + suffix, points, colors[model.key], dashed,
+                                 labels if not dashed else []))
+    name = {"ttft_s": "TTFT", "itl_s": "ITL"}[field]
+    return line_chart(f"plot-frontier-{name.lower()}-{q}", series, "output tokens/s", f"{name} {q} (ms)",
+                      sort_x=False,
+                      describe=lambda s, x, y: f"{s.name}: {name} {q} {y:,.1f} ms at {x:,.0f} tok/s")
+
+
+def percentile_chart(results: Results, field: str) -> str:
+    """p50 (solid) and p99 (dashed) of one latency per stage and model."""
+    colors = _colors(results)
+    name = {"ttft_s": "TTFT", "itl_s": "ITL", "tpot_s": "TPOT"}[field]
+    series: list[Series] = []
+    for model in results.models:
+        for q, dashed in (("p50", False), ("p99", True)):
+            points = []
+            for stage in _loaded(model):
+                value = getattr(getattr(stage, field), q)
+                if value is not None:
+                    points.append((float(stage_x(stage) or 0.0), value * 1000.0))
+            series.append(Series(f"{series_name(model)} {q}", points, colors[model.key], dashed))
+    return line_chart(f"plot-{name.lower()}-percentiles", series, load_axis_name(results), f"{name} (ms)",
+                      describe=lambda s, x, y: f"{s.name}: {y:,.1f} ms at {x:g}")
+
+
+def errors_chart(results: Results) -> str:
+    bars = [(series_name(m), dict(m.errors)) for m in results.models]
+    return stacked_bars("plot-errors", bars, "failed requests by error class")
+
+
+def charts(results: Results, baseline: Results | None = None) -> list[tuple[str, str, str]]:
+    """(title, caption, svg) for every chart the data supports, in reading order."""
+    out: list[tuple[str, str, str]] = []
+    if any(_loaded(m) for m in results.models):
+        out += [
+            ("Throughput vs load", "Output tokens/s per stage. The curve flattens where a model saturates.",
+             throughput_chart(results, baseline)),
+            ("Latency vs throughput frontier (TTFT p99)",
+             "Each point is a stage, joined in stage order. Lower and further right is better; a curve that "
+             "shoots up is a model past its knee.", frontier_chart(results, "ttft_s", "p99", baseline)),
+            ("Latency vs throughput frontier (ITL p50)",
+             "Typical decode speed as throughput grows.", frontier_chart(results, "itl_s", "p50", baseline)),
+            ("TTFT by stage", "Solid: p50, dashed: p99.", percentile_chart(results, "ttft_s")),
+            ("ITL by stage", "Solid: p50, dashed: p99.", percentile_chart(results, "itl_s")),
+        ]
+    if any(m.errors for m in results.models):
+        out.append(("Errors", "Failed requests by class (see the fix hints in `attnload check`).",
+                    errors_chart(results)))
+    return out

@@ -1,0 +1,175 @@
+"""Terminal rendering: the summary table ``attnload report``/``run``/``demo`` print, and progress lines.
+
+Medians come first (the seed's advice); per-stage rows follow when the run had stages.
+Attention columns appear only when some model carries simulator preset info.
+"""
+
+from __future__ import annotations
+
+from rich import box
+from rich.console import Console, Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+
+from attnload.report.compare import Comparison
+from attnload.report.explain import MIXED_MODELS_NOTE, presets_differ
+from attnload.report.fmt import (
+    DASH,
+    METRICS,
+    count,
+    error_total,
+    kib,
+    ms,
+    ms_bare,
+    pct,
+    rate,
+    series_name,
+    stage_label,
+)
+from attnload.results import ModelSummary, Results, StageSummary, Totals
+
+
+def errors_text(totals: Totals, limit: int = 3) -> str:
+    """The most frequent error classes, e.g. ``timeout 4, server 1``."""
+    if not totals.errors:
+        return DASH
+    ranked = sorted(totals.errors.items(), key=lambda kv: (-kv[1], kv[0]))
+    text = ", ".join(f"{name} {n}" for name, n in ranked[:limit])
+    return text + (" …" if len(ranked) > limit else "")
+
+
+def _has(results: Results, key: str) -> bool:
+    return any(key in m.attention_info for m in results.models)
+
+
+_HEADERS = ("TTFT ms\np50 / p99", "ITL ms\np50 / p99", "TPOT ms\np50", "out\ntok/s", "req\nok / failed",
+            "errors", "goodput\nreq/s")
+
+
+def _metric_cells(totals: Totals) -> list[str]:
+    """Compact cells (units in the headers) so the table fits a normal terminal."""
+    return [
+        f"{ms_bare(totals.ttft_s.p50)} / {ms_bare(totals.ttft_s.p99)}",
+        f"{ms_bare(totals.itl_s.p50)} / {ms_bare(totals.itl_s.p99)}",
+        ms_bare(totals.tpot_s.p50),
+        rate(totals.output_tokens_per_s),
+        f"{totals.requests.ok:,} / {totals.requests.failed:,}",
+        errors_text(totals, limit=2),
+        rate(totals.goodput_rps),
+    ]
+
+
+def _add_metric_columns(table: Table) -> None:
+    for title in _HEADERS:
+        table.add_column(title, justify="left" if title == "errors" else "right",
+                         no_wrap=title != "errors", max_width=24 if title == "errors" else None)
+
+
+def _model_table(results: Results) -> Table:
+    table = Table(title="attnload results (medians first)", title_justify="left", header_style="bold",
+                  box=box.SIMPLE_HEAD)
+    table.add_column("model", no_wrap=True)
+    _add_metric_columns(table)
+    show_kv = _has(results, "kv_bytes_per_token_per_gpu")
+    show_cap = _has(results, "kv_capacity_tokens")
+    if show_kv:
+        table.add_column("KV B/token\nper GPU", justify="right", no_wrap=True)
+    if show_cap:
+        table.add_column("KV capacity\ntokens", justify="right", no_wrap=True)
+    for model in results.models:
+        row = [series_name(model), *_metric_cells(model)]
+        if show_kv:
+            row.append(count(model.attention_info.get("kv_bytes_per_token_per_gpu")))
+        if show_cap:
+            row.append(count(model.attention_info.get("kv_capacity_tokens")))
+        style = "red" if model.requests.ok == 0 and model.requests.total > 0 else None
+        table.add_row(*row, style=style)
+    return table
+
+
+def _stage_table(results: Results) -> Table | None:
+    if not any(model.stages for model in results.models):
+        return None
+    table = Table(title="per stage", title_justify="left", header_style="bold", box=box.SIMPLE_HEAD)
+    table.add_column("model", no_wrap=True)
+    table.add_column("stage", no_wrap=True)
+    _add_metric_columns(table)
+    for model in results.models:
+        for i, stage in enumerate(model.stages):
+            row = [model.key if i == 0 else "", stage_label(stage), *_metric_cells(stage)]
+            table.add_row(*row, style="dim" if stage.requests.total == 0 else None)
+        table.add_section()
+    return table
+
+
+def render_table(results: Results) -> RenderableType:
+    """The whole terminal summary as one rich renderable (tables plus notes)."""
+    parts: list[RenderableType] = [_model_table(results)]
+    stages = _stage_table(results)
+    if stages is not None:
+        parts.append(stages)
+    notes: list[str] = []
+    if presets_differ(results):
+        notes.append(f"note: {MIXED_MODELS_NOTE}")
+    if results.client.client_saturated:
+        reasons = "; ".join(results.client.saturation_reasons) or f"CPU {results.client.cpu_max_ratio:.0%}"
+        notes.append(f"warning: client saturated ({reasons}): latencies include load-generator delay")
+    for text in notes:
+        parts.append(Text(text, style="bold yellow" if text.startswith("warning") else "italic"))
+    return Group(*parts)
+
+
+def print_summary(results: Results, console: Console | None = None) -> None:
+    """Print :func:`render_table` to ``console`` (stdout by default)."""
+    (console or Console()).print(render_table(results))
+
+
+def render_comparison(comparison: Comparison) -> RenderableType:
+    """This run against a baseline: each cell ``now (Δ%)``, regressions in red."""
+    table = Table(title=f"compared with baseline (regression: >{comparison.threshold:.0%} worse)",
+                  title_justify="left", header_style="bold")
+    table.add_column("model")
+    for metric in METRICS:
+        table.add_column(metric.title, justify="right")
+    for row in comparison.rows:
+        cells = []
+        for d in row.deltas:
+            style = "bold red" if d.regression else "green" if d.improvement else ""
+            cells.append(Text(f"{d.metric.show(d.current)} ({pct(d.change)})", style=style))
+        table.add_row(row.key + (f" @{row.stage}" if row.stage else ""), *cells)
+    parts: list[RenderableType] = [table]
+    if comparison.regressions:
+        parts.append(Text("regressions: " + "; ".join(comparison.regressions), style="bold red"))
+    else:
+        parts.append(Text("no regressions", style="green"))
+    return Group(*parts)
+
+
+def _current(model: ModelSummary) -> tuple[str, Totals]:
+    """The stage now running (the last one) for a live snapshot, or the run totals."""
+    if model.stages:
+        stage: StageSummary = model.stages[-1]
+        return f"stage {stage.index + 1} {stage_label(stage)}", stage
+    return "run", model
+
+
+def progress_line(results_snapshot: Results) -> str:
+    """One compact line per model for headless runs: stage, users, TTFT p50, tok/s, errors.
+
+    The core prints this every few seconds; the snapshot is a partial :class:`Results`.
+    """
+    elapsed = f"[{results_snapshot.duration_s:6.0f}s]"
+    lines = []
+    for model in results_snapshot.models:
+        where, totals = _current(model)
+        lines.append(
+            f"{elapsed} {series_name(model):<24} {where:<22} TTFT p50 {ms(totals.ttft_s.p50):>9}  "
+            f"{rate(totals.output_tokens_per_s, 'tok/s'):>11}  ok {totals.requests.ok}  "
+            f"err {error_total(totals)}"
+        )
+    if results_snapshot.client.client_saturated:
+        lines.append(f"{elapsed} warning: client saturated (CPU {results_snapshot.client.cpu_max_ratio:.0%})")
+    return "\n".join(lines) if lines else f"{elapsed} no models yet"
+
+
+__all__ = ["errors_text", "kib", "print_summary", "progress_line", "render_comparison", "render_table"]

@@ -1,0 +1,196 @@
+"""The self-contained HTML report: one file, inline CSS and static SVG, nothing fetched at view time.
+
+Numeric table cells carry ``data-field`` (the JSON path) and ``data-value`` (the raw
+number from the results file) beside the formatted text, so the page can be checked
+against the JSON it was rendered from.
+"""
+
+from __future__ import annotations
+
+import json
+from html import escape
+from pathlib import Path
+
+from attnload import __version__
+from attnload.report.charts import charts
+from attnload.report.compare import Comparison, compare_results
+from attnload.report.console import errors_text
+from attnload.report.explain import MIXED_MODELS_NOTE, attention_facts, explain, presets_differ
+from attnload.report.fmt import DASH, METRICS, count, error_total, pct, series_name, stage_label
+from attnload.results import Results, Totals
+
+_CSS = (Path(__file__).with_name("report.css")).read_text(encoding="utf-8")
+
+
+def _num_cell(path: str, value: float | int | None, text: str, extra_class: str = "") -> str:
+    raw = "" if value is None else repr(value)
+    cls = f' class="{extra_class}"' if extra_class else ""
+    return f'<td{cls} data-field="{path}" data-value="{escape(raw)}">{escape(text)}</td>'
+
+
+def _totals_cells(totals: Totals) -> str:
+    cells = [_num_cell(m.path, m.get(totals), m.show(m.get(totals)), "num") for m in METRICS[:5]]
+    cells.append(_num_cell("output_tokens_per_s", totals.output_tokens_per_s,
+                           METRICS[5].show(totals.output_tokens_per_s), "num"))
+    cells.append(_num_cell("requests.ok", totals.requests.ok, f"{totals.requests.ok:,}", "num"))
+    failed_cls = "num bad" if totals.requests.failed else "num"
+    cells.append(_num_cell("requests.failed", totals.requests.failed, f"{totals.requests.failed:,}", failed_cls))
+    cells.append(f'<td class="errors" data-total="{error_total(totals)}">{escape(errors_text(totals))}</td>')
+    cells.append(_num_cell("goodput_rps", totals.goodput_rps, METRICS[6].show(totals.goodput_rps), "num"))
+    return "".join(cells)
+
+
+_HEAD = ("<th>TTFT p50</th><th>TTFT p99</th><th>ITL p50</th><th>ITL p99</th><th>TPOT p50</th>"
+         '<th>out tok/s</th><th>ok</th><th>failed</th><th class="l">errors</th><th>goodput req/s</th>')
+
+
+def _summary_table(results: Results) -> str:
+    show_kv = any("kv_bytes_per_token_per_gpu" in m.attention_info for m in results.models)
+    show_cap = any("kv_capacity_tokens" in m.attention_info for m in results.models)
+    head = '<th>model</th><th class="l">attention</th>' + _HEAD
+    head += "<th>KV B/token/GPU</th>" if show_kv else ""
+    head += "<th>KV capacity (tokens)</th>" if show_cap else ""
+    rows = []
+    for m in results.models:
+        sub = f'<div class="sub">{escape(m.model)}</div>' if m.model != m.key else ""
+        failed = ' class="failed-model"' if m.requests.ok == 0 and m.requests.total > 0 else ""
+        row = (f'<tr data-model="{escape(m.key)}"{failed}><th scope="row">{escape(m.key)}'
+               f'{sub}</th><td><span class="badge '
+               f'att-{escape(m.attention.lower())}">{escape(m.attention.upper())}</span></td>{_totals_cells(m)}')
+        if show_kv:
+            value = m.attention_info.get("kv_bytes_per_token_per_gpu")
+            row += _num_cell("attention_info.kv_bytes_per_token_per_gpu", value if not isinstance(value, str)
+                             else None, count(value), "num")
+        if show_cap:
+            value = m.attention_info.get("kv_capacity_tokens")
+            row += _num_cell("attention_info.kv_capacity_tokens", value if not isinstance(value, str)
+                             else None, count(value), "num")
+        rows.append(row + "</tr>")
+    return (f'<table class="summary" id="summary-table"><thead><tr>{head}</tr></thead>'
+            f"<tbody>{''.join(rows)}</tbody></table>")
+
+
+def _stage_table(results: Results) -> str:
+    rows = []
+    for m in results.models:
+        for s in m.stages:
+            empty = ' class="empty-stage"' if s.requests.total == 0 else ""
+            flags = " ".join(f'<span class="flag">{escape(f)}</span>' for f in s.flags)
+            rows.append(f'<tr data-model="{escape(m.key)}" data-stage="{s.index}"{empty}><th scope="row">'
+                        f'{escape(m.key)}</th><td>{escape(stage_label(s))} {flags}</td>{_totals_cells(s)}</tr>')
+    if not rows:
+        return '<p class="note">This run had a single stage; the summary above is the whole story.</p>'
+    return (f'<table class="stages" id="stage-table"><thead><tr><th>model</th><th class="l">stage</th>{_HEAD}</tr>'
+            f"</thead><tbody>{''.join(rows)}</tbody></table>")
+
+
+def _attention_section(results: Results) -> str:
+    cards = []
+    for m in results.models:
+        facts = "".join(f"<dt>{escape(k)}</dt><dd>{escape(v)}</dd>" for k, v in attention_facts(m))
+        cards.append(f'<div class="card" data-model="{escape(m.key)}"><h3>{escape(series_name(m))}</h3>'
+                     f"<dl>{facts}</dl></div>")
+    text = "".join(f"<p>{escape(p)}</p>" for p in explain(results))
+    return f'<div class="cards">{"".join(cards)}</div><div class="explain">{text}</div>'
+
+
+def _compare_section(comparison: Comparison, baseline: Results) -> str:
+    head = "".join(f"<th>{escape(m.title)}</th>" for m in METRICS) + "<th>failure ratio</th>"
+    rows = []
+    for row in comparison.rows:
+        cells = []
+        for d in row.deltas:
+            cls = "regression" if d.regression else "improvement" if d.improvement else ""
+            base = d.metric.show(d.baseline)
+            cells.append(f'<td class="num {cls}" data-metric="{d.metric.key}">{escape(d.metric.show(d.current))}'
+                         f'<div class="sub">was {escape(base)} · {escape(pct(d.change))}</div></td>')
+        fb, fc = row.failure_ratio
+        cls = "regression" if row.failure_regression else ""
+        cells.append(f'<td class="num {cls}">{escape(DASH if fc is None else f"{fc:.1%}")}'
+                     f'<div class="sub">was {escape(DASH if fb is None else f"{fb:.1%}")}</div></td>')
+        where = escape(row.key) + (f'<div class="sub">{escape(row.stage)}</div>' if row.stage else "")
+        rows.append(f'<tr class="{"has-regression" if row.regressions else ""}"><th scope="row">{where}</th>'
+                    f"{''.join(cells)}</tr>")
+    flagged = comparison.regressions
+    summary = (f'<div class="callout bad"><strong>{len(flagged)} regression(s)</strong> (more than '
+               f'{comparison.threshold:.0%} worse):<ul>{"".join(f"<li>{escape(r)}</li>" for r in flagged)}</ul></div>'
+               if flagged else f'<div class="callout good">No regressions beyond {comparison.threshold:.0%}.</div>')
+    extra = ""
+    if comparison.only_current or comparison.only_baseline:
+        extra = (f'<p class="note">Only in this run: {escape(", ".join(comparison.only_current) or DASH)}. '
+                 f'Only in the baseline: {escape(", ".join(comparison.only_baseline) or DASH)}.</p>')
+    return (f'<p class="note">Baseline: run started {escape(baseline.started_at)} (config '
+            f"{escape(baseline.config_sha256[:12])}). Each cell: this run, then the baseline and the change."
+            f'</p>{summary}{extra}<table class="compare" id="compare-table"><thead><tr><th>model</th>{head}'
+            f"</tr></thead><tbody>{''.join(rows)}</tbody></table>")
+
+
+def _run_section(results: Results) -> str:
+    client = results.client
+    items = [
+        ("started", results.started_at), ("ended", results.ended_at), ("duration", f"{results.duration_s:,.1f} s"),
+        ("config sha256", results.config_sha256), ("workers", str(client.workers)),
+        ("workers lost", str(client.workers_lost)), ("client CPU max", f"{client.cpu_max_ratio:.0%}"),
+        ("client saturated", "yes" if client.client_saturated else "no"),
+        ("report by", f"attnload {__version__}"),
+    ]
+    for key, value in results.config.items():
+        text = value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+        items.append((f"config: {key}", text))
+    body = "".join(f"<dt>{escape(k)}</dt><dd>{escape(v)}</dd>" for k, v in items)
+    return f'<dl class="run">{body}</dl>'
+
+
+def _banners(results: Results) -> str:
+    out = []
+    client = results.client
+    if client.client_saturated:
+        reasons = "; ".join(client.saturation_reasons) or f"CPU peaked at {client.cpu_max_ratio:.0%}"
+        out.append(f'<div class="callout bad" id="saturation"><strong>Client saturated</strong> ({escape(reasons)})'
+                   ": the load generator itself was a bottleneck, so latencies include its delay. "
+                   "Add workers and rerun.</div>")
+    for m in results.models:
+        if m.requests.ok == 0 and m.requests.total > 0:
+            out.append(f'<div class="callout bad"><strong>{escape(m.key)}</strong> completed no request '
+                       f"({escape(errors_text(m, limit=5))}).</div>")
+    if presets_differ(results):
+        out.append(f'<div class="callout note">Note: the {MIXED_MODELS_NOTE}.</div>')
+    return "".join(out)
+
+
+def render_html(results: Results, compare: Results | None = None) -> str:
+    """The report as one HTML string; ``compare`` is the baseline run shown side by side."""
+    figures = "".join(
+        f'<figure><figcaption><strong>{escape(title)}</strong><span>{escape(caption)}</span></figcaption>'
+        f"{svg}</figure>" for title, caption, svg in charts(results, compare))
+    sections = [
+        ("summary", "Summary", _banners(results) + _summary_table(results)),
+        ("attention", "Attention", _attention_section(results)),
+        ("plots", "Plots", f'<div class="plots">{figures}</div>' if figures
+         else '<p class="note">No completed requests to plot.</p>'),
+        ("stages", "Per stage", _stage_table(results)),
+    ]
+    if compare is not None:
+        sections.append(("compare", "Compared with baseline", _compare_section(compare_results(results, compare),
+                                                                             compare)))
+    sections.append(("run", "Run, client and config", _run_section(results)))
+    nav = "".join(f'<a href="#{sid}">{escape(title)}</a>' for sid, title, _ in sections)
+    body = "".join(f'<section id="{sid}"><h2>{escape(title)}</h2>{html}</section>' for sid, title, html in sections)
+    models = ", ".join(series_name(m) for m in results.models)
+    return (
+        '<!doctype html><html lang="en"><head><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f"<title>attnload report — {escape(results.started_at)}</title><style>{_CSS}</style></head><body>"
+        f'<header><h1>attnload report</h1><p class="sub">{escape(models)} · {escape(results.started_at)} · '
+        f"{results.duration_s:,.0f} s</p><nav>{nav}</nav></header><main>{body}</main>"
+        f'<footer>Medians first; percentiles from mergeable histograms (≤1% relative error). '
+        f"Generated by attnload {__version__}.</footer></body></html>"
+    )
+
+
+def write_html(results: Results, path: str | Path, compare: Results | None = None) -> Path:
+    """Write :func:`render_html` to ``path`` (parents created); returns the path written."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(render_html(results, compare), encoding="utf-8")
+    return target

@@ -1,0 +1,209 @@
+"""Hand-written static SVG charts for the HTML report: no script, no CDN, readable offline.
+
+Each chart is an ``<svg class="plot">`` whose data marks carry ``class="datum"`` and
+``data-series``/``data-x``/``data-y`` attributes, so tests (and curious readers with
+devtools) can check what was drawn against the results file.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from html import escape
+
+PALETTE = ("#2563eb", "#dc2626", "#059669", "#d97706", "#7c3aed", "#0891b2", "#be185d", "#4d7c0f")
+WIDTH, HEIGHT = 640, 340
+LEFT, RIGHT, TOP, BOTTOM = 70, 36, 20, 52
+
+
+@dataclass(frozen=True)
+class Series:
+    name: str
+    points: list[tuple[float, float]]
+    color: str
+    dashed: bool = False
+    labels: list[str] = field(default_factory=list)
+    """Optional per-point annotation (e.g. the stage's users) drawn beside the marker."""
+
+
+def _nice_step(span: float, target: int = 5) -> float:
+    raw = span / target if span > 0 else 1.0
+    power = 10 ** math.floor(math.log10(raw))
+    for mult in (1, 2, 2.5, 5, 10):
+        if raw <= mult * power:
+            return mult * power
+    return 10 * power
+
+
+def linear_ticks(lo: float, hi: float) -> list[float]:
+    step = _nice_step(hi - lo)
+    start = math.floor(lo / step) * step
+    ticks, value = [], start
+    while value <= hi + step * 1e-9:
+        if value >= lo - step * 1e-9:
+            ticks.append(round(value, 10))
+        value += step
+    return ticks
+
+
+def log_ticks(lo: float, hi: float) -> list[float]:
+    ticks = []
+    for exp in range(math.floor(math.log10(lo)), math.ceil(math.log10(hi)) + 1):
+        for mult in (1, 2, 5):
+            value = mult * 10**exp
+            if lo <= value <= hi:
+                ticks.append(value)
+    return ticks
+
+
+def _num(value: float) -> str:
+    return f"{value:.6g}"
+
+
+def _axis_fmt(value: float) -> str:
+    if value == 0:
+        return "0"
+    if abs(value) >= 10_000:
+        return f"{value / 1000:g}k"
+    return f"{value:g}"
+
+
+def line_chart(
+    plot_id: str,
+    series: Sequence[Series],
+    x_label: str,
+    y_label: str,
+    *,
+    log_y: bool | None = None,
+    x_from_zero: bool = True,
+    sort_x: bool = True,
+    describe: Callable[[Series, float, float], str] | None = None,
+) -> str:
+    """Lines with markers; ``log_y=None`` picks a log axis when values span more than ×30.
+
+    ``sort_x=False`` keeps the given point order (a frontier is drawn in stage order, and
+    throughput can fall back past the knee).
+    """
+    drawn = [s for s in series if s.points]
+    xs = [x for s in drawn for x, _ in s.points]
+    ys = [y for s in drawn for _, y in s.points]
+    if not xs:
+        return f'<p class="empty" id="{escape(plot_id)}">no data to plot</p>'
+    positive = [y for y in ys if y > 0]
+    if log_y is None:
+        log_y = bool(positive) and len(positive) == len(ys) and max(positive) / min(positive) > 30
+    x_lo, x_hi = (0.0 if x_from_zero else min(xs)), max(xs)
+    if x_hi <= x_lo:
+        x_lo, x_hi = x_lo - 1, x_hi + 1
+    if log_y:
+        y_lo = 10 ** math.floor(math.log10(min(positive)))
+        y_hi = 10 ** math.ceil(math.log10(max(positive) * 1.05))
+        y_ticks = log_ticks(y_lo, y_hi)
+    else:
+        y_lo, y_hi = 0.0, max(ys) * 1.1 if max(ys) > 0 else 1.0
+        y_ticks = linear_ticks(y_lo, y_hi)
+        y_hi = max(y_hi, y_ticks[-1])
+    x_ticks = linear_ticks(x_lo, x_hi)
+    x_hi = max(x_hi, x_ticks[-1])
+    plot_w, plot_h = WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
+
+    def px(x: float) -> float:
+        return LEFT + (x - x_lo) / (x_hi - x_lo) * plot_w
+
+    def py(y: float) -> float:
+        if log_y:
+            frac = (math.log10(max(y, y_lo)) - math.log10(y_lo)) / (math.log10(y_hi) - math.log10(y_lo))
+        else:
+            frac = (y - y_lo) / (y_hi - y_lo)
+        return TOP + plot_h - frac * plot_h
+
+    legend_rows = math.ceil(len(drawn) / 2)
+    height = HEIGHT + 20 * legend_rows
+    out = [f'<svg class="plot" id="{escape(plot_id)}" viewBox="0 0 {WIDTH} {height}" role="img" '
+           f'aria-label="{escape(y_label)} vs {escape(x_label)}" xmlns="http://www.w3.org/2000/svg">']
+    for tick in y_ticks:
+        y = py(tick)
+        out.append(f'<line class="grid" x1="{LEFT}" x2="{WIDTH - RIGHT}" y1="{y:.1f}" y2="{y:.1f}"/>'
+                   f'<text class="tick" x="{LEFT - 6}" y="{y + 4:.1f}" text-anchor="end">{_axis_fmt(tick)}</text>')
+    for tick in x_ticks:
+        x = px(tick)
+        out.append(f'<line class="grid" x1="{x:.1f}" x2="{x:.1f}" y1="{TOP}" y2="{TOP + plot_h}"/>'
+                   f'<text class="tick" x="{x:.1f}" y="{TOP + plot_h + 16}" text-anchor="middle">'
+                   f"{_axis_fmt(tick)}</text>")
+    out.append(f'<rect class="frame" x="{LEFT}" y="{TOP}" width="{plot_w}" height="{plot_h}"/>')
+    out.append(f'<text class="axis" x="{LEFT + plot_w / 2:.0f}" y="{TOP + plot_h + 36}" '
+               f'text-anchor="middle">{escape(x_label)}</text>')
+    out.append(f'<text class="axis" transform="translate(16 {TOP + plot_h / 2:.0f}) rotate(-90)" '
+               f'text-anchor="middle">{escape(y_label + (" (log)" if log_y else ""))}</text>')
+    for s in drawn:
+        pts = list(zip(s.points, s.labels or [""] * len(s.points), strict=True))
+        if sort_x:
+            pts.sort(key=lambda p: p[0][0])
+        d = " ".join(f"{'M' if i == 0 else 'L'}{px(x):.1f},{py(y):.1f}" for i, ((x, y), _) in enumerate(pts))
+        dash = ' stroke-dasharray="6 4"' if s.dashed else ""
+        name = escape(s.name)
+        out.append(f'<path class="series-line" data-series="{name}" d="{d}" stroke="{s.color}"{dash}/>')
+        for (x, y), label in pts:
+            tip = describe(s, x, y) if describe else f"{s.name}: {x:g}, {y:g}"
+            out.append(f'<circle class="datum" data-series="{name}" data-x="{_num(x)}" data-y="{_num(y)}" '
+                       f'cx="{px(x):.1f}" cy="{py(y):.1f}" r="4" fill="{s.color}"><title>{escape(tip)}</title>'
+                       "</circle>")
+            if label and (x, y) in (pts[0][0], pts[-1][0]):  # ends only: middle labels collide
+                out.append(f'<text class="point-label" x="{px(x) + 6:.1f}" y="{py(y) - 6:.1f}">'
+                           f"{escape(label)}</text>")
+    for i, s in enumerate(drawn):
+        lx, ly = LEFT + (i % 2) * (plot_w / 2), HEIGHT + 20 * (i // 2) - 8
+        dash = ' stroke-dasharray="6 4"' if s.dashed else ""
+        out.append(f'<g class="legend"><line x1="{lx:.0f}" x2="{lx + 22:.0f}" y1="{ly}" y2="{ly}" '
+                   f'stroke="{s.color}" stroke-width="2.5"{dash}/><circle cx="{lx + 11:.0f}" cy="{ly}" r="3.5" '
+                   f'fill="{s.color}"/><text x="{lx + 30:.0f}" y="{ly + 4}">{escape(s.name)}</text></g>')
+    out.append("</svg>")
+    return "".join(out)
+
+
+def stacked_bars(plot_id: str, bars: Sequence[tuple[str, dict[str, int]]], x_label: str) -> str:
+    """Horizontal stacked bars, one per category (model), one segment per class (error)."""
+    classes = sorted({c for _, parts in bars for c, n in parts.items() if n > 0})
+    if not classes:
+        return f'<p class="empty" id="{escape(plot_id)}">no errors</p>'
+    colors = {c: PALETTE[(i + 1) % len(PALETTE)] for i, c in enumerate(classes)}
+    totals = [sum(parts.values()) for _, parts in bars]
+    hi = max(totals) or 1
+    ticks = linear_ticks(0, hi)
+    hi = max(hi, ticks[-1])
+    bar_h, gap, left = 26, 12, 150
+    plot_w = WIDTH - left - RIGHT
+    plot_h = len(bars) * (bar_h + gap) + gap
+    height = TOP + plot_h + 44 + 20 * math.ceil(len(classes) / 4)
+    out = [f'<svg class="plot" id="{escape(plot_id)}" viewBox="0 0 {WIDTH} {height}" role="img" '
+           f'aria-label="{escape(x_label)}" xmlns="http://www.w3.org/2000/svg">']
+    for tick in ticks:
+        x = left + tick / hi * plot_w
+        out.append(f'<line class="grid" x1="{x:.1f}" x2="{x:.1f}" y1="{TOP}" y2="{TOP + plot_h}"/>'
+                   f'<text class="tick" x="{x:.1f}" y="{TOP + plot_h + 16}" text-anchor="middle">'
+                   f"{_axis_fmt(tick)}</text>")
+    out.append(f'<text class="axis" x="{left + plot_w / 2:.0f}" y="{TOP + plot_h + 34}" '
+               f'text-anchor="middle">{escape(x_label)}</text>')
+    for row, (name, parts) in enumerate(bars):
+        y = TOP + gap + row * (bar_h + gap)
+        out.append(f'<text class="category" x="{left - 8}" y="{y + bar_h / 2 + 4:.0f}" text-anchor="end">'
+                   f"{escape(name)}</text>")
+        x = float(left)
+        for cls in classes:
+            n = parts.get(cls, 0)
+            if n <= 0:
+                continue
+            w = n / hi * plot_w
+            out.append(f'<rect class="datum" data-series="{escape(name)}" data-x="{escape(cls)}" data-y="{n}" '
+                       f'x="{x:.1f}" y="{y}" width="{max(w, 1.0):.1f}" height="{bar_h}" fill="{colors[cls]}">'
+                       f"<title>{escape(f'{name}: {cls} {n}')}</title></rect>")
+            x += w
+        if not any(parts.values()):
+            out.append(f'<text class="tick" x="{left + 6}" y="{y + bar_h / 2 + 4:.0f}">no errors</text>')
+    for i, cls in enumerate(classes):
+        lx, ly = left + (i % 4) * (plot_w / 4), TOP + plot_h + 52 + 20 * (i // 4)
+        out.append(f'<g class="legend"><rect x="{lx:.0f}" y="{ly - 9}" width="12" height="12" '
+                   f'fill="{colors[cls]}"/><text x="{lx + 18:.0f}" y="{ly + 2}">{escape(cls)}</text></g>')
+    out.append("</svg>")
+    return "".join(out)

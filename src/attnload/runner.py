@@ -1,0 +1,216 @@
+"""``attnload run``: validate everything up front, then start real Locust processes.
+
+One master plus ``--workers K`` local worker processes (or one local process when
+K = 0), all running the packaged locustfile with ``ATTNLOAD_*`` environment variables.
+The master writes the results; this process waits, then prints the summary table.
+Bad input is caught here, before any process starts, as one line with exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from attnload.config import TestConfig, load_config
+from attnload.errors import UsageError
+from attnload.results import Results, load_results
+from attnload.shapes import ShapeSpec, parse_duration, parse_shape
+
+LOCUSTFILE = Path(__file__).with_name("locustfile.py")
+DEFAULT_DURATION = "60s"
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("-c", "--config", required=True, help="benchmark_config.json or taotoken_config.toml")
+    add_load_arguments(parser)
+
+
+def add_load_arguments(parser: argparse.ArgumentParser) -> None:
+    """Flags shared by ``run`` and ``demo``."""
+    parser.add_argument("--users", type=int, default=None, help="closed-loop users (with --duration)")
+    parser.add_argument("--spawn-rate", type=float, default=None, help="users started per second")
+    parser.add_argument("--duration", default=None, help="run length for --users, e.g. 60s or 2m")
+    parser.add_argument("--shape", default=None, help="concurrency:1,8,64 (users per stage) or rate:0.5,1,2")
+    parser.add_argument("--stage-duration", default=None, help="length of each --shape stage (default 60s)")
+    parser.add_argument("--warmup", default="0", help="seconds at each stage start excluded from stage stats")
+    parser.add_argument("--profile", default="", help="comma-separated workload profiles (default: all)")
+    parser.add_argument("--workers", type=int, default=0, help="local Locust worker processes (0 = one process)")
+    parser.add_argument("--results", default="results", help="directory for results JSON + HTML")
+    parser.add_argument("--metrics-port", type=int, default=9646, help="master's Prometheus /metrics port (0 = off)")
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--headless", dest="headless", action="store_true", default=True, help="no web UI (default)")
+    mode.add_argument("--web", dest="headless", action="store_false", help="Locust web UI on --web-port")
+    parser.add_argument("--web-port", type=int, default=8089, help="Locust web UI port with --web")
+
+
+@dataclass(frozen=True)
+class LoadPlan:
+    """A validated run: config, shape and process layout."""
+
+    config: TestConfig
+    config_path: Path
+    shape: ShapeSpec
+    spawn_rate: float | None
+    workers: int
+    results_dir: Path
+    metrics_port: int
+    headless: bool
+    web_port: int
+    profiles: str
+    warmup: str
+
+
+def plan_from_args(args: argparse.Namespace, config_path: Path) -> LoadPlan:
+    config = load_config(config_path)
+    for target in config.models:
+        target.api_key()  # a missing env var fails now, not in every worker
+    if args.workers < 0 or args.workers > 256:
+        raise UsageError(f"--workers {args.workers} is out of range: use 0 (one process) to 256")
+    if args.users is not None and args.users <= 0:
+        raise UsageError(f"--users {args.users} must be a positive number of users")
+    if args.spawn_rate is not None and args.spawn_rate <= 0:
+        raise UsageError(f"--spawn-rate {args.spawn_rate} must be positive")
+    stage_s = parse_duration(args.stage_duration or config.stage_duration_s or DEFAULT_DURATION, "--stage-duration")
+    shape_text = args.shape or config.shape
+    if shape_text and args.users is not None:
+        raise UsageError("--users and --shape both set the user count: pass one of them")
+    if shape_text:
+        shape = parse_shape(shape_text, stage_s)
+    else:
+        duration = parse_duration(args.duration or DEFAULT_DURATION, "--duration")
+        shape = parse_shape(f"concurrency:{args.users or 8}", duration)
+    if args.warmup not in ("0", ""):
+        parse_duration(args.warmup, "--warmup")
+    if args.profile:
+        for name in args.profile.split(","):
+            config.profile(name.strip())
+    _check_reachable(config)
+    return LoadPlan(config=config, config_path=config_path, shape=shape, spawn_rate=args.spawn_rate,
+                    workers=args.workers, results_dir=Path(args.results), metrics_port=args.metrics_port,
+                    headless=args.headless, web_port=args.web_port, profiles=args.profile, warmup=args.warmup)
+
+
+def _check_reachable(config: TestConfig) -> None:
+    """Refuse to start against an endpoint that does not accept connections."""
+    from attnload.client import Endpoint
+
+    seen: set[tuple[str, int]] = set()
+    for target in config.models:
+        endpoint = Endpoint.from_url(target.chat_url)
+        address = endpoint.proxy or (endpoint.host, endpoint.port)
+        if address in seen:
+            continue
+        seen.add(address)
+        try:
+            socket.create_connection(address, timeout=5.0).close()
+        except OSError as exc:
+            what = "proxy" if endpoint.proxy else "endpoint"
+            raise UsageError(f"cannot reach the {what} {address[0]}:{address[1]} for model {target.key} "
+                             f"({exc.strerror or exc}): start the server or fix base_url "
+                             f"(`attnload check -c FILE` diagnoses it)") from None
+
+
+def run(args: argparse.Namespace) -> int:
+    plan = plan_from_args(args, Path(args.config))
+    results = execute(plan)
+    if results is None:
+        print("attnload run: error: the Locust master exited without writing results; see its log above",
+              file=sys.stderr)
+        return 1
+    return 0
+
+
+def execute(plan: LoadPlan, *, quiet: bool = False) -> Results | None:
+    """Start master and workers, wait for them, print and return the results."""
+    started = time.time()
+    env = _environment(plan)
+    master_port = _free_port()
+    processes = [_spawn(_master_command(plan, master_port), env)]
+    for _ in range(plan.workers):
+        processes.append(_spawn([*_base_command(), "--worker", "--master-host", "127.0.0.1",
+                                 "--master-port", str(master_port)], env))
+    try:
+        processes[0].wait()
+    except KeyboardInterrupt:
+        processes[0].send_signal(signal.SIGTERM)
+        processes[0].wait(timeout=30)
+    finally:
+        _stop(processes[1:])
+    results = _latest_results(plan.results_dir, started)
+    if results is not None and not quiet:
+        _print_summary(results[0], results[1])
+    return results[0] if results else None
+
+
+def _environment(plan: LoadPlan) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update({
+        "ATTNLOAD_CONFIG": str(plan.config_path.resolve()), "ATTNLOAD_RESULTS": str(plan.results_dir.resolve()),
+        "ATTNLOAD_METRICS_PORT": str(plan.metrics_port), "ATTNLOAD_SHAPE": plan.shape.to_text(),
+        "ATTNLOAD_STAGE_DURATION": f"{plan.shape.stage_duration_s:g}", "ATTNLOAD_PROFILE": plan.profiles,
+        "ATTNLOAD_WARMUP": plan.warmup or "0", "PYTHONUNBUFFERED": "1"})
+    if plan.spawn_rate:
+        env["ATTNLOAD_SPAWN_RATE"] = f"{plan.spawn_rate:g}"
+    return env
+
+
+def _base_command() -> list[str]:
+    return [sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--loglevel", "WARNING"]
+
+
+def _master_command(plan: LoadPlan, master_port: int) -> list[str]:
+    command = _base_command()
+    if plan.headless:
+        command += ["--headless", "--only-summary"]
+    else:
+        command += ["--web-host", "127.0.0.1", "--web-port", str(plan.web_port)]
+    if plan.workers:
+        command += ["--master", "--expect-workers", str(plan.workers), "--master-bind-host", "127.0.0.1",
+                    "--master-bind-port", str(master_port)]
+    return command
+
+
+def _spawn(command: Sequence[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(list(command), env=env, start_new_session=True)
+
+
+def _stop(processes: Sequence[subprocess.Popen[bytes]]) -> None:
+    deadline = time.monotonic() + 10
+    for process in processes:
+        try:
+            process.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _latest_results(directory: Path, not_before: float) -> tuple[Results, Path] | None:
+    marker = directory / "latest.txt"
+    if not marker.is_file() or marker.stat().st_mtime < not_before - 1:
+        return None
+    path = directory / marker.read_text(encoding="utf-8").strip()
+    return load_results(path), path
+
+
+def _print_summary(results: Results, path: Path) -> None:
+    from attnload.report.console import print_summary
+
+    print_summary(results)
+    html = path.with_suffix(".html")
+    print(f"results: {path}" + (f"\nreport:  {html}" if html.exists() else ""))
+
+

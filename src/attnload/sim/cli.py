@@ -1,0 +1,179 @@
+"""``attnload sim``: serve the attention-aware OpenAI-compatible simulator, or explain it.
+
+Every ATTENTION_MODEL.md §2/§4.6 default is a flag of the same name with dashes
+(``kv_capacity_scale`` → ``--kv-capacity-scale``), applied to all served models; a
+``--config`` file overrides them per model. Without ``--models`` the default demo pair
+is served (or the config file's entries). Models are served under the ids given, and
+their preset key and aliases route to the same engine (``/v1/models`` lists each served
+id once, with ``attention``, ``preset`` and capacity ``details``).
+
+``--list`` and ``--explain`` print and exit 0; a model that does not fit, a
+``dp_attention`` that does not divide ``tp`` or an unknown id is a ``UsageError``
+(one line, exit 2, no traceback).
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from typing import Any
+
+from attnload.sim.costmodel import EngineConfig
+
+_DEFAULTS = EngineConfig()
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def _non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer ≥ 0, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer ≥ 0, got {text!r}")
+    return value
+
+
+def _float_range(low: float, high: float, *, low_open: bool = False) -> Callable[[str], float]:
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+        if not (low < value if low_open else low <= value) or value > high or value != value:
+            bound = "(" if low_open else "["
+            raise argparse.ArgumentTypeError(f"expected a number in {bound}{low:g}, {high:g}], got {text!r}")
+        return value
+    return parse
+
+
+def _dp_attention(text: str) -> int | str:
+    if text.strip().lower() == "auto":
+        return "auto"
+    try:
+        return _positive_int(text)
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(f"expected auto or a positive integer, got {text!r}") from None
+
+
+def _port(text: str) -> int:
+    value = _non_negative_int(text)
+    if value > 65535:
+        raise argparse.ArgumentTypeError(f"expected a port in 0..65535, got {text!r}")
+    return value
+
+
+def _int_list(text: str) -> list[int]:
+    return [_positive_int(part) for part in text.split(",") if part.strip()]
+
+
+def _id_list(text: str) -> list[str]:
+    return [part.strip() for part in text.split(",")]
+
+
+_INF = float("inf")
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    """Add the ``attnload sim`` flags (defaults: ATTENTION_MODEL.md §2 and §4.6)."""
+    d = _DEFAULTS
+    serve = parser.add_argument_group("serving")
+    serve.add_argument("--models", type=_id_list, default=None, metavar="IDS",
+                       help="comma-separated ids to serve (presets or aliases; default: llama-3-70b,deepseek-v3, "
+                            "or the --config entries)")
+    serve.add_argument("--config", metavar="FILE", help="sim config (JSON/TOML/YAML): per-model preset, "
+                       "attention_type and overrides")
+    serve.add_argument("--host", default="127.0.0.1", help="listen address (default 127.0.0.1)")
+    serve.add_argument("--port", type=_port, default=8000, help="listen port (default 8000)")
+    serve.add_argument("--mode", choices=("roofline", "fixed"), default="roofline",
+                       help="roofline: attention-aware cost model (default); fixed: exact --ttft-ms/--itl-ms")
+    serve.add_argument("--ttft-ms", type=_float_range(0, _INF), default=200.0, help="fixed mode TTFT (default 200)")
+    serve.add_argument("--itl-ms", type=_float_range(0, _INF), default=20.0, help="fixed mode ITL (default 20)")
+    serve.add_argument("--jitter", type=_float_range(0, 0.999), default=0.0,
+                       help="fixed mode: gaps ×(1 + j·U[-1,1]), seeded by --seed and the request body")
+    serve.add_argument("--output-tokens", type=_positive_int, default=256,
+                       help="tokens generated when a request sets no max_tokens (default 256)")
+    serve.add_argument("--tokens-per-event", type=_positive_int, default=1,
+                       help="tokens per SSE event after the first (default 1; ≥ 4 cuts client CPU)")
+    serve.add_argument("--max-waiting", type=_non_negative_int, default=None,
+                       help="queue length beyond which requests get 429 + Retry-After (default unbounded)")
+    serve.add_argument("--seed", type=_non_negative_int, default=d.seed, help="seed (default 0)")
+
+    hw = parser.add_argument_group("deployment (all models; --config entries override per model)")
+    hw.add_argument("--gpu", type=str.lower, choices=("h100", "h200", "a100"), default=d.gpu,
+                    help="GPU preset (default h200)")
+    hw.add_argument("--tp", type=_positive_int, default=d.tp, help="GPUs per served model (default 8)")
+    hw.add_argument("--dp-attention", type=_dp_attention, default=d.dp_attention, metavar="auto|N",
+                    help="attention groups D (must divide tp; auto: tp for MLA, 1 otherwise)")
+    hw.add_argument("--weight-dtype", type=str.lower, choices=("fp8", "bf16"), default=d.weight_dtype)
+    hw.add_argument("--kv-dtype", type=str.lower, choices=("bf16", "fp8"), default=d.kv_dtype)
+    hw.add_argument("--kv-capacity-scale", type=_float_range(0, 1, low_open=True), default=d.kv_capacity_scale,
+                    help="scale free KV bytes (< 1 brings the KV knee into a short laptop run)")
+    hw.add_argument("--gpu-memory-utilization", type=_float_range(0, 1, low_open=True),
+                    default=d.gpu_memory_utilization)
+    hw.add_argument("--reserve-gb", type=_float_range(0, _INF), default=d.reserve_gb)
+
+    eng = parser.add_argument_group("scheduler")
+    eng.add_argument("--block-size", type=_positive_int, default=d.block_size)
+    eng.add_argument("--max-num-seqs", type=_positive_int, default=d.max_num_seqs)
+    eng.add_argument("--max-num-batched-tokens", type=_positive_int, default=d.max_num_batched_tokens)
+    eng.add_argument("--preemption", choices=("recompute", "none"), default=d.preemption)
+    eng.add_argument("--prefix-cache", action=argparse.BooleanOptionalAction, default=d.prefix_cache,
+                     help="per-group prefix cache (default on)")
+    eng.add_argument("--moe-weight-traffic", choices=("coverage", "active"), default=d.moe_weight_traffic)
+
+    eff = parser.add_argument_group("efficiency")
+    eff.add_argument("--eff-gemm", type=_float_range(0, 1, low_open=True), default=d.eff_gemm)
+    eff.add_argument("--eff-attn", type=_float_range(0, 1, low_open=True), default=d.eff_attn)
+    eff.add_argument("--eff-bw", type=_float_range(0, 1, low_open=True), default=d.eff_bw)
+    eff.add_argument("--step-overhead-ms", type=_float_range(0, _INF), default=d.step_overhead_ms)
+    eff.add_argument("--allreduce-latency-us", type=_float_range(0, _INF), default=d.allreduce_latency_us)
+    eff.add_argument("--dp-gather-latency-us", type=_float_range(0, _INF), default=d.dp_gather_latency_us)
+
+    info = parser.add_argument_group("information (print and exit)")
+    info.add_argument("--list", action="store_true", help="presets with KV bytes/token at this parallelism")
+    info.add_argument("--explain", metavar="MODEL", help="step-time breakdown of MODEL (id, alias or config entry)")
+    info.add_argument("--batch", type=_int_list, default=[1, 16, 64, 256], metavar="B[,B...]",
+                      help="--explain batch sizes (default 1,16,64,256)")
+    info.add_argument("--context", type=_positive_int, default=8192, metavar="L",
+                      help="--explain context tokens per sequence (default 8192)")
+
+
+def engine_config(args: argparse.Namespace) -> EngineConfig:
+    """The flags as an :class:`EngineConfig` (the base every served model starts from)."""
+    fields: dict[str, Any] = {name: getattr(args, name) for name in EngineConfig.__dataclass_fields__}
+    return EngineConfig(**fields)
+
+
+def run(args: argparse.Namespace) -> int:
+    """List, explain, or serve until SIGINT/SIGTERM."""
+    from attnload.sim.explain import render_explain, render_list
+    from attnload.sim.factory import build_engines, resolve_models
+    from attnload.sim.simconfig import load_sim_config
+
+    cfg = engine_config(args)
+    sim_config = load_sim_config(args.config) if args.config else None
+    if args.list:
+        print(render_list(cfg))
+        return 0
+    if args.explain:
+        (spec,) = resolve_models([args.explain], cfg, sim_config)
+        print(render_explain(spec, args.batch, args.context))
+        return 0
+    specs = resolve_models(args.models, cfg, sim_config)
+    engines = build_engines(specs, mode=args.mode, ttft_s=args.ttft_ms / 1e3, itl_s=args.itl_ms / 1e3,
+                            jitter=args.jitter, max_waiting=args.max_waiting)
+    from attnload.sim.server import serve
+
+    serve(engines, host=args.host, port=args.port, tokens_per_event=args.tokens_per_event,
+          default_output_tokens=args.output_tokens, max_waiting=args.max_waiting)
+    return 0

@@ -1,0 +1,203 @@
+"""Model and hardware presets of the simulator (ATTENTION_MODEL.md §1–§2) and id resolution.
+
+This module owns the *facts*: architecture dimensions, parameter counts, GPU peaks, the
+alias table and the generic fallbacks. The arithmetic on them lives in ``costmodel``.
+Ids are resolved case-insensitively, first as given and then without an ``org/`` prefix,
+so ``deepseek-ai/DeepSeek-V3`` and ``deepseek-chat`` both reach the ``deepseek-v3`` preset.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from attnload.errors import UsageError
+
+ATTENTION_TYPES = ("GQA", "MLA", "GTA", "GLA", "MHA", "MQA")
+"""Attention types the cost model understands (same list as the load generator's config)."""
+
+HEAD_DIM = 128
+ROPE_DIM = 64  # d_R: the decoupled RoPE key of MLA/GLA and GTA's half-width RoPE head
+
+
+@dataclass(frozen=True)
+class ModelPreset:
+    """Everything the cost model needs about one architecture (per-layer dims, parameter counts)."""
+
+    key: str
+    attention: str
+    layers: int
+    h_q: int
+    hidden: int
+    params_total: float
+    params_active: float
+    params_attn: float
+    """Attention projection parameters: sharded A-ways inside a group, replicated across groups."""
+    h_kv: int = 0
+    d_h: int = HEAD_DIM
+    d_c: int = 0
+    """MLA latent width (512 for the DeepSeek family)."""
+    d_r: int = 0
+    h_c: int = 0
+    """GLA latent heads (sharded by attention TP)."""
+    d_ch: int = 0
+    d_nope: int = HEAD_DIM
+    d_v: int = HEAD_DIM
+    max_model_len: int = 131072
+    moe_experts: int = 0
+    moe_top_k: int = 0
+    moe_routed_params: float = 0.0
+    synthetic: bool = False
+    """GTA/GLA variants and generic types: not a published checkpoint."""
+
+    @property
+    def is_moe(self) -> bool:
+        return self.moe_experts > 0
+
+
+@dataclass(frozen=True)
+class HardwarePreset:
+    """One GPU's dense peaks, HBM and per-direction link bandwidth (§2, decimal units)."""
+
+    key: str
+    bf16_flop_per_s: float
+    fp8_flop_per_s: float | None
+    hbm_bandwidth_bytes_per_s: float
+    hbm_bytes: float
+    link_bytes_per_s: float
+
+
+HARDWARE: dict[str, HardwarePreset] = {
+    "h100": HardwarePreset("h100", 989e12, 1979e12, 3.35e12, 80e9, 450e9),
+    "h200": HardwarePreset("h200", 989e12, 1979e12, 4.8e12, 141e9, 450e9),
+    "a100": HardwarePreset("a100", 312e12, None, 2.039e12, 80e9, 300e9),
+}
+
+# Attention projection parameters, from the HF configs' projection shapes (§1).
+_LLAMA_8B_ATTN = 32 * (2 * 4096 * 4096 + 2 * 4096 * 1024)
+_LLAMA_70B_ATTN = 80 * (2 * 8192 * 8192 + 2 * 8192 * 1024)
+
+
+def _mla_attn_params(layers: int, hidden: int, h_q: int, q_lora: int | None) -> int:
+    """MLA projections per §1: q (or q_a + q_b), kv_a (latent + RoPE key), kv_b, o."""
+    q_out = h_q * (HEAD_DIM + ROPE_DIM)
+    q = hidden * q_out if q_lora is None else hidden * q_lora + q_lora * q_out
+    kv_a = hidden * (512 + ROPE_DIM)
+    kv_b = 512 * h_q * (HEAD_DIM + HEAD_DIM)
+    o = h_q * HEAD_DIM * hidden
+    return layers * (q + kv_a + kv_b + o)
+
+
+_V2_LITE_ATTN = _mla_attn_params(27, 2048, 16, None)  # 0.372B
+_CODER_V2_ATTN = _mla_attn_params(60, 5120, 128, 1536)  # 8.954B
+_V3_ATTN = _mla_attn_params(61, 7168, 128, 1536)  # 11.41B (61 × 187.1M)
+
+_LLAMA_70B = ModelPreset("llama-3-70b", "GQA", layers=80, h_q=64, hidden=8192, params_total=70_553_706_496,
+                         params_active=70_553_706_496, params_attn=_LLAMA_70B_ATTN, h_kv=8)
+_CODER_V2 = ModelPreset("deepseek-coder-v2", "MLA", layers=60, h_q=128, hidden=5120, params_total=236e9,
+                        params_active=21e9, params_attn=_CODER_V2_ATTN, d_c=512, d_r=ROPE_DIM,
+                        moe_experts=160, moe_top_k=6, moe_routed_params=222.72e9)
+_V3 = ModelPreset("deepseek-v3", "MLA", layers=61, h_q=128, hidden=7168, params_total=671e9, params_active=37e9,
+                  params_attn=_V3_ATTN, d_c=512, d_r=ROPE_DIM, moe_experts=256, moe_top_k=8,
+                  moe_routed_params=653.91e9)
+
+
+def _variant(base: ModelPreset, key: str, **changes: object) -> ModelPreset:
+    """A synthetic variant that keeps the backbone's parameters (P_attn included; an assumption)."""
+    return dataclasses.replace(base, key=key, synthetic=True, **changes)  # type: ignore[arg-type]
+
+
+def _gla(base: ModelPreset, key: str, heads: int) -> ModelPreset:
+    return _variant(base, key, attention="GLA", d_c=0, h_c=heads, d_ch=2 * HEAD_DIM, d_r=ROPE_DIM)
+
+
+PRESETS: dict[str, ModelPreset] = {p.key: p for p in (
+    ModelPreset("llama-3-8b", "GQA", layers=32, h_q=32, hidden=4096, params_total=8_030_261_248,
+                params_active=8_030_261_248, params_attn=_LLAMA_8B_ATTN, h_kv=8),
+    _LLAMA_70B,
+    _variant(_LLAMA_70B, "llama-3-70b-gta", attention="GTA", d_r=ROPE_DIM),
+    ModelPreset("qwen2.5-72b", "GQA", layers=80, h_q=64, hidden=8192, params_total=72_706_203_648,
+                params_active=72_706_203_648, params_attn=_LLAMA_70B_ATTN, h_kv=8),
+    ModelPreset("deepseek-v2-lite", "MLA", layers=27, h_q=16, hidden=2048, params_total=15.7e9,
+                params_active=2.4e9, params_attn=_V2_LITE_ATTN, d_c=512, d_r=ROPE_DIM, max_model_len=32768,
+                moe_experts=64, moe_top_k=6, moe_routed_params=14.395e9),
+    _CODER_V2,
+    _gla(_CODER_V2, "deepseek-coder-v2-gla8", 8),
+    _V3,
+    _gla(_V3, "deepseek-v3-gla2", 2),
+    _gla(_V3, "deepseek-v3-gla8", 8),
+    _variant(_LLAMA_70B, "generic-gqa"),
+    _variant(_LLAMA_70B, "generic-mha", attention="MHA", h_kv=64),
+    _variant(_LLAMA_70B, "generic-mqa", attention="MQA", h_kv=1),
+    _variant(_LLAMA_70B, "generic-gta", attention="GTA", d_r=ROPE_DIM),
+    _variant(_V3, "generic-mla"),
+    _gla(_V3, "generic-gla", 8),
+)}
+
+GENERIC_BY_ATTENTION = {
+    "GQA": "generic-gqa", "MLA": "generic-mla", "GTA": "generic-gta",
+    "GLA": "generic-gla", "MHA": "generic-mha", "MQA": "generic-mqa",
+}
+
+DEFAULT_MODELS = ("llama-3-70b", "deepseek-v3")
+"""The default demo pair (§4.6): GQA on 8×H200 TP8 vs MLA on 8×H200 with DP attention."""
+
+ALIASES: dict[str, tuple[str, ...]] = {
+    "deepseek-v3": ("deepseek-chat", "deepseek-reasoner", "DeepSeek-V3", "DeepSeek-R1"),
+    "llama-3-70b": ("Meta-Llama-3-70B-Instruct", "Llama-3.1-70B-Instruct", "Llama-3.3-70B-Instruct"),
+    "llama-3-8b": ("Meta-Llama-3-8B-Instruct", "Llama-3.1-8B-Instruct"),
+    "qwen2.5-72b": ("Qwen2.5-72B-Instruct",),
+    "deepseek-v2-lite": ("DeepSeek-V2-Lite-Chat",),
+    "deepseek-coder-v2": ("DeepSeek-Coder-V2-Instruct",),
+}
+
+_ALIAS_INDEX: dict[str, str] = {key: key for key in PRESETS}
+_ALIAS_INDEX.update({alias.lower(): key for key, names in ALIASES.items() for alias in names})
+
+
+class UnknownModel(UsageError):
+    """No preset or alias matches a model id: the server answers 404 ``model_not_found``."""
+
+    def __init__(self, model_id: str) -> None:
+        self.model_id = model_id
+        super().__init__(f"unknown model {model_id!r}: not a preset or alias. Fix: use one of "
+                         f"{', '.join(PRESETS)} (or an alias such as deepseek-chat), or give it an "
+                         f"attention_type in a --config entry")
+
+
+def find_preset_key(model_id: str) -> str | None:
+    """The preset key for ``model_id`` (a key or alias, any case, with or without ``org/``), or None."""
+    name = model_id.strip().lower()
+    key = _ALIAS_INDEX.get(name)
+    if key is None and "/" in name:
+        key = _ALIAS_INDEX.get(name.rsplit("/", 1)[-1])
+    return key
+
+
+def lookup_preset(model_id: str) -> ModelPreset:
+    """The preset for a model id or alias; raises :class:`UnknownModel` (a ``UsageError``) otherwise."""
+    key = find_preset_key(model_id)
+    if key is None:
+        raise UnknownModel(model_id)
+    return PRESETS[key]
+
+
+def generic_preset(attention_type: str) -> ModelPreset:
+    """The generic fallback preset for an explicit attention type (§1 "Fallback")."""
+    kind = attention_type.strip().upper()
+    if kind not in GENERIC_BY_ATTENTION:
+        raise UsageError(f"unknown attention type {attention_type!r}; valid: {', '.join(ATTENTION_TYPES)}")
+    return PRESETS[GENERIC_BY_ATTENTION[kind]]
+
+
+def aliases_of(preset_key: str) -> tuple[str, ...]:
+    """Alias ids that route to ``preset_key`` (the server matches them case-insensitively)."""
+    return ALIASES.get(preset_key, ())
+
+
+def lookup_hardware(gpu: str) -> HardwarePreset:
+    """The GPU preset for ``gpu`` (h100, h200, a100); ``UsageError`` naming the valid keys otherwise."""
+    hw = HARDWARE.get(gpu.strip().lower())
+    if hw is None:
+        raise UsageError(f"unknown gpu {gpu!r}; valid: {', '.join(HARDWARE)}")
+    return hw

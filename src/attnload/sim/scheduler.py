@@ -1,0 +1,359 @@
+"""The continuous-batching scheduler (ATTENTION_MODEL.md §4), synchronous and clock-free.
+
+This is the engine's core: one FCFS queue per served model, D attention groups with
+their own KV blocks, ``max_num_seqs`` and token budget, chunked prefill, recompute
+preemption and a ref-counted LRU prefix cache. It knows nothing about asyncio: the
+caller passes ``now`` to :meth:`Scheduler.plan` (admit, plan, return the step's
+duration) and :meth:`Scheduler.complete` (emit tokens, preempt, free). The wall-clock
+engine (``engine.py``) and the virtual closed-loop driver (``virtual.py``) both drive it,
+so tests exercise the exact code that serves HTTP.
+
+Cost per step is O(running sequences) with small constants: one pass to plan, one to emit.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import OrderedDict, deque
+from collections.abc import Callable, Sequence
+
+from attnload.sim.api import EngineRejected, GenerationState
+from attnload.sim.costmodel import Deployment, GroupLoad
+
+PREFIX_BLOCK_TOKENS = 16  # one 64-byte prompt block (§4.5)
+
+
+class SimSequence:
+    """One request inside the scheduler: prompt, progress, blocks held and where it lives."""
+
+    __slots__ = ("request_id", "prompt_tokens", "max_tokens", "hashes", "state", "group", "generated",
+                 "computed", "target", "private_blocks", "cache_refs", "hashable_blocks", "arrival_s",
+                 "first_token_s", "finished", "cancelled", "ready", "waiter", "admissions")
+
+    def __init__(self, request_id: str, prompt_tokens: int, max_tokens: int, hashes: Sequence[int] = (),
+                 state: GenerationState | None = None) -> None:
+        self.request_id = request_id
+        self.prompt_tokens = prompt_tokens
+        self.max_tokens = max_tokens
+        self.hashes = hashes
+        self.state = state if state is not None else GenerationState()
+        self.group: _Group | None = None
+        self.generated = 0
+        self.computed = 0
+        """Tokens whose KV exists (cached prefix + prefilled chunks) in the current admission."""
+        self.target = prompt_tokens
+        """Tokens to prefill in this admission: the prompt, or prompt + generated after preemption."""
+        self.private_blocks = 0
+        self.cache_refs: list[int] = []
+        self.hashable_blocks = 0
+        self.arrival_s = 0.0
+        self.first_token_s: float | None = None
+        self.finished = False
+        self.cancelled = False
+        self.ready = 0  # tokens emitted but not yet taken by the consumer (async engine)
+        self.waiter: object | None = None
+        self.admissions = 0
+
+    @property
+    def prefilling(self) -> bool:
+        return self.computed < self.target
+
+
+class _Group:
+    """One attention group: its sequences, KV blocks and prefix cache."""
+
+    __slots__ = ("index", "total_blocks", "private_used", "running", "cache", "lru")
+
+    def __init__(self, index: int, total_blocks: int) -> None:
+        self.index = index
+        self.total_blocks = total_blocks
+        self.private_used = 0
+        self.running: dict[SimSequence, None] = {}  # admission order; O(1) removal
+        self.cache: dict[int, int] = {}  # block hash -> refcount
+        self.lru: OrderedDict[int, None] = OrderedDict()  # cache-only blocks (refcount 0), oldest first
+
+    @property
+    def free_blocks(self) -> int:
+        return self.total_blocks - self.private_used - len(self.cache)
+
+    @property
+    def available_blocks(self) -> int:
+        """Free plus evictable cache-only blocks."""
+        return self.free_blocks + len(self.lru)
+
+    def leading_hits(self, hashes: Sequence[int], limit: int) -> tuple[int, int]:
+        """(matched leading blocks, how many of them are cache-only) in this group's cache."""
+        matched = evictable = 0
+        cache = self.cache
+        for h in hashes[:limit]:
+            refs = cache.get(h)
+            if refs is None:
+                break
+            matched += 1
+            evictable += refs == 0
+        return matched, evictable
+
+    def ref(self, h: int) -> None:
+        refs = self.cache[h]
+        if refs == 0:
+            del self.lru[h]
+        self.cache[h] = refs + 1
+
+    def evict_one(self) -> bool:
+        if not self.lru:
+            return False
+        h, _ = self.lru.popitem(last=False)
+        del self.cache[h]
+        return True
+
+
+TokenSink = Callable[[SimSequence, int], None]
+
+
+class Scheduler:
+    """Admission, planning and emission for one served model; see the module docstring."""
+
+    def __init__(self, dep: Deployment, on_tokens: TokenSink, on_finish: Callable[[SimSequence], None] | None = None,
+                 ) -> None:
+        self.dep = dep
+        self.block_size = dep.cfg.block_size
+        # Prompt hashes cover 16-token blocks; caching needs KV blocks of the same size.
+        self.prefix_cache = dep.cfg.prefix_cache and self.block_size == PREFIX_BLOCK_TOKENS
+        self.recompute = dep.cfg.preemption == "recompute"
+        self.groups = [_Group(i, dep.blocks_per_group) for i in range(dep.dp)]
+        self.queue: deque[SimSequence] = deque()
+        self.on_tokens = on_tokens
+        self.on_finish = on_finish
+        self.preemptions_total = 0
+        self.cached_prompt_tokens_total = 0
+        self.max_waiting_seen = 0
+        """Largest queue length left after an admission pass (> 0: requests waited for KV/slots)."""
+        self._plan: list[tuple[_Group, list[SimSequence], list[tuple[SimSequence, int]]]] = []
+
+    # ------------------------------------------------------------------ requests in and out
+
+    def check(self, prompt_tokens: int, max_tokens: int) -> None:
+        """Raise the §4.2 400 before a request is accepted: it could never run on one group."""
+        total = prompt_tokens + max_tokens
+        if total > self.dep.preset.max_model_len:
+            raise EngineRejected(400, "context_length_exceeded",
+                                 f"prompt ({prompt_tokens}) + max_tokens ({max_tokens}) exceeds the model's "
+                                 f"maximum context length of {self.dep.preset.max_model_len} tokens")
+        if total + self.block_size > self.dep.group_kv_tokens:
+            raise EngineRejected(400, "context_length_exceeded",
+                                 f"prompt ({prompt_tokens}) + max_tokens ({max_tokens}) exceeds the KV capacity "
+                                 f"of one attention group ({self.dep.group_kv_tokens} tokens)")
+
+    def submit(self, seq: SimSequence, now_s: float) -> None:
+        """Queue a checked request (FCFS); it is admitted at the next :meth:`plan`."""
+        seq.arrival_s = now_s
+        if self.prefix_cache:
+            seq.hashable_blocks = min(len(seq.hashes), seq.prompt_tokens // PREFIX_BLOCK_TOKENS)
+        self.queue.append(seq)
+
+    def cancel(self, seq: SimSequence) -> None:
+        """The consumer went away: drop the request wherever it is and free its blocks."""
+        if seq.finished or seq.cancelled:
+            return
+        seq.cancelled = True
+        if seq.group is not None:
+            self._release(seq)
+        else:
+            try:
+                self.queue.remove(seq)
+            except ValueError:
+                pass
+
+    def has_work(self) -> bool:
+        return bool(self.queue) or any(g.running for g in self.groups)
+
+    # ------------------------------------------------------------------ one step
+
+    def plan(self, now_s: float) -> float | None:
+        """Admit from the queue, plan each group's tokens; the step's duration, or None if idle."""
+        self._admit()
+        self.max_waiting_seen = max(self.max_waiting_seen, len(self.queue))
+        plan = []
+        loads = []
+        for g in self.groups:
+            if not g.running:
+                continue
+            decodes: list[SimSequence] = []
+            chunks: list[tuple[SimSequence, int]] = []
+            ctx = 0
+            for seq in g.running:
+                if seq.computed >= seq.target:
+                    decodes.append(seq)
+                    ctx += seq.prompt_tokens + seq.generated
+            budget = self.dep.batched_tokens_per_group - len(decodes)
+            pairs = 0.0
+            kv_read = float(ctx)
+            for seq in g.running:
+                if budget <= 0:
+                    break
+                if seq.computed < seq.target:
+                    c = min(budget, seq.target - seq.computed)
+                    l0 = seq.computed
+                    chunks.append((seq, c))
+                    pairs += c * l0 + c * (c + 1) / 2
+                    kv_read += l0 + c
+                    budget -= c
+            tokens = len(decodes) + sum(c for _, c in chunks)
+            if tokens:
+                plan.append((g, decodes, chunks))
+                loads.append(GroupLoad(tokens, float(ctx), pairs, kv_read))
+        self._plan = plan
+        if not loads:
+            return None
+        return self.dep.step_breakdown(loads).total_s
+
+    def complete(self, now_s: float) -> None:
+        """The planned step ended at ``now_s``: emit decode tokens, then first tokens; free finished."""
+        plan, self._plan = self._plan, []
+        for g, decodes, chunks in plan:
+            for seq in decodes:
+                if seq.group is g:  # not preempted or cancelled earlier in this pass
+                    self._emit(seq, g, now_s)
+            for seq, c in chunks:
+                if seq.group is not g:
+                    continue
+                seq.computed += c
+                if self.prefix_cache:
+                    self._register_blocks(seq, g)
+                if seq.computed >= seq.target:
+                    self._emit(seq, g, now_s)
+
+    # ------------------------------------------------------------------ internals
+
+    def _emit(self, seq: SimSequence, g: _Group, now_s: float) -> None:
+        seq.generated += 1
+        if seq.first_token_s is None:
+            seq.first_token_s = now_s
+        self.on_tokens(seq, 1)
+        if seq.generated >= seq.max_tokens:
+            seq.finished = True
+            self._release(seq)
+            if self.on_finish is not None:
+                self.on_finish(seq)
+        elif self.recompute:
+            self._grow(seq, g)
+
+    def _grow(self, seq: SimSequence, g: _Group) -> None:
+        """Hold blocks for the next decode's context; evict cache-only blocks, then preempt the newest."""
+        need = -(-(seq.prompt_tokens + seq.generated) // self.block_size)
+        while seq.private_blocks + len(seq.cache_refs) < need:
+            if g.free_blocks > 0 or g.evict_one():
+                g.private_used += 1
+                seq.private_blocks += 1
+                continue
+            victim = next(reversed(g.running))
+            self._preempt(victim)
+            if victim is seq:
+                return
+
+    def _preempt(self, seq: SimSequence) -> None:
+        self._release(seq)
+        seq.target = seq.prompt_tokens + seq.generated
+        seq.computed = 0
+        seq.state.preemptions += 1
+        self.preemptions_total += 1
+        self.queue.appendleft(seq)  # newest preempted first, so older victims end up ahead
+
+    def _release(self, seq: SimSequence) -> None:
+        g = seq.group
+        assert g is not None
+        del g.running[seq]
+        g.private_used -= seq.private_blocks
+        seq.private_blocks = 0
+        cache, lru = g.cache, g.lru
+        for h in seq.cache_refs:  # blocks stay resident, evictable once unreferenced
+            refs_h = cache[h] - 1
+            cache[h] = refs_h
+            if refs_h == 0:
+                lru[h] = None
+        seq.cache_refs = []
+        seq.group = None
+
+    def _register_blocks(self, seq: SimSequence, g: _Group) -> None:
+        """Publish the prompt's fully computed blocks to the group's cache (dedup against equal ones)."""
+        refs = seq.cache_refs
+        start = len(refs)
+        full = min(seq.computed // PREFIX_BLOCK_TOKENS, seq.hashable_blocks)
+        if full <= start:
+            return
+        cache, lru = g.cache, g.lru
+        for h in seq.hashes[start:full]:
+            refs_h = cache.get(h)
+            if refs_h is None:
+                cache[h] = 1
+            else:  # someone computed it first: share theirs, free ours
+                if refs_h == 0:
+                    del lru[h]
+                cache[h] = refs_h + 1
+            refs.append(h)
+        moved = full - start
+        g.private_used -= moved
+        seq.private_blocks -= moved
+
+    def _admit(self) -> None:
+        dep = self.dep
+        max_seqs = dep.max_seqs_per_group
+        bs = self.block_size
+        while self.queue:
+            seq = self.queue[0]
+            blocks = -(-(seq.target if self.recompute else seq.prompt_tokens + seq.max_tokens) // bs)
+            best: tuple[int, _Group, int] | None = None
+            for g in self.groups:
+                if len(g.running) >= max_seqs:
+                    continue
+                matched = evictable = 0
+                if seq.hashable_blocks:
+                    limit = min(seq.hashable_blocks, (seq.target - 1) // PREFIX_BLOCK_TOKENS)
+                    matched, evictable = g.leading_hits(seq.hashes, limit)
+                needed = blocks - matched
+                room = g.available_blocks - evictable
+                watermark = 1 if self.recompute and needed < g.total_blocks else 0
+                if room >= needed + watermark and (best is None or room - needed > best[0]):
+                    best = (room - needed, g, matched)
+            if best is None:
+                return  # FCFS: no skipping
+            self.queue.popleft()
+            self._place(seq, best[1], best[2], blocks)
+
+    def _place(self, seq: SimSequence, g: _Group, matched: int, blocks: int) -> None:
+        for h in seq.hashes[:matched]:
+            g.ref(h)
+        seq.cache_refs = list(seq.hashes[:matched])
+        need_private = blocks - matched
+        while g.free_blocks < need_private and g.evict_one():
+            pass
+        g.private_used += need_private
+        seq.private_blocks = need_private
+        seq.computed = matched * PREFIX_BLOCK_TOKENS
+        seq.group = g
+        g.running[seq] = None
+        if seq.admissions == 0:
+            seq.state.cached_tokens = seq.computed
+            self.cached_prompt_tokens_total += seq.computed
+        seq.admissions += 1
+
+    # ------------------------------------------------------------------ gauges
+
+    @property
+    def running(self) -> int:
+        return sum(len(g.running) for g in self.groups)
+
+    @property
+    def waiting(self) -> int:
+        return len(self.queue)
+
+    def kv_usage_ratio(self) -> float:
+        """Blocks held by sequences (cache-only blocks count as free, as in vLLM) over all groups."""
+        total = sum(g.total_blocks for g in self.groups)
+        used = sum(g.total_blocks - g.available_blocks for g in self.groups)
+        return used / total if total else 0.0
+
+
+def blocks_for(tokens: int, block_size: int) -> int:
+    """KV blocks holding ``tokens`` tokens."""
+    return math.ceil(tokens / block_size)

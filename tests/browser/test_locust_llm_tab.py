@@ -1,0 +1,139 @@
+"""Live: ``locust --master`` with 2 workers against ``attnload sim --mode fixed``, driven from chromium.
+
+Starts a test from Locust's form, reads the LLM tab (TTFT p50 within 3 ms of the sim's
+fixed 50 ms, token rate > 0), then stops it from the UI. Everything binds 127.0.0.1 on
+free ports and every process is stopped, whatever happens.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from .llm_tab import open_llm_tab, read_llm_table, start_from_ui, stop_from_ui
+
+pytestmark = [pytest.mark.browser, pytest.mark.e2e]
+
+ROOT = Path(__file__).resolve().parents[2]
+LOCUSTFILE = ROOT / "locustfiles" / "chat.py"
+TTFT_MS, ITL_MS = 50, 10
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _wait_http(url: str, timeout_s: float, procs: list[subprocess.Popen[bytes]]) -> bytes:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        for proc in procs:
+            assert proc.poll() is None, f"{proc.args} exited with {proc.returncode}"
+        try:
+            with urllib.request.urlopen(url, timeout=1) as response:
+                return bytes(response.read())
+        except OSError:
+            assert time.monotonic() < deadline, f"{url} did not answer in {timeout_s} s"
+            time.sleep(0.2)
+
+
+def _stop(procs: list[subprocess.Popen[bytes]]) -> None:
+    for proc in reversed(procs):
+        if proc.poll() is None:
+            proc.terminate()
+    for proc in reversed(procs):
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=5)
+
+
+@pytest.fixture
+def live_master(tmp_path: Path) -> Iterator[str]:
+    if not LOCUSTFILE.exists() or importlib.util.find_spec("attnload.sim.cli") is None:
+        pytest.skip("needs the core: locustfiles/chat.py and `attnload sim`")
+    sim_port, web_port, master_port = _free_port(), _free_port(), _free_port()
+    sim_url = f"http://127.0.0.1:{sim_port}"
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({
+        "base_url": sim_url,
+        "models": {"llama-3-70b": {"id": "llama-3-70b", "attention_type": "GQA", "max_context": 8192},
+                   "deepseek-v3": {"id": "deepseek-chat", "attention_type": "MLA", "max_context": 65536}},
+        "test_prompts": {"short": "Say hello."},
+        "benchmark": {"repeat": 1, "max_tokens": 32, "temperature": 0},
+    }))
+    env = {**os.environ, "ATTNLOAD_CONFIG": str(config), "ATTNLOAD_METRICS_PORT": str(_free_port()),
+           "PYTHONUNBUFFERED": "1"}
+    logs = {name: (tmp_path / f"{name}.log").open("wb") for name in ("sim", "master", "worker1", "worker2")}
+    procs: list[subprocess.Popen[bytes]] = []
+
+    def spawn(name: str, args: list[str], extra_env: dict[str, str] | None = None) -> None:
+        procs.append(subprocess.Popen(args, cwd=ROOT, env={**env, **(extra_env or {})}, stdout=logs[name],
+                                      stderr=subprocess.STDOUT))
+
+    try:
+        spawn("sim", [sys.executable, "-m", "attnload", "sim", "--mode", "fixed", "--ttft-ms", str(TTFT_MS),
+                      "--itl-ms", str(ITL_MS), "--port", str(sim_port), "--models", "llama-3-70b,deepseek-v3"])
+        _wait_http(f"{sim_url}/v1/models", 30, procs)
+        locust = [sys.executable, "-m", "locust", "-f", str(LOCUSTFILE)]
+        spawn("master", [*locust, "--master", "--master-bind-host", "127.0.0.1", "--master-bind-port",
+                         str(master_port), "--web-host", "127.0.0.1", "--web-port", str(web_port), "-H", sim_url])
+        web = f"http://127.0.0.1:{web_port}"
+        _wait_http(web, 30, procs)
+        for name in ("worker1", "worker2"):
+            spawn(name, [*locust, "--worker", "--master-host", "127.0.0.1", "--master-port", str(master_port)])
+        deadline = time.monotonic() + 30
+        while json.loads(_wait_http(f"{web}/stats/requests", 10, procs)).get("worker_count") != 2:
+            assert time.monotonic() < deadline, "2 workers did not connect"
+            time.sleep(0.5)
+        yield web
+    finally:
+        _stop(procs)
+        for log in logs.values():
+            log.close()
+
+
+def _ms(text: str) -> float:
+    return float(text.replace(",", ""))
+
+
+@pytest.mark.timeout(180)
+def test_llm_tab_shows_sim_ttft_live(browser: Any, live_master: str, tmp_path: Path) -> None:
+    page = browser.new_page(viewport={"width": 1400, "height": 900})
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.on("request", lambda r: errors.append(f"network: {r.url}")
+            if not r.url.startswith(live_master) else None)
+    page.goto(live_master)
+    start_from_ui(page, users=4, spawn_rate=4)
+    page.wait_for_timeout(6000)
+    open_llm_tab(page)
+    deadline = time.monotonic() + 30
+    while True:
+        rows = [r for r in read_llm_table(page) if r.get("TTFT p50 (ms)")]
+        if len(rows) >= 2 and all(_ms(r["Output tok/s"]) > 0 for r in rows):
+            break
+        assert time.monotonic() < deadline, f"LLM tab rows never filled: {rows}"
+        page.wait_for_timeout(1000)
+    for row in rows:
+        assert abs(_ms(row["TTFT p50 (ms)"]) - TTFT_MS) <= 3, row
+        assert _ms(row["Output tok/s"]) > 0, row
+    page.screenshot(path=str(tmp_path / "llm_tab_live.png"), full_page=True)
+    stop_from_ui(page)
+    page.wait_for_function("() => /stopped/i.test(document.body.innerText)", timeout=20000)
+    page.get_by_role("tab", name="Statistics").click()
+    assert page.locator("table tbody tr").count() > 0, "Locust's statistics table must keep working"
+    assert errors == []

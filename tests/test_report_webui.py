@@ -1,0 +1,98 @@
+"""The Locust web UI extension: LLM tab declared, rows added to /stats/requests, /attnload/stats served.
+
+In-process: a Locust Environment with a LocalRunner and its web UI (not started), driven
+through Flask's test client with a fake snapshot.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+locust = pytest.importorskip("locust")
+
+from locust import User, constant, task  # noqa: E402
+from locust.env import Environment  # noqa: E402
+
+from attnload.report import webui  # noqa: E402
+from attnload.results import Results  # noqa: E402
+from test_report_factory import gqa_model, mla_model, results  # noqa: E402
+
+
+class _Idle(User):
+    wait_time = constant(1)
+
+    @task
+    def nothing(self) -> None:
+        """Never run: the tests only read the web UI."""
+
+
+@pytest.fixture
+def env(monkeypatch: pytest.MonkeyPatch) -> Iterator[Environment]:
+    monkeypatch.setattr(sys, "argv", ["locust"])  # the web UI re-parses argv for its extra options
+    environment = Environment(user_classes=[_Idle], events=locust.events)
+    environment.create_local_runner()
+    environment.create_web_ui("127.0.0.1", 0, delayed_start=True)
+    yield environment
+    assert environment.runner is not None
+    environment.runner.quit()
+
+
+def _client(environment: Environment) -> Any:
+    assert environment.web_ui is not None
+    return environment.web_ui.app.test_client()
+
+
+def test_install_adds_tab_table_and_rows(env: Environment) -> None:
+    snap = results(gqa_model(), mla_model())
+    webui.install(env, lambda: snap)
+    client = _client(env)
+
+    page = client.get("/").get_data(as_text=True)
+    assert '"extended_tabs": [{"key": "llm", "title": "LLM"}]' in page or '"title": "LLM"' in page
+
+    body = client.get("/stats/requests").get_json()
+    assert "stats" in body and body["stats"], "Locust's own statistics must still be there"
+    (extended,) = body["extended_stats"]
+    assert extended["key"] == "llm"
+    rows = {r["safe_name"]: r for r in extended["data"]}
+    gqa = snap.model("llama-3-70b").stages[-1]
+    assert rows["llama-3-70b"]["ttft_p50_ms"] == pytest.approx(gqa.ttft_s.p50 * 1000)
+    assert rows["llama-3-70b"]["output_tok_s"] == gqa.output_tokens_per_s
+    assert rows["llama-3-70b"]["errors"] == sum(gqa.errors.values())
+    assert rows["deepseek-v3"]["stage"].startswith("4: 256 users")
+
+
+def test_stats_route_serves_the_snapshot_json(env: Environment) -> None:
+    snap = results(mla_model())
+    webui.install(env, lambda: snap)
+    response = _client(env).get(webui.STATS_ROUTE)
+    assert response.status_code == 200
+    assert Results.model_validate(json.loads(response.get_data())) == snap
+
+
+def test_broken_snapshot_keeps_locust_stats_working(env: Environment) -> None:
+    def broken() -> Results:
+        raise RuntimeError("boom")
+
+    webui.install(env, broken)
+    body = _client(env).get("/stats/requests").get_json()
+    assert body["stats"] and body["extended_stats"] == [{"key": "llm", "data": []}]
+
+
+def test_rows_before_any_request_show_blanks() -> None:
+    empty = Results(started_at="t", ended_at="t", duration_s=0, config_sha256="0",
+                    models=[gqa_model().model_copy(update={"stages": [], "ttft_s": gqa_model().ttft_s.__class__()})])
+    (row,) = webui.llm_rows(empty)
+    assert row["ttft_p50_ms"] is None and row["stage"] == "run"
+
+
+def test_install_without_web_ui_is_a_no_op() -> None:
+    class Headless:
+        web_ui = None
+
+    webui.install(Headless(), lambda: results())
