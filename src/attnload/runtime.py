@@ -75,6 +75,7 @@ class Runtime:
         self.started_at: float | None = None
         self.started_perf = 0.0
         self.ended_at: float | None = None
+        self.running = False
         self._assigned = 0
 
     # ------------------------------------------------------------------ users
@@ -120,14 +121,21 @@ class Runtime:
 
     # ------------------------------------------------------------------ stages and lifecycle
 
-    def test_started(self) -> None:
+    def begin_test(self) -> None:
+        """A new test: fresh recorder, clock and stages (shape start, or test_start without a shape)."""
         self.recorder.reset()
         self.started_at = time.time()
         self.started_perf = time.perf_counter()
         self.ended_at = None
         self.stage = StageClock()
-        if self.options.shape is None:
-            self.enter_stage(0, users=None, rate=None)
+        self.running = True
+
+    def test_started(self) -> None:
+        """Locust's test_start; with a shape it fires after the first tick, which already began the test."""
+        if not self.running:
+            self.begin_test()
+            if self.options.shape is None:
+                self.enter_stage(0, users=None, rate=None)
 
     def enter_stage(self, index: int, users: int | None, rate: float | None) -> None:
         now = time.perf_counter()
@@ -143,6 +151,7 @@ class Runtime:
         self.fleet.target_rate = rate or 0.0
 
     def test_stopped(self) -> None:
+        self.running = False
         if self.started_at is None:
             return
         now = time.perf_counter()

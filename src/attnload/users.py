@@ -143,8 +143,12 @@ class StagedShape(LoadTestShape):
 
     def tick(self) -> tuple[int, float] | None:
         runtime: Runtime | None = getattr(self.runner.environment, "attnload", None) if self.runner else None
+        if runtime is None:
+            return None
+        if not runtime.running:
+            runtime.begin_test()
         stage = self.spec.stage_at(self.get_run_time())
-        if stage is None or runtime is None:
+        if stage is None:
             return None
         if stage.index != runtime.stage.index:
             runtime.enter_stage(stage.index, stage.users, stage.rate)
@@ -196,7 +200,6 @@ def _on_init(environment: Environment, **_: Any) -> None:
         events.report_to_master.add_listener(lambda client_id, data: data.update(attnload=runtime.worker_payload()))
         runner.register_message(STAGE_MESSAGE, lambda environment, msg: runtime.enter_stage(
             msg.data["index"], msg.data.get("users"), msg.data.get("rate")))
-        events.test_start.add_listener(lambda **_: runtime.test_started())
 
         def send_final(**_: Any) -> None:
             runner.send_message(FINAL_DELTA_MESSAGE, runtime.worker_payload())

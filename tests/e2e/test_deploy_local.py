@@ -211,9 +211,14 @@ def test_deploy_pods_as_local_processes_form_a_working_system(cluster: Cluster) 
     assert reply.get("success"), reply
 
     prom = cluster.url(names.PROMETHEUS_PORT, "/api/v1")
-    wait_for("both scrape targets up", lambda: {
-        t["labels"]["job"] for t in get_json(f"{prom}/targets")["data"]["activeTargets"] if t["health"] == "up"
-    } >= {"attnload", "attnload-sim"}, cluster, timeout_s=90)
+    seen: dict[str, str] = {}
+
+    def targets_up() -> bool:
+        for t in get_json(f"{prom}/targets")["data"]["activeTargets"]:
+            seen[t["scrapeUrl"]] = f"{t['health']} {t.get('lastError', '')}"
+        return all(v.startswith("up") for v in seen.values()) and len(seen) >= 3
+
+    wait_for(f"every scrape target up (last: {seen})", targets_up, cluster, timeout_s=60)
     query = urllib.parse.quote("sum(attnload_requests_total)")
     wait_for("attnload_requests_total scraped from the master",
              lambda: float(get_json(f"{prom}/query?query={query}")["data"]["result"][0]["value"][1]) > 0,

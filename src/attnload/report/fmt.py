@@ -113,7 +113,8 @@ class Metric:
 def _summary(name: str, q: str) -> Callable[[Totals], float | None]:
     def get(totals: Totals) -> float | None:
         summary: Summary = getattr(totals, name)
-        return getattr(summary, q)
+        value: float | None = getattr(summary, q)
+        return value
 
     return get
 

@@ -29,7 +29,7 @@ class Series:
 
 def _nice_step(span: float, target: int = 5) -> float:
     raw = span / target if span > 0 else 1.0
-    power = 10 ** math.floor(math.log10(raw))
+    power = 10.0 ** math.floor(math.log10(raw))
     for mult in (1, 2, 2.5, 5, 10):
         if raw <= mult * power:
             return mult * power
@@ -169,7 +169,7 @@ def stacked_bars(plot_id: str, bars: Sequence[tuple[str, dict[str, int]]], x_lab
         return f'<p class="empty" id="{escape(plot_id)}">no errors</p>'
     colors = {c: PALETTE[(i + 1) % len(PALETTE)] for i, c in enumerate(classes)}
     totals = [sum(parts.values()) for _, parts in bars]
-    hi = max(totals) or 1
+    hi = float(max(totals) or 1)
     ticks = linear_ticks(0, hi)
     hi = max(hi, ticks[-1])
     bar_h, gap, left = 26, 12, 150

@@ -97,12 +97,12 @@ def install(environment: Any, snapshot: Callable[[], Results]) -> None:
     web_ui.template_args["extended_tabs"] = [{"title": "LLM", "key": TAB_KEY}]
     web_ui.template_args["extended_tables"] = [{"key": TAB_KEY, "structure": _table_structure()}]
 
-    @web_ui.app.route(STATS_ROUTE)
-    @web_ui.auth_required_if_enabled
+    @web_ui.app.route(STATS_ROUTE)  # type: ignore[untyped-decorator]
+    @web_ui.auth_required_if_enabled  # type: ignore[untyped-decorator]
     def attnload_stats() -> Response:
         return Response(snapshot().to_json(), mimetype="application/json")
 
-    @web_ui.app.after_request
+    @web_ui.app.after_request  # type: ignore[untyped-decorator]
     def add_llm_rows(response: Response) -> Response:
         if not request.path.endswith(LOCUST_STATS_ROUTE) or response.status_code != 200:
             return response
