@@ -79,7 +79,7 @@ class FakeKube:
             form = dict(parse_qsl(body.decode()))
             msg = f"Swarming started using shape class 'Default' ({form['user_count']} users)"
             return 200, "application/json", json.dumps({"success": True, "message": msg})
-        if path == "/stop":
+        if method == "POST" and path == "/stop":
             return 200, "application/json", json.dumps({"success": True, "message": "Test stopped"})
         if path == "/stats/requests":
             return 200, "application/json", json.dumps({"state": "stopped", "user_count": 0, "total_rps": 0.0,
@@ -215,7 +215,7 @@ def test_run_stop_status_results_use_the_service_proxy(fake: FakeKube, tmp_path:
     form = dict(parse_qsl(fake.bodies[0][3].decode()))
     assert form == {"user_count": "64", "spawn_rate": "16.0", "run_time": "2m"}
     assert main(["cluster", "stop"]) == 0
-    assert fake.calls[-1] == ("GET", f"{PROXY}/stop")
+    assert fake.calls[-1] == ("POST", f"{PROXY}/stop")
     assert main(["cluster", "status"]) == 0
     assert "workers=2" in capsys.readouterr().out
     fake.calls.clear()

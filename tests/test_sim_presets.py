@@ -46,7 +46,7 @@ def test_generic_kv_and_fp8_halves() -> None:
     ("llama-3-8b", 1.342e9), ("llama-3-70b", 12.08e9), ("deepseek-v2-lite", 0.372e9),
     ("deepseek-coder-v2", 8.954e9), ("deepseek-v3", 11.41e9)])
 def test_attention_projection_params(key: str, attn_params: float) -> None:
-    assert PRESETS[key].params_attn == pytest.approx(attn_params, rel=1e-3)
+    assert PRESETS[key].params_attn == pytest.approx(attn_params, rel=2e-3)
 
 
 def test_parameter_counts_and_moe() -> None:

@@ -231,7 +231,7 @@ def _apply(series: Series, record: RequestRecord) -> None:
     counts["prompt_tokens"] += record.prompt_tokens
     counts["completion_tokens"] += record.completion_tokens
     counts["cached_prompt_tokens"] += record.cached_prompt_tokens
-    counts["estimated"] += record.tokens_estimated
+    counts["estimated"] += record.tokens_estimated and record.outcome == "ok"  # unfinished requests never have usage
     counts["good"] += record.good
     hists = series.hists
     if record.dispatch_lag_s is not None:

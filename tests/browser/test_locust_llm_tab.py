@@ -106,6 +106,11 @@ def live_master(tmp_path: Path) -> Iterator[str]:
             log.close()
 
 
+def _logs(tmp_path: Path) -> str:
+    """The tail of each process log, for the assertion message."""
+    return "".join(f"\n--- {p.name}\n" + p.read_text(errors="replace")[-1500:] for p in sorted(tmp_path.glob("*.log")))
+
+
 def _ms(text: str) -> float:
     return float(text.replace(",", ""))
 
@@ -118,7 +123,9 @@ def test_llm_tab_shows_sim_ttft_live(browser: Any, live_master: str, tmp_path: P
     page.on("request", lambda r: errors.append(f"network: {r.url}")
             if not r.url.startswith(live_master) else None)
     page.goto(live_master)
-    start_from_ui(page, users=4, spawn_rate=4)
+    # One user per worker: the 3 ms budget is about the measurement path, so keep the 2 shared
+    # cores (sim, master, workers, chromium) from queueing each other.
+    start_from_ui(page, users=2, spawn_rate=2)
     page.wait_for_timeout(6000)
     open_llm_tab(page)
     deadline = time.monotonic() + 30
@@ -129,7 +136,7 @@ def test_llm_tab_shows_sim_ttft_live(browser: Any, live_master: str, tmp_path: P
         assert time.monotonic() < deadline, f"LLM tab rows never filled: {rows}"
         page.wait_for_timeout(1000)
     for row in rows:
-        assert abs(_ms(row["TTFT p50 (ms)"]) - TTFT_MS) <= 3, row
+        assert abs(_ms(row["TTFT p50 (ms)"]) - TTFT_MS) <= 3, (row, _logs(tmp_path))
         assert _ms(row["Output tok/s"]) > 0, row
     page.screenshot(path=str(tmp_path / "llm_tab_live.png"), full_page=True)
     stop_from_ui(page)

@@ -172,7 +172,7 @@ def wait_for(what: str, check: Any, cluster: Cluster, timeout_s: float = 60.0) -
         cluster.assert_alive()
         try:
             value = check()
-        except (urllib.error.URLError, OSError, KeyError, ValueError):
+        except (urllib.error.URLError, OSError, KeyError, ValueError, IndexError):
             value = None
         if value:
             return value
@@ -225,7 +225,7 @@ def test_deploy_pods_as_local_processes_form_a_working_system(cluster: Cluster) 
              cluster, timeout_s=90)
 
     # Stopping (like `attnload cluster stop`) makes the master write its results.
-    get_json(cluster.url(names.WEB_PORT, "/stop"))
+    get_json(cluster.url(names.WEB_PORT, "/stop"), {})
     master_log = next(log for n, _, log in cluster.procs if n.startswith(names.MASTER_DEPLOYMENT))
     results_dir = master_log.parent / "volumes" / "results"
     result_file = wait_for("results JSON", lambda: next(iter(results_dir.glob("*.json")), None), cluster)

@@ -229,7 +229,7 @@ def start(kube: Kube, args: argparse.Namespace) -> int:
 
 
 def stop(kube: Kube, args: argparse.Namespace) -> int:
-    reply = _master(kube, "GET", "stop")
+    reply = _master(kube, "POST", "stop", {})  # Locust answers GET /stop with 405
     print(f"stopped: {reply.get('message', 'ok')}")
     return 0
 

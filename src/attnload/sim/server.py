@@ -94,7 +94,8 @@ class SimServer:
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=64 * 1024 * 1024)
-        for prefix in ("/v1", "/api/v1"):
+        # /api is the seed's gateway root: the openai SDK appends /chat/completions to it, curl adds /v1.
+        for prefix in ("/v1", "/api/v1", "/api"):
             app.router.add_post(prefix + "/chat/completions", self.chat_completions)
             app.router.add_get(prefix + "/models", self.models)
         app.router.add_get("/metrics", self.metrics)
