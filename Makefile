@@ -6,7 +6,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-fast lint bench bench-quick deploy-gen test-image observe clean
+.PHONY: demo test test-fast lint bench bench-quick deploy-gen dashboards test-image observe clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -39,8 +39,11 @@ deploy-gen: $(STAMP)
 test-image: $(STAMP)
 	bash scripts/test-image.sh
 
+dashboards: $(STAMP)
+	$(BIN)/python -m attnload.observe.dashboards
+
 observe: $(STAMP)
-	$(BIN)/python -m attnload.observe.prometheus
+	$(BIN)/python -m attnload.observe.prometheus --master 127.0.0.1:9646 --sim 127.0.0.1:8000 --port 9090
 
 clean:
 	rm -rf $(VENV) results .pytest_cache

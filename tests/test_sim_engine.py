@@ -9,7 +9,7 @@ import time
 import pytest
 
 from attnload.sim.api import EngineRejected, GenerationRequest, GenerationState
-from attnload.sim.costmodel import Deployment, EngineConfig, decode_step, deploy, prefill_time_s
+from attnload.sim.costmodel import Deployment, EngineConfig, GroupLoad, decode_step, deploy, prefill_time_s
 from attnload.sim.engine import RooflineEngine, VirtualClock
 from attnload.sim.factory import ModelSpec, build_engines, resolve_models, served_model
 from attnload.sim.presets import PRESETS
@@ -93,8 +93,8 @@ def test_fcfs_no_skipping_when_head_does_not_fit() -> None:
     d = dep("llama-3-70b", kv_capacity_scale=0.0003)  # ~54 blocks of 16 tokens
     assert 50 <= d.blocks_per_group <= 60
     rec = Recorder(d)
-    big = rec.submit("big", 400, 10)  # 25 blocks + 1
-    blocker = rec.submit("blocker", 400, 10)  # does not fit beside big
+    big = rec.submit("big", 560, 10)  # 35 blocks + 1
+    blocker = rec.submit("blocker", 560, 10)  # does not fit beside big
     small = rec.submit("small", 16, 10)  # would fit, but must not jump the queue
     rec.step()
     assert big.group is not None and blocker.group is None and small.group is None
@@ -169,8 +169,8 @@ def test_cache_only_blocks_are_evicted_for_new_work() -> None:
 
 def test_cancel_frees_queue_and_blocks() -> None:
     rec = Recorder(dep("llama-3-70b", kv_capacity_scale=0.0003))
-    running = rec.submit("a", 400, 100)
-    queued = rec.submit("b", 400, 100)
+    running = rec.submit("a", 560, 100)
+    queued = rec.submit("b", 560, 100)
     rec.step()
     assert rec.sched.kv_usage_ratio() > 0 and rec.sched.waiting == 1
     rec.sched.cancel(queued)
@@ -293,8 +293,8 @@ def test_wall_clock_engine_streams_on_time() -> None:
         assert sum(n for _, n in events) == 20
     ttft = min(events[1][0] for events in results) - start
     d = dep("llama-3-70b")
-    expected = d.step_breakdown([*__import__("attnload.sim.costmodel", fromlist=["GroupLoad"]).GroupLoad.of(
-        (), [(0, 2000)] * 4)]).total_s  # 16 × 2000 tokens: 4 prompts per 8192-token step
+    # 16 × 2000-token prompts: the first 8192-token step completes 4 and starts a fifth
+    expected = d.step_breakdown([GroupLoad.of((), [(0, 2000)] * 4 + [(0, 192)])]).total_s
     assert ttft == pytest.approx(expected, abs=0.03)
     assert engine.snapshot().lag_seconds_total == 0.0
     assert sum(engine.step_seconds()) > 0
@@ -330,9 +330,10 @@ def test_engine_rejects_and_frees_on_consumer_exit() -> None:
         with pytest.raises(EngineRejected) as info:
             await anext(engine.generate(GenerationRequest("x", 900, 100), GenerationState()))
         assert info.value.status == 400
-        running = engine.generate(GenerationRequest("a", 400, 100), GenerationState())
+        running = engine.generate(GenerationRequest("a", 560, 100), GenerationState())
         assert await anext(running) == 0
-        queued = engine.generate(GenerationRequest("b", 400, 100), GenerationState())
+        await asyncio.sleep(0)  # the engine admits "a"
+        queued = engine.generate(GenerationRequest("b", 560, 100), GenerationState())
         assert await anext(queued) == 0
         with pytest.raises(EngineRejected) as info:
             await anext(engine.generate(GenerationRequest("c", 16, 1), GenerationState()))

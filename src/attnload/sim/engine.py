@@ -33,6 +33,10 @@ class Clock(Protocol):
 
     async def sleep_until(self, deadline_s: float) -> None: ...
 
+    async def settle(self) -> None:
+        """Called after each step's emissions, before the next plan."""
+        ...
+
 
 class WallClock:
     """asyncio's monotonic clock; sleeps to absolute deadlines."""
@@ -45,13 +49,17 @@ class WallClock:
         if delay > 0:
             await asyncio.sleep(delay)
 
+    async def settle(self) -> None:
+        """Nothing: consumers run while the engine sleeps through the next step."""
+
 
 class VirtualClock:
-    """Instant time: jumps to each deadline, then yields a few loop turns so consumers react.
+    """Instant time: jumps to each deadline; after each step's emissions it yields a few loop
+    turns so consumers read their tokens at the emission time.
 
-    Consumers that answer a token with a new request in the same turn (closed-loop users)
-    are admitted before the next step, as on the wall clock. For exact closed-loop
-    studies without asyncio, use ``sim.virtual.run_closed_loop``.
+    A consumer that answers a token with a new request within those turns (a closed-loop
+    user) is admitted at the very next step, as in ``sim.virtual.run_closed_loop`` (the
+    exact, asyncio-free driver for closed-loop studies).
     """
 
     def __init__(self, start_s: float = 0.0, settle_turns: int = 8) -> None:
@@ -63,6 +71,8 @@ class VirtualClock:
 
     async def sleep_until(self, deadline_s: float) -> None:
         self.t = max(self.t, deadline_s)
+
+    async def settle(self) -> None:
         for _ in range(self.settle_turns):
             await asyncio.sleep(0)
 
@@ -184,6 +194,7 @@ class RooflineEngine:
                 self._lag_s += late_s  # never compress simulated time: shift the schedule instead
                 deadline += late_s
             sched.complete(deadline)
+            await clock.settle()
             if len(self._steps_s) < _MAX_STEP_RECORDS:
                 self._steps_s.append(step_s)
             t_prev = deadline
