@@ -6,6 +6,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from helpers import require_binary
 
 CHROMIUM = Path("/usr/bin/chromium")
 LAUNCH_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
@@ -14,9 +15,9 @@ LAUNCH_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[object]:
-    if not CHROMIUM.exists():
-        pytest.skip("needs Debian chromium at /usr/bin/chromium")
-    sync_api = pytest.importorskip("playwright.sync_api")
+    require_binary("chromium")  # CI installs it; a missing browser fails there instead of skipping
+    from playwright import sync_api
+
     with sync_api.sync_playwright() as pw:
         instance = pw.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=LAUNCH_ARGS)
         try:

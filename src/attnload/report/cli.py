@@ -5,11 +5,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from rich.console import Console
-
 from attnload.errors import UsageError
 from attnload.report.compare import compare_results
-from attnload.report.console import print_summary, render_comparison
+from attnload.report.console import print_summary, render_comparison, wide_console
 from attnload.report.html import write_html
 from attnload.results import load_results
 
@@ -25,7 +23,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     results = load_results(args.results)  # UsageError (one line, exit 2) for a bad file
     baseline = load_results(args.compare) if args.compare else None
-    console = Console()
+    console = wide_console()
     print_summary(results, console)
     if baseline is not None:
         console.print(render_comparison(compare_results(results, baseline)))

@@ -121,7 +121,7 @@ def render_table(results: Results) -> RenderableType:
 
 def print_summary(results: Results, console: Console | None = None) -> None:
     """Print :func:`render_table` to ``console`` (stdout by default)."""
-    (console or Console()).print(render_table(results))
+    (console or wide_console()).print(render_table(results))
 
 
 def render_comparison(comparison: Comparison) -> RenderableType:
@@ -173,3 +173,9 @@ def progress_line(results_snapshot: Results) -> str:
 
 
 __all__ = ["errors_text", "kib", "print_summary", "progress_line", "render_comparison", "render_table"]
+
+
+def wide_console() -> Console:
+    """A console at least 120 columns wide: piped output (CI logs, files) must not truncate numbers."""
+    probe = Console()
+    return probe if probe.is_terminal and probe.width >= 120 else Console(width=max(probe.width, 140))

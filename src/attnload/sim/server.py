@@ -257,7 +257,11 @@ class _Call:
                          f'"model":{json.dumps(self.model_name)},"choices":[],"usage":{json.dumps(self._usage())}}}\n\n')
             await response.write((tail + "data: [DONE]\n\n").encode())
             await response.write_eof()
-        except (ConnectionResetError, asyncio.CancelledError):
+        except ConnectionResetError:  # the client went away (a stopped test): count it, free the engine's slot
+            self.truth.cancelled += 1
+            await generator.aclose()
+            return response
+        except asyncio.CancelledError:
             self.truth.cancelled += 1
             await generator.aclose()
             raise
