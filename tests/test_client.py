@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import socket
 import threading
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -202,3 +203,139 @@ def test_sse_fuzz_only_classified_errors(cuts: list[int], garbage: bytes, positi
             run.consume(at=float(end), origin=0.0)
     except RequestFailed as failure:
         assert isinstance(failure.kind, ErrorClass)
+
+
+# ---------------------------------------------------------------------------- the hostile server, mode by mode
+
+from hostile_server import EXPECTED, MODES, HostileServer, Timing  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def hostile() -> Iterator[HostileServer]:
+    server = HostileServer(Timing(delay_s=0.0, slow_s=1.5, stall_s=5.0))
+    yield server
+    server.stop()
+
+
+def hostile_send(server: HostileServer, mode: str, client: ChatClient | None = None):  # type: ignore[no-untyped-def]
+    client = client or ChatClient(server.url + "/api/v1/chat/completions", "sk-hostile-key-0123456789",
+                                  Timeouts(connect_s=2, ttft_s=0.5, idle_s=0.5, total_s=3.0))
+    body = chat_body(mode, [{"role": "user", "content": "hi"}], max_tokens=8, temperature=0)
+    return client, client.send(body, model_key="k", profile="p", stage=0)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_each_hostile_mode_maps_to_its_class(hostile: HostileServer, mode: str) -> None:
+    before = hostile.hostile.counts[mode]
+    client, record = hostile_send(hostile, mode)
+    client.close()
+    assert (record.error or "ok") == EXPECTED[mode], client.last_failure
+    assert record.outcome == ("ok" if mode == "ok" else "failed")
+    assert hostile.hostile.counts[mode] == before + 1  # one request on the wire, no retries
+    if client.last_failure is not None:
+        assert "sk-hostile-key" not in str(client.last_failure)
+
+
+def test_keep_alive_survives_every_mode_in_turn(hostile: HostileServer) -> None:
+    """One client (one user) walking through all modes: each failure closes, the next request reconnects."""
+    client = None
+    for mode in (*MODES, "ok"):
+        client, record = hostile_send(hostile, mode, client)
+        assert (record.error or "ok") == EXPECTED[mode]
+    assert client is not None
+    client.close()
+
+
+def test_retry_after_backoff_delays_the_next_request(hostile: HostileServer) -> None:
+    client = ChatClient(hostile.url + "/v1/chat/completions", None, Timeouts(connect_s=2, total_s=3.0),
+                        retry_after_max_s=0.3)
+    _, record = hostile_send(hostile, "rate_limited", client)
+    assert record.error == "rate_limited" and client.last_failure and client.last_failure.retry_after_s == 1.0
+    started = time.perf_counter()
+    _, record = hostile_send(hostile, "ok", client)
+    waited = time.perf_counter() - started
+    assert record.outcome == "ok" and 0.25 <= waited and record.e2e_s < waited - 0.2  # capped, not in latency
+
+
+def test_stale_keep_alive_connection_is_resent_once(serve) -> None:  # type: ignore[no-untyped-def]
+    """A server that closes an idle keep-alive connection without saying so is not a failure."""
+    body = sse(chunk("a "), chunk(finish="stop"), "[DONE]")
+    client = serve(http(200, body), http(200, body), close_after=True)
+    assert send(client).outcome == "ok"
+    record = send(client)
+    assert (record.outcome, record.error) == ("ok", None)
+
+
+@pytest.mark.parametrize(("status", "body", "kind"), [
+    (400, b'{"detail": "Request is too long for the model context window"}', ErrorClass.CONTEXT_LENGTH),
+    (400, b'{"error": "model not found: llama-9"}', ErrorClass.NOT_FOUND),
+    (400, b'{"message": "Insufficient balance", "code": 1008}', ErrorClass.QUOTA),
+    (500, b'{"type": "error", "error": {"type": "rate_limit_error", "message": "slow"}}', ErrorClass.RATE_LIMITED),
+    (403, b'{"errors": [{"message": "forbidden"}]}', ErrorClass.AUTH),
+    (502, b"<!DOCTYPE html><html><title>502 Bad Gateway</title></html>", ErrorClass.SERVER),
+    (504, b"upstream timed out", ErrorClass.TIMEOUT),
+    (301, b"", ErrorClass.BAD_RESPONSE),
+    (422, b"[{\"error\": {\"message\": \"bad field\"}}]", ErrorClass.BAD_REQUEST),
+])
+def test_gateway_error_shapes(status: int, body: bytes, kind: ErrorClass) -> None:
+    assert classify_status(status, body).kind is kind
+
+
+def test_retry_after_http_date_is_parsed() -> None:
+    from email.utils import formatdate
+
+    failure = classify_status(429, b"{}", formatdate(time.time() + 30, usegmt=True))
+    assert failure.kind is ErrorClass.RATE_LIMITED and failure.retry_after_s is not None
+    assert 25 <= failure.retry_after_s <= 31
+
+
+class _FakeSocket:
+    """Plays scripted ``recv`` results (bytes or an exception) to the whole ``_exchange`` path."""
+
+    def __init__(self, reads: list[bytes | BaseException]) -> None:
+        self.reads = reads
+
+    def sendall(self, data: bytes) -> None:
+        pass
+
+    def settimeout(self, value: float) -> None:
+        pass
+
+    def recv(self, size: int) -> bytes:
+        if not self.reads:
+            return b""
+        item = self.reads.pop(0)
+        if isinstance(item, BaseException):
+            raise item
+        return item
+
+    def close(self) -> None:
+        pass
+
+
+_GOOD = b"".join(http(200, sse(chunk(role=True), chunk("a b "), chunk("c "), chunk(finish="stop"), USAGE, "[DONE]")))
+
+
+@settings(max_examples=300, deadline=None)
+@given(cuts=st.lists(st.integers(min_value=0, max_value=len(_GOOD)), max_size=10),
+       garbage=st.binary(max_size=30), position=st.integers(min_value=0, max_value=len(_GOOD)),
+       drop=st.integers(min_value=0, max_value=len(_GOOD)),
+       ending=st.sampled_from([None, ConnectionResetError("reset"), TimeoutError("slow"), OSError("x")]),
+       stream=st.booleans())
+def test_exchange_fuzz_only_classified_failures(cuts: list[int], garbage: bytes, position: int, drop: int,
+                                                ending: BaseException | None, stream: bool) -> None:
+    """Garbled, truncated or split HTTP + SSE through the whole ``send`` path: a record, never an exception."""
+    raw = _GOOD[:position] + garbage + _GOOD[position:]
+    raw = raw[:max(drop, 1)] if drop < len(_GOOD) // 2 else raw
+    points = sorted({min(c, len(raw)) for c in cuts} | {0, len(raw)})
+    reads: list[bytes | BaseException] = [raw[a:b] for a, b in zip(points, points[1:], strict=False) if b > a]
+    if ending is not None:
+        reads.append(ending)
+    client = ChatClient("http://127.0.0.1:9/v1/chat/completions", None, Timeouts(connect_s=1, total_s=5))
+    client._sock = _FakeSocket(reads)
+    client._connect = lambda: _FakeSocket([])  # type: ignore[method-assign]
+    body = chat_body("m", [{"role": "user", "content": "hi"}], max_tokens=3, temperature=0, stream=stream)
+    record = client.send(body, model_key="k", profile="p", stage=0)
+    assert record.outcome in ("ok", "failed")
+    if record.outcome == "failed":
+        assert record.error in {c.label for c in ErrorClass}

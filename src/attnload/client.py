@@ -15,6 +15,7 @@ classified failure, never an exception out of :meth:`ChatClient.send`.
 from __future__ import annotations
 
 import json
+import re
 import socket
 import ssl
 import time
@@ -54,17 +55,25 @@ class SseSplitter:
         """Parsed ``(event type, data)`` pairs not yet consumed."""
 
     def feed(self, data: bytes) -> None:
+        if not self._buffer and data.startswith(b"data: ") and data.find(b"\n") == len(data) - 2 \
+                and data.endswith(b"\n\n") and b"\r" not in data:
+            self.events.append((b"message", bytes(data[6:-2])))  # one whole one-line event per read: most reads
+            return
         buffer = self._buffer + data if self._buffer else bytes(data)
         if b"\r" in buffer:
             buffer = buffer.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
         start = 0
+        events = self.events
         while True:
             end = buffer.find(b"\n\n", start)
             if end < 0:
                 break
-            self._event(buffer[start:end])
+            if buffer.startswith(b"data: ", start) and buffer.find(b"\n", start, end) < 0:
+                events.append((b"message", buffer[start + 6:end]))  # the common case, without a call
+            else:
+                self._event(buffer[start:end])
             start = end + 2
-        self._buffer = buffer[start:]
+        self._buffer = buffer[start:] if start < len(buffer) else b""
 
     def _event(self, block: bytes) -> None:
         if block.startswith(b"data:") and b"\n" not in block:  # the common case: one data line
@@ -98,6 +107,64 @@ class _Response(HTTPResponse):
             self.sse.feed(bytes(buf))
         elif len(self.body) < ERROR_BODY_LIMIT:
             self.body += buf
+
+
+class _Reader:
+    """Reads a plain-TCP gevent socket with one lazily re-armed deadline timer, not one per read.
+
+    Why: ``settimeout`` + ``recv`` builds a gevent ``Timeout`` (a libev timer started and
+    stopped from Python) around every blocking read and tries ``recv`` before waiting, which
+    on these VMs doubled the client's CPU per token (DESIGN.md, pitfalls). Here each read
+    waits for readability on one reused io watcher, then makes one ``recv`` call; a single
+    timer per connection fires at the earliest deadline it was armed for and either throws
+    ``TimeoutError`` into a read that is past its deadline or re-arms for the read in progress.
+    Deadlines are the same as with ``settimeout(wait_s)``; the timer just moves less often.
+    """
+
+    __slots__ = ("sock", "raw", "io", "hub", "greenlet", "timer", "armed_until", "until", "waiting")
+
+    def __init__(self, sock: Any) -> None:
+        self.sock = sock
+        self.raw = sock._sock  # the non-blocking _socket.socket under gevent's wrapper
+        self.hub = gevent.get_hub()
+        self.io = self.hub.loop.io(sock.fileno(), 1)
+        self.greenlet: Any = None
+        self.timer: Any = None
+        self.armed_until = 0.0
+        self.until = 0.0
+        self.waiting = False
+
+    def recv(self, wait_s: float) -> bytes:
+        until = self.until = time.perf_counter() + wait_s
+        if self.timer is None or until < self.armed_until:
+            self._arm(until)
+        self.greenlet = gevent.getcurrent()
+        self.waiting = True
+        try:
+            self.hub.wait(self.io)
+        finally:
+            self.waiting = False
+        try:
+            return self.raw.recv(RECV_BYTES)
+        except BlockingIOError:
+            return self.recv(until - time.perf_counter())  # a spurious wake-up: wait again
+
+    def _arm(self, until: float) -> None:
+        if self.timer is not None:
+            self.timer.stop()
+        self.timer = self.hub.loop.timer(max(until - time.perf_counter(), 0.0))
+        self.timer.ref = False  # an idle connection's timer must not keep the hub alive
+        self.armed_until = until
+        self.timer.start(self._expired)
+
+    def _expired(self) -> None:
+        self.timer = None
+        if not self.waiting:
+            return  # no read in progress: the next read arms again
+        if time.perf_counter() >= self.until:
+            self.greenlet.throw(TimeoutError("read deadline passed"))
+        else:
+            self._arm(self.until)
 
 
 @dataclass(frozen=True)
@@ -149,10 +216,28 @@ class Timeouts:
 class ChatClient:
     """Sends chat completions to one endpoint over one keep-alive connection (one user)."""
 
+    _reader: _Reader | None = None
+    """Timer-free reader of the current plain-TCP socket (rebuilt when the socket changes)."""
+
+    def _recv(self, sock: Any, wait_s: float) -> bytes:
+        """One read of at most ``RECV_BYTES`` within ``wait_s``; raises ``TimeoutError`` past it."""
+        reader = self._reader
+        if reader is None or reader.sock is not sock:
+            if type(sock) is not gevent.socket.socket:  # TLS: only its own recv decrypts
+                sock.settimeout(wait_s)
+                return bytes(sock.recv(RECV_BYTES))
+            reader = self._reader = _Reader(sock)
+        return reader.recv(wait_s)
+
     def __init__(self, url: str, api_key: str | None, timeouts: Timeouts,
-                 ssl_context: gevent.ssl.SSLContext | None = None) -> None:
+                 ssl_context: gevent.ssl.SSLContext | None = None, retry_after_max_s: float = 0.0) -> None:
         self.endpoint = Endpoint.from_url(url)
         self.timeouts = timeouts
+        self.retry_after_max_s = retry_after_max_s
+        """Above 0: after a 429 with Retry-After, wait that long (capped) before this user's next request."""
+        self.last_failure: RequestFailed | None = None
+        """The last request's classified failure with its detail (``attnload check`` prints it)."""
+        self._resume_at = 0.0
         self._sock: Any = None
         self._ssl = ssl_context
         auth = f"Authorization: Bearer {api_key}\r\n" if api_key else ""
@@ -213,6 +298,8 @@ class ChatClient:
         ``intended_start`` (perf_counter seconds) is the open-loop schedule's send time:
         latencies count from it, so a late client cannot hide queueing (coordinated omission).
         """
+        if self._resume_at:
+            self._back_off()
         started = time.perf_counter()
         origin = intended_start if intended_start is not None else started
         stream = bool(body.get("stream", True))
@@ -233,9 +320,19 @@ class ChatClient:
             raise _Cancelled(record) from None
         except Exception as exc:  # noqa: BLE001 - one boundary maps every foreign error to a class
             error, outcome = classify_exception(exc, self.endpoint.proxy is not None), "failed"
+        self.last_failure = error
         if error is not None:
             self.close()
+            if error.retry_after_s and self.retry_after_max_s > 0:
+                self._resume_at = time.perf_counter() + min(error.retry_after_s, self.retry_after_max_s)
         return self._record(body, run, origin, outcome, error, model_key, profile, stage, intended_start, started)
+
+    def _back_off(self) -> None:
+        """Honour the last 429's Retry-After; the wait is not part of the next request's latency."""
+        wait = self._resume_at - time.perf_counter()
+        self._resume_at = 0.0
+        if wait > 0:
+            gevent.sleep(wait)  # a GreenletExit here cancels nothing: no request is in flight
 
     def _exchange(self, payload: bytes, run: _Run, origin: float) -> None:
         timeouts = self.timeouts
@@ -256,6 +353,7 @@ class ChatClient:
             sock.sendall(request)
         response = _Response(run.sse if run.stream else None)
         run.response = response
+        fresh = not reused  # a reused connection that dies before any byte was closed idle: resend once
         while True:
             now = time.perf_counter()
             limit = deadline if run.first_at is not None or not run.stream else min(first_deadline, deadline)
@@ -264,32 +362,41 @@ class ChatClient:
                 wait = min(wait, timeouts.idle_s)
             if wait <= 0:
                 raise RequestFailed(ErrorClass.TIMEOUT, _timeout_detail(run, timeouts))
-            sock.settimeout(wait)
             try:
-                data = sock.recv(RECV_BYTES)
+                data = self._recv(sock, wait)
+            except ConnectionResetError:
+                if fresh:
+                    raise
+                data = b""
             except TimeoutError:
                 raise RequestFailed(ErrorClass.TIMEOUT, _timeout_detail(run, timeouts)) from None
             except gevent.socket.timeout:
                 raise RequestFailed(ErrorClass.TIMEOUT, _timeout_detail(run, timeouts)) from None
             at = time.perf_counter()
             if not data:
-                run.eof = True
                 self.close()
+                if not fresh:
+                    fresh = True
+                    sock = self._sock = self._connect()
+                    sock.sendall(request)
+                    continue
+                run.eof = True
                 return
+            fresh = True
             try:
                 response.feed(data)
             except HTTPParseError as exc:
                 raise RequestFailed(ErrorClass.BAD_RESPONSE, f"malformed HTTP response ({exc})") from None
-            if response.headers_complete and response.get_code() != 200:
-                if response.message_complete:
-                    raise classify_status(response.get_code(), bytes(response.body), _header(response, "retry-after"))
-                continue
-            if run.stream and run.sse.events:
+            if run.sse.events and run.stream:  # only a 200 feeds the splitter: the streaming common case first
                 run.consume(at, origin)
                 if run.done:
                     if not response.message_complete or response.should_close():
                         self.close()  # [DONE] seen; don't wait for the framing to end
                     return
+            if response.headers_complete and response.get_code() != 200:
+                if response.message_complete:
+                    raise classify_status(response.get_code(), bytes(response.body), _header(response, "retry-after"))
+                continue
             if response.message_complete:
                 if response.should_close():
                     self.close()
@@ -324,6 +431,22 @@ class _Cancelled(Exception):
         self.record = record
 
 
+# A plain content delta, the bulk of every stream: one choice, index 0, finish_reason null,
+# delta {content} (optionally after role "assistant"), content without escapes or control
+# characters, and only scalar fields (never "error" or "choices") around "choices".
+# json.loads of such bytes yields exactly: no error, no usage dict, choices[0].delta.content
+# == group(1).decode() — so consume() reads it without json.loads (~5 µs a chunk saved);
+# anything else takes the full path below.
+_SCALAR_FIELD = rb'(?!"error"|"choices")"\w+":(?:"[^"\\\x00-\x1f]*"|-?(?:0|[1-9]\d*)|null)'
+_PLAIN_DELTA = re.compile(
+    rb'\{(?:' + _SCALAR_FIELD + rb',)*"choices":\[\{"index":0,"delta":\{(?:"role":"assistant",)?'
+    rb'"content":"([^"\\\x00-\x1f]*)"\}(?:,"logprobs":null)?,"finish_reason":null\}\]'
+    rb'(?:,' + _SCALAR_FIELD + rb')*\}')
+_TOKEN_CACHE: dict[str, int] = {}
+"""chunk text -> ``chunk_tokens(text)``: token texts repeat, so most chunks hit (bounded)."""
+_TOKEN_CACHE_SIZE = 65536
+
+
 class _Run:
     """State of one response being read: timings, chunk token estimates, usage, finish."""
 
@@ -348,12 +471,37 @@ class _Run:
         """Handle the events parsed so far; all of them arrived in the ``recv`` that returned at ``at``."""
         events, self.sse.events = self.sse.events, []
         for kind, data in events:
+            if kind == b"message":
+                plain = _PLAIN_DELTA.fullmatch(data)
+                if plain is not None:  # the bytes pin every field the slow path would read
+                    raw = plain.group(1)
+                    if not raw:
+                        continue  # empty content, finish_reason null: nothing to record
+                    try:
+                        text = raw.decode()
+                    except UnicodeDecodeError:
+                        pass  # let json.loads report it exactly as it always has
+                    else:
+                        if self.first_at is None:
+                            self.first_at = at
+                        else:
+                            self.gaps.append(at - self.last_at)
+                        self.last_at = at
+                        tokens = _TOKEN_CACHE.get(text)
+                        if tokens is None:
+                            tokens = chunk_tokens(text)
+                            if len(_TOKEN_CACHE) < _TOKEN_CACHE_SIZE:
+                                _TOKEN_CACHE[text] = tokens
+                        self.chunk_tokens.append(tokens)
+                        continue
             if data == b"[DONE]":
                 self.done = True
                 continue
             try:
                 chunk = json.loads(data)
             except ValueError:
+                if kind == b"error":  # an SSE error event whose data is plain text
+                    raise _by_status(200, data[:300].decode("utf-8", errors="replace"), "", None) from None
                 raise RequestFailed(ErrorClass.BAD_RESPONSE, f"malformed JSON in stream: {data[:80]!r}") from None
             if not isinstance(chunk, dict):
                 raise RequestFailed(ErrorClass.BAD_RESPONSE, f"stream chunk is not an object: {data[:80]!r}")
@@ -448,7 +596,8 @@ def _header(response: HTTPResponse, name: str) -> str | None:
 
 def _timeout_detail(run: _Run, timeouts: Timeouts) -> str:
     if run.response is None or not run.response.headers_complete:
-        return f"no response headers in time (total {timeouts.total_s:g} s)"
+        limit = f"ttft {timeouts.ttft_s:g} s" if timeouts.ttft_s and run.stream else f"total {timeouts.total_s:g} s"
+        return f"no response headers in time ({limit})"
     if run.first_at is None:
         return f"no first token in time (ttft {timeouts.ttft_s or timeouts.total_s:g} s)"
     return f"stream stalled (idle {timeouts.idle_s:g} s or total {timeouts.total_s:g} s exceeded)"
@@ -462,45 +611,82 @@ def classify_status(status: int, body: bytes, retry_after: str | None = None) ->
         data = None
     if isinstance(data, dict):
         error = data.get("error", data)
+        if isinstance(error, list) and error:  # some gateways send {"error": [{...}]}
+            error = error[0]
         if isinstance(error, dict | str):
             return _classify_error_object(error, status, retry_after)
+    if isinstance(data, list) and data and isinstance(data[0], dict):  # {"errors"}-style arrays at the top
+        return _classify_error_object(data[0].get("error", data[0]), status, retry_after)
     return _by_status(status, _text_of(body), "", retry_after)
 
 
 def _classify_error_object(error: Any, status: int, retry_after: str | None = None) -> RequestFailed:
+    """OpenAI ``{"error": {message, type, code}}`` and gateway shapes (``detail``, ``msg``, ``errors``)."""
     if isinstance(error, dict):
-        message = str(error.get("message") or error.get("msg") or error.get("detail") or "")
-        code = " ".join(str(error.get(k) or "") for k in ("code", "type", "status"))
-        status = _int(error.get("status_code") or error.get("code")) or status
+        inner = error.get("error")
+        if isinstance(inner, dict):  # Anthropic-style {"type": "error", "error": {...}}
+            error = inner
+        message = error.get("message") or error.get("msg") or error.get("detail") or error.get("error") or ""
+        if not message and isinstance(error.get("errors"), list) and error["errors"]:
+            message = error["errors"][0]
+        message = str(message)
+        code = " ".join(str(error.get(k) or "") for k in ("code", "type", "status", "reason"))
+        status = _int(error.get("status_code") or error.get("code") or error.get("status")) or status
     else:
         message, code = str(error), ""
     return _by_status(status, message[:300], code, retry_after)
 
 
+_QUOTA_WORDS = ("insufficient_quota", "quota", "balance", "billing", "credit", "余额")
+_CONTEXT_WORDS = ("context_length", "context length", "maximum context", "context window", "is too long",
+                  "too many tokens", "max_tokens is too large", "reduce the length")
+_AUTH_WORDS = ("invalid_api_key", "invalid api key", "unauthorized", "authentication", "incorrect api key")
+_NOT_FOUND_WORDS = ("model_not_found", "model not found", "does not exist", "no such model", "unknown model",
+                    "deploymentnotfound", "not_found_error")
+_RATE_WORDS = ("rate_limit", "rate limit", "too many requests")
+
+
 def _by_status(status: int, message: str, code: str, retry_after: str | None) -> RequestFailed:
     text = f"{code} {message}".lower()
     detail = f"HTTP {status}: {message or code or 'no details'}".strip()
+    wait_s = _retry_after_s(retry_after)
     if retry_after:
-        detail += f" (Retry-After {retry_after})"
-    if "insufficient_quota" in text or "quota" in text or "balance" in text or status == 402:
+        detail += f" (Retry-After {retry_after[:40]})"
+    if status == 402 or any(w in text for w in _QUOTA_WORDS):
         return RequestFailed(ErrorClass.QUOTA, detail)
-    if "context_length" in text or "context length" in text or "maximum context" in text or "too long" in text:
+    if any(w in text for w in _CONTEXT_WORDS):
         return RequestFailed(ErrorClass.CONTEXT_LENGTH, detail)
-    if status in (401, 403) or "invalid_api_key" in text or "unauthorized" in text:
+    if status in (401, 403) or any(w in text for w in _AUTH_WORDS):
         return RequestFailed(ErrorClass.AUTH, detail)
-    if status == 404 or "model_not_found" in text or "does not exist" in text:
+    if status == 404 or any(w in text for w in _NOT_FOUND_WORDS):
         return RequestFailed(ErrorClass.NOT_FOUND, detail)
-    if status == 429 or "rate_limit" in text:
-        return RequestFailed(ErrorClass.RATE_LIMITED, detail)
+    if status == 429 or any(w in text for w in _RATE_WORDS):
+        return RequestFailed(ErrorClass.RATE_LIMITED, detail, retry_after_s=wait_s)
     if status == 407:
         return RequestFailed(ErrorClass.PROXY, detail)
-    if status == 408 or status == 504:
+    if status in (408, 504, 524):
         return RequestFailed(ErrorClass.TIMEOUT, detail)
+    if 300 <= status < 400:  # a redirect is never a chat completion: usually http vs https or a wrong path
+        return RequestFailed(ErrorClass.BAD_RESPONSE, detail + " (redirect: check the scheme and path of base_url)")
     if 400 <= status < 500:
         return RequestFailed(ErrorClass.BAD_REQUEST, detail)
-    if status >= 500:
-        return RequestFailed(ErrorClass.SERVER, detail)
-    return RequestFailed(ErrorClass.SERVER, detail)  # an error object inside a 200 stream: the server failed
+    return RequestFailed(ErrorClass.SERVER, detail)  # 5xx, or an error object inside a 200 stream
+
+
+def _retry_after_s(value: str | None) -> float | None:
+    """Retry-After as seconds: delta-seconds or an HTTP date (RFC 9110 §10.2.3)."""
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        from email.utils import parsedate_to_datetime
+
+        return max(0.0, parsedate_to_datetime(value).timestamp() - time.time())
+    except (TypeError, ValueError, IndexError, OverflowError):
+        return None
 
 
 def _int(value: Any) -> int | None:

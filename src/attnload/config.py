@@ -11,14 +11,24 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
+import random
 import re
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from attnload.errors import UsageError, register_secret
 
@@ -79,21 +89,101 @@ class ModelTarget(StrictModel):
         return value
 
 
+class Distribution(StrictModel):
+    """A token count drawn per request: ``fixed``, ``uniform``, ``normal`` or ``lognormal``, clamped to [min, max].
+
+    Real traffic is not one prompt length; a distribution lets a profile look like a
+    chat mix while staying reproducible (the workload's RNG is seeded). ``lognormal``
+    takes the mean and stddev of the *counts*, not of their logarithm, so a config
+    reads in tokens.
+    """
+
+    dist: Literal["fixed", "uniform", "normal", "lognormal"]
+    value: int | None = Field(default=None, gt=0)
+    mean: float | None = Field(default=None, gt=0)
+    stddev: float | None = Field(default=None, ge=0)
+    min: int = Field(default=1, gt=0)
+    max: int = Field(default=1_000_000, gt=0)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Distribution:
+        if self.min > self.max:
+            raise ValueError(f"distribution min {self.min} > max {self.max}; swap them")
+        needs = {"fixed": ("value",), "uniform": (), "normal": ("mean", "stddev"),
+                 "lognormal": ("mean", "stddev")}[self.dist]
+        missing = [name for name in needs if getattr(self, name) is None]
+        if missing:
+            raise ValueError(f"a {self.dist} distribution needs {' and '.join(missing)}")
+        if self.dist == "uniform" and "max" not in self.model_fields_set:
+            raise ValueError("a uniform distribution needs min and max")
+        return self
+
+    def sample(self, rng: random.Random) -> int:
+        """One draw, rounded and clamped to [min, max]."""
+        if self.dist == "fixed":
+            value = float(self.value or self.min)
+        elif self.dist == "uniform":
+            return rng.randint(self.min, self.max)
+        elif self.dist == "normal":
+            value = rng.gauss(self.mean or 0.0, self.stddev or 0.0)
+        else:
+            mean, stddev = self.mean or 1.0, self.stddev or 0.0
+            sigma2 = math.log(1.0 + (stddev / mean) ** 2)
+            value = rng.lognormvariate(math.log(mean) - sigma2 / 2.0, math.sqrt(sigma2))
+        return int(min(max(round(value), self.min), self.max))
+
+
+def _token_count(value: object) -> object:
+    """Validate a distribution object here, so its own error (not the ``int`` branch's) is reported."""
+    if isinstance(value, Mapping):
+        try:
+            return Distribution.model_validate(value)
+        except ValidationError as exc:
+            error = exc.errors()[0]
+            where = ".".join(str(part) for part in error["loc"])
+            message = error["msg"].removeprefix("Value error, ")
+            raise ValueError(f"{where}: {message}" if where else message) from None
+    return value
+
+
+TokenCount = Annotated[int | Distribution, BeforeValidator(_token_count)]
+"""A fixed count, or a distribution drawn per request."""
+
+
+def sample_count(count: int | Distribution, rng: random.Random) -> int:
+    return count if isinstance(count, int) else count.sample(rng)
+
+
 class Profile(StrictModel):
-    """A named workload: what each request asks for."""
+    """A named workload: what each request asks for.
+
+    ``prompt_tokens`` builds a prompt of that many tokens (by the shared local estimator,
+    so the server's ``usage`` agrees); ``shared_prefix_ratio`` of it is one of
+    ``prefixes`` fixed texts placed *before* the salt, so a prefix cache can hit it.
+    ``ignore_eos`` (None: the request setting) asks the server to emit exactly
+    ``max_tokens`` (``ignore_eos`` + ``min_tokens``, vLLM/SGLang extensions).
+    """
 
     name: str
     prompt: str | None = None
-    prompt_tokens: int | None = Field(default=None, gt=0)
-    max_tokens: int | None = Field(default=None, gt=0)
+    prompt_tokens: TokenCount | None = None
+    max_tokens: TokenCount | None = None
     shared_prefix_ratio: float = Field(default=0.0, ge=0.0, le=1.0)
     prefixes: int = Field(default=1, ge=1)
     weight: float = Field(default=1.0, gt=0)
+    ignore_eos: bool | None = None
 
     @model_validator(mode="after")
     def _has_prompt(self) -> Profile:
         if self.prompt is None and self.prompt_tokens is None:
             raise ValueError(f"profile {self.name!r} needs `prompt` (text) or `prompt_tokens` (a count)")
+        for name in ("prompt_tokens", "max_tokens"):
+            value = getattr(self, name)
+            if isinstance(value, int) and value <= 0:
+                raise ValueError(f"profile {self.name!r}: {name} must be positive, got {value}")
+        if self.shared_prefix_ratio > 0 and self.prompt_tokens is None:
+            raise ValueError(f"profile {self.name!r}: shared_prefix_ratio needs prompt_tokens (the prefix is a "
+                             "share of the built prompt)")
         return self
 
 
@@ -136,6 +226,10 @@ class TestConfig(StrictModel):
     slo: Slo = Slo()
     shape: str | None = None
     stage_duration_s: float | None = None
+    arrivals: Literal["poisson", "constant"] = "poisson"
+    """Open-loop (``rate:``) inter-arrival law; ``--arrivals`` overrides it."""
+    seed: int = 0
+    """Seeds arrival schedules and profile draws, so two runs send the same sequence."""
 
     def model(self, key: str) -> ModelTarget:
         for target in self.models:
@@ -193,11 +287,12 @@ class _Benchmark(StrictModel):
 
 class _RawProfile(StrictModel):
     prompt: str | None = None
-    prompt_tokens: int | None = Field(default=None, gt=0)
-    max_tokens: int | None = Field(default=None, gt=0)
+    prompt_tokens: TokenCount | None = None
+    max_tokens: TokenCount | None = None
     shared_prefix_ratio: float = Field(default=0.0, ge=0.0, le=1.0)
     prefixes: int = Field(default=1, ge=1)
     weight: float = Field(default=1.0, gt=0)
+    ignore_eos: bool | None = None
 
 
 class _Extensions(StrictModel):
@@ -209,6 +304,8 @@ class _Extensions(StrictModel):
     slo: Slo = Slo()
     shape: str | None = None
     stage_duration_s: float | None = Field(default=None, gt=0)
+    arrivals: Literal["poisson", "constant"] = "poisson"
+    seed: int = 0
 
 
 class _JsonConfig(_Extensions):
@@ -349,7 +446,8 @@ def _targets(models: Mapping[str, Any], base_url: str, api_key_env: str | None,
 
 def _profiles(ext: _Extensions) -> tuple[Profile, ...]:
     profiles = [Profile(name=name, prompt=text) for name, text in ext.test_prompts.items()]
-    profiles += [Profile(name=name, **raw.model_dump()) for name, raw in ext.workload.items()]
+    profiles += [Profile(name=name, **{k: getattr(raw, k) for k in type(raw).model_fields})
+                 for name, raw in ext.workload.items()]
     names = [p.name for p in profiles]
     duplicates = {n for n in names if names.count(n) > 1}
     if duplicates:
@@ -364,7 +462,8 @@ def _from_json(file: Path, raw_bytes: bytes, cfg: _JsonConfig) -> TestConfig:
         source=str(file), sha256=hashlib.sha256(raw_bytes).hexdigest(), provider=None,
         models=_targets(cfg.models, cfg.base_url, cfg.api_key_env, ("attention_type", "max_context")),
         profiles=_profiles(cfg), request=request, repeat=cfg.benchmark.repeat, slo=cfg.slo,
-        shape=cfg.shape, stage_duration_s=cfg.stage_duration_s)
+        shape=cfg.shape, stage_duration_s=cfg.stage_duration_s,
+        arrivals=cfg.arrivals, seed=cfg.seed)
 
 
 def _from_toml(file: Path, raw_bytes: bytes, cfg: _TomlConfig) -> TestConfig:
@@ -381,4 +480,5 @@ def _from_toml(file: Path, raw_bytes: bytes, cfg: _TomlConfig) -> TestConfig:
         models=_targets(cfg.models, cfg.provider.base_url, cfg.provider.api_key_env, ("attention", "context_window")),
         profiles=_profiles(cfg), request=RequestSettings(**settings),
         repeat=cfg.benchmark.repeat if cfg.benchmark else 5, slo=cfg.slo,
-        shape=cfg.shape, stage_duration_s=cfg.stage_duration_s)
+        shape=cfg.shape, stage_duration_s=cfg.stage_duration_s,
+        arrivals=cfg.arrivals, seed=cfg.seed)

@@ -49,9 +49,11 @@ class UsageError(Exception):
 class RequestFailed(Exception):
     """A classified request failure; ``detail`` is redacted before it is stored."""
 
-    def __init__(self, kind: ErrorClass, detail: str) -> None:
+    def __init__(self, kind: ErrorClass, detail: str, retry_after_s: float | None = None) -> None:
         self.kind = kind
         self.detail = redact(detail)
+        self.retry_after_s = retry_after_s
+        """A 429's ``Retry-After`` in seconds, kept so a client may back off before its next request."""
         super().__init__(f"{kind.label}: {self.detail}. Fix: {kind.value}")
 
 
@@ -61,6 +63,7 @@ _SECRET_PATTERNS = (
     re.compile(r"(?i)(?P<keep>bearer\s+)[A-Za-z0-9._\-~+/=]{6,}"),
     re.compile(r"(?P<keep>)\bsk-[A-Za-z0-9_\-]{6,}"),
     re.compile(r"(?i)(?P<keep>(?:api[_-]?key|access[_-]?token|secret)[\"']?\s*[:=]\s*[\"']?)[^\s,;'\"&]+"),
+    re.compile(r"(?P<keep>://[^/\s:@]+:)[^@\s/]+(?=@)"),  # the password of a proxy URL (user:pass@host)
 )
 _registered_secrets: set[str] = set()
 

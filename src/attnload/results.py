@@ -65,6 +65,38 @@ class Totals(_Model):
     """Requests/s that met every SLO in the config; None when the config sets no SLO."""
 
 
+class PairedDiff(_Model):
+    """Median of per-pair differences (this model − baseline) and its bootstrap CI, seconds."""
+
+    median_diff: float | None = None
+    ci_low: float | None = None
+    ci_high: float | None = None
+    n: int = 0
+
+
+class PairedSummary(_Model):
+    """``--paired``: this model against the baseline (the config's first model), prompt by prompt."""
+
+    baseline: str
+    pairs: int = 0
+    confidence: float = 0.95
+    ttft_s: PairedDiff = PairedDiff()
+    e2e_s: PairedDiff = PairedDiff()
+    tpot_s: PairedDiff = PairedDiff()
+
+
+class SweepSummary(_Model):
+    """``--shape sweep``: the throughput knee and the highest rate held under the SLOs."""
+
+    knee_users: int | None = None
+    """Closed-loop users of this model at the knee."""
+    knee_output_tokens_per_s: float | None = None
+    knee_requests_per_s: float | None = None
+    probe_output_tokens_per_s: list[float] = []
+    rates_tried_rps: list[float] = []
+    max_sustainable_rps: float | None = None
+
+
 class StageSummary(Totals):
     """One stage of a shaped run: a closed-loop user count or an open-loop rate."""
 
@@ -76,6 +108,9 @@ class StageSummary(Totals):
     dispatch_lag_s: Summary | None = None
     flags: list[str] = []
     """E.g. ``client_behind`` (open loop could not keep the schedule)."""
+    achieved_rate_rps: float | None = None
+    """Open loop: requests sent (any outcome) per second of the stage, to compare with ``rate``."""
+    paired: PairedSummary | None = None
 
 
 class ModelSummary(Totals):
@@ -86,6 +121,9 @@ class ModelSummary(Totals):
     profiles: dict[str, Totals] = {}
     attention_info: dict[str, float | int | str] = {}
     """KV bytes/token/GPU, capacity, parallelism when the model matches a simulator preset."""
+    paired: PairedSummary | None = None
+    """``--paired`` runs, non-baseline models: per-pair differences over all stages."""
+    sweep: SweepSummary | None = None
 
 
 class ClientInfo(_Model):

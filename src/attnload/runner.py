@@ -30,6 +30,9 @@ DEFAULT_DURATION = "60s"
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-c", "--config", required=True, help="benchmark_config.json or taotoken_config.toml")
+    parser.add_argument("--seed-script", action="store_true",
+                        help="instead of a load test, the seed's section-4 latency script: per model, each "
+                             "test prompt, medians over benchmark.repeat (one request at a time)")
     add_load_arguments(parser)
 
 
@@ -38,10 +41,17 @@ def add_load_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--users", type=int, default=None, help="closed-loop users (with --duration)")
     parser.add_argument("--spawn-rate", type=float, default=None, help="users started per second")
     parser.add_argument("--duration", default=None, help="run length for --users, e.g. 60s or 2m")
-    parser.add_argument("--shape", default=None, help="concurrency:1,8,64 (users per stage) or rate:0.5,1,2")
+    parser.add_argument("--shape", default=None,
+                        help="concurrency:1,8,64 (users per stage), rate:0.5,1,2 (req/s per model) or sweep[:CAP]")
     parser.add_argument("--stage-duration", default=None, help="length of each --shape stage (default 60s)")
     parser.add_argument("--warmup", default="0", help="seconds at each stage start excluded from stage stats")
     parser.add_argument("--profile", default="", help="comma-separated workload profiles (default: all)")
+    parser.add_argument("--paired", action="store_true",
+                        help="send each prompt to every model at once; results get per-pair deltas with a CI")
+    parser.add_argument("--arrivals", choices=("poisson", "constant"), default=None,
+                        help="open-loop arrival law for rate stages (default: the config's, else poisson)")
+    parser.add_argument("--max-in-flight", type=int, default=None,
+                        help="open loop: keep-alive connections per model and worker before requests wait")
     parser.add_argument("--workers", type=int, default=0, help="local Locust worker processes (0 = one process)")
     parser.add_argument("--results", default="results", help="directory for results JSON + HTML")
     parser.add_argument("--metrics-port", type=int, default=9646, help="master's Prometheus /metrics port (0 = off)")
@@ -66,6 +76,9 @@ class LoadPlan:
     web_port: int
     profiles: str
     warmup: str
+    paired: bool = False
+    arrivals: str | None = None
+    max_in_flight: int | None = None
 
 
 def plan_from_args(args: argparse.Namespace, config_path: Path) -> LoadPlan:
@@ -92,10 +105,19 @@ def plan_from_args(args: argparse.Namespace, config_path: Path) -> LoadPlan:
     if args.profile:
         for name in args.profile.split(","):
             config.profile(name.strip())
+    paired = bool(getattr(args, "paired", False))
+    if paired and len(config.models) < 2:
+        raise UsageError("--paired compares models prompt by prompt: the config needs at least two models")
+    if paired and shape.kind == "sweep":
+        raise UsageError("--paired cannot run a sweep (each model gets its own rates there): drop one of them")
+    max_in_flight = getattr(args, "max_in_flight", None)
+    if max_in_flight is not None and max_in_flight < 1:
+        raise UsageError(f"--max-in-flight {max_in_flight} must be at least 1")
     _check_reachable(config)
     return LoadPlan(config=config, config_path=config_path, shape=shape, spawn_rate=args.spawn_rate,
                     workers=args.workers, results_dir=Path(args.results), metrics_port=args.metrics_port,
-                    headless=args.headless, web_port=args.web_port, profiles=args.profile, warmup=args.warmup)
+                    headless=args.headless, web_port=args.web_port, profiles=args.profile, warmup=args.warmup,
+                    paired=paired, arrivals=getattr(args, "arrivals", None), max_in_flight=max_in_flight)
 
 
 def _check_reachable(config: TestConfig) -> None:
@@ -119,6 +141,10 @@ def _check_reachable(config: TestConfig) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if getattr(args, "seed_script", False):
+        from attnload.seedscript import run_seed_script
+
+        return run_seed_script(Path(args.config), profiles=args.profile, results_dir=Path(args.results))
     plan = plan_from_args(args, Path(args.config))
     results = execute(plan)
     if results is None:
@@ -159,6 +185,10 @@ def _environment(plan: LoadPlan) -> dict[str, str]:
         "ATTNLOAD_WARMUP": plan.warmup or "0", "PYTHONUNBUFFERED": "1"})
     if plan.spawn_rate:
         env["ATTNLOAD_SPAWN_RATE"] = f"{plan.spawn_rate:g}"
+    env["ATTNLOAD_PAIRED"] = "1" if plan.paired else "0"
+    env["ATTNLOAD_ARRIVALS"] = plan.arrivals or ""
+    if plan.max_in_flight:
+        env["ATTNLOAD_MAX_IN_FLIGHT"] = str(plan.max_in_flight)
     return env
 
 

@@ -11,7 +11,7 @@ import logging
 import os
 import time
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -19,9 +19,12 @@ from attnload.client import Timeouts
 from attnload.config import ModelTarget, TestConfig
 from attnload.measure import Recorder, RequestRecord
 from attnload.metrics import FleetState
+from attnload.openloop import DEFAULT_MAX_IN_FLIGHT, PAIR_STREAM, OpenLoop, OpenStage
+from attnload.paired import PairedRecorder
 from attnload.results import Results
 from attnload.shapes import ShapeSpec
 from attnload.summarize import StageWindow, build_results, client_info
+from attnload.sweep import ModelStageStats
 from attnload.workload import Workload
 
 log = logging.getLogger(__name__)
@@ -40,6 +43,11 @@ class RunOptions:
     shape: ShapeSpec | None = None
     profiles: tuple[str, ...] = ()
     warmup_s: float = 0.0
+    paired: bool = False
+    """Send each prompt to every model at once (``--paired``)."""
+    arrivals: str | None = None
+    """Open-loop arrival law; None: the config's ``arrivals``."""
+    max_in_flight: int = DEFAULT_MAX_IN_FLIGHT
 
 
 @dataclass
@@ -49,6 +57,8 @@ class StageClock:
     index: int = WARMUP_STAGE
     started: float = 0.0  # perf_counter seconds
     windows: list[StageWindow] = field(default_factory=list)
+    rates: dict[str, float] | None = None
+    """Open-loop rates per model key of the current stage; None in a closed-loop stage."""
 
 
 class Runtime:
@@ -77,6 +87,14 @@ class Runtime:
         self.ended_at: float | None = None
         self.running = False
         self._assigned = 0
+        self.paired = PairedRecorder(config.models[0].key, seed=config.seed) if options.paired else None
+        self.open_loop: OpenLoop | None = None
+        """Set on processes that send (workers, or a single process); the master only directs."""
+        self.worker_count = 1
+        self._merged_at: dict[str, float] = {}
+        self.sweep_report: dict[str, dict[str, Any]] | None = None
+        self.sweep_final: Any = None
+        """Callable giving the sweep report from final stats (set by the sweep shape)."""
 
     # ------------------------------------------------------------------ users
 
@@ -88,6 +106,12 @@ class Runtime:
         self._assigned += 1
         self.users_by_model[target.key] += 1
         return target
+
+    def assign_all(self) -> list[ModelTarget]:
+        """Paired mode: a user drives every model (each one counts a user per model)."""
+        for target in self.config.models:
+            self.users_by_model[target.key] += 1
+        return list(self.config.models)
 
     def release(self, target: ModelTarget) -> None:
         self.users_by_model[target.key] -= 1
@@ -124,6 +148,8 @@ class Runtime:
     def begin_test(self) -> None:
         """A new test: fresh recorder, clock and stages (shape start, or test_start without a shape)."""
         self.recorder.reset()
+        if self.paired is not None:
+            self.paired.reset()
         self.started_at = time.time()
         self.started_perf = time.perf_counter()
         self.ended_at = None
@@ -137,18 +163,69 @@ class Runtime:
             if self.options.shape is None:
                 self.enter_stage(0, users=None, rate=None)
 
-    def enter_stage(self, index: int, users: int | None, rate: float | None) -> None:
+    def enter_stage(self, index: int, users: int | None, rate: float | None,
+                    rates: dict[str, float] | None = None, workers: int | None = None) -> None:
+        """A new stage begins (master: from the shape; workers: from its message).
+
+        ``rates`` (per model key) makes it an open-loop stage: a sending process starts
+        its share of the schedule (``workers`` shares in all, this one ``worker_index``).
+        """
         now = time.perf_counter()
         clock = self.stage
         if clock.windows and clock.windows[-1].end_s < 0:
             last = clock.windows[-1]
-            clock.windows[-1] = StageWindow(last.index, last.start_s, now - self.started_perf, last.users, last.rate)
-        clock.index, clock.started = index, now
+            clock.windows[-1] = replace(last, end_s=now - self.started_perf)
+        if rates is None and rate is not None:
+            rates = {m.key: rate for m in self.config.models}
+        clock.index, clock.started, clock.rates = index, now, rates
         start_s = now - self.started_perf + self.options.warmup_s
-        clock.windows.append(StageWindow(index, start_s, -1.0, users, rate))
+        clock.windows.append(StageWindow(index, start_s, -1.0, users, rate, rates=dict(rates) if rates else None))
         self.fleet.stage = index
         self.fleet.target_users = users or 0
-        self.fleet.target_rate = rate or 0.0
+        self.fleet.target_rate = rate if rate is not None else (sum(rates.values()) / len(rates) if rates else 0.0)
+        if workers:
+            self.worker_count = workers
+        if self.open_loop is not None:
+            if rates:
+                self.open_loop.start_stage(self._open_stage(index, rates, now))
+            else:
+                self.open_loop.stop_schedule()
+
+    def _open_stage(self, index: int, rates: dict[str, float], started_perf: float) -> OpenStage:
+        shape = self.options.shape
+        duration_s = shape.stage_duration_s if shape else 60.0
+        if self.paired is not None:
+            # Paired arrivals are prompts, each sent to every model: one stream at the per-model rate.
+            rates = {PAIR_STREAM: min(rates.values())}
+        return OpenStage(index=index, rates_rps=rates, started_perf=started_perf, duration_s=duration_s,
+                         warmup_s=self.options.warmup_s, share_index=self.worker_index,
+                         share_count=max(self.worker_count, 1))
+
+    def stage_stats(self, index: int) -> dict[str, ModelStageStats]:
+        """Per model, what stage ``index`` has done so far (the sweep decides on it).
+
+        Rates divide by the time the merged data covers: on a master that is up to the
+        oldest worker's last delta (workers report every ~3 s), not up to now.
+        """
+        window = next((w for w in reversed(self.stage.windows) if w.index == index), None)
+        if window is None:
+            return {}
+        end_s = window.end_s if window.end_s >= 0 else time.perf_counter() - self.started_perf
+        if self.role == "master" and self._merged_at and window.end_s < 0:
+            covered_s = min(self._merged_at.values()) - self.started_perf
+            if covered_s > window.start_s + 1.0:
+                end_s = min(end_s, covered_s)
+        duration_s = max(end_s - window.start_s, 1e-9)
+        out = {}
+        for target in self.config.models:
+            series = self.recorder.combined(model_key=target.key, stage=index)
+            hists = series.hists
+            out[target.key] = ModelStageStats(
+                output_tokens_per_s=series.counts.get("completion_tokens", 0) / duration_s,
+                requests_per_s=series.counts.get("ok", 0) / duration_s,
+                ttft_p99_s=hists["ttft"].quantile(0.99), itl_p99_s=hists["itl"].quantile(0.99),
+                e2e_p99_s=hists["e2e"].quantile(0.99), failed=series.counts.get("failed", 0))
+        return out
 
     def test_stopped(self) -> None:
         self.running = False
@@ -158,17 +235,24 @@ class Runtime:
         self.ended_at = self.started_at + (now - self.started_perf)
         windows = self.stage.windows
         if windows and windows[-1].end_s < 0:
-            last = windows[-1]
-            windows[-1] = StageWindow(last.index, last.start_s, now - self.started_perf, last.users, last.rate)
+            windows[-1] = replace(windows[-1], end_s=now - self.started_perf)
+        if self.open_loop is not None:
+            self.open_loop.stop()
 
     # ------------------------------------------------------------------ distribution
 
     def worker_payload(self) -> dict[str, Any]:
-        return {"delta": self.recorder.take_delta(), "users": dict(self.users_by_model)}
+        payload: dict[str, Any] = {"delta": self.recorder.take_delta(), "users": dict(self.users_by_model)}
+        if self.paired is not None:
+            payload["paired"] = self.paired.take_delta()
+        return payload
 
     def merge_worker(self, worker_id: str, payload: dict[str, Any]) -> None:
         self.workers_seen.add(worker_id)
+        self._merged_at[worker_id] = time.perf_counter()
         self.recorder.merge_delta(payload.get("delta") or {})
+        if self.paired is not None and payload.get("paired"):
+            self.paired.merge_delta(payload["paired"])
         if "users" in payload:
             self.worker_users[worker_id] = payload["users"]
             self.fleet.users = dict(sum((Counter(u) for u in self.worker_users.values()), Counter()))
@@ -191,12 +275,18 @@ class Runtime:
                     "stage_duration_s": shape.stage_duration_s if shape else None, "warmup_s": self.options.warmup_s,
                     "profiles": [p.name for p in self.workload.profiles], "max_tokens": self.config.request.max_tokens,
                     "temperature": self.config.request.temperature, "role": self.role,
+                    "paired": self.options.paired, "arrivals": self.arrivals,
                     "models": {m.key: {"id": m.id, "attention": m.attention, "url": m.chat_url}
                                for m in self.config.models}}
         workers = max(len(self.workers_seen), 1 if self.role == "local" else 0)
+        sweep = self.sweep_final() if callable(self.sweep_final) else self.sweep_report
         return build_results(self.config, self.recorder, started_at=started, ended_at=ended, stages=windows,
                              client=client_info(workers, len(self.workers_lost), self.cpu_max_ratio, self.recorder),
-                             run_info=run_info, attention_info=info)
+                             run_info=run_info, attention_info=info, paired=self.paired, sweep=sweep)
+
+    @property
+    def arrivals(self) -> str:
+        return self.options.arrivals or self.config.arrivals
 
     def write_results(self) -> Path | None:
         if self.started_at is None:

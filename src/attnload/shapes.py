@@ -1,4 +1,5 @@
-"""Load shapes: ``concurrency:1,8,64`` (closed-loop users per stage) and ``rate:0.5,1`` (open loop).
+"""Load shapes: ``concurrency:1,8,64`` (closed-loop users per stage), ``rate:0.5,1`` (open loop)
+and ``sweep`` (an adaptive capacity study, planned stage by stage in ``sweep.py``).
 
 A shape is parsed once into :class:`ShapeSpec` (bad specs are one-line usage errors);
 ``stage_at(elapsed_s)`` says which stage a moment belongs to. Locust's ``LoadTestShape``
@@ -39,17 +40,27 @@ class Stage:
     rate: float | None = None
 
 
+SWEEP_DEFAULT_MAX_USERS = 256
+"""Per model: the sweep's doubling probe stops here at the latest (2^8, so ≤ 9 probe stages)."""
+
+
 @dataclass(frozen=True)
 class ShapeSpec:
-    """A sequence of equal-length stages, either user counts or arrival rates."""
+    """A sequence of equal-length stages: user counts, arrival rates, or a sweep (planned live).
 
-    kind: str  # "concurrency" | "rate"
+    For ``sweep`` ``levels`` holds one value, the per-model user cap of the probe.
+    """
+
+    kind: str  # "concurrency" | "rate" | "sweep"
     levels: tuple[float, ...]
     stage_duration_s: float
 
     @property
     def stages(self) -> tuple[Stage, ...]:
+        """The fixed stages (none for a sweep, whose stages depend on what it measures)."""
         d = self.stage_duration_s
+        if self.kind == "sweep":
+            return ()
         if self.kind == "concurrency":
             return tuple(Stage(i, i * d, (i + 1) * d, users=int(v)) for i, v in enumerate(self.levels))
         return tuple(Stage(i, i * d, (i + 1) * d, rate=v) for i, v in enumerate(self.levels))
@@ -60,18 +71,26 @@ class ShapeSpec:
 
     def stage_at(self, elapsed_s: float) -> Stage | None:
         index = int(elapsed_s // self.stage_duration_s)
-        return self.stages[index] if 0 <= index < len(self.levels) else None
+        stages = self.stages
+        return stages[index] if 0 <= index < len(stages) else None
 
     def to_text(self) -> str:
         return f"{self.kind}:{','.join(f'{v:g}' for v in self.levels)}"
 
+    @property
+    def open_loop(self) -> bool:
+        return self.kind == "rate"
+
 
 def parse_shape(text: str, stage_duration_s: float) -> ShapeSpec:
     """Parse ``concurrency:1,8,64`` or ``rate:0.5,1,2``; errors say what a valid spec looks like."""
-    kind, _, values = text.partition(":")
+    kind, colon, values = text.partition(":")
     kind = kind.strip().lower()
+    if kind == "sweep":
+        return _parse_sweep(text, values if colon else "", stage_duration_s)
     if kind not in ("concurrency", "rate"):
-        raise UsageError(f"unknown shape {text!r}: use concurrency:1,8,64 (users) or rate:0.5,1,2 (req/s per model)")
+        raise UsageError(f"unknown shape {text!r}: use concurrency:1,8,64 (users), rate:0.5,1,2 (req/s per model) "
+                         "or sweep")
     parts = [p.strip() for p in values.split(",") if p.strip()]
     if not parts:
         raise UsageError(f"shape {text!r} lists no levels: e.g. {kind}:1,8,64")
@@ -86,3 +105,18 @@ def parse_shape(text: str, stage_duration_s: float) -> ShapeSpec:
             raise UsageError(f"shape {text!r}: {part!r} must be {what}")
         levels.append(value)
     return ShapeSpec(kind=kind, levels=tuple(levels), stage_duration_s=stage_duration_s)
+
+
+def _parse_sweep(text: str, values: str, stage_duration_s: float) -> ShapeSpec:
+    """``sweep`` or ``sweep:MAX`` (the probe's per-model user cap, a power of two is natural)."""
+    value = values.strip()
+    if not value:
+        return ShapeSpec(kind="sweep", levels=(float(SWEEP_DEFAULT_MAX_USERS),), stage_duration_s=stage_duration_s)
+    try:
+        cap = int(value)
+    except ValueError:
+        raise UsageError(f"shape {text!r}: sweep takes one whole number, the per-model user cap (e.g. sweep:128)"
+                         ) from None
+    if cap < 1:
+        raise UsageError(f"shape {text!r}: the sweep's user cap must be at least 1")
+    return ShapeSpec(kind="sweep", levels=(float(cap),), stage_duration_s=stage_duration_s)

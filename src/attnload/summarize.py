@@ -8,9 +8,15 @@ from typing import Any
 
 from attnload.config import TestConfig
 from attnload.measure import LogHistogram, Recorder, Series
+from attnload.paired import PairedRecorder
 from attnload.results import ClientInfo, ModelSummary, Requests, Results, StageSummary, Summary, Totals
 
 SATURATION_CPU_RATIO = 0.9
+CLIENT_BEHIND_LAG_S = 0.1
+"""Open loop: a dispatch-lag p99 above this means the client did not keep the schedule."""
+CLIENT_BEHIND_SENT_RATIO = 0.95
+"""Open loop: fewer requests sent than this share of rate × duration also flags the stage."""
+_MIN_EXPECTED_FOR_COUNT_CHECK = 20
 
 
 @dataclass(frozen=True)
@@ -23,6 +29,8 @@ class StageWindow:
     users: int | None = None
     rate: float | None = None
     flags: tuple[str, ...] = ()
+    rates: dict[str, float] | None = None
+    """Open-loop rate per model key (a sweep gives each model its own)."""
 
 
 def summary(hist: LogHistogram) -> Summary:
@@ -50,7 +58,8 @@ def totals(series: Series, duration_s: float, slo_set: bool) -> dict[str, Any]:
 
 def build_results(config: TestConfig, recorder: Recorder, *, started_at: float, ended_at: float,
                   stages: list[StageWindow], client: ClientInfo, run_info: dict[str, Any],
-                  attention_info: dict[str, dict[str, Any]] | None = None) -> Results:
+                  attention_info: dict[str, dict[str, Any]] | None = None, paired: PairedRecorder | None = None,
+                  sweep: dict[str, dict[str, Any]] | None = None) -> Results:
     """Summaries per model, per profile and per stage; wall times are epoch seconds."""
     duration_s = max(ended_at - started_at, 1e-9)
     slo_set = any(v is not None for v in config.slo.model_dump().values())
@@ -60,21 +69,41 @@ def build_results(config: TestConfig, recorder: Recorder, *, started_at: float, 
         profiles = {p.name: Totals(**totals(recorder.combined(model_key=target.key, profile=p.name), duration_s,
                                             slo_set))
                     for p in config.profiles if any(k[0] == target.key and k[1] == p.name for k in recorder.series)}
-        stage_summaries = []
-        for window in stages:
-            series = recorder.combined(model_key=target.key, stage=window.index)
-            fields = totals(series, window.end_s - window.start_s, slo_set)
-            lag = series.hists["lag"]
-            stage_summaries.append(StageSummary(
-                **fields, index=window.index, users=window.users, rate=window.rate, start_s=window.start_s,
-                end_s=window.end_s, dispatch_lag_s=summary(lag) if lag.count else None, flags=list(window.flags)))
+        stage_summaries = [_stage_summary(recorder, target.key, window, slo_set, paired) for window in stages]
         models.append(ModelSummary(
             **totals(whole, duration_s, slo_set), key=target.key, model=target.id, attention=target.attention,
-            stages=stage_summaries, profiles=profiles, attention_info=(attention_info or {}).get(target.key, {})))
+            stages=stage_summaries, profiles=profiles, attention_info=(attention_info or {}).get(target.key, {}),
+            paired=paired.summary(target.key) if paired is not None else None,
+            sweep=(sweep or {}).get(target.key)))
     return Results.model_validate({
         "schema": "attnload.results/v1", "started_at": _iso(started_at), "ended_at": _iso(ended_at),
         "duration_s": duration_s, "config_sha256": config.sha256, "config": run_info,
         "client": client, "models": models})
+
+
+def _stage_summary(recorder: Recorder, model_key: str, window: StageWindow, slo_set: bool,
+                   paired: PairedRecorder | None) -> StageSummary:
+    series = recorder.combined(model_key=model_key, stage=window.index)
+    window_s = max(window.end_s - window.start_s, 1e-9)
+    fields = totals(series, window_s, slo_set)
+    lag = series.hists["lag"]
+    rate = (window.rates or {}).get(model_key, window.rate)
+    flags = list(window.flags)
+    achieved = None
+    if rate is not None:
+        counts = series.counts
+        sent = counts.get("ok", 0) + counts.get("failed", 0) + counts.get("cancelled", 0)
+        achieved = sent / window_s
+        expected = rate * window_s
+        p99 = lag.quantile(0.99)
+        behind = p99 is not None and p99 > CLIENT_BEHIND_LAG_S
+        short = expected >= _MIN_EXPECTED_FOR_COUNT_CHECK and sent < CLIENT_BEHIND_SENT_RATIO * expected
+        if (behind or short) and "client_behind" not in flags:
+            flags.append("client_behind")
+    return StageSummary(
+        **fields, index=window.index, users=window.users, rate=rate, start_s=window.start_s, end_s=window.end_s,
+        dispatch_lag_s=summary(lag) if lag.count else None, flags=flags, achieved_rate_rps=achieved,
+        paired=paired.summary(model_key, window.index) if paired is not None else None)
 
 
 def client_info(workers: int, workers_lost: int, cpu_max_ratio: float, recorder: Recorder) -> ClientInfo:

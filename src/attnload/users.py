@@ -30,22 +30,34 @@ from locust.env import Environment
 from locust.runners import MasterRunner, WorkerRunner
 
 from attnload.client import ChatClient, _Cancelled, chat_body
-from attnload.config import load_config
+from attnload.config import ModelTarget, load_config
 from attnload.errors import UsageError, redact
 from attnload.measure import RequestRecord
 from attnload.metrics import serve_metrics
+from attnload.openloop import DEFAULT_MAX_IN_FLIGHT, ClientPool, OpenLoop
+from attnload.paired import send_together
 from attnload.runtime import RunOptions, Runtime
 from attnload.shapes import ShapeSpec, parse_duration, parse_shape
+from attnload.sweep import Slo, SweepPlan, SweepStage
+from attnload.workload import PlannedRequest
 
 log = logging.getLogger(__name__)
 
 STAGE_MESSAGE = "attnload_stage"
 FINAL_DELTA_MESSAGE = "attnload_final"
 RESULTS_GRACE_S = 1.0
+OPEN_LOOP_IDLE_S = 0.2
+STOP_RATE_PER_WORKER = 100.0
+"""Users stopped per second and worker when a rate stage follows a closed-loop one (Locust warns above 100)."""
 
 
 class ChatUser(User):
-    """A closed-loop user: sends the next request as soon as the previous one finished."""
+    """A closed-loop user: sends the next request as soon as the previous one finished.
+
+    With ``--paired`` one user sends each prompt to every model at once and waits for
+    all answers. Open-loop stages (``rate:``) run no users: a scheduler per process
+    sends instead (``openloop.py``).
+    """
 
     abstract = True
     wait_time = constant(0)
@@ -53,38 +65,76 @@ class ChatUser(User):
     def on_start(self) -> None:
         runtime: Runtime = self.environment.attnload  # type: ignore[attr-defined]
         self.runtime = runtime
+        if runtime.paired is not None:
+            self.targets = runtime.assign_all()
+            self.chats = {t.key: _client(runtime, t) for t in self.targets}
+            return
         self.target = runtime.assign_model()
-        self.chat = ChatClient(self.target.chat_url, runtime.api_keys[self.target.key], runtime.timeouts)
+        self.chat = _client(runtime, self.target)
 
     def on_stop(self) -> None:
+        if self.runtime.paired is not None:
+            for target in self.targets:
+                self.runtime.release(target)
+                self.chats[target.key].close()
+            return
         self.runtime.release(self.target)
         self.chat.close()
 
     @task
     def chat_completion(self) -> None:
-        runtime, target = self.runtime, self.target
+        runtime = self.runtime
+        if runtime.stage.rates is not None:
+            gevent.sleep(OPEN_LOOP_IDLE_S)  # an open-loop stage: the scheduler sends, users being stopped idle
+            return
         plan = runtime.workload.next()
-        request = runtime.config.request
-        body = chat_body(target.id, plan.messages, max_tokens=plan.max_tokens, temperature=request.temperature,
-                         stream=request.stream, ignore_eos=request.ignore_eos)
         stage = runtime.stage_for(time.perf_counter())
-        try:
-            record = self.chat.send(body, model_key=target.key, profile=plan.profile, stage=stage)
-        except _Cancelled as cancelled:
-            self._observe(cancelled.record)
-            raise GreenletExit() from None
-        self._observe(record)
+        if runtime.paired is not None:
+            send_pair(self.environment, runtime, self.chats, plan, stage, None)
+            return
+        send_plan(self.environment, runtime, self.chat, self.target, plan, stage, None)
 
-    def _observe(self, record: RequestRecord) -> None:
-        if record.outcome == "ok" and self.runtime.config.slo.is_set:
-            record = replace(record, good=self.runtime.is_good(record.ttft_s, record.itl_samples, record.e2e_s))
-        self.runtime.observe(record)
-        if record.outcome == "cancelled":
-            return  # not a server fault: kept out of Locust's failure table
-        exception = None if record.outcome == "ok" else _LocustFailure(f"{record.error}")
-        self.environment.events.request.fire(
-            request_type="POST", name=record.model_key, response_time=record.e2e_s * 1000.0,
-            response_length=record.completion_tokens, exception=exception, context={"profile": record.profile})
+
+def _client(runtime: Runtime, target: ModelTarget) -> ChatClient:
+    return ChatClient(target.chat_url, runtime.api_keys[target.key], runtime.timeouts)
+
+
+def send_plan(environment: Environment, runtime: Runtime, client: ChatClient, target: ModelTarget,
+              plan: PlannedRequest, stage: int, intended_start: float | None) -> RequestRecord:
+    """Send one planned request and report it; a stop mid-request is recorded, then ends the greenlet."""
+    request = runtime.config.request
+    body = chat_body(target.id, plan.messages, max_tokens=plan.max_tokens, temperature=request.temperature,
+                     stream=request.stream, ignore_eos=plan.ignore_eos)
+    try:
+        record = client.send(body, model_key=target.key, profile=plan.profile, stage=stage,
+                             intended_start=intended_start)
+    except _Cancelled as cancelled:
+        _report(environment, runtime, cancelled.record)
+        raise GreenletExit() from None
+    return _report(environment, runtime, record)
+
+
+def send_pair(environment: Environment, runtime: Runtime, clients: dict[str, ChatClient], plan: PlannedRequest,
+              stage: int, intended_start: float | None) -> None:
+    """The same prompt to every model at once; the pair's differences go to the paired recorder."""
+    targets = {t.key: t for t in runtime.config.models}
+    records = send_together(list(clients), lambda key: send_plan(
+        environment, runtime, clients[key], targets[key], plan, stage, intended_start))
+    if runtime.paired is not None:
+        runtime.paired.add(stage, {k: r for k, r in records.items() if isinstance(r, RequestRecord)})
+
+
+def _report(environment: Environment, runtime: Runtime, record: RequestRecord) -> RequestRecord:
+    if record.outcome == "ok" and runtime.config.slo.is_set:
+        record = replace(record, good=runtime.is_good(record.ttft_s, record.itl_samples, record.e2e_s))
+    runtime.observe(record)
+    if record.outcome == "cancelled":
+        return record  # not a server fault: kept out of Locust's failure table
+    exception = None if record.outcome == "ok" else _LocustFailure(f"{record.error}")
+    environment.events.request.fire(
+        request_type="POST", name=record.model_key, response_time=record.e2e_s * 1000.0,
+        response_length=record.completion_tokens, exception=exception, context={"profile": record.profile})
+    return record
 
 
 class _LocustFailure(Exception):
@@ -110,6 +160,12 @@ def add_arguments(parser: Any) -> None:
                        help="comma-separated workload profiles (default: all)")
     group.add_argument("--attnload-warmup", env_var="ATTNLOAD_WARMUP", default="0",
                        help="seconds at the start of each stage excluded from stage summaries")
+    group.add_argument("--attnload-paired", env_var="ATTNLOAD_PAIRED", default="0",
+                       help="1: send each prompt to every model at once (paired A/B)")
+    group.add_argument("--attnload-arrivals", env_var="ATTNLOAD_ARRIVALS", default="",
+                       help="open-loop arrivals: poisson or constant (default: the config's)")
+    group.add_argument("--attnload-max-in-flight", env_var="ATTNLOAD_MAX_IN_FLIGHT", type=int,
+                       default=DEFAULT_MAX_IN_FLIGHT, help="open loop: connections per model and worker")
 
 
 def options_from(parsed: Any) -> RunOptions:
@@ -120,7 +176,16 @@ def options_from(parsed: Any) -> RunOptions:
         config_path=parsed.attnload_config, metrics_port=int(parsed.attnload_metrics_port),
         results_dir=parsed.attnload_results, shape=parse_shape(shape_text, stage_s) if shape_text else None,
         profiles=tuple(p.strip() for p in (parsed.attnload_profile or "").split(",") if p.strip()),
-        warmup_s=0.0 if warmup in ("", "0") else parse_duration(warmup, "--warmup"))
+        warmup_s=0.0 if warmup in ("", "0") else parse_duration(warmup, "--warmup"),
+        paired=str(parsed.attnload_paired).strip().lower() in ("1", "true", "yes"),
+        arrivals=_arrivals(parsed.attnload_arrivals), max_in_flight=max(1, int(parsed.attnload_max_in_flight)))
+
+
+def _arrivals(text: str | None) -> str | None:
+    value = (text or "").strip().lower()
+    if value and value not in ("poisson", "constant"):
+        raise UsageError(f"--arrivals {text!r}: use poisson or constant")
+    return value or None
 
 
 def shape_spec_from_env() -> ShapeSpec | None:
@@ -136,27 +201,79 @@ def shape_spec_from_env() -> ShapeSpec | None:
 
 
 class StagedShape(LoadTestShape):
-    """Closed-loop stages from a :class:`ShapeSpec`; tells the runtime (and workers) each new stage."""
+    """Stages from a :class:`ShapeSpec`; tells the runtime (and workers) each new stage.
+
+    A closed-loop stage asks Locust for its user count; an open-loop (rate) stage asks
+    for none, and its message carries the per-model rates and the worker count so each
+    worker schedules its share.
+    """
 
     spec: ShapeSpec
     spawn_rate: float | None = None
 
     def tick(self) -> tuple[int, float] | None:
-        runtime: Runtime | None = getattr(self.runner.environment, "attnload", None) if self.runner else None
+        runtime = self._runtime()
         if runtime is None:
             return None
-        if not runtime.running:
-            runtime.begin_test()
         stage = self.spec.stage_at(self.get_run_time())
         if stage is None:
             return None
         if stage.index != runtime.stage.index:
-            runtime.enter_stage(stage.index, stage.users, stage.rate)
-            if isinstance(self.runner, MasterRunner):
-                self.runner.send_message(STAGE_MESSAGE, {"index": stage.index, "users": stage.users,
-                                                         "rate": stage.rate})
-        users = stage.users or 0
+            rates = {m.key: stage.rate for m in runtime.config.models} if stage.rate is not None else None
+            self._enter(runtime, stage.index, stage.users, stage.rate, rates)
+        return self._users(stage.users)
+
+    def _users(self, users: int | None) -> tuple[int, float]:
+        if not users:  # open loop: stop any closed-loop users at once, not at the spawn rate
+            workers = self.runner.worker_count if isinstance(self.runner, MasterRunner) else 1
+            return 0, STOP_RATE_PER_WORKER * max(workers, 1)
         return users, float(self.spawn_rate or max(users, 1))
+
+    def _runtime(self) -> Runtime | None:
+        runtime: Runtime | None = getattr(self.runner.environment, "attnload", None) if self.runner else None
+        if runtime is not None and not runtime.running:
+            runtime.begin_test()
+        return runtime
+
+    def _enter(self, runtime: Runtime, index: int, users: int | None, rate: float | None,
+               rates: dict[str, float] | None) -> None:
+        workers = self.runner.worker_count if isinstance(self.runner, MasterRunner) else 1
+        runtime.enter_stage(index, users, rate, rates=rates, workers=workers)
+        if isinstance(self.runner, MasterRunner):
+            self.runner.send_message(STAGE_MESSAGE, {"index": index, "users": users, "rate": rate, "rates": rates,
+                                                     "workers": workers})
+
+
+class SweepShape(StagedShape):
+    """``--shape sweep``: stages planned live by :class:`SweepPlan` from the master's merged stats."""
+
+    def tick(self) -> tuple[int, float] | None:
+        runtime = self._runtime()
+        if runtime is None:
+            return None
+        now_s = self.get_run_time()
+        plan: SweepPlan | None = getattr(self, "_plan", None)
+        if plan is None:
+            slo = runtime.config.slo
+            plan = SweepPlan([m.key for m in runtime.config.models], int(self.spec.levels[0]),
+                             Slo(slo.ttft_p99_s, slo.itl_p99_s, slo.e2e_p99_s))
+            self._plan, self._index, self._started_s = plan, 0, now_s
+            runtime.sweep_final = lambda: plan.report({i: runtime.stage_stats(i) for i in range(self._index + 1)})
+            self._current = plan.first()
+            self._start(runtime, self._current)
+        elif now_s - self._started_s >= self.spec.stage_duration_s:
+            following = plan.advance(runtime.stage_stats(self._index), self._index)
+            if following is None:
+                return None
+            self._index += 1
+            self._started_s = now_s
+            self._current = following
+            self._start(runtime, following)
+        return self._users(self._current.users)
+
+    def _start(self, runtime: Runtime, stage: SweepStage) -> None:
+        log.info("sweep stage %d: %s", self._index, stage)
+        self._enter(runtime, self._index, stage.users, None, stage.rates_rps)
 
 
 def shape_class() -> type[LoadTestShape] | None:
@@ -165,8 +282,8 @@ def shape_class() -> type[LoadTestShape] | None:
     if spec is None:
         return None
     spawn_rate = os.environ.get("ATTNLOAD_SPAWN_RATE")
-    return type("AttnloadShape", (StagedShape,), {"spec": spec,
-                                                   "spawn_rate": float(spawn_rate) if spawn_rate else None})
+    base = SweepShape if spec.kind == "sweep" else StagedShape
+    return type("AttnloadShape", (base,), {"spec": spec, "spawn_rate": float(spawn_rate) if spawn_rate else None})
 
 
 # ---------------------------------------------------------------------------- events
@@ -195,18 +312,43 @@ def _on_init(environment: Environment, **_: Any) -> None:
         return
     environment.attnload = runtime  # type: ignore[attr-defined]
     events = environment.events
+    if not isinstance(runner, MasterRunner):
+        runtime.open_loop = _open_loop(environment, runtime)
     if isinstance(runner, WorkerRunner):
         runtime.worker_index = max(runner.worker_index, 0)
         events.report_to_master.add_listener(lambda client_id, data: data.update(attnload=runtime.worker_payload()))
-        runner.register_message(STAGE_MESSAGE, lambda environment, msg: runtime.enter_stage(
-            msg.data["index"], msg.data.get("users"), msg.data.get("rate")))
+
+        def on_stage(environment: Environment, msg: Any) -> None:
+            runtime.worker_index = max(runner.worker_index, 0)
+            data = msg.data
+            runtime.enter_stage(data["index"], data.get("users"), data.get("rate"), rates=data.get("rates"),
+                                workers=data.get("workers"))
+
+        runner.register_message(STAGE_MESSAGE, on_stage)
 
         def send_final(**_: Any) -> None:
+            if runtime.open_loop is not None:
+                runtime.open_loop.stop()  # in-flight open-loop requests are recorded as cancelled first
             runner.send_message(FINAL_DELTA_MESSAGE, runtime.worker_payload())
 
         events.test_stop.add_listener(send_final)
         return
     _init_collector(environment, runtime)
+
+
+def _open_loop(environment: Environment, runtime: Runtime) -> OpenLoop:
+    """This process's open-loop scheduler (idle until a rate stage begins)."""
+    pool = ClientPool(list(runtime.config.models), lambda target: _client(runtime, target),
+                      runtime.options.max_in_flight)
+
+    def send(client: ChatClient, target: ModelTarget, plan: PlannedRequest, stage: int, intended: float) -> None:
+        send_plan(environment, runtime, client, target, plan, stage, intended)
+
+    def pair(clients: dict[str, ChatClient], plan: PlannedRequest, stage: int, intended: float) -> None:
+        send_pair(environment, runtime, clients, plan, stage, intended)
+
+    return OpenLoop(list(runtime.config.models), pool, runtime.workload.next, send,
+                    pair if runtime.paired is not None else None, runtime.arrivals, runtime.config.seed)
 
 
 def _init_collector(environment: Environment, runtime: Runtime) -> None:
@@ -232,6 +374,7 @@ def _init_collector(environment: Environment, runtime: Runtime) -> None:
 
     events.test_stop.add_listener(stopped)
     events.quitting.add_listener(lambda **_: runtime.write_results())
+    events.quitting.add_listener(lambda **_: _stop_before_quit(runner))  # fires before the write: reverse order
     gevent.spawn(_watch_fleet, environment, runtime)
     web_ui = environment.web_ui
     if web_ui is not None:
@@ -240,6 +383,15 @@ def _init_collector(environment: Environment, runtime: Runtime) -> None:
         except ImportError:
             return
         webui.install(environment, runtime.results)
+
+
+def _stop_before_quit(runner: Any) -> None:
+    """SIGTERM/Ctrl-C: stop the users first, so in-flight requests are counted as cancelled before results are
+    written (Locust's quit would stop them after the ``quitting`` writers ran, and a master would not wait)."""
+    if runner is not None and runner.state in ("spawning", "running"):
+        runner.stop()  # a master sends stop to its workers and waits until their users are gone
+        if isinstance(runner, MasterRunner):
+            gevent.sleep(RESULTS_GRACE_S)  # the workers' final deltas
 
 
 def _watch_fleet(environment: Environment, runtime: Runtime) -> None:

@@ -12,7 +12,7 @@ import uuid
 import zlib
 from dataclasses import dataclass
 
-from attnload.config import Profile, TestConfig
+from attnload.config import Distribution, Profile, TestConfig, sample_count
 from attnload.errors import UsageError
 from attnload.tokens import BYTES_PER_TOKEN, MESSAGE_OVERHEAD_TOKENS
 
@@ -22,9 +22,12 @@ _FILLER = ("attention", "cache", "memory", "bandwidth", "latency", "throughput",
 
 @dataclass(frozen=True)
 class PlannedRequest:
+    """One request's content, decided before any model is chosen (paired mode sends it to all)."""
+
     profile: str
     messages: list[dict[str, str]]
     max_tokens: int
+    ignore_eos: bool = False
 
 
 def filler_text(n_bytes: int, seed: int) -> str:
@@ -49,27 +52,40 @@ class Workload:
         self.profiles = profiles
         self.weights = [p.weight for p in profiles]
         self.default_max_tokens = config.request.max_tokens
+        self.default_ignore_eos = config.request.ignore_eos
         self.unique_salt = config.request.unique_salt
-        self.rng = random.Random(seed)
+        self.rng = random.Random(config.seed if seed is None else seed)
         self._prefixes: dict[str, list[str]] = {}
 
     def next(self) -> PlannedRequest:
         profile = self.rng.choices(self.profiles, self.weights)[0] if len(self.profiles) > 1 else self.profiles[0]
+        max_tokens = sample_count(profile.max_tokens, self.rng) if profile.max_tokens is not None else None
+        ignore_eos = self.default_ignore_eos if profile.ignore_eos is None else profile.ignore_eos
         return PlannedRequest(profile=profile.name, messages=[{"role": "user", "content": self._content(profile)}],
-                              max_tokens=profile.max_tokens or self.default_max_tokens)
+                              max_tokens=max_tokens or self.default_max_tokens, ignore_eos=ignore_eos)
 
     def _content(self, profile: Profile) -> str:
         salt = f"[{uuid.uuid4().hex[:16]}] " if self.unique_salt else ""
         if profile.prompt is not None and profile.prompt_tokens is None:
             return salt + profile.prompt
         assert profile.prompt_tokens is not None
-        n_bytes = max(0, (profile.prompt_tokens - MESSAGE_OVERHEAD_TOKENS) * BYTES_PER_TOKEN)
-        shared_bytes = int(n_bytes * profile.shared_prefix_ratio)
+        target_tokens = sample_count(profile.prompt_tokens, self.rng)
+        n_bytes = max(0, (target_tokens - MESSAGE_OVERHEAD_TOKENS) * BYTES_PER_TOKEN)
         prefix = ""
-        if shared_bytes:
+        if profile.shared_prefix_ratio > 0:
+            # Sized from the profile's nominal length, so every request of a prefix shares
+            # the same leading bytes even when prompt_tokens is a distribution.
+            nominal = _nominal_tokens(profile.prompt_tokens)
+            shared_bytes = int(max(0, nominal - MESSAGE_OVERHEAD_TOKENS) * BYTES_PER_TOKEN * profile.shared_prefix_ratio)
             prefixes = self._prefixes.setdefault(profile.name, [
                 filler_text(shared_bytes, seed=zlib.crc32(f"{profile.name}:{i}".encode())) for i in range(profile.prefixes)])
-            prefix = prefixes[self.rng.randrange(len(prefixes))]
+            prefix = prefixes[self.rng.randrange(len(prefixes))][:max(0, n_bytes - len(salt))]
         rest = n_bytes - len(prefix) - len(salt)
         head = profile.prompt or ""
         return prefix + salt + head + filler_text(max(0, rest - len(head.encode())), seed=self.rng.getrandbits(32))
+
+
+def _nominal_tokens(count: int | Distribution) -> int:
+    if isinstance(count, int):
+        return count
+    return int(count.value or count.mean or (count.min + count.max) / 2)

@@ -96,6 +96,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     serve.add_argument("--port", type=_port, default=8000, help="listen port (default 8000)")
     serve.add_argument("--mode", choices=("roofline", "fixed"), default="roofline",
                        help="roofline: attention-aware cost model (default); fixed: exact --ttft-ms/--itl-ms")
+    serve.add_argument("--clock", choices=("wall", "virtual"), default="wall",
+                       help="wall (default); virtual: simulated time runs as fast as the CPU allows "
+                            "(engine tests only: client-measured timings become meaningless)")
     serve.add_argument("--ttft-ms", type=_float_range(0, _INF), default=200.0, help="fixed mode TTFT (default 200)")
     serve.add_argument("--itl-ms", type=_float_range(0, _INF), default=20.0, help="fixed mode ITL (default 20)")
     serve.add_argument("--jitter", type=_float_range(0, 0.999), default=0.0,
@@ -170,8 +173,11 @@ def run(args: argparse.Namespace) -> int:
         print(render_explain(spec, args.batch, args.context))
         return 0
     specs = resolve_models(args.models, cfg, sim_config)
+    # max_waiting goes to the server alone: it answers 429 + Retry-After from the engine's snapshot.
+    from attnload.sim.engine import VirtualClock
+
     engines = build_engines(specs, mode=args.mode, ttft_s=args.ttft_ms / 1e3, itl_s=args.itl_ms / 1e3,
-                            jitter=args.jitter, max_waiting=args.max_waiting)
+                            jitter=args.jitter, clock=VirtualClock() if args.clock == "virtual" else None)
     from attnload.sim.server import serve
 
     serve(engines, host=args.host, port=args.port, tokens_per_event=args.tokens_per_event,

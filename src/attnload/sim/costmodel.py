@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from attnload.errors import UsageError
@@ -284,7 +284,7 @@ def step_time(m: ModelPreset, hw: HardwarePreset | str, cfg: EngineConfig,
               groups: Sequence[tuple[Sequence[int], Sequence[tuple[int, int]]]]) -> StepBreakdown:
     """Reference §5: D pairs ``(decode_contexts, [(L0, n_new), ...])``; ``.total_s`` is the step time."""
     gpu = hw if isinstance(hw, str) else hw.key
-    dep = deploy(m, _with(cfg, gpu=gpu), require_fit=False)
+    dep = deploy(m, replace(cfg, gpu=gpu), require_fit=False)
     if len(groups) > dep.dp:
         raise ValueError(f"{len(groups)} groups given for dp_attention {dep.dp}")
     return dep.step_breakdown([GroupLoad.of(ctx, chunks) for ctx, chunks in groups])
@@ -299,12 +299,6 @@ def prefill_time_s(dep: Deployment, prompt_tokens: int, cached_tokens: int = 0) 
         total_s += dep.step_breakdown([GroupLoad.of((), ((done, c),))]).total_s
         done += c
     return total_s
-
-
-def _with(cfg: EngineConfig, **changes: object) -> EngineConfig:
-    from dataclasses import replace
-
-    return replace(cfg, **changes)  # type: ignore[arg-type]
 
 
 def attention_info(model_id: str, gpu: str = "h200", tp: int = 8,

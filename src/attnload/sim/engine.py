@@ -92,11 +92,15 @@ class RooflineEngine:
         self._wake: asyncio.Event | None = None
         self._task: asyncio.Task[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._failed: BaseException | None = None
 
     # ------------------------------------------------------------------ Engine protocol
 
     async def generate(self, request: GenerationRequest, state: GenerationState) -> AsyncIterator[int]:
         sched = self._sched
+        if self._failed is not None:
+            raise EngineRejected(500, "engine_failed", f"simulator engine for {self.model.id} failed: "
+                                 f"{self._failed!r}")
         sched.check(request.prompt_tokens, request.max_tokens)
         if self.max_waiting is not None and sched.waiting >= self.max_waiting:
             raise EngineRejected(429, "rate_limit_exceeded",
@@ -113,6 +117,8 @@ class RooflineEngine:
             emitted = 0
             while emitted < request.max_tokens:
                 if not seq.ready:
+                    if self._failed is not None:
+                        raise RuntimeError(f"simulator engine for {self.model.id} failed: {self._failed!r}")
                     waiter = loop.create_future()
                     seq.waiter = waiter
                     await waiter
@@ -159,8 +165,8 @@ class RooflineEngine:
     def _deliver(seq: SimSequence, n: int) -> None:
         seq.ready += n
         waiter = seq.waiter
-        if waiter is not None and not waiter.done():  # type: ignore[attr-defined]
-            waiter.set_result(None)  # type: ignore[attr-defined]
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
 
     def _ensure_running(self, loop: asyncio.AbstractEventLoop) -> asyncio.Event:
         if self._task is None or self._task.done() or self._loop is not loop:
@@ -172,8 +178,16 @@ class RooflineEngine:
         return self._wake
 
     def _task_done(self, task: asyncio.Task[None]) -> None:
-        if not task.cancelled() and task.exception() is not None:
-            log.error("engine loop for %s failed", self.model.id, exc_info=task.exception())
+        """A crashed loop must not leave streams hanging: fail every request it holds."""
+        if task.cancelled() or task.exception() is None:
+            return
+        exc = task.exception()
+        log.error("engine loop for %s failed", self.model.id, exc_info=exc)
+        self._failed = exc
+        for seq in self._sched.sequences():
+            waiter = seq.waiter
+            if waiter is not None and not waiter.done():
+                waiter.set_exception(RuntimeError(f"simulator engine for {self.model.id} failed: {exc!r}"))
 
     async def _run(self) -> None:
         clock, sched = self._clock, self._sched
@@ -193,8 +207,8 @@ class RooflineEngine:
             if late_s > LAG_REANCHOR_S:
                 self._lag_s += late_s  # never compress simulated time: shift the schedule instead
                 deadline += late_s
-            sched.complete(deadline)
-            await clock.settle()
             if len(self._steps_s) < _MAX_STEP_RECORDS:
                 self._steps_s.append(step_s)
+            sched.complete(deadline)
             t_prev = deadline
+            await clock.settle()

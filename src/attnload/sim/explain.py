@@ -8,7 +8,6 @@ Both return strings; the CLI prints them.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Sequence
 
 from attnload.errors import UsageError
@@ -93,8 +92,3 @@ def render_explain(spec: ModelSpec, batches: Sequence[int], context_tokens: int)
     lines.append(_table(header, rows))
     lines.append("† beyond KV capacity or max_num_seqs: the engine never forms this batch")
     return "\n".join(lines)
-
-
-def with_overrides(cfg: EngineConfig, **changes: object) -> EngineConfig:
-    """``cfg`` with fields replaced (helper for callers building what-if configs)."""
-    return dataclasses.replace(cfg, **changes)  # type: ignore[arg-type]

@@ -13,7 +13,7 @@ Cost per step is O(running sequences) with small constants: one pass to plan, on
 
 from __future__ import annotations
 
-import math
+import asyncio
 from collections import OrderedDict, deque
 from collections.abc import Callable, Sequence
 
@@ -51,7 +51,7 @@ class SimSequence:
         self.finished = False
         self.cancelled = False
         self.ready = 0  # tokens emitted but not yet taken by the consumer (async engine)
-        self.waiter: object | None = None
+        self.waiter: asyncio.Future[None] | None = None  # set by the async engine while its consumer waits
         self.admissions = 0
 
     @property
@@ -163,6 +163,10 @@ class Scheduler:
                 self.queue.remove(seq)
             except ValueError:
                 pass
+
+    def sequences(self) -> list[SimSequence]:
+        """Every request the scheduler holds, queued or running."""
+        return [*self.queue, *(seq for g in self.groups for seq in g.running)]
 
     def has_work(self) -> bool:
         return bool(self.queue) or any(g.running for g in self.groups)
@@ -352,8 +356,3 @@ class Scheduler:
         total = sum(g.total_blocks for g in self.groups)
         used = sum(g.total_blocks - g.available_blocks for g in self.groups)
         return used / total if total else 0.0
-
-
-def blocks_for(tokens: int, block_size: int) -> int:
-    """KV blocks holding ``tokens`` tokens."""
-    return math.ceil(tokens / block_size)

@@ -34,6 +34,7 @@ log = logging.getLogger(__name__)
 PREFIX_BLOCK_BYTES = 64  # 16 tokens of 4 bytes (§4.5)
 _WORDS = ("the", "model", "token", "cache", "latent", "query", "key", "value", "head", "layer", "batch",
           "memory", "decode", "prefill", "group", "tensor", "kernel", "stream", "vector", "state")
+SIM_KEY: web.AppKey[SimServer] = web.AppKey("sim")
 STEP_BUCKETS_S = tuple(round(0.0005 * 1.25**i, 6) for i in range(40))
 
 
@@ -397,7 +398,7 @@ def build_app(engines: Sequence[Engine], *, tokens_per_event: int = 1, default_o
     server = SimServer(engines, tokens_per_event=tokens_per_event, default_output_tokens=default_output_tokens,
                        max_waiting=max_waiting)
     app = server.app()
-    app["sim"] = server
+    app[SIM_KEY] = server
     return app
 
 

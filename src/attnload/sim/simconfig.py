@@ -48,7 +48,7 @@ class _Strict(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
-_EntryBase = create_model(  # type: ignore[call-overload]
+_EntryBase = create_model(
     "_EntryBase", __base__=_Strict, **_optional_fields(EngineConfig), **_optional_fields(ModelPreset, _PRESET_FIXED))
 
 

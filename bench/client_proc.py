@@ -1,0 +1,238 @@
+"""One client under test, in its own process: N Locust users streaming from the reference server.
+
+``client_cost.py`` starts this once per (client kind, stream count), pinned to one core,
+and reads its CPU from ``/proc/PID/stat``. Three kinds share the request body and the
+way timings are stamped, so only the client stack differs:
+
+- ``attnload``: ``attnload.users.ChatUser`` with the real ``Runtime`` (workload, recorder,
+  saturation check) and Prometheus ``/metrics`` served from this process.
+- ``naive``: Locust ``FastHttpUser`` with a hand SSE parser (``readline(b"\\n")`` +
+  ``json.loads`` per line), the usual first attempt.
+- ``openai``: a Locust user driving the openai SDK's streaming client (one shared
+  ``OpenAI`` client: building one per user costs ~47 ms CPU each, DESIGN.md pitfalls).
+
+The process prints ``SPAWNED`` when every user runs, keeps going for ``--run-s``, stops
+the users and writes its measured TTFT/ITL histograms (attnload's ``LogHistogram``
+wire format, so they compare bucket for bucket with the server's truth) to ``--out``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import gevent
+from locust import FastHttpUser, User, constant, events, task
+from locust.env import Environment
+
+from attnload.measure import LogHistogram
+
+TTFT = LogHistogram()
+ITL = LogHistogram()
+COUNTS = {"ok": 0, "failed": 0}
+ERRORS: dict[str, int] = {}
+ARGS: argparse.Namespace
+
+
+def _body(model: str, max_tokens: int) -> dict[str, Any]:
+    return {"model": model, "messages": [{"role": "user", "content": "Explain the transformer architecture."}],
+            "max_tokens": max_tokens, "temperature": 0, "stream": True, "stream_options": {"include_usage": True}}
+
+
+def _fail(kind: str) -> None:
+    COUNTS["failed"] += 1
+    ERRORS[kind] = ERRORS.get(kind, 0) + 1
+
+
+class NaiveUser(FastHttpUser):
+    """FastHttpUser + hand SSE parser: one ``json.loads`` per ``data:`` line, stamps per content chunk."""
+
+    wait_time = constant(0)
+    host = ""
+
+    @task
+    def chat(self) -> None:
+        body = _body(ARGS.model, ARGS.max_tokens)
+        start = time.perf_counter()
+        first = last = 0.0
+        try:
+            response = self.client.post("/v1/chat/completions", json=body, stream=True)
+            raw = response._response  # geventhttpclient response: readline splits as bytes arrive
+            if raw is None or response.status_code != 200:
+                _fail(f"status {response.status_code}")
+                return
+            done = False
+            while not done:
+                line = raw.readline(b"\n")
+                if not line:
+                    break
+                if not line.startswith(b"data:"):
+                    continue
+                data = line[5:].strip()
+                if data == b"[DONE]":
+                    done = True
+                    break
+                chunk = json.loads(data)
+                choices = chunk.get("choices")
+                if choices and choices[0].get("delta", {}).get("content"):
+                    now = time.perf_counter()
+                    if first:
+                        ITL.record(now - last)
+                    else:
+                        first = now
+                        TTFT.record(now - start)
+                    last = now
+        except Exception as exc:  # noqa: BLE001 - a baseline: count and carry on
+            _fail(type(exc).__name__)
+            return
+        if not done:
+            _fail("no [DONE]")
+            return
+        COUNTS["ok"] += 1
+        self.environment.events.request.fire(request_type="POST", name="chat", response_time=(last - start) * 1000,
+                                             response_length=0, exception=None, context={})
+
+
+_OPENAI: Any = None
+
+
+class OpenAIUser(User):
+    """The openai SDK's streaming client inside a Locust user (the usual "just use the SDK")."""
+
+    wait_time = constant(0)
+
+    @task
+    def chat(self) -> None:
+        start = time.perf_counter()
+        first = last = 0.0
+        try:
+            stream = _OPENAI.chat.completions.create(**_body(ARGS.model, ARGS.max_tokens))
+            for chunk in stream:
+                if chunk.choices and chunk.choices[0].delta.content:
+                    now = time.perf_counter()
+                    if first:
+                        ITL.record(now - last)
+                    else:
+                        first = now
+                        TTFT.record(now - start)
+                    last = now
+        except Exception as exc:  # noqa: BLE001 - a baseline: count and carry on
+            _fail(type(exc).__name__)
+            return
+        COUNTS["ok"] += 1
+        self.environment.events.request.fire(request_type="POST", name="chat", response_time=(last - start) * 1000,
+                                             response_length=0, exception=None, context={})
+
+
+def _attnload_env(env_users: int) -> tuple[type[User], Any]:
+    """attnload's own user and runtime, wired as ``register(events)`` wires a local run."""
+    from attnload.config import load_config
+    from attnload.metrics import serve_metrics
+    from attnload.runtime import RunOptions, Runtime
+    from attnload.users import ChatUser
+
+    config = Path(ARGS.out).with_suffix(".config.json")
+    config.write_text(json.dumps({
+        "base_url": ARGS.url, "models": {"ref": {"id": ARGS.model, "attention_type": "GQA"}},
+        "benchmark": {"max_tokens": ARGS.max_tokens, "temperature": 0}}), encoding="utf-8")
+    runtime = Runtime(load_config(config), RunOptions(config_path=str(config), metrics_port=ARGS.metrics_port),
+                      "local")
+    if ARGS.metrics_port:
+        serve_metrics(runtime.recorder, runtime.fleet, ARGS.metrics_port, host="127.0.0.1")
+    runtime.begin_test()
+    runtime.enter_stage(0, env_users, None)
+    return type("BenchChat", (ChatUser,), {"abstract": False}), runtime
+
+
+def main() -> int:
+    global ARGS
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--kind", choices=("attnload", "naive", "openai"), required=True)
+    parser.add_argument("--url", required=True, help="server root, e.g. http://127.0.0.1:8800")
+    parser.add_argument("--model", default="ref-model")
+    parser.add_argument("--users", type=int, required=True)
+    parser.add_argument("--max-tokens", type=int, default=128)
+    parser.add_argument("--run-s", type=float, required=True, help="seconds to run after every user spawned")
+    parser.add_argument("--metrics-port", type=int, default=0)
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--profile", default="", help="write cProfile stats of the whole run here")
+    ARGS = parser.parse_args()
+    if ARGS.profile:
+        import cProfile
+
+        profiler = cProfile.Profile()
+        profiler.enable()
+        try:
+            return _run()
+        finally:
+            profiler.disable()
+            profiler.dump_stats(ARGS.profile)
+    return _run()
+
+
+def _run() -> int:
+    global _OPENAI
+    from reference_server import raise_fd_limit  # same directory
+
+    raise_fd_limit()
+    runtime = None
+    if ARGS.kind == "attnload":
+        user_class, runtime = _attnload_env(ARGS.users)
+    elif ARGS.kind == "naive":
+        user_class = NaiveUser
+        NaiveUser.host = ARGS.url
+    else:
+        from openai import OpenAI
+
+        try:  # this openai release ships its own fork of httpx
+            import httpx2 as httpx  # type: ignore[import-not-found]
+        except ImportError:
+            import httpx  # type: ignore[no-redef]
+
+        platform.processor()  # cached once here: 1000 users forking `uname -p` at once stalls everything
+        _OPENAI = OpenAI(base_url=ARGS.url + "/v1", api_key="bench", max_retries=0,
+                         http_client=httpx.Client(limits=httpx.Limits(max_connections=ARGS.users + 16,
+                                                                      max_keepalive_connections=ARGS.users + 16),
+                                                  timeout=600.0, trust_env=False))
+        user_class = OpenAIUser
+    env = Environment(user_classes=[user_class], events=events)
+    if runtime is not None:
+        env.attnload = runtime  # type: ignore[attr-defined]
+    runner = env.create_local_runner()
+    if runtime is not None:
+        from attnload.users import _watch_fleet
+
+        gevent.spawn(_watch_fleet, env, runtime)
+    runner.start(ARGS.users, spawn_rate=max(ARGS.users, 1))
+    deadline = time.monotonic() + 60
+    while runner.user_count < ARGS.users and time.monotonic() < deadline:
+        gevent.sleep(0.05)
+    print("SPAWNED", flush=True)
+    gevent.sleep(ARGS.run_s)
+    runner.quit()
+    out: dict[str, Any] = {"kind": ARGS.kind, "users": ARGS.users, "pid": os.getpid()}
+    if runtime is not None:
+        from attnload.summarize import client_info
+
+        runtime.test_stopped()
+        series = runtime.recorder.combined()
+        info = client_info(1, 0, runtime.cpu_max_ratio, runtime.recorder)
+        out.update(ttft=series.hists["ttft"].to_wire(), itl=series.hists["itl"].to_wire(),
+                   ok=series.counts["ok"], failed=series.counts["failed"], errors=series.errors,
+                   saturated=info.client_saturated, saturation_reasons=info.saturation_reasons,
+                   cpu_max_ratio=runtime.cpu_max_ratio)
+    else:
+        out.update(ttft=TTFT.to_wire(), itl=ITL.to_wire(), ok=COUNTS["ok"], failed=COUNTS["failed"], errors=ERRORS,
+                   saturated=None, saturation_reasons=[], cpu_max_ratio=runner.current_cpu_usage / 100.0)
+    Path(ARGS.out).write_text(json.dumps(out), encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,126 @@
+"""ATTENTION_MODEL.md §7.13 over HTTP: the default pair at KV scale 0.05, two closed-loop stages, ≈ 2.5 min.
+
+One ``attnload run`` (``examples/acceptance_7_13.json``: unique 2000-token prompts,
+``max_tokens`` 256, ``--shape concurrency:64,144 --stage-duration 75s`` with users split
+evenly over the two models, so N = 32 and 72 per model, spawned at 20/s in all) against
+``attnload sim --kv-capacity-scale 0.05``. While it runs, the sim's own ``/metrics``
+(waiting, preemptions) are polled and tagged with the master's ``attnload_stage`` gauge.
+``--tokens-per-event 4`` keeps the sim and two workers within two shared cores; the
+client spreads each event's gap over its tokens, so ITL stays per token.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from helpers import DIRECT, ROOT, Processes, attnload, free_port, latest_results, start_sim
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
+COMMAND = ("run", "--shape", "concurrency:64,144", "--stage-duration", "75s", "--spawn-rate", "20",
+           "--workers", "2", "--profile", "unique-2k")
+
+
+def _samples(text: str) -> dict[tuple[str, str], float]:
+    out: dict[tuple[str, str], float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name in ("attnload_sim_requests_waiting", "attnload_sim_preemptions_total", "attnload_stage"):
+                out[(sample.name, sample.labels.get("model", ""))] = sample.value
+    return out
+
+
+def _get(url: str) -> str | None:
+    try:
+        with DIRECT.open(url, timeout=2.0) as response:
+            return str(response.read().decode())
+    except OSError:
+        return None
+
+
+class Poller(threading.Thread):
+    """Every 0.5 s: the master's stage and the sim's waiting/preemption series, per stage."""
+
+    def __init__(self, sim: str, master_metrics: str) -> None:
+        super().__init__(daemon=True)
+        self.sim, self.master = sim, master_metrics
+        self.done = threading.Event()
+        self.waiting_max: dict[tuple[int, str], float] = {}
+        self.preemptions: dict[tuple[int, str], float] = {}  # counter value last seen in the stage
+
+    def run(self) -> None:
+        while not self.done.wait(0.5):
+            master = _get(self.master)
+            sim = _get(self.sim + "/metrics")
+            if master is None or sim is None:
+                continue
+            stage = int(_samples(master).get(("attnload_stage", ""), -1))
+            for (name, model), value in _samples(sim).items():
+                key = (stage, model)
+                if name == "attnload_sim_requests_waiting":
+                    self.waiting_max[key] = max(self.waiting_max.get(key, 0.0), value)
+                elif name == "attnload_sim_preemptions_total":
+                    self.preemptions[key] = value
+
+
+def stage(summary: dict[str, Any], index: int) -> dict[str, Any]:
+    return next(s for s in summary["stages"] if s["index"] == index)
+
+
+def test_http_acceptance_7_13(processes: Processes, tmp_path: Path) -> None:
+    sim = start_sim(processes, "--kv-capacity-scale", "0.05", "--tokens-per-event", "4")
+    example = json.loads((ROOT / "examples" / "acceptance_7_13.json").read_text())
+    example["base_url"] = sim + "/api"
+    config = tmp_path / "acceptance_7_13.json"
+    config.write_text(json.dumps(example))
+    results, metrics_port = tmp_path / "results", free_port()
+    poller = Poller(sim, f"http://127.0.0.1:{metrics_port}/metrics")
+    poller.start()
+    run = processes.start(attnload(*COMMAND[:1], "-c", str(config), *COMMAND[1:], "--results", str(results),
+                                   "--metrics-port", str(metrics_port)), name="run")
+    try:
+        assert run.wait(timeout=260) == 0, processes.log_of(run)[-3000:]
+    finally:
+        poller.done.set()
+        poller.join(timeout=5)
+    data = latest_results(results)
+    gqa, mla = data["models"][0], data["models"][1]
+    assert (gqa["attention"], mla["attention"]) == ("GQA", "MLA")
+    report = {k: {i: {"users": stage(m, i)["users"], "ttft_p50": stage(m, i)["ttft_s"]["p50"],
+                      "ttft_p99": stage(m, i)["ttft_s"]["p99"], "itl_p50": stage(m, i)["itl_s"]["p50"],
+                      "tok_s": stage(m, i)["output_tokens_per_s"]} for i in (0, 1)}
+              for k, m in (("gqa", gqa), ("mla", mla))}
+    report["waiting_max"] = {f"{s}:{m}": v for (s, m), v in sorted(poller.waiting_max.items())}
+    report["preemptions"] = {f"{s}:{m}": v for (s, m), v in sorted(poller.preemptions.items())}
+    report["client"] = data["client"]
+    (tmp_path / "acceptance_report.json").write_text(json.dumps(report, indent=2))
+    print(json.dumps(report, indent=2))  # the measured numbers, for the log
+
+    g1, g2, m1, m2 = stage(gqa, 0), stage(gqa, 1), stage(mla, 0), stage(mla, 1)
+    assert (g1["users"], g2["users"]) == (64, 144)
+    for s in (g1, g2, m1, m2):
+        assert s["requests"]["failed"] == 0 and s["requests"]["ok"] > 50
+    # ITL: MLA's decode step is ≥ 2.5× GQA's in both stages.
+    assert m1["itl_s"]["p50"] >= 2.5 * g1["itl_s"]["p50"], report
+    assert m2["itl_s"]["p50"] >= 2.5 * g2["itl_s"]["p50"], report
+    # Throughput: GQA ≥ 1.5× MLA in stage 1, ≥ 1.3× in stage 2.
+    assert g1["output_tokens_per_s"] >= 1.5 * m1["output_tokens_per_s"], report
+    assert g2["output_tokens_per_s"] >= 1.3 * m2["output_tokens_per_s"], report
+    # Stage 2: GQA is past its KV capacity and queues; MLA is not.
+    assert g2["ttft_s"]["p99"] >= 3.0 * m2["ttft_s"]["p99"], report
+    assert g2["ttft_s"]["p50"] >= 3.0 * g1["ttft_s"]["p50"], report
+    assert m2["ttft_s"]["p50"] <= 1.5 * m1["ttft_s"]["p50"], report
+    # The sim's own waiting/preemption series: GQA queues in stage 2 only, MLA never.
+    gqa_id, mla_id = "llama-3-70b", "deepseek-v3"
+    assert poller.waiting_max.get((1, gqa_id), 0) > 0 or poller.preemptions.get((1, gqa_id), 0) > 0, report
+    assert poller.waiting_max.get((0, gqa_id), 0) == 0 and poller.preemptions.get((0, gqa_id), 0) == 0, report
+    for stage_index in (-1, 0, 1):
+        assert poller.waiting_max.get((stage_index, mla_id), 0) == 0, report
+        assert poller.preemptions.get((stage_index, mla_id), 0) == 0, report
