@@ -81,8 +81,10 @@ def test_plain_locust_master_two_workers_fixed_truth(processes: Processes, tmp_p
         assert requests["ok"] + requests["failed"] + requests["cancelled"] == server["received"]
         assert requests["ok"] == server["completed"] and requests["failed"] == 0
         assert requests["ok"] > 200
-        ok_tokens = summary["completion_tokens"] - 0  # cancelled requests' partial tokens are counted too
-        assert ok_tokens == server["completion_tokens"]
+        # Tokens of finished requests match exactly; a stopped stream may have had tokens in flight
+        # that the server wrote but the client never read, so the total lies between the two counts.
+        assert server["completed_completion_tokens"] <= summary["completion_tokens"] <= server["completion_tokens"]
+        assert server["completed_completion_tokens"] == requests["ok"] * 32
         assert abs(summary["ttft_s"]["p50"] - 0.050) <= 0.003, summary["ttft_s"]
         assert abs(summary["itl_s"]["p50"] - 0.010) <= 0.001, summary["itl_s"]
         assert summary["ttft_s"]["p99"] <= summary["ttft_s"]["max"]
