@@ -39,6 +39,8 @@ from attnload.measure import LogHistogram
 HERE = Path(__file__).resolve().parent
 PYTHON = sys.executable
 KINDS = ("attnload", "naive", "openai")
+BEFORE = "attnload-before"
+"""The kind name of attnload loaded from ``--before-src`` instead of this tree."""
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
@@ -50,7 +52,10 @@ class Row:
     kind: str
     streams: int
     cpu_s_per_1k_tokens: float | None
+    client_cpu_s: float
+    window_tokens: int
     client_cpu_ratio: float
+    server_cpu_ratio: float
     tokens_per_s: float
     ttft_p50_ms: float | None
     truth_ttft_p50_ms: float | None
@@ -154,17 +159,22 @@ def _scrape_loop(port: int, stop: threading.Event) -> None:
 
 
 def measure(kind: str, streams: int, server: ReferenceServer, core: int | None, warmup_s: float, window_s: float,
-            tokens: int, workdir: Path) -> Row:
+            tokens: int, workdir: Path, before_src: str = "") -> Row:
     """Run one client at ``streams`` concurrent streams and measure it over a steady window."""
     server.reset()
     out = workdir / f"{kind}-{streams}.json"
-    metrics_port = free_port() if kind == "attnload" else 0
+    metrics_port = free_port() if kind.startswith("attnload") else 0
     run_s = warmup_s + window_s + 0.5
-    process = subprocess.Popen(pinned(core, [PYTHON, str(HERE / "client_proc.py"), "--kind", kind, "--url",
+    env = dict(os.environ)
+    if kind == BEFORE:  # attnload from another source tree (e.g. `git archive HEAD src`): same run, A/B
+        env["PYTHONPATH"] = before_src
+    process = subprocess.Popen(pinned(core, [PYTHON, str(HERE / "client_proc.py"), "--kind",
+                                             "attnload" if kind == BEFORE else kind, "--url",
                                              server.url, "--users", str(streams), "--max-tokens", str(tokens),
                                              "--run-s", str(run_s), "--metrics-port", str(metrics_port),
                                              "--out", str(out)]),
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                               env=env)
     stop = threading.Event()
     try:
         assert process.stdout is not None
@@ -176,9 +186,11 @@ def measure(kind: str, streams: int, server: ReferenceServer, core: int | None, 
         if metrics_port:
             threading.Thread(target=_scrape_loop, args=(metrics_port, stop), daemon=True).start()
         time.sleep(warmup_s)
+        server_cpu0 = cpu_seconds(server.process.pid)
         cpu0, tokens0, t0 = cpu_seconds(process.pid), server.stats()["completion_tokens"], time.perf_counter()
         time.sleep(window_s)
         cpu1, tokens1, t1 = cpu_seconds(process.pid), server.stats()["completion_tokens"], time.perf_counter()
+        server_cpu = cpu_seconds(server.process.pid) - server_cpu0
         stop.set()
         process.wait(timeout=60 + streams / 20)
     finally:
@@ -194,7 +206,8 @@ def measure(kind: str, streams: int, server: ReferenceServer, core: int | None, 
     wall = t1 - t0
     return Row(kind=kind, streams=streams,
                cpu_s_per_1k_tokens=(cpu1 - cpu0) / (emitted / 1000) if emitted else None,
-               client_cpu_ratio=(cpu1 - cpu0) / wall, tokens_per_s=emitted / wall,
+               client_cpu_s=cpu1 - cpu0, window_tokens=emitted,
+               client_cpu_ratio=(cpu1 - cpu0) / wall, server_cpu_ratio=server_cpu / wall, tokens_per_s=emitted / wall,
                ttft_p50_ms=_ms(measured_ttft.quantile(0.5)), truth_ttft_p50_ms=_ms(truth_ttft.quantile(0.5)),
                itl_p99_ms=_ms(measured_itl.quantile(0.99)), truth_itl_p99_ms=_ms(truth_itl.quantile(0.99)),
                ok=int(client["ok"]), failed=int(client["failed"]), errors=dict(client["errors"]),
@@ -212,35 +225,47 @@ def _fmt(value: float | None, spec: str) -> str:
 
 def table(rows: list[Row]) -> str:
     """The comparison table, with attnload's CPU ratio to each baseline at the same stream count."""
-    head = (f"{'client':<9} {'streams':>7} {'CPU-s/1k tok':>12} {'client CPU':>10} {'tok/s':>8} "
+    head = (f"{'client':<15} {'streams':>7} {'CPU-s/1k tok':>12} {'client CPU':>10} {'server CPU':>10} {'tok/s':>8} "
             f"{'TTFT p50 (truth)':>18} {'err ms':>7} {'ITL p99 (truth)':>17} {'err ms':>7} {'ok':>6} "
             f"{'failed':>6} {'saturated':>9}")
     lines = [head, "-" * len(head)]
     for row in rows:
         ttft = f"{_fmt(row.ttft_p50_ms, '.1f')} ({_fmt(row.truth_ttft_p50_ms, '.1f')})"
         itl = f"{_fmt(row.itl_p99_ms, '.1f')} ({_fmt(row.truth_itl_p99_ms, '.1f')})"
-        lines.append(f"{row.kind:<9} {row.streams:>7} {_fmt(row.cpu_s_per_1k_tokens, '.4f'):>12} "
-                     f"{row.client_cpu_ratio:>9.0%} {row.tokens_per_s:>8.0f} {ttft:>18} "
+        lines.append(f"{row.kind:<15} {row.streams:>7} {_fmt(row.cpu_s_per_1k_tokens, '.4f'):>12} "
+                     f"{row.client_cpu_ratio:>10.0%} {row.server_cpu_ratio:>10.0%} {row.tokens_per_s:>8.0f} {ttft:>18} "
                      f"{_fmt(row.ttft_err_ms, '+.2f'):>7} {itl:>17} {_fmt(row.itl_err_ms, '+.2f'):>7} "
                      f"{row.ok:>6} {row.failed:>6} {'yes' if row.saturated else 'no':>9}")
     lines.append("")
     for streams in sorted({r.streams for r in rows}):
-        ours = next((r for r in rows if r.kind == "attnload" and r.streams == streams), None)
-        if ours is None or not ours.cpu_s_per_1k_tokens:
+        per_token = _cpu_per_token(rows, streams)
+        ours = per_token.pop("attnload", None)
+        if ours is None:
             continue
-        ratios = [f"{r.kind} {ours.cpu_s_per_1k_tokens / r.cpu_s_per_1k_tokens:.2f}x"
-                  for r in rows if r.streams == streams and r.kind != "attnload" and r.cpu_s_per_1k_tokens]
+        ratios = [f"{kind} {ours / theirs:.2f}x" for kind, theirs in per_token.items() if theirs]
         if ratios:
             lines.append(f"attnload CPU per token at {streams} streams, as a fraction of: " + ", ".join(ratios))
-        if ours.saturation_reasons:
-            lines.append(f"attnload at {streams} streams flagged itself saturated: "
-                         + "; ".join(ours.saturation_reasons))
+        reasons = {reason for r in rows if r.kind == "attnload" and r.streams == streams
+                   for reason in r.saturation_reasons}
+        if reasons:
+            lines.append(f"attnload at {streams} streams flagged itself saturated: " + "; ".join(sorted(reasons)))
     return "\n".join(lines)
+
+
+def _cpu_per_token(rows: list[Row], streams: int) -> dict[str, float]:
+    """Summed client CPU over summed tokens per client (repeats pooled, so one noisy window weighs less)."""
+    totals: dict[str, list[float]] = {}
+    for row in rows:
+        if row.streams == streams and row.window_tokens:
+            total = totals.setdefault(row.kind, [0.0, 0.0])
+            total[0] += row.client_cpu_s
+            total[1] += row.window_tokens
+    return {kind: cpu / tokens for kind, (cpu, tokens) in totals.items()}
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="8 and 256 streams, short windows (≤ 2 min)")
+    parser.add_argument("--quick", action="store_true", help="256 streams, two short runs per client (≤ 2 min)")
     parser.add_argument("--streams", default="", help="comma-separated stream counts (default 8,256,1024)")
     parser.add_argument("--kinds", default=",".join(KINDS))
     parser.add_argument("--warmup-s", type=float, default=None)
@@ -248,12 +273,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ttft-ms", type=float, default=50.0)
     parser.add_argument("--itl-ms", type=float, default=10.0)
     parser.add_argument("--tokens", type=int, default=128)
+    parser.add_argument("--repeat", type=int, default=2, help="runs per client and stream count, interleaved")
     parser.add_argument("--json", default="", help="also write the rows here")
+    parser.add_argument("--before-src", default="",
+                        help="also run attnload imported from this src/ directory (kind attnload-before)")
     args = parser.parse_args(argv)
-    streams = [int(s) for s in (args.streams or ("8,256,1024" if not args.quick else "8,256")).split(",")]
+    streams = [int(s) for s in (args.streams or ("8,256,1024" if not args.quick else "256")).split(",")]
     kinds = [k for k in args.kinds.split(",") if k]
-    warmup_s = args.warmup_s if args.warmup_s is not None else (2.0 if args.quick else 5.0)
-    window_s = args.window_s if args.window_s is not None else (5.0 if args.quick else 15.0)
+    if args.before_src:
+        kinds.insert(1, BEFORE)
+    warmup_s = args.warmup_s if args.warmup_s is not None else (2.0 if args.quick else 3.0)
+    window_s = args.window_s if args.window_s is not None else (5.0 if args.quick else 10.0)
     client_core, server_core = cores()
     load = os.getloadavg()
     print(f"client core {client_core}, server core {server_core}; {os.cpu_count()} CPUs; "
@@ -265,10 +295,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with tempfile.TemporaryDirectory(prefix="attnload-bench-") as tmp:
             for count in streams:
-                for kind in kinds:
-                    row = measure(kind, count, server, client_core, warmup_s, window_s, args.tokens, Path(tmp))
+                for kind in [k for _ in range(args.repeat) for k in kinds]:  # repeats interleaved
+                    row = measure(kind, count, server, client_core, warmup_s, window_s, args.tokens, Path(tmp),
+                                  args.before_src)
                     rows.append(row)
-                    print(f"  {kind:<9} {count:>5} streams: {_fmt(row.cpu_s_per_1k_tokens, '.4f')} CPU-s/1k tok, "
+                    print(f"  {kind:<15} {count:>5} streams: {_fmt(row.cpu_s_per_1k_tokens, '.4f')} CPU-s/1k tok, "
                           f"{row.tokens_per_s:.0f} tok/s", flush=True)
     finally:
         server.stop()

@@ -19,6 +19,7 @@ wire format, so they compare bucket for bucket with the server's truth) to ``--o
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import platform
@@ -160,6 +161,7 @@ def main() -> int:
     parser.add_argument("--max-tokens", type=int, default=128)
     parser.add_argument("--run-s", type=float, required=True, help="seconds to run after every user spawned")
     parser.add_argument("--metrics-port", type=int, default=0)
+    parser.add_argument("--ramp-s", type=float, default=1.5, help="seconds over which users start")
     parser.add_argument("--out", required=True)
     parser.add_argument("--profile", default="", help="write cProfile stats of the whole run here")
     ARGS = parser.parse_args()
@@ -176,8 +178,28 @@ def main() -> int:
     return _run()
 
 
+class _GcPauses:
+    """Cyclic-GC pause times of this process (a stalled hub shows up as ITL p99 error)."""
+
+    def __init__(self) -> None:
+        self.started = 0.0
+        self.pauses: list[float] = []
+        gc.callbacks.append(self.callback)
+
+    def callback(self, phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            self.started = time.perf_counter()
+        else:
+            self.pauses.append(time.perf_counter() - self.started)
+
+    def summary(self) -> dict[str, float]:
+        pauses = sorted(self.pauses)
+        return {"count": len(pauses), "total_s": sum(pauses), "max_s": pauses[-1] if pauses else 0.0}
+
+
 def _run() -> int:
     global _OPENAI
+    gc_pauses = _GcPauses()
     from reference_server import raise_fd_limit  # same directory
 
     raise_fd_limit()
@@ -209,14 +231,16 @@ def _run() -> int:
         from attnload.users import _watch_fleet
 
         gevent.spawn(_watch_fleet, env, runtime)
-    runner.start(ARGS.users, spawn_rate=max(ARGS.users, 1))
-    deadline = time.monotonic() + 60
+    # Spread over ~1.5 s so streams do not all tick in the same millisecond forever after (one
+    # synchronized burst of N events every ITL measures burst draining, not per-token cost).
+    runner.start(ARGS.users, spawn_rate=max(ARGS.users / ARGS.ramp_s, 1.0))
+    deadline = time.monotonic() + 60 + ARGS.ramp_s
     while runner.user_count < ARGS.users and time.monotonic() < deadline:
         gevent.sleep(0.05)
     print("SPAWNED", flush=True)
     gevent.sleep(ARGS.run_s)
     runner.quit()
-    out: dict[str, Any] = {"kind": ARGS.kind, "users": ARGS.users, "pid": os.getpid()}
+    out: dict[str, Any] = {"kind": ARGS.kind, "users": ARGS.users, "pid": os.getpid(), "gc": gc_pauses.summary()}
     if runtime is not None:
         from attnload.summarize import client_info
 

@@ -13,8 +13,8 @@ client records into, so percentiles compare bucket for bucket).
 
 Routes: ``POST */chat/completions`` (streaming or not), ``GET /stats`` (truth as JSON),
 ``POST /reset`` (zero the truth), ``GET /health``. ``--procs N`` forks N processes on one
-``SO_REUSEPORT`` port; process *i* also listens alone on ``port + 1 + i`` so a harness
-can read and reset each one's truth (``truth_ports``).
+``SO_REUSEPORT`` port; process *i* also listens alone on its own port (``--truth-ports``,
+default ``port + 1 + i``) so a harness can read and reset each one's truth.
 """
 
 from __future__ import annotations
@@ -293,16 +293,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--itl-ms", type=float, default=10.0)
     parser.add_argument("--output-tokens", type=int, default=128)
     parser.add_argument("--procs", type=int, default=1, help="processes sharing the port via SO_REUSEPORT")
+    parser.add_argument("--truth-ports", default="", help="per-process /stats ports (default port+1+i)")
     args = parser.parse_args(argv)
     raise_fd_limit()
     settings = Settings(args.ttft_ms / 1000.0, args.itl_ms / 1000.0, args.output_tokens)
     if args.procs <= 1:
         asyncio.run(_serve(_listen(args.host, args.port, False), None, settings))
         return 0
-    children = []
-    for index in range(args.procs):
-        shared = _listen(args.host, args.port, True)
-        own = _listen(args.host, args.port + 1 + index, False)
+    own_ports = [int(p) for p in args.truth_ports.split(",")] if args.truth_ports else truth_ports(args.port,
+                                                                                               args.procs)
+    if len(own_ports) != args.procs:
+        parser.error("--truth-ports needs one port per process")
+    sockets = [(_listen(args.host, args.port, True), _listen(args.host, own, False)) for own in own_ports]
+    children = []  # every socket bound before the first fork: a failed bind leaves no orphan
+    for shared, own in sockets:
         pid = os.fork()
         if pid == 0:
             with contextlib.suppress(KeyboardInterrupt):

@@ -8,9 +8,9 @@ import statistics
 import pytest
 
 from attnload.errors import UsageError
+from attnload.measure import RequestRecord
 from attnload.openloop import arrival_offsets
 from attnload.paired import PairedRecorder, bootstrap_median_ci
-from attnload.measure import RequestRecord
 from attnload.shapes import parse_shape
 from attnload.sweep import FRACTIONS, ModelStageStats, Slo, SweepPlan
 

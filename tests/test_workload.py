@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import random
 import statistics
 from pathlib import Path
@@ -119,3 +120,37 @@ def test_seed_profiles_and_printout_match_the_seed_script() -> None:
     assert lines[1] == ("short: {'model': 'llama-3-70b', 'elapsed_sec': 1.234, 'completion_tokens': 98, "
                         "'tokens_per_sec': 79.4}")
     assert lines[2] == "--- mla_model (deepseek-chat) ---"
+
+
+def test_goodput_equals_a_hand_count_of_records(tmp_path: Path) -> None:
+    """Raw records through the runtime's SLO check and recorder: goodput × window is the hand count."""
+    from attnload.measure import RequestRecord
+    from attnload.runtime import RunOptions, Runtime
+    from attnload.shapes import parse_shape
+
+    path = config_with(tmp_path, {"p": {"prompt_tokens": 100}},
+                       slo={"ttft_p99_s": 0.2, "itl_p99_s": 0.03, "e2e_p99_s": 2.0})
+    runtime = Runtime(load_config(path), RunOptions(str(path), shape=parse_shape("concurrency:4", 10.0)), "local")
+    runtime.begin_test()
+    runtime.enter_stage(0, users=4, rate=None)
+    rng = random.Random(11)
+    hand = {"gqa_model": 0, "mla_model": 0}
+    for i in range(400):
+        key = "gqa_model" if i % 2 else "mla_model"
+        ttft, e2e = rng.uniform(0.05, 0.3), rng.uniform(0.5, 2.5)
+        gaps = tuple((rng.uniform(0.005, 0.0315), 1) for _ in range(50))
+        outcome = "failed" if i % 17 == 0 else "ok"
+        good = outcome == "ok" and runtime.is_good(ttft, gaps, e2e)
+        ordered = sorted(g for g, _ in gaps)
+        by_hand = outcome == "ok" and ttft <= 0.2 and e2e <= 2.0 and ordered[math.ceil(0.99 * 50) - 1] <= 0.03
+        assert good == by_hand
+        hand[key] += by_hand
+        runtime.observe(RequestRecord(model_key=key, profile="p", stage=0, outcome=outcome, error=None,
+                                      ttft_s=ttft, itl_samples=gaps, e2e_s=e2e, prompt_tokens=100,
+                                      completion_tokens=51, cached_prompt_tokens=0, tokens_estimated=False,
+                                      good=good))
+    runtime.test_stopped()
+    results = runtime.results()
+    for key, count in hand.items():
+        stage = results.model(key).stages[0]
+        assert count > 0 and round(stage.goodput_rps * (stage.end_s - stage.start_s)) == count  # type: ignore[operator]

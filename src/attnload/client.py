@@ -114,7 +114,7 @@ class _Reader:
 
     Why: ``settimeout`` + ``recv`` builds a gevent ``Timeout`` (a libev timer started and
     stopped from Python) around every blocking read and tries ``recv`` before waiting, which
-    on these VMs doubled the client's CPU per token (DESIGN.md, pitfalls). Here each read
+    on these VMs doubled the client's CPU per token (docs/performance.md). Here each read
     waits for readability on one reused io watcher, then makes one ``recv`` call; a single
     timer per connection fires at the earliest deadline it was armed for and either throws
     ``TimeoutError`` into a read that is past its deadline or re-arms for the read in progress.
@@ -313,9 +313,11 @@ class ChatClient:
         except RequestFailed as exc:
             error, outcome = exc, "failed"
         except GreenletExit:
+            self.close()
+            if run.response is None:
+                raise  # stopped before the request was on the wire: no request exists to count
             outcome = "cancelled"
             error = RequestFailed(ErrorClass.CANCELLED, "the test stopped during the request")
-            self.close()
             record = self._record(body, run, origin, outcome, error, model_key, profile, stage, intended_start, started)
             raise _Cancelled(record) from None
         except Exception as exc:  # noqa: BLE001 - one boundary maps every foreign error to a class
@@ -440,7 +442,7 @@ class _Cancelled(Exception):
 _SCALAR_FIELD = rb'(?!"error"|"choices")"\w+":(?:"[^"\\\x00-\x1f]*"|-?(?:0|[1-9]\d*)|null)'
 _PLAIN_DELTA = re.compile(
     rb'\{(?:' + _SCALAR_FIELD + rb',)*"choices":\[\{"index":0,"delta":\{(?:"role":"assistant",)?'
-    rb'"content":"([^"\\\x00-\x1f]*)"\}(?:,"logprobs":null)?,"finish_reason":null\}\]'
+    rb'"content":"([^"\\\x00-\x1f]*)"\}(?:,"logprobs":null)?,"finish_reason":null(?:,"stop_reason":null)?\}\]'
     rb'(?:,' + _SCALAR_FIELD + rb')*\}')
 _TOKEN_CACHE: dict[str, int] = {}
 """chunk text -> ``chunk_tokens(text)``: token texts repeat, so most chunks hit (bounded)."""

@@ -199,6 +199,8 @@ class RequestSettings(StrictModel):
     total_timeout_s: float = Field(default=600.0, gt=0)
     ignore_eos: bool = False
     unique_salt: bool = True
+    retry_after_max_s: float = Field(default=0.0, ge=0.0)
+    """After a 429/503 with Retry-After, that user waits up to this long before its next request (0 = off)."""
 
 
 class Slo(StrictModel):
@@ -344,6 +346,7 @@ class _TomlRequest(StrictModel):
     connect_timeout_s: float | None = Field(default=None, gt=0)
     ttft_timeout_s: float | None = Field(default=None, gt=0)
     idle_timeout_s: float | None = Field(default=None, gt=0)
+    retry_after_max_s: float | None = Field(default=None, ge=0)
     ignore_eos: bool = False
     unique_salt: bool = True
     stream: bool = True
@@ -470,7 +473,7 @@ def _from_toml(file: Path, raw_bytes: bytes, cfg: _TomlConfig) -> TestConfig:
     req = cfg.request
     settings: dict[str, Any] = {"max_tokens": req.max_tokens, "temperature": req.temperature,
                                 "ignore_eos": req.ignore_eos, "unique_salt": req.unique_salt, "stream": req.stream}
-    for name in ("connect_timeout_s", "ttft_timeout_s", "idle_timeout_s"):
+    for name in ("connect_timeout_s", "ttft_timeout_s", "idle_timeout_s", "retry_after_max_s"):
         if getattr(req, name) is not None:
             settings[name] = getattr(req, name)
     if req.timeout is not None:

@@ -59,6 +59,9 @@ def add_load_arguments(parser: argparse.ArgumentParser) -> None:
     mode.add_argument("--headless", dest="headless", action="store_true", default=True, help="no web UI (default)")
     mode.add_argument("--web", dest="headless", action="store_false", help="Locust web UI on --web-port")
     parser.add_argument("--web-port", type=int, default=8089, help="Locust web UI port with --web")
+    parser.add_argument("--prometheus", type=int, nargs="?", const=9090, default=None, metavar="PORT",
+                        help="also run a local Prometheus (Debian package) on PORT (9090) scraping the master "
+                             "and a simulator on a loopback base_url; its data stays under RESULTS/prometheus")
 
 
 @dataclass(frozen=True)
@@ -79,6 +82,7 @@ class LoadPlan:
     paired: bool = False
     arrivals: str | None = None
     max_in_flight: int | None = None
+    prometheus_port: int | None = None
 
 
 def plan_from_args(args: argparse.Namespace, config_path: Path) -> LoadPlan:
@@ -117,7 +121,8 @@ def plan_from_args(args: argparse.Namespace, config_path: Path) -> LoadPlan:
     return LoadPlan(config=config, config_path=config_path, shape=shape, spawn_rate=args.spawn_rate,
                     workers=args.workers, results_dir=Path(args.results), metrics_port=args.metrics_port,
                     headless=args.headless, web_port=args.web_port, profiles=args.profile, warmup=args.warmup,
-                    paired=paired, arrivals=getattr(args, "arrivals", None), max_in_flight=max_in_flight)
+                    paired=paired, arrivals=getattr(args, "arrivals", None), max_in_flight=max_in_flight,
+                    prometheus_port=getattr(args, "prometheus", None))
 
 
 def _check_reachable(config: TestConfig) -> None:
@@ -155,25 +160,57 @@ def run(args: argparse.Namespace) -> int:
 
 
 def execute(plan: LoadPlan, *, quiet: bool = False) -> Results | None:
-    """Start master and workers, wait for them, print and return the results."""
+    """Start master and workers (and Prometheus if asked), wait, print and return the results."""
     started = time.time()
     env = _environment(plan)
+    prometheus = _start_prometheus(plan) if plan.prometheus_port else None
     master_port = _free_port()
     processes = [_spawn(_master_command(plan, master_port), env)]
     for _ in range(plan.workers):
         processes.append(_spawn([*_base_command(), "--worker", "--master-host", "127.0.0.1",
                                  "--master-port", str(master_port)], env))
+    master = processes[0]
+    # The children run in their own sessions (a terminal's Ctrl-C must not kill workers before the
+    # master has their final counts), so forward SIGTERM/SIGINT to the master and let it stop the test.
+    previous = signal.signal(signal.SIGTERM, lambda *_: master.send_signal(signal.SIGTERM))
     try:
-        processes[0].wait()
-    except KeyboardInterrupt:
-        processes[0].send_signal(signal.SIGTERM)
-        processes[0].wait(timeout=30)
+        while master.poll() is None:
+            try:
+                master.wait()
+            except KeyboardInterrupt:
+                master.send_signal(signal.SIGTERM)
     finally:
+        signal.signal(signal.SIGTERM, previous)
         _stop(processes[1:])
+        if prometheus is not None:
+            from attnload.observe.prometheus import stop_prometheus
+
+            stop_prometheus(prometheus)
     results = _latest_results(plan.results_dir, started)
     if results is not None and not quiet:
         _print_summary(results[0], results[1])
     return results[0] if results else None
+
+
+def _start_prometheus(plan: LoadPlan) -> subprocess.Popen[bytes]:
+    """A local Prometheus scraping the master and any simulator on a loopback base_url."""
+    from attnload.client import Endpoint
+    from attnload.observe.prometheus import PrometheusError, start_local_prometheus
+
+    targets = {"attnload": f"127.0.0.1:{plan.metrics_port}"}
+    for target in plan.config.models:
+        endpoint = Endpoint.from_url(target.chat_url)
+        if endpoint.host in ("127.0.0.1", "localhost"):
+            targets.setdefault("attnload-sim", f"{endpoint.host}:{endpoint.port}")
+    data_dir = plan.results_dir / "prometheus"
+    data_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        process = start_local_prometheus(targets, data_dir, plan.prometheus_port or 9090, scrape_interval_s=2.0)
+    except PrometheusError as exc:
+        raise UsageError(str(exc).splitlines()[0]) from None
+    print(f"prometheus: http://127.0.0.1:{plan.prometheus_port}/ scraping {', '.join(targets.values())} "
+          f"(data in {data_dir})", file=sys.stderr)
+    return process
 
 
 def _environment(plan: LoadPlan) -> dict[str, str]:

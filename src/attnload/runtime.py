@@ -21,8 +21,10 @@ from attnload.measure import Recorder, RequestRecord
 from attnload.metrics import FleetState
 from attnload.openloop import DEFAULT_MAX_IN_FLIGHT, PAIR_STREAM, OpenLoop, OpenStage
 from attnload.paired import PairedRecorder
+from attnload.report.html import write_html
 from attnload.results import Results
 from attnload.shapes import ShapeSpec
+from attnload.sim.costmodel import attention_info
 from attnload.summarize import StageWindow, build_results, client_info
 from attnload.sweep import ModelStageStats
 from attnload.workload import Workload
@@ -86,6 +88,8 @@ class Runtime:
         self.started_perf = 0.0
         self.ended_at: float | None = None
         self.running = False
+        self.spawned = 0
+        self.stop_requested = False  # SIGTERM on a headless shape run: the shape ends the test at its next tick
         self._assigned = 0
         self.paired = PairedRecorder(config.models[0].key, seed=config.seed) if options.paired else None
         self.open_loop: OpenLoop | None = None
@@ -269,7 +273,7 @@ class Runtime:
         started = self.started_at or time.time()
         ended = self.ended_at or time.time()
         windows = [w for w in self.stage.windows if w.end_s > w.start_s] if self.options.shape else []
-        info = {m.key: details for m in self.config.models if (details := _attention_info(m.id))}
+        info = {m.key: details for m in self.config.models if (details := attention_info(m.id))}
         shape = self.options.shape
         run_info = {"source": os.path.basename(self.config.source), "shape": shape.to_text() if shape else None,
                     "stage_duration_s": shape.stage_duration_s if shape else None, "warmup_s": self.options.warmup_s,
@@ -297,21 +301,8 @@ class Runtime:
         stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(self.started_at))
         path = directory / f"{stamp}.json"
         path.write_text(results.to_json(), encoding="utf-8")
-        try:
-            from attnload.report.html import write_html
-
-            write_html(results, path.with_suffix(".html"))
-        except ImportError:
-            log.debug("HTML report module not available; wrote JSON only")
+        write_html(results, path.with_suffix(".html"))
         (directory / "latest.txt").write_text(path.name + "\n", encoding="utf-8")
         log.info("results written to %s", path)
         return path
 
-
-def _attention_info(model_id: str) -> dict[str, Any] | None:
-    """KV bytes/token/GPU and capacity when ``model_id`` matches a simulator preset."""
-    try:
-        from attnload.sim.presets import attention_info  # pure data: no server import
-    except ImportError:
-        return None
-    return attention_info(model_id)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import sys
 import time
 from dataclasses import replace
@@ -36,6 +37,8 @@ from attnload.measure import RequestRecord
 from attnload.metrics import serve_metrics
 from attnload.openloop import DEFAULT_MAX_IN_FLIGHT, ClientPool, OpenLoop
 from attnload.paired import send_together
+from attnload.report import webui
+from attnload.report.console import progress_line
 from attnload.runtime import RunOptions, Runtime
 from attnload.shapes import ShapeSpec, parse_duration, parse_shape
 from attnload.sweep import Slo, SweepPlan, SweepStage
@@ -46,6 +49,9 @@ log = logging.getLogger(__name__)
 STAGE_MESSAGE = "attnload_stage"
 FINAL_DELTA_MESSAGE = "attnload_final"
 RESULTS_GRACE_S = 1.0
+SPAWN_SPREAD_S = 1.0
+GOLDEN_RATIO = 0.6180339887498949
+PROGRESS_INTERVAL_S = 5.0
 OPEN_LOOP_IDLE_S = 0.2
 STOP_RATE_PER_WORKER = 100.0
 """Users stopped per second and worker when a rate stage follows a closed-loop one (Locust warns above 100)."""
@@ -65,6 +71,12 @@ class ChatUser(User):
     def on_start(self) -> None:
         runtime: Runtime = self.environment.attnload  # type: ignore[attr-defined]
         self.runtime = runtime
+        # Locust dispatches users in one-second batches (floor(spawn rate) at a time). Spreading each
+        # user's first request over that second makes the spawn rate an arrival rate; otherwise a batch
+        # of identical requests prefills together and stays in lockstep, inflating TTFT for the run.
+        # A golden-ratio sequence spreads them evenly without knowing the batch size.
+        runtime.spawned += 1
+        gevent.sleep(SPAWN_SPREAD_S * ((runtime.spawned * GOLDEN_RATIO) % 1.0))
         if runtime.paired is not None:
             self.targets = runtime.assign_all()
             self.chats = {t.key: _client(runtime, t) for t in self.targets}
@@ -96,7 +108,8 @@ class ChatUser(User):
 
 
 def _client(runtime: Runtime, target: ModelTarget) -> ChatClient:
-    return ChatClient(target.chat_url, runtime.api_keys[target.key], runtime.timeouts)
+    return ChatClient(target.chat_url, runtime.api_keys[target.key], runtime.timeouts,
+                      retry_after_max_s=runtime.config.request.retry_after_max_s)
 
 
 def send_plan(environment: Environment, runtime: Runtime, client: ChatClient, target: ModelTarget,
@@ -231,6 +244,8 @@ class StagedShape(LoadTestShape):
 
     def _runtime(self) -> Runtime | None:
         runtime: Runtime | None = getattr(self.runner.environment, "attnload", None) if self.runner else None
+        if runtime is not None and runtime.stop_requested:
+            return None  # SIGTERM: end the test the way a finished shape does, so workers drain and report
         if runtime is not None and not runtime.running:
             runtime.begin_test()
         return runtime
@@ -375,13 +390,13 @@ def _init_collector(environment: Environment, runtime: Runtime) -> None:
     events.test_stop.add_listener(stopped)
     events.quitting.add_listener(lambda **_: runtime.write_results())
     events.quitting.add_listener(lambda **_: _stop_before_quit(runner))  # fires before the write: reverse order
+    if environment.shape_class is not None and getattr(environment.parsed_options, "headless", False):
+        # Locust installs its SIGTERM handler only after a headless shape test ends; until then SIGTERM
+        # (Ctrl-C in `attnload run`, a pod being deleted) would kill the master without results.
+        gevent.signal_handler(signal.SIGTERM, lambda: setattr(runtime, "stop_requested", True))
     gevent.spawn(_watch_fleet, environment, runtime)
     web_ui = environment.web_ui
     if web_ui is not None:
-        try:
-            from attnload.report import webui
-        except ImportError:
-            return
         webui.install(environment, runtime.results)
 
 
@@ -395,9 +410,15 @@ def _stop_before_quit(runner: Any) -> None:
 
 
 def _watch_fleet(environment: Environment, runtime: Runtime) -> None:
-    """Every second: worker count, CPU per worker, workers that went missing."""
+    """Every second: worker count, CPU per worker, workers that went missing; headless progress lines."""
     runner = environment.runner
+    headless = bool(getattr(environment.parsed_options, "headless", False))
+    last_progress = time.monotonic()
     while True:
+        if headless and runtime.running and time.monotonic() - last_progress >= PROGRESS_INTERVAL_S:
+            last_progress = time.monotonic()
+            sys.stderr.write(progress_line(runtime.results()) + "\n")  # the console's own output
+            sys.stderr.flush()
         if isinstance(runner, MasterRunner):
             alive = 0
             for client in list(runner.clients.values()):

@@ -13,8 +13,7 @@ from __future__ import annotations
 
 import json
 import threading
-import time
-from pathlib import Path
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -53,7 +52,18 @@ class Poller(threading.Thread):
         self.sim, self.master = sim, master_metrics
         self.done = threading.Event()
         self.waiting_max: dict[tuple[int, str], float] = {}
+        self.waiting_sum: dict[tuple[int, str], float] = {}
+        self.polls: dict[tuple[int, str], int] = {}
         self.preemptions: dict[tuple[int, str], float] = {}  # counter value last seen in the stage
+
+    def waiting_mean(self, stage: int, model: str) -> float:
+        """Sustained queueing: waiting requests averaged over the stage's polls.
+
+        The engine admits at step boundaries, so a request arriving mid-step is briefly
+        "waiting" even with room to spare; a mean separates that from a real queue.
+        """
+        polls = self.polls.get((stage, model), 0)
+        return self.waiting_sum.get((stage, model), 0.0) / polls if polls else 0.0
 
     def run(self) -> None:
         while not self.done.wait(0.5):
@@ -66,6 +76,8 @@ class Poller(threading.Thread):
                 key = (stage, model)
                 if name == "attnload_sim_requests_waiting":
                     self.waiting_max[key] = max(self.waiting_max.get(key, 0.0), value)
+                    self.waiting_sum[key] = self.waiting_sum.get(key, 0.0) + value
+                    self.polls[key] = self.polls.get(key, 0) + 1
                 elif name == "attnload_sim_preemptions_total":
                     self.preemptions[key] = value
 
@@ -74,36 +86,50 @@ def stage(summary: dict[str, Any], index: int) -> dict[str, Any]:
     return next(s for s in summary["stages"] if s["index"] == index)
 
 
-def test_http_acceptance_7_13(processes: Processes, tmp_path: Path) -> None:
-    sim = start_sim(processes, "--kv-capacity-scale", "0.05", "--tokens-per-event", "4")
-    example = json.loads((ROOT / "examples" / "acceptance_7_13.json").read_text())
-    example["base_url"] = sim + "/api"
-    config = tmp_path / "acceptance_7_13.json"
-    config.write_text(json.dumps(example))
-    results, metrics_port = tmp_path / "results", free_port()
-    poller = Poller(sim, f"http://127.0.0.1:{metrics_port}/metrics")
-    poller.start()
-    run = processes.start(attnload(*COMMAND[:1], "-c", str(config), *COMMAND[1:], "--results", str(results),
-                                   "--metrics-port", str(metrics_port)), name="run")
+@pytest.fixture(scope="module")
+def acceptance(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[dict[str, Any], Poller]]:
+    """Run the scenario once (≈ 2.5 min) for both tests below."""
+    tmp_path = tmp_path_factory.mktemp("acceptance")
+    processes = Processes(tmp_path)
     try:
-        assert run.wait(timeout=260) == 0, processes.log_of(run)[-3000:]
+        sim = start_sim(processes, "--kv-capacity-scale", "0.05", "--tokens-per-event", "4")
+        example = json.loads((ROOT / "examples" / "acceptance_7_13.json").read_text())
+        example["base_url"] = sim + "/api"
+        config = tmp_path / "acceptance_7_13.json"
+        config.write_text(json.dumps(example))
+        results, metrics_port = tmp_path / "results", free_port()
+        poller = Poller(sim, f"http://127.0.0.1:{metrics_port}/metrics")
+        poller.start()
+        run = processes.start(attnload(*COMMAND[:1], "-c", str(config), *COMMAND[1:], "--results", str(results),
+                                       "--metrics-port", str(metrics_port)), name="run")
+        try:
+            assert run.wait(timeout=260) == 0, processes.log_of(run)[-3000:]
+        finally:
+            poller.done.set()
+            poller.join(timeout=5)
+        data = latest_results(results)
+        report: dict[str, Any] = {k: {i: {"users": stage(m, i)["users"], "ttft_p50": stage(m, i)["ttft_s"]["p50"],
+                                          "ttft_p99": stage(m, i)["ttft_s"]["p99"],
+                                          "itl_p50": stage(m, i)["itl_s"]["p50"],
+                                          "tok_s": stage(m, i)["output_tokens_per_s"]} for i in (0, 1)}
+                                  for k, m in (("gqa", data["models"][0]), ("mla", data["models"][1]))}
+        report["waiting_max"] = {f"{s}:{m}": v for (s, m), v in sorted(poller.waiting_max.items())}
+        report["waiting_mean"] = {f"{s}:{m}": poller.waiting_mean(s, m) for (s, m) in sorted(poller.polls)}
+        report["preemptions"] = {f"{s}:{m}": v for (s, m), v in sorted(poller.preemptions.items())}
+        report["client"] = data["client"]
+        print(json.dumps(report, indent=2))  # the measured numbers, for the log
+        yield data, poller
     finally:
-        poller.done.set()
-        poller.join(timeout=5)
-    data = latest_results(results)
+        processes.stop_all()
+
+
+def test_http_acceptance_7_13(acceptance: tuple[dict[str, Any], Poller]) -> None:
+    """ITL, throughput and queueing directions and ratios of §7.13."""
+    data, poller = acceptance
     gqa, mla = data["models"][0], data["models"][1]
     assert (gqa["attention"], mla["attention"]) == ("GQA", "MLA")
-    report = {k: {i: {"users": stage(m, i)["users"], "ttft_p50": stage(m, i)["ttft_s"]["p50"],
-                      "ttft_p99": stage(m, i)["ttft_s"]["p99"], "itl_p50": stage(m, i)["itl_s"]["p50"],
-                      "tok_s": stage(m, i)["output_tokens_per_s"]} for i in (0, 1)}
-              for k, m in (("gqa", gqa), ("mla", mla))}
-    report["waiting_max"] = {f"{s}:{m}": v for (s, m), v in sorted(poller.waiting_max.items())}
-    report["preemptions"] = {f"{s}:{m}": v for (s, m), v in sorted(poller.preemptions.items())}
-    report["client"] = data["client"]
-    (tmp_path / "acceptance_report.json").write_text(json.dumps(report, indent=2))
-    print(json.dumps(report, indent=2))  # the measured numbers, for the log
-
     g1, g2, m1, m2 = stage(gqa, 0), stage(gqa, 1), stage(mla, 0), stage(mla, 1)
+    report = {"gqa": [g1, g2], "mla": [m1, m2]}
     assert (g1["users"], g2["users"]) == (64, 144)
     for s in (g1, g2, m1, m2):
         assert s["requests"]["failed"] == 0 and s["requests"]["ok"] > 50
@@ -113,14 +139,22 @@ def test_http_acceptance_7_13(processes: Processes, tmp_path: Path) -> None:
     # Throughput: GQA ≥ 1.5× MLA in stage 1, ≥ 1.3× in stage 2.
     assert g1["output_tokens_per_s"] >= 1.5 * m1["output_tokens_per_s"], report
     assert g2["output_tokens_per_s"] >= 1.3 * m2["output_tokens_per_s"], report
-    # Stage 2: GQA is past its KV capacity and queues; MLA is not.
-    assert g2["ttft_s"]["p99"] >= 3.0 * m2["ttft_s"]["p99"], report
-    assert g2["ttft_s"]["p50"] >= 3.0 * g1["ttft_s"]["p50"], report
+    # MLA stays below its KV knee: its TTFT barely moves.
     assert m2["ttft_s"]["p50"] <= 1.5 * m1["ttft_s"]["p50"], report
-    # The sim's own waiting/preemption series: GQA queues in stage 2 only, MLA never.
+    # The sim's own series: GQA queues (sustained waiting, preemptions) in stage 2 only, MLA never.
     gqa_id, mla_id = "llama-3-70b", "deepseek-v3"
-    assert poller.waiting_max.get((1, gqa_id), 0) > 0 or poller.preemptions.get((1, gqa_id), 0) > 0, report
-    assert poller.waiting_max.get((0, gqa_id), 0) == 0 and poller.preemptions.get((0, gqa_id), 0) == 0, report
+    assert poller.preemptions.get((1, gqa_id), 0) > 0, poller.preemptions
+    assert poller.waiting_mean(1, gqa_id) >= 2.0, poller.waiting_sum
+    assert poller.preemptions.get((0, gqa_id), 0) == 0 and poller.waiting_mean(0, gqa_id) < 1.5, poller.waiting_sum
     for stage_index in (-1, 0, 1):
-        assert poller.waiting_max.get((stage_index, mla_id), 0) == 0, report
-        assert poller.preemptions.get((stage_index, mla_id), 0) == 0, report
+        assert poller.preemptions.get((stage_index, mla_id), 0) == 0, poller.preemptions
+        assert poller.waiting_mean(stage_index, mla_id) < 1.0, poller.waiting_sum
+
+
+def test_http_acceptance_7_13_ttft_ratios(acceptance: tuple[dict[str, Any], Poller]) -> None:
+    """§7.13's TTFT ratios: stage 2 GQA p99 ≥ 3× MLA's, GQA p50 ≥ 3× its stage-1 value."""
+    data, _ = acceptance
+    gqa, mla = data["models"][0], data["models"][1]
+    g1, g2, m2 = stage(gqa, 0), stage(gqa, 1), stage(mla, 1)
+    assert g2["ttft_s"]["p99"] >= 3.0 * m2["ttft_s"]["p99"], (g2["ttft_s"], m2["ttft_s"])
+    assert g2["ttft_s"]["p50"] >= 3.0 * g1["ttft_s"]["p50"], (g1["ttft_s"], g2["ttft_s"])

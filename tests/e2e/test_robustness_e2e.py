@@ -108,11 +108,13 @@ def test_hostile_server_64_users_2_workers(processes: Processes, tmp_path: Path)
     summary = data["models"][0]
     requests, errors = summary["requests"], summary["errors"]
     server_total = sum(counts.values())
-    assert requests["ok"] + requests["failed"] + requests["cancelled"] == server_total, json.dumps([requests, errors, counts])
-    assert sum(errors.values()) == requests["failed"]
+    assert requests["ok"] + requests["failed"] + requests["cancelled"] == server_total, (requests, errors, counts)
+    assert errors.get("cancelled", 0) == requests["cancelled"]  # the cancelled class counts them too
+    failures = {k: v for k, v in errors.items() if k != "cancelled"}
+    assert sum(failures.values()) == requests["failed"]
 
     by_outcome = metric_values(metrics, "attnload_requests_total", "outcome")
-    assert by_outcome == Counter({k: v for k, v in requests.items() if v}) or dict(by_outcome) == requests
+    assert by_outcome == Counter({k: v for k, v in requests.items() if v})
     assert metric_values(metrics, "attnload_request_errors_total", "error") == Counter(errors)
 
     row = next(r for r in stats["stats"] if r["name"] == "hostile")
@@ -120,7 +122,7 @@ def test_hostile_server_64_users_2_workers(processes: Processes, tmp_path: Path)
 
     # Each class holds exactly its modes' requests, less those cancelled when the test stopped.
     expected = expected_by_class(counts)
-    got = Counter({"ok": requests["ok"], **errors})
+    got = Counter({"ok": requests["ok"], **failures})
     for label, n in got.items():
         assert n <= expected[label], (label, n, expected)
     assert sum(expected.values()) - sum(got.values()) == requests["cancelled"]
@@ -153,7 +155,6 @@ def test_sigkill_one_worker_mid_run(processes: Processes, tmp_path: Path) -> Non
     os.kill(worker.pid, signal.SIGKILL)
     assert run.wait(timeout=90) == 0, processes.log_of(run)[-3000:]
     log = processes.log_of(run)
-    assert "setting state to missing" in log or "workers lost" in log.lower() or True
     data = latest_results(results)
     summary = data["models"][0]
     assert data["client"]["workers"] == 2 and data["client"]["workers_lost"] == 1, data["client"]
@@ -180,10 +181,60 @@ def test_sigterm_master_counts_in_flight_as_cancelled(processes: Processes, tmp_
     master.send_signal(signal.SIGTERM)
     master.wait(timeout=60)
     for worker in workers:
-        worker.wait(timeout=30)
+        worker.wait(timeout=30)  # the master told them to quit
     counts = http_json(hostile + "/counts")["counts"]
     data = latest_results(results)
     requests = data["models"][0]["requests"]
     assert requests["cancelled"] > 0, requests
     assert requests["ok"] + requests["failed"] + requests["cancelled"] == sum(counts.values()), (requests, counts)
     assert "Traceback" not in processes.log_of(master)
+
+
+def test_ctrl_c_on_attnload_run_keeps_results(processes: Processes, tmp_path: Path) -> None:
+    """Ctrl-C on `attnload run` (SIGINT to it, SIGTERM to its master): results written, in-flight cancelled."""
+    hostile = start_hostile(processes, slow_s=30.0)
+    config = hostile_config(tmp_path, hostile)
+    results = tmp_path / "results"
+    run = processes.start(attnload("run", "-c", str(config), "--users", "16", "--duration", "120s", "--workers", "2",
+                                   "--results", str(results), "--metrics-port", "0"),
+                          env={KEY_ENV: "sk-robust-key-6e2f0a9b1c"}, name="run")
+    wait_for(lambda: http_json(hostile + "/counts")["total"] > 100, 60, "load running")
+    run.send_signal(signal.SIGINT)
+    run.wait(timeout=60)
+    data = latest_results(results)
+    requests = data["models"][0]["requests"]
+    counts = http_json(hostile + "/counts")["counts"]
+    assert requests["cancelled"] > 0, requests
+    assert requests["ok"] + requests["failed"] + requests["cancelled"] == sum(counts.values()), (requests, counts)
+    assert "Traceback" not in processes.log_of(run)
+
+
+def test_sigterm_one_worker_drains_it(processes: Processes, tmp_path: Path) -> None:
+    """A worker pod deleted mid-run: its in-flight requests arrive as cancelled; the run goes on without it."""
+    hostile = start_hostile(processes, slow_s=30.0)
+    config = hostile_config(tmp_path, hostile)
+    web, master_port = free_port(), free_port()
+    results = tmp_path / "results"
+    env = {"ATTNLOAD_CONFIG": str(config), "ATTNLOAD_RESULTS": str(results), "ATTNLOAD_METRICS_PORT": "0",
+           "ATTNLOAD_SHAPE": "concurrency:16", "ATTNLOAD_STAGE_DURATION": "12s", "ATTNLOAD_SPAWN_RATE": "16",
+           KEY_ENV: "sk-robust-key-6e2f0a9b1c"}
+    master = processes.start([*LOCUST, "--master", "--web-host", "127.0.0.1", "--web-port", str(web),
+                              "--master-bind-host", "127.0.0.1", "--master-bind-port", str(master_port)],
+                             env=env, name="master")
+    workers = [processes.start([*LOCUST, "--worker", "--master-host", "127.0.0.1", "--master-port",
+                                str(master_port)], env=env, name="worker") for _ in range(2)]
+    wait_http(f"http://127.0.0.1:{web}/", master)
+    wait_for(lambda: len(http_json(f"http://127.0.0.1:{web}/stats/requests")["workers"]) == 2, 30,
+             "workers connected")
+    http_json(f"http://127.0.0.1:{web}/swarm", data=urllib.parse.urlencode({"user_count": 16,
+                                                                           "spawn_rate": 16}).encode())
+    wait_for(lambda: http_json(hostile + "/counts")["total"] > 100, 60, "load running")
+    workers[0].send_signal(signal.SIGTERM)
+    assert workers[0].wait(timeout=30) is not None
+    wait_for(lambda: (results / "latest.txt").exists(), 60, "results written")
+    time.sleep(2.0)
+    counts = http_json(hostile + "/counts")["counts"]
+    data = latest_results(results)
+    requests = data["models"][0]["requests"]
+    assert requests["cancelled"] > 0 and workers[1].poll() is None
+    assert requests["ok"] + requests["failed"] + requests["cancelled"] == sum(counts.values()), (requests, counts)
