@@ -6,6 +6,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
 from helpers import require_binary
 
 CHROMIUM = Path("/usr/bin/chromium")
