@@ -37,6 +37,7 @@ from attnload.tokens import chunk_tokens, prompt_tokens
 
 RECV_BYTES = 65536
 ERROR_BODY_LIMIT = 64 * 1024
+FRAMING_TAIL_S = 1.0
 _LOOPBACK = ("127.", "localhost", "::1", "[::1]")
 
 
@@ -316,8 +317,14 @@ class ChatClient:
             self.close()
             if run.response is None:
                 raise  # stopped before the request was on the wire: no request exists to count
-            outcome = "cancelled"
-            error = RequestFailed(ErrorClass.CANCELLED, "the test stopped during the request")
+            if run.done:  # stopped while reading the framing after [DONE]: the answer is complete
+                try:
+                    run.finish()
+                except RequestFailed as exc:
+                    error, outcome = exc, "failed"
+            else:
+                outcome = "cancelled"
+                error = RequestFailed(ErrorClass.CANCELLED, "the test stopped during the request")
             record = self._record(body, run, origin, outcome, error, model_key, profile, stage, intended_start, started)
             raise _Cancelled(record) from None
         except Exception as exc:  # noqa: BLE001 - one boundary maps every foreign error to a class
@@ -392,8 +399,8 @@ class ChatClient:
             if run.sse.events and run.stream:  # only a 200 feeds the splitter: the streaming common case first
                 run.consume(at, origin)
                 if run.done:
-                    if not response.message_complete or response.should_close():
-                        self.close()  # [DONE] seen; don't wait for the framing to end
+                    run.done_at = at
+                    self._finish_framing(sock, response)
                     return
             if response.headers_complete and response.get_code() != 200:
                 if response.message_complete:
@@ -404,10 +411,30 @@ class ChatClient:
                     self.close()
                 return
 
+    def _finish_framing(self, sock: Any, response: _Response) -> None:
+        """After [DONE], read the few bytes that end the HTTP message so the connection stays reusable.
+
+        Servers such as uvicorn send the terminating chunk separately; closing instead would reset
+        the connection and open a new one per request (ports run out at 10k streams). The latency
+        was already stamped at [DONE], so this wait is not measured.
+        """
+        deadline = time.perf_counter() + FRAMING_TAIL_S
+        try:
+            while not response.message_complete:
+                wait = deadline - time.perf_counter()
+                data = self._recv(sock, wait) if wait > 0 else b""
+                if not data:
+                    break
+                response.feed(data)
+        except (OSError, HTTPParseError, gevent.socket.timeout):
+            pass  # the answer is complete; only the connection's reuse is at stake
+        if not response.message_complete or response.should_close():
+            self.close()
+
     def _record(self, body: dict[str, Any], run: _Run, origin: float, outcome: str, error: RequestFailed | None,
                 model_key: str, profile: str, stage: int, intended_start: float | None, started: float
                 ) -> RequestRecord:
-        end = time.perf_counter()
+        end = run.done_at or time.perf_counter()
         usage = run.usage or {}
         reported_prompt = usage.get("prompt_tokens")
         reported_completion = usage.get("completion_tokens")
@@ -453,7 +480,7 @@ class _Run:
     """State of one response being read: timings, chunk token estimates, usage, finish."""
 
     __slots__ = ("stream", "max_tokens", "sse", "response", "first_at", "last_at", "gaps", "chunk_tokens",
-                 "usage", "finish_reason", "done", "eof")
+                 "usage", "finish_reason", "done", "done_at", "eof")
 
     def __init__(self, stream: bool, max_tokens: int) -> None:
         self.stream = stream
@@ -467,6 +494,7 @@ class _Run:
         self.usage: dict[str, Any] | None = None
         self.finish_reason: str | None = None
         self.done = False
+        self.done_at: float | None = None
         self.eof = False
 
     def consume(self, at: float, origin: float) -> None:

@@ -124,6 +124,8 @@ class ModelSummary(Totals):
     paired: PairedSummary | None = None
     """``--paired`` runs, non-baseline models: per-pair differences over all stages."""
     sweep: SweepSummary | None = None
+    in_flight: int | None = None
+    """Users running against this model when the summary was taken (live snapshots; 0 once stopped)."""
 
 
 class ClientInfo(_Model):

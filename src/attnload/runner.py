@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import signal
 import socket
 import subprocess
@@ -59,6 +60,9 @@ def add_load_arguments(parser: argparse.ArgumentParser) -> None:
     mode.add_argument("--headless", dest="headless", action="store_true", default=True, help="no web UI (default)")
     mode.add_argument("--web", dest="headless", action="store_false", help="Locust web UI on --web-port")
     parser.add_argument("--web-port", type=int, default=8089, help="Locust web UI port with --web")
+    parser.add_argument("--stop-timeout", type=float, default=0.0, metavar="S",
+                        help="at the end (and when users are removed) let in-flight requests finish for up to S "
+                             "seconds instead of counting them cancelled")
     parser.add_argument("--prometheus", type=int, nargs="?", const=9090, default=None, metavar="PORT",
                         help="also run a local Prometheus (Debian package) on PORT (9090) scraping the master "
                              "and a simulator on a loopback base_url; its data stays under RESULTS/prometheus")
@@ -83,6 +87,7 @@ class LoadPlan:
     arrivals: str | None = None
     max_in_flight: int | None = None
     prometheus_port: int | None = None
+    stop_timeout_s: float = 0.0
 
 
 def plan_from_args(args: argparse.Namespace, config_path: Path) -> LoadPlan:
@@ -93,6 +98,8 @@ def plan_from_args(args: argparse.Namespace, config_path: Path) -> LoadPlan:
         raise UsageError(f"--workers {args.workers} is out of range: use 0 (one process) to 256")
     if args.users is not None and args.users <= 0:
         raise UsageError(f"--users {args.users} must be a positive number of users")
+    if getattr(args, "stop_timeout", 0.0) and args.stop_timeout < 0:
+        raise UsageError(f"--stop-timeout {args.stop_timeout:g} must be ≥ 0 seconds")
     if args.spawn_rate is not None and args.spawn_rate <= 0:
         raise UsageError(f"--spawn-rate {args.spawn_rate} must be positive")
     stage_s = parse_duration(args.stage_duration or config.stage_duration_s or DEFAULT_DURATION, "--stage-duration")
@@ -122,7 +129,8 @@ def plan_from_args(args: argparse.Namespace, config_path: Path) -> LoadPlan:
                     workers=args.workers, results_dir=Path(args.results), metrics_port=args.metrics_port,
                     headless=args.headless, web_port=args.web_port, profiles=args.profile, warmup=args.warmup,
                     paired=paired, arrivals=getattr(args, "arrivals", None), max_in_flight=max_in_flight,
-                    prometheus_port=getattr(args, "prometheus", None))
+                    prometheus_port=getattr(args, "prometheus", None),
+                    stop_timeout_s=float(getattr(args, "stop_timeout", 0.0) or 0.0))
 
 
 def _check_reachable(config: TestConfig) -> None:
@@ -162,6 +170,7 @@ def run(args: argparse.Namespace) -> int:
 def execute(plan: LoadPlan, *, quiet: bool = False) -> Results | None:
     """Start master and workers (and Prometheus if asked), wait, print and return the results."""
     started = time.time()
+    _raise_fd_limit(plan)
     env = _environment(plan)
     prometheus = _start_prometheus(plan) if plan.prometheus_port else None
     master_port = _free_port()
@@ -190,6 +199,19 @@ def execute(plan: LoadPlan, *, quiet: bool = False) -> Results | None:
     if results is not None and not quiet:
         _print_summary(results[0], results[1])
     return results[0] if results else None
+
+
+def _raise_fd_limit(plan: LoadPlan) -> None:
+    """Each stream holds a socket: lift the soft open-files limit to the hard one (children inherit it)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+        soft = hard
+    peak_users = max((s.users or 0) for s in plan.shape.stages) if plan.shape.kind == "concurrency" else 0
+    per_process = peak_users * (len(plan.config.models) if plan.paired else 1) / max(plan.workers, 1)
+    if soft != resource.RLIM_INFINITY and per_process > soft - 64:
+        print(f"attnload run: warning: ~{per_process:.0f} connections per worker against an open-files limit "
+              f"of {soft}: add --workers or raise `ulimit -n`", file=sys.stderr)
 
 
 def _start_prometheus(plan: LoadPlan) -> subprocess.Popen[bytes]:
@@ -235,6 +257,8 @@ def _base_command() -> list[str]:
 
 def _master_command(plan: LoadPlan, master_port: int) -> list[str]:
     command = _base_command()
+    if plan.stop_timeout_s:
+        command += ["--stop-timeout", f"{plan.stop_timeout_s:g}"]
     if plan.headless:
         command += ["--headless", "--only-summary"]
     else:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+import resource
 import time
 from collections import Counter
 from dataclasses import dataclass, field, replace
@@ -52,6 +53,36 @@ class RunOptions:
     max_in_flight: int = DEFAULT_MAX_IN_FLIGHT
 
 
+class CpuMeter:
+    """This process's CPU use (1.0 = one core) from getrusage, sampled every second.
+
+    Locust samples worker CPU only every few seconds; a client saturates in bursts, so the
+    peak of one-second samples since the last report is what decides ``client_saturated``.
+    """
+
+    def __init__(self) -> None:
+        self._last = (time.perf_counter(), _cpu_seconds())
+        self._peak = 0.0
+
+    def sample(self) -> float:
+        now, cpu = time.perf_counter(), _cpu_seconds()
+        wall = now - self._last[0]
+        ratio = (cpu - self._last[1]) / wall if wall > 0 else 0.0
+        self._last = (now, cpu)
+        self._peak = max(self._peak, ratio)
+        return ratio
+
+    def peak(self) -> float:
+        """Highest sample since the previous call (then reset)."""
+        peak, self._peak = self._peak, 0.0
+        return peak
+
+
+def _cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
 @dataclass
 class StageClock:
     """The current stage, as this process knows it (the master tells workers)."""
@@ -89,6 +120,7 @@ class Runtime:
         self.ended_at: float | None = None
         self.running = False
         self.spawned = 0
+        self.cpu = CpuMeter()
         self.stop_requested = False  # SIGTERM on a headless shape run: the shape ends the test at its next tick
         self._assigned = 0
         self.paired = PairedRecorder(config.models[0].key, seed=config.seed) if options.paired else None
@@ -246,7 +278,8 @@ class Runtime:
     # ------------------------------------------------------------------ distribution
 
     def worker_payload(self) -> dict[str, Any]:
-        payload: dict[str, Any] = {"delta": self.recorder.take_delta(), "users": dict(self.users_by_model)}
+        payload: dict[str, Any] = {"delta": self.recorder.take_delta(), "users": dict(self.users_by_model),
+                                   "cpu": self.cpu.peak()}
         if self.paired is not None:
             payload["paired"] = self.paired.take_delta()
         return payload
@@ -257,12 +290,18 @@ class Runtime:
         self.recorder.merge_delta(payload.get("delta") or {})
         if self.paired is not None and payload.get("paired"):
             self.paired.merge_delta(payload["paired"])
+        if "cpu" in payload:
+            self.note_cpu(worker_id, float(payload["cpu"]))
         if "users" in payload:
             self.worker_users[worker_id] = payload["users"]
             self.fleet.users = dict(sum((Counter(u) for u in self.worker_users.values()), Counter()))
 
-    def note_cpu(self, worker: str, percent: float) -> None:
-        ratio = percent / 100.0
+    def reporting_workers(self, within_s: float = 7.0) -> set[str]:
+        """Workers whose report arrived recently (they report every 3 s, even between tests)."""
+        now = time.perf_counter()
+        return {w for w, at in self._merged_at.items() if now - at < within_s and w not in self.workers_lost}
+
+    def note_cpu(self, worker: str, ratio: float) -> None:
         self.fleet.worker_cpu_ratio[worker] = ratio
         self.cpu_max_ratio = max(self.cpu_max_ratio, ratio)
         self.fleet.client_saturated = self.cpu_max_ratio > 0.9
@@ -286,7 +325,8 @@ class Runtime:
         sweep = self.sweep_final() if callable(self.sweep_final) else self.sweep_report
         return build_results(self.config, self.recorder, started_at=started, ended_at=ended, stages=windows,
                              client=client_info(workers, len(self.workers_lost), self.cpu_max_ratio, self.recorder),
-                             run_info=run_info, attention_info=info, paired=self.paired, sweep=sweep)
+                             run_info=run_info, attention_info=info, paired=self.paired, sweep=sweep,
+                             in_flight=dict(self.fleet.users) if self.running else None)
 
     @property
     def arrivals(self) -> str:

@@ -59,7 +59,8 @@ def totals(series: Series, duration_s: float, slo_set: bool) -> dict[str, Any]:
 def build_results(config: TestConfig, recorder: Recorder, *, started_at: float, ended_at: float,
                   stages: list[StageWindow], client: ClientInfo, run_info: dict[str, Any],
                   attention_info: dict[str, dict[str, Any]] | None = None, paired: PairedRecorder | None = None,
-                  sweep: dict[str, dict[str, Any]] | None = None) -> Results:
+                  sweep: dict[str, dict[str, Any]] | None = None, in_flight: dict[str, int] | None = None
+                  ) -> Results:
     """Summaries per model, per profile and per stage; wall times are epoch seconds."""
     duration_s = max(ended_at - started_at, 1e-9)
     slo_set = any(v is not None for v in config.slo.model_dump().values())
@@ -74,7 +75,7 @@ def build_results(config: TestConfig, recorder: Recorder, *, started_at: float, 
             **totals(whole, duration_s, slo_set), key=target.key, model=target.id, attention=target.attention,
             stages=stage_summaries, profiles=profiles, attention_info=(attention_info or {}).get(target.key, {}),
             paired=paired.summary(target.key) if paired is not None else None,
-            sweep=(sweep or {}).get(target.key)))
+            sweep=(sweep or {}).get(target.key), in_flight=(in_flight or {}).get(target.key)))
     return Results.model_validate({
         "schema": "attnload.results/v1", "started_at": _iso(started_at), "ended_at": _iso(ended_at),
         "duration_s": duration_s, "config_sha256": config.sha256, "config": run_info,

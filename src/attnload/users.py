@@ -332,6 +332,7 @@ def _on_init(environment: Environment, **_: Any) -> None:
     if isinstance(runner, WorkerRunner):
         runtime.worker_index = max(runner.worker_index, 0)
         events.report_to_master.add_listener(lambda client_id, data: data.update(attnload=runtime.worker_payload()))
+        gevent.spawn(_sample_cpu, runtime)
 
         def on_stage(environment: Environment, msg: Any) -> None:
             runtime.worker_index = max(runner.worker_index, 0)
@@ -409,6 +410,13 @@ def _stop_before_quit(runner: Any) -> None:
             gevent.sleep(RESULTS_GRACE_S)  # the workers' final deltas
 
 
+def _sample_cpu(runtime: Runtime) -> None:
+    """A worker's one-second CPU samples; their peak rides on each report to the master."""
+    while True:
+        gevent.sleep(1.0)
+        runtime.cpu.sample()
+
+
 def _watch_fleet(environment: Environment, runtime: Runtime) -> None:
     """Every second: worker count, CPU per worker, workers that went missing; headless progress lines."""
     runner = environment.runner
@@ -420,16 +428,16 @@ def _watch_fleet(environment: Environment, runtime: Runtime) -> None:
             sys.stderr.write(progress_line(runtime.results()) + "\n")  # the console's own output
             sys.stderr.flush()
         if isinstance(runner, MasterRunner):
-            alive = 0
+            connected = set()
             for client in list(runner.clients.values()):
                 if client.state == "missing":
                     runtime.workers_lost.add(client.id)
-                    continue
-                alive += 1
-                runtime.note_cpu(client.id, float(client.cpu_usage or 0.0))
-            runtime.fleet.workers = alive
+                else:
+                    connected.add(client.id)
+            # Locust forgets a worker between "stopped" and "ready" (up to --stop-timeout); its reports go on.
+            runtime.fleet.workers = len(connected | runtime.reporting_workers())
         elif runner is not None:
             runtime.fleet.workers = 1
             runtime.fleet.users = dict(runtime.users_by_model)
-            runtime.note_cpu("local", float(runner.current_cpu_usage or 0.0))
+            runtime.note_cpu("local", runtime.cpu.sample())
         gevent.sleep(1.0)
