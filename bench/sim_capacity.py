@@ -25,11 +25,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--streams", default="64,256")
     parser.add_argument("--itl-ms", type=float, default=10.0)
     parser.add_argument("--window-s", type=float, default=6.0)
+    parser.add_argument("--profile", metavar="FILE", help="run the simulator under cProfile, stats to FILE")
     args = parser.parse_args(argv)
     client_core, sim_core = cores()
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    sim = subprocess.Popen(pinned(sim_core, [PYTHON, "-m", "attnload", "sim", "--host", "127.0.0.1", "--port",
+    profile = ["-m", "cProfile", "-o", args.profile] if args.profile else []
+    sim = subprocess.Popen(pinned(sim_core, [PYTHON, *profile, "-m", "attnload", "sim", "--host", "127.0.0.1", "--port",
                                              str(port), "--models", MODEL, "--mode", "fixed", "--ttft-ms", "50",
                                              "--itl-ms", str(args.itl_ms), "--output-tokens", "128"]),
                            start_new_session=True, stdout=subprocess.DEVNULL)

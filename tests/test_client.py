@@ -12,7 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from attnload.client import ChatClient, SseSplitter, Timeouts, chat_body, classify_status
+from attnload.classify import classify_status
+from attnload.client import ChatClient, SseSplitter, Timeouts, chat_body
 from attnload.errors import ErrorClass, RequestFailed
 
 

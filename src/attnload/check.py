@@ -25,7 +25,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
-from attnload.client import ChatClient, Timeouts, _proxy_for, chat_body, classify_status
+from attnload.classify import classify_status
+from attnload.client import ChatClient, Timeouts, chat_body, proxy_for
 from attnload.config import ModelTarget, TestConfig, load_config
 from attnload.errors import ErrorClass, RequestFailed, UsageError, redact, register_secret
 
@@ -271,7 +272,7 @@ def _proxy_info(url: str) -> ProxyInfo:
     parts = urlsplit(url)
     info = ProxyInfo(variables=variables)
     host = parts.hostname or ""
-    load_path = _proxy_for(parts.scheme, host)
+    load_path = proxy_for(parts.scheme, host)
     info.load_path_proxy = f"{load_path[0]}:{load_path[1]}" if load_path else None
     # httpx (the SDK) uses a proxy for loopback hosts too, unless NO_PROXY names them.
     if os.environ.get("NO_PROXY", os.environ.get("no_proxy", "")).strip() == "*" or \
