@@ -4,11 +4,15 @@ Client tests compare measured numbers against these known truths. No batching an
 capacity limit; optional jitter ×(1 + j·U[−1, 1]) is seeded by (seed, sha256(body)) so
 the same request body always gets the same timings.
 
-All streams of one engine share one loop timer: a heap of (absolute deadline, future)
-and a single ``call_at`` armed at the earliest deadline, which releases every due
-stream when it fires. One ``asyncio.sleep`` per token per stream cost a Python
-``TimerHandle``, Python-level heap comparisons and a cancel per token; at 256 streams
-that was a large share of the simulator's core (docs/performance.md).
+All streams of one engine share one timer: a heap of (absolute deadline, future) and
+one ticker task that sleeps to the earliest deadline and then releases every due
+stream. One ``asyncio.sleep`` per token per stream cost a timer, Python-level heap
+comparisons and a cancel per token; under load one tick now releases several streams
+(docs/performance.md).
+
+``push`` is the same schedule without an async generator: the tick calls the consumer's
+sink for each due token, so a token costs no task wake-up (the simulator's server uses
+it for streaming; ``generate`` remains the ``Engine`` protocol).
 """
 
 from __future__ import annotations
@@ -19,12 +23,27 @@ import itertools
 import math
 import random
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 from attnload.sim.api import EngineSnapshot, GenerationRequest, GenerationState, ServedModel
 
 # asyncio runs a timer once it is due within the clock's resolution; release the same way.
 _RESOLUTION_S = time.get_clock_info("monotonic").resolution
+
+
+class Pushed:
+    """One request in push mode: its next deadline, tokens left, and a future that completes
+    when the sink has had every token or declined one (see :meth:`FixedEngine.push`)."""
+
+    __slots__ = ("sink", "deadline", "left", "rng", "done")
+
+    def __init__(self, sink: Callable[[], bool], deadline: float, left: int, rng: random.Random | None,
+                 done: asyncio.Future[None]) -> None:
+        self.sink = sink
+        self.deadline = deadline
+        self.left = left
+        self.rng = rng
+        self.done = done
 
 
 class FixedEngine:
@@ -40,15 +59,13 @@ class FixedEngine:
         self.seed = seed
         self._running = 0
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._due: list[tuple[float, int, asyncio.Future[None]]] = []
+        self._due: list[tuple[float, int, asyncio.Future[None] | Pushed]] = []
         self._order = itertools.count()  # ties release in arrival order, never compare futures
-        self._timer: asyncio.TimerHandle | None = None
-        self._timer_at = math.inf
+        self._ticker: asyncio.Task[None] | None = None
+        self._ticker_at = math.inf
 
     async def generate(self, request: GenerationRequest, state: GenerationState) -> AsyncIterator[int]:
-        loop = asyncio.get_running_loop()
-        if self._loop is not loop:  # a new loop (tests): timers of the old one are gone
-            self._loop, self._due, self._timer, self._timer_at = loop, [], None, math.inf
+        loop = self._bind()
         rng = random.Random(self.seed.to_bytes(8, "little") + request.body_digest) if self.jitter else None
         itl_s = self.itl_s
         self._running += 1
@@ -65,32 +82,97 @@ class FixedEngine:
         finally:
             self._running -= 1
 
+    def push(self, request: GenerationRequest, state: GenerationState, sink: Callable[[], bool],
+             admitted_at: float) -> Pushed:
+        """``generate`` without the generator, for a request admitted at ``admitted_at`` (loop time).
+
+        ``sink()`` is called from the engine's tick for each token at its deadline (absolute,
+        as in ``generate``); it returns False to stop (the client is gone, or must be waited
+        for: ``resume`` continues from the same deadlines). ``done`` completes after the last
+        token or a False; cancelling it drops the request.
+        """
+        loop = self._bind()
+        rng = random.Random(self.seed.to_bytes(8, "little") + request.body_digest) if self.jitter else None
+        item = Pushed(sink, admitted_at + self._scaled(self.ttft_s, rng), request.max_tokens, rng,
+                      loop.create_future())
+        self._running += 1
+        item.done.add_done_callback(self._finished)
+        if item.left > 0:
+            self._schedule(loop, item.deadline, item)
+        else:
+            item.done.set_result(None)
+        return item
+
+    def resume(self, item: Pushed) -> None:
+        """Continue a request whose sink returned False, from its next deadline."""
+        loop = self._bind()
+        self._running += 1
+        item.done = loop.create_future()
+        item.done.add_done_callback(self._finished)
+        self._schedule(loop, item.deadline, item)
+
+    def _finished(self, _: asyncio.Future[None]) -> None:
+        self._running -= 1
+
+    def _bind(self) -> asyncio.AbstractEventLoop:
+        loop = asyncio.get_running_loop()
+        if self._loop is not loop:  # a new loop (tests): timers of the old one are gone
+            self._loop, self._due, self._ticker, self._ticker_at = loop, [], None, math.inf
+        return loop
+
+    def _fire(self, item: Pushed, heappush: Callable[..., None]) -> None:
+        """One token of a pushed request (called by the tick at its deadline)."""
+        done = item.done
+        if done.done():  # cancelled: its handler went away
+            return
+        try:
+            more = item.sink()
+        except Exception as exc:  # the consumer's bug: fail its request, keep the tick alive for the rest
+            done.set_exception(exc)
+            return
+        item.left -= 1
+        rng = item.rng
+        item.deadline += self.itl_s if rng is None else self._scaled(self.itl_s, rng)
+        if item.left <= 0 or not more:
+            done.set_result(None)
+        else:
+            heappush(self._due, (item.deadline, next(self._order), item))
+
     def _wait(self, loop: asyncio.AbstractEventLoop, deadline: float) -> asyncio.Future[None]:
         waiter: asyncio.Future[None] = loop.create_future()
-        heapq.heappush(self._due, (deadline, next(self._order), waiter))
-        if deadline < self._timer_at:
-            if self._timer is not None:
-                self._timer.cancel()
-            self._timer_at = deadline
-            self._timer = loop.call_at(deadline, self._release)
+        self._schedule(loop, deadline, waiter)
         return waiter
 
-    def _release(self) -> None:
-        """The shared tick: wake every stream whose deadline has come, re-arm for the next."""
-        loop = self._loop
-        assert loop is not None
+    def _schedule(self, loop: asyncio.AbstractEventLoop, deadline: float, entry: asyncio.Future[None] | Pushed) -> None:
+        heapq.heappush(self._due, (deadline, next(self._order), entry))
+        if deadline < self._ticker_at:  # idle, or due before the ticker wakes: (re)start it
+            if self._ticker is not None:
+                self._ticker.cancel()
+            self._ticker_at = deadline
+            self._ticker = loop.create_task(self._tick(loop), name=f"attnload-sim-fixed-{self.model.id}")
+
+    async def _tick(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Sleep to the earliest deadline, wake every stream that is due, repeat until none wait."""
         due = self._due
-        now = loop.time() + _RESOLUTION_S
-        heappop = heapq.heappop
-        while due and due[0][0] <= now:
-            waiter = heappop(due)[2]
-            if not waiter.done():  # a cancelled stream leaves its cancelled future behind
-                waiter.set_result(None)
-        if due:
-            self._timer_at = due[0][0]
-            self._timer = loop.call_at(self._timer_at, self._release)
-        else:
-            self._timer_at, self._timer = math.inf, None
+        heappop, heappush, fire = heapq.heappop, heapq.heappush, self._fire
+        me = asyncio.current_task()
+        try:
+            while due:
+                head = due[0][0]
+                self._ticker_at = head
+                delay = head - loop.time()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                now = max(loop.time() + _RESOLUTION_S, head)
+                while due and due[0][0] <= now:
+                    entry = heappop(due)[2]
+                    if isinstance(entry, Pushed):
+                        fire(entry, heappush)
+                    elif not entry.done():  # a cancelled stream leaves its cancelled future behind
+                        entry.set_result(None)
+        finally:
+            if self._ticker is me:
+                self._ticker, self._ticker_at = None, math.inf
 
     def _scaled(self, value_s: float, rng: random.Random | None) -> float:
         if rng is None:

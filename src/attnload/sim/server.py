@@ -10,23 +10,27 @@ appear is the engine's business (``sim/api.py``).
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
+import importlib
+import itertools
 import json
 import logging
 import time
 import uuid
 from collections import deque
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from aiohttp import web
+from aiohttp import HttpVersion11, web
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 
 from attnload.measure import LogHistogram
 from attnload.sim.api import Engine, EngineRejected, GenerationRequest, GenerationState
+from attnload.sim.fixed import FixedEngine
 from attnload.tokens import prompt_tokens
 
 log = logging.getLogger(__name__)
@@ -34,8 +38,13 @@ log = logging.getLogger(__name__)
 PREFIX_BLOCK_BYTES = 64  # 16 tokens of 4 bytes (§4.5)
 _WORDS = ("the", "model", "token", "cache", "latent", "query", "key", "value", "head", "layer", "batch",
           "memory", "decode", "prefill", "group", "tensor", "kernel", "stream", "vector", "state")
+_N_WORDS = len(_WORDS)  # the filler repeats after this many tokens (_filler)
 SIM_KEY: web.AppKey[SimServer] = web.AppKey("sim")
+_SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
 STEP_BUCKETS_S = tuple(round(0.0005 * 1.25**i, 6) for i in range(40))
+ITL_BACKLOG_MAX = 4096
+WRITE_BUFFER_LIMIT = 0x10000  # bytes queued on a stream's socket before it waits for the client (as aiohttp)
+_DRAIN_POLL_S = 0.005
 
 
 @dataclass
@@ -53,8 +62,17 @@ class ModelTruth:
     ttft: LogHistogram = field(default_factory=LogHistogram)
     itl: LogHistogram = field(default_factory=LogHistogram)
     prompt_digests: deque[str] = field(default_factory=lambda: deque(maxlen=10000))
+    itl_backlog: list[float] = field(default_factory=list, repr=False)
+    """Single-token gaps not yet in ``itl``: appending is cheaper than ``record`` on the hot
+    path; ``flush()`` folds them in (bounded by ``ITL_BACKLOG_MAX``) and every read flushes."""
+
+    def flush(self) -> None:
+        if self.itl_backlog:
+            self.itl.record_pairs(zip(self.itl_backlog, itertools.repeat(1)))
+            self.itl_backlog.clear()
 
     def to_json(self, with_prompts: bool) -> dict[str, Any]:
+        self.flush()
         data: dict[str, Any] = {
             "received": self.received, "completed": self.completed, "cancelled": self.cancelled,
             "rejected": {str(k): v for k, v in self.rejected.items()},
@@ -201,6 +219,14 @@ class _Call:
         self.created = int(time.time())
         self.emitted = 0
         self._words = _filler(gen.body_digest)
+        self._prefix = ""
+        self._chunked = True
+        self._events: dict[int | tuple[int, int], bytes] = {}
+        self._k = 1
+        self._pending = 0
+        self._last_at: float | None = None
+        self._transport: asyncio.Transport | None = None
+        self._gone = False
 
     def _text(self, n: int) -> str:
         words = self._words
@@ -221,55 +247,119 @@ class _Call:
                 "total_tokens": self.gen.prompt_tokens + self.emitted,
                 "prompt_tokens_details": {"cached_tokens": self.state.cached_tokens}}
 
+    def _content_event(self, n: int) -> bytes:
+        """The next ``n`` filler tokens as one SSE event, HTTP-framed; encoded once per word
+        offset and ``n`` (keyed by the offset alone for one token, the hot path)."""
+        offset = self.emitted % _N_WORDS
+        key: int | tuple[int, int] = offset if n == 1 else (offset, n)
+        event = self._events.get(key)
+        if event is None:
+            text = self._words[offset] if n == 1 else self._text(n)
+            data = (self._prefix + '{"content":"' + text + '"},"finish_reason":null}]}\n\n').encode()
+            event = self._events[key] = b"%x\r\n%s\r\n" % (len(data), data) if self._chunked else data
+        return event
+
+    async def _start(self, request: web.Request, response: web.StreamResponse) -> None:
+        """Admitted: headers and the role-only chunk (never counts as TTFT), through aiohttp."""
+        await response.prepare(request)
+        await response.write((self._prefix + '{"role":"assistant","content":""},"finish_reason":null}]}\n\n')
+                             .encode())
+        self._transport = request.transport
+
+    def _deliver(self, n: int) -> bool:
+        """``n`` more tokens are available now: write an event when one is due (the first token
+        alone, later ones in groups of up to ``tokens_per_event``) and record the truth.
+
+        Content events, the hot path, are pre-encoded and framed here and written straight
+        to the transport: the bytes aiohttp's ``StreamResponse.write`` would send, at a
+        fraction of its per-call cost. False: stop, the client is gone (``_gone``) or has
+        ``WRITE_BUFFER_LIMIT`` bytes unread (wait for it, then go on).
+        """
+        pending = self._pending + n
+        last_at = self._last_at
+        if last_at is not None and pending < self._k and self.emitted + pending < self.gen.max_tokens:
+            self._pending = pending
+            return True
+        now = time.perf_counter()
+        if pending == 1 and last_at is not None:  # the common case, inlined
+            event = self._events.get(self.emitted % _N_WORDS) or self._content_event(1)
+            truth = self.truth
+            backlog = truth.itl_backlog
+            backlog.append(now - last_at)
+            if len(backlog) >= ITL_BACKLOG_MAX:
+                truth.flush()
+            self.emitted += 1
+            truth.completion_tokens += 1
+        else:
+            event = self._content_event(pending)
+            self._record_tokens(pending, last_at, now)
+        self._last_at, self._pending = now, 0
+        transport = self._transport
+        if transport is None or transport.is_closing():
+            self._gone = True
+            return False
+        transport.write(event)
+        return transport.get_write_buffer_size() <= WRITE_BUFFER_LIMIT
+
     async def stream(self, request: web.Request) -> web.StreamResponse:
-        response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
-        generator = self.engine.generate(self.gen, self.state)
-        prefix = (f'data: {{"id":"{self.chat_id}","object":"chat.completion.chunk","created":{self.created},'
-                  f'"model":{json.dumps(self.model_name)},"choices":[{{"index":0,"delta":')
-        pending = 0
-        last_at: float | None = None
-        k = self.server.tokens_per_event
+        response = web.StreamResponse(headers=_SSE_HEADERS)
+        self._prefix = (f'data: {{"id":"{self.chat_id}","object":"chat.completion.chunk","created":{self.created},'
+                        f'"model":{json.dumps(self.model_name)},"choices":[{{"index":0,"delta":')
+        # aiohttp frames a body of unknown length as chunks from HTTP/1.1 on, as-is (then closes) before.
+        self._chunked = request.version >= HttpVersion11
+        self._k = self.server.tokens_per_event
+        generator: AsyncIterator[int] | None = None
         try:
             try:
-                async for n in generator:
-                    if n == 0:  # admitted: headers and the role-only chunk (never counts as TTFT)
-                        await response.prepare(request)
-                        await response.write((prefix + '{"role":"assistant","content":""},"finish_reason":null}]}\n\n')
-                                             .encode())
-                        continue
-                    pending += n
-                    # The first token goes alone; later events carry up to k tokens.
-                    if last_at is not None and pending < k and self.emitted + pending < self.gen.max_tokens:
-                        continue
-                    now = time.perf_counter()
-                    text = self._text(pending)
-                    self._record_tokens(pending, last_at, now)
-                    last_at, pending = now, 0
-                    await response.write((prefix + '{"content":"' + text + '"},"finish_reason":null}]}\n\n').encode())
+                if isinstance(self.engine, FixedEngine):
+                    await self._stream_pushed(request, response, self.engine)
+                else:
+                    generator = self.engine.generate(self.gen, self.state)
+                    async for n in generator:
+                        if n == 0:
+                            await self._start(request, response)
+                        elif not self._deliver(n):
+                            if self._gone:
+                                raise ConnectionResetError("client went away")
+                            await _drain(self._transport)
             except EngineRejected as exc:
                 self.truth.received -= 1
                 self.truth.prompt_tokens -= self.gen.prompt_tokens
                 return self.server._reject(self.truth, exc.status, exc.code, str(exc), exc.retry_after_s)
             if not response.prepared:
                 await response.prepare(request)
-            tail = prefix + '{},"finish_reason":"length"}]}\n\n'
+            tail = self._prefix + '{},"finish_reason":"length"}]}\n\n'
             if self.include_usage:
                 tail += (f'data: {{"id":"{self.chat_id}","object":"chat.completion.chunk","created":{self.created},'
                          f'"model":{json.dumps(self.model_name)},"choices":[],"usage":{json.dumps(self._usage())}}}\n\n')
-            await response.write((tail + "data: [DONE]\n\n").encode())
-            await response.write_eof()
+            await response.write_eof((tail + "data: [DONE]\n\n").encode())  # one send with the last chunk
         except ConnectionResetError:  # the client went away (a stopped test): count it, free the engine's slot
             self.truth.cancelled += 1
-            await generator.aclose()
+            await _aclose(generator)
             return response
         except asyncio.CancelledError:
             self.truth.cancelled += 1
-            await generator.aclose()
+            await _aclose(generator)
             raise
         self.truth.completed += 1
         self.truth.completed_completion_tokens += self.emitted
         self.truth.cached_tokens += self.state.cached_tokens
         return response
+
+    async def _stream_pushed(self, request: web.Request, response: web.StreamResponse, engine: FixedEngine) -> None:
+        """The fixed engine calls ``_deliver`` from its tick: no task wake-up per token.
+        Cancelling this (server shutdown) cancels ``item.done``, which frees the engine's slot."""
+        admitted_at = asyncio.get_running_loop().time()  # as generate() takes it, before the role chunk
+        await self._start(request, response)
+        item = engine.push(self.gen, self.state, functools.partial(self._deliver, 1), admitted_at)
+        while True:
+            await item.done
+            if item.left <= 0:
+                return
+            if self._gone:
+                raise ConnectionResetError("client went away")
+            await _drain(self._transport)
+            engine.resume(item)
 
     async def complete(self) -> web.Response:
         last_at: float | None = None
@@ -286,7 +376,7 @@ class _Call:
             return self.server._reject(self.truth, exc.status, exc.code, str(exc), exc.retry_after_s)
         except asyncio.CancelledError:
             self.truth.cancelled += 1
-            await generator.aclose()
+            await _aclose(generator)
             raise
         text = "".join(self._words[i % len(self._words)] for i in range(self.emitted))
         self.truth.completed += 1
@@ -296,6 +386,21 @@ class _Call:
             "id": self.chat_id, "object": "chat.completion", "created": self.created, "model": self.model_name,
             "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "length"}],
             "usage": self._usage()})
+
+
+async def _aclose(generator: AsyncIterator[int] | None) -> None:
+    """Stop an engine's generator early, so the engine frees the request (its ``finally``)."""
+    aclose = getattr(generator, "aclose", None)
+    if aclose is not None:
+        await aclose()
+
+
+async def _drain(transport: asyncio.Transport | None) -> None:
+    """Wait until a slow client has read the socket's backlog down (bounded memory per stream)."""
+    while transport is not None and transport.get_write_buffer_size() > WRITE_BUFFER_LIMIT:
+        if transport.is_closing():
+            raise ConnectionResetError("client went away")
+        await asyncio.sleep(_DRAIN_POLL_S)
 
 
 class _SimCollector(Collector):
@@ -410,4 +515,14 @@ def serve(engines: Sequence[Engine], *, host: str, port: int, tokens_per_event: 
     ids = ", ".join(f"{e.model.id} ({e.model.attention})" for e in engines)
     log.info("attnload sim serving %s on http://%s:%d/v1 (simulated timings)", ids, host, port)
     web.run_app(app, host=host, port=port, print=None, access_log=None, handle_signals=True,
-                shutdown_timeout=1.0, backlog=4096)
+                shutdown_timeout=1.0, backlog=4096, loop=_new_event_loop())
+
+
+def _new_event_loop() -> asyncio.AbstractEventLoop:
+    """uvloop's loop when it is installed (optional: 1–4 µs less per token, docs/performance.md), else asyncio's."""
+    try:
+        uvloop = importlib.import_module("uvloop")
+    except ImportError:
+        return asyncio.new_event_loop()
+    loop: asyncio.AbstractEventLoop = uvloop.new_event_loop()
+    return loop
