@@ -15,6 +15,7 @@ classified failure, never an exception out of :meth:`ChatClient.send`.
 from __future__ import annotations
 
 import json
+import os
 import re
 import socket
 import time
@@ -314,10 +315,12 @@ class ChatClient:
         except RequestFailed as exc:
             error, outcome = exc, "failed"
         except GreenletExit:
+            if run.response is not None and not run.done:
+                self._read_buffered(run, origin)
             self.close()
             if run.response is None:
                 raise  # stopped before the request was on the wire: no request exists to count
-            if run.done:  # stopped while reading the framing after [DONE]: the answer is complete
+            if run.done:  # the whole answer had arrived (maybe unread) when the test stopped
                 try:
                     run.finish()
                 except RequestFailed as exc:
@@ -335,6 +338,27 @@ class ChatClient:
             if error.retry_after_s and self.retry_after_max_s > 0:
                 self._resume_at = time.perf_counter() + min(error.retry_after_s, self.retry_after_max_s)
         return self._record(body, run, origin, outcome, error, model_key, profile, stage, intended_start, started)
+
+    def _read_buffered(self, run: _Run, origin: float) -> None:
+        """At a stop, take what already sits in the kernel's receive buffer, without waiting.
+
+        The server counts a response complete once it has written it; if the test stops before
+        this client read those bytes, calling the request cancelled would disagree with the
+        server about a response that had in fact been delivered.
+        """
+        sock, response = self._sock, run.response
+        if sock is None or response is None or type(sock) is not gevent.socket.socket:
+            return  # TLS bytes need the TLS layer's own (blocking) reads
+        try:
+            while not run.done:
+                data = os.read(sock.fileno(), RECV_BYTES)  # the fd is non-blocking under gevent
+                if not data:
+                    return
+                response.feed(data)
+                if run.stream and run.sse.events:
+                    run.consume(time.perf_counter(), origin)
+        except (BlockingIOError, OSError, HTTPParseError, RequestFailed):
+            return  # nothing more buffered, or bytes that would not have made a complete answer
 
     def _back_off(self) -> None:
         """Honour the last 429's Retry-After; the wait is not part of the next request's latency."""

@@ -99,8 +99,9 @@ class Cluster:
             for mount in c.get("volumeMounts", []):
                 paths[mount["mountPath"]] = str(volumes[mount["volumeName"] if "volumeName" in mount else mount["name"]])
         for c in pod["containers"]:
-            argv = [BINARIES.get(c["command"][0], c["command"][0]), *c["command"][1:], *c.get("args", [])]
-            argv = [self.rewrite(a, paths) for a in argv]
+            # The local binary's own path (maybe under /tmp, like a clone) is never a pod path to remap.
+            argv = [BINARIES.get(c["command"][0], c["command"][0]),
+                    *(self.rewrite(a, paths) for a in [*c["command"][1:], *c.get("args", [])])]
             env = {"PATH": f"{VENV_BIN}:{os.environ['PATH']}", "HOME": str(pod_dir), "PYTHONUNBUFFERED": "1",
                    "ATTNLOAD_RESULTS": paths.get(names.RESULTS_DIR, str(pod_dir))}  # the Dockerfile's ENV
             for item in c.get("env", []):
@@ -123,8 +124,8 @@ class Cluster:
                 port = next(p["containerPort"] for p in c["ports"] if p["name"] == port)
             return http_ok(f"http://127.0.0.1:{self.ports.get(int(port), port)}{probe['httpGet']['path']}")
         if "exec" in probe:
-            argv = [self.rewrite(a, paths) for a in probe["exec"]["command"]]
-            argv[0] = BINARIES.get(argv[0], argv[0])
+            command = probe["exec"]["command"]
+            argv = [BINARIES.get(command[0], command[0]), *(self.rewrite(a, paths) for a in command[1:])]
             return subprocess.run(argv, capture_output=True, timeout=10).returncode == 0
         return True
 
