@@ -6,7 +6,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-fast lint bench bench-quick deploy-gen dashboards test-image observe clean
+.PHONY: demo test test-acceptance test-fast lint bench bench-quick deploy-gen dashboards test-image observe clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -19,7 +19,10 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/ruff check src tests bench locustfiles
-	$(BIN)/pytest -q -rfEs
+	$(BIN)/pytest -q -rfEs -m "not acceptance"
+
+test-acceptance: $(STAMP)
+	$(BIN)/pytest -q -rfEs -m acceptance
 
 test-fast: $(STAMP)
 	$(BIN)/pytest -q -m "not e2e and not browser and not slow"

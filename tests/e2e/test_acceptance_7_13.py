@@ -21,7 +21,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from helpers import DIRECT, ROOT, Processes, attnload, free_port, latest_results, start_sim
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.acceptance]
 
 COMMAND = ("run", "--shape", "concurrency:64,144", "--stage-duration", "75s", "--spawn-rate", "20",
            "--workers", "2", "--profile", "unique-2k")
