@@ -34,7 +34,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--workers", type=int, default=2, help="local Locust worker processes")
     parser.add_argument("--kv-capacity-scale", type=float, default=0.05,
                         help="shrink simulated KV memory so the capacity knee fits a laptop run")
-    parser.add_argument("--tokens-per-event", type=int, default=4, help="tokens per SSE event from the simulator")
+    parser.add_argument("--tokens-per-event", type=int, default=1,
+                        help="tokens per SSE event from the simulator (>1 smooths ITL percentiles toward the mean)")
     parser.add_argument("--results", default="results", help="directory for results JSON + HTML")
     parser.add_argument("--metrics-port", type=int, default=9646, help="master's /metrics port (0 = off)")
 
