@@ -93,3 +93,35 @@ def test_plain_delta_fast_path_matches_json_loads(chunk: bytes, monkeypatch: pyt
         return (run.first_at, run.gaps, run.chunk_tokens, run.usage, run.finish_reason)
 
     assert consume(True) == consume(False)
+
+
+def test_plain_delta_stream_cache_matches_json_loads(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Within one stream the fast path reuses the bytes around the last content; every mix of
+    chunks (escapes, other fields, a changed id, errors) must still read as json.loads reads it."""
+    import itertools
+    import re
+
+    from attnload import client
+    from attnload.errors import RequestFailed
+
+    base = b'{"id":"c","choices":[{"index":0,"delta":{"content":"%s"},"finish_reason":null}]}'
+    stream = [base % b"a", base % b"bc", base % b"", base % b'q\\"', base % b"\x01", base % b"\xff",
+              base.replace(b'"c"', b'"d"') % b"e", *_CHUNKS, base % b'","x":"']
+
+    def consume(chunks: tuple[bytes, ...], fast: bool) -> tuple[object, ...]:
+        if not fast:
+            monkeypatch.setattr(client, "_PLAIN_DELTA", re.compile(rb"(?!)"))
+        run = client._Run(True, 16)
+        try:
+            for at, chunk in enumerate(chunks):
+                run.sse.events.append((b"message", chunk))
+                run.consume(float(at), 0.0)
+        except RequestFailed as exc:
+            return ("failed", exc.kind, str(exc), run.chunk_tokens)
+        finally:
+            monkeypatch.undo()
+        return (run.first_at, run.gaps, run.chunk_tokens, run.usage, run.finish_reason)
+
+    for first, second in itertools.product(stream, repeat=2):
+        chunks = (base % b"x", first, second, base % b"y")
+        assert consume(chunks, True) == consume(chunks, False), chunks

@@ -495,6 +495,9 @@ _PLAIN_DELTA = re.compile(
     rb'\{(?:' + _SCALAR_FIELD + rb',)*"choices":\[\{"index":0,"delta":\{(?:"role":"assistant",)?'
     rb'"content":"([^"\\\x00-\x1f]*)"\}(?:,"logprobs":null)?,"finish_reason":null(?:,"stop_reason":null)?\}\]'
     rb'(?:,' + _SCALAR_FIELD + rb')*\}')
+_PLAIN_CONTENT = re.compile(rb'[^"\\\x00-\x1f]*')
+"""The content group of ``_PLAIN_DELTA`` alone: a chunk that repeats the previous match's bytes
+around its content matches the whole pattern exactly when its content matches this."""
 _TOKEN_CACHE: dict[str, int] = {}
 """chunk text -> ``chunk_tokens(text)``: token texts repeat, so most chunks hit (bounded)."""
 _TOKEN_CACHE_SIZE = 65536
@@ -504,7 +507,7 @@ class _Run:
     """State of one response being read: timings, chunk token estimates, usage, finish."""
 
     __slots__ = ("stream", "max_tokens", "sse", "response", "first_at", "last_at", "gaps", "chunk_tokens",
-                 "usage", "finish_reason", "done", "done_at", "eof")
+                 "usage", "finish_reason", "done", "done_at", "eof", "plain_head", "plain_tail")
 
     def __init__(self, stream: bool, max_tokens: int) -> None:
         self.stream = stream
@@ -520,15 +523,29 @@ class _Run:
         self.done = False
         self.done_at: float | None = None
         self.eof = False
+        self.plain_head: bytes | None = None  # the bytes before and after the last plain delta's content
+        self.plain_tail = b""
 
     def consume(self, at: float, origin: float) -> None:
         """Handle the events parsed so far; all of them arrived in the ``recv`` that returned at ``at``."""
         events, self.sse.events = self.sse.events, []
         for kind, data in events:
             if kind == b"message":
-                plain = _PLAIN_DELTA.fullmatch(data)
-                if plain is not None:  # the bytes pin every field the slow path would read
-                    raw = plain.group(1)
+                # A stream's chunks differ only in their content: same bytes before and after it as the
+                # last plain delta means the same fields, so only the content needs checking.
+                head, tail = self.plain_head, self.plain_tail
+                raw: bytes | None = None
+                if head is not None and data.startswith(head) and data.endswith(tail) \
+                        and len(data) >= len(head) + len(tail):
+                    raw = data[len(head):len(data) - len(tail)]
+                    if _PLAIN_CONTENT.fullmatch(raw) is None:
+                        raw = None
+                if raw is None:
+                    plain = _PLAIN_DELTA.fullmatch(data)
+                    if plain is not None:  # the bytes pin every field the slow path would read
+                        raw = plain.group(1)
+                        self.plain_head, self.plain_tail = data[:plain.start(1)], data[plain.end(1):]
+                if raw is not None:
                     if not raw:
                         continue  # empty content, finish_reason null: nothing to record
                     try:
