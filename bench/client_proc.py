@@ -134,6 +134,7 @@ class OpenAIUser(User):
 def _attnload_env(env_users: int) -> tuple[type[User], Any]:
     """attnload's own user and runtime, wired as ``register(events)`` wires a local run."""
     from attnload.config import load_config
+    from attnload.gcpolicy import quiet_full_collections
     from attnload.metrics import serve_metrics
     from attnload.runtime import RunOptions, Runtime
     from attnload.users import ChatUser
@@ -148,6 +149,7 @@ def _attnload_env(env_users: int) -> tuple[type[User], Any]:
         serve_metrics(runtime.recorder, runtime.fleet, ARGS.metrics_port, host="127.0.0.1")
     runtime.begin_test()
     runtime.enter_stage(0, env_users, None)
+    quiet_full_collections()
     return type("BenchChat", (ChatUser,), {"abstract": False}), runtime
 
 

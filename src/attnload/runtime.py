@@ -120,6 +120,8 @@ class Runtime:
         self.worker_users: dict[str, dict[str, int]] = {}
         self.workers_seen: set[str] = set()
         self.workers_lost: set[str] = set()
+        self.final_counts_from: set[str] = set()
+        """Workers whose final counts (sent when their users stopped) reached this master."""
         self.cpu_max_ratio = 0.0
         self.started_at: float | None = None
         self.started_perf = 0.0

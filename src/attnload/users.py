@@ -33,6 +33,7 @@ from locust.runners import MasterRunner, WorkerRunner
 from attnload.client import ChatClient, _Cancelled, chat_body
 from attnload.config import ModelTarget, load_config
 from attnload.errors import UsageError, redact
+from attnload.gcpolicy import quiet_full_collections
 from attnload.measure import RequestRecord
 from attnload.metrics import serve_metrics
 from attnload.openloop import DEFAULT_MAX_IN_FLIGHT, ClientPool, OpenLoop
@@ -49,6 +50,9 @@ log = logging.getLogger(__name__)
 STAGE_MESSAGE = "attnload_stage"
 FINAL_DELTA_MESSAGE = "attnload_final"
 RESULTS_GRACE_S = 1.0
+FINAL_COUNTS_WAIT_S = 30.0
+"""After the users stop: how long the master waits for every worker's final counts (beyond
+``--stop-timeout``). Cancelling thousands of in-flight streams takes a worker seconds."""
 SPAWN_SPREAD_S = 1.0
 GOLDEN_RATIO = 0.6180339887498949
 PROGRESS_INTERVAL_S = 5.0
@@ -225,6 +229,25 @@ class StagedShape(LoadTestShape):
     spawn_rate: float | None = None
 
     def tick(self) -> tuple[int, float] | None:
+        users = self._tick()
+        if users is None:
+            self._finish()
+        return users
+
+    def _finish(self) -> None:
+        """The shape is over: stop the workers' users and wait for their final counts, then let Locust quit.
+
+        A headless Locust master quits by telling workers to quit, waiting 0.5 s and closing
+        its socket; a worker cancelling thousands of in-flight streams takes longer than that,
+        and its cancelled (and last completed) requests would never reach the results.
+        """
+        runner = self.runner
+        runtime: Runtime | None = getattr(runner.environment, "attnload", None) if runner else None
+        if runtime is None or not isinstance(runner, MasterRunner) or runner.state not in ("spawning", "running"):
+            return
+        stop_and_collect(runner, runtime)
+
+    def _tick(self) -> tuple[int, float] | None:
         runtime = self._runtime()
         if runtime is None:
             return None
@@ -262,7 +285,7 @@ class StagedShape(LoadTestShape):
 class SweepShape(StagedShape):
     """``--shape sweep``: stages planned live by :class:`SweepPlan` from the master's merged stats."""
 
-    def tick(self) -> tuple[int, float] | None:
+    def _tick(self) -> tuple[int, float] | None:
         runtime = self._runtime()
         if runtime is None:
             return None
@@ -329,6 +352,7 @@ def _on_init(environment: Environment, **_: Any) -> None:
     events = environment.events
     if not isinstance(runner, MasterRunner):
         runtime.open_loop = _open_loop(environment, runtime)
+        quiet_full_collections()
     if isinstance(runner, WorkerRunner):
         runtime.worker_index = max(runner.worker_index, 0)
         events.report_to_master.add_listener(lambda client_id, data: data.update(attnload=runtime.worker_payload()))
@@ -380,8 +404,11 @@ def _init_collector(environment: Environment, runtime: Runtime) -> None:
     if isinstance(runner, MasterRunner):
         events.worker_report.add_listener(
             lambda client_id, data: runtime.merge_worker(client_id, data.get("attnload") or {}))
-        runner.register_message(FINAL_DELTA_MESSAGE, lambda environment, msg: runtime.merge_worker(
-            msg.node_id, msg.data or {}))
+        def final_counts(environment: Environment, msg: Any) -> None:
+            runtime.merge_worker(msg.node_id, msg.data or {})
+            runtime.final_counts_from.add(msg.node_id)
+
+        runner.register_message(FINAL_DELTA_MESSAGE, final_counts)
     events.test_start.add_listener(lambda **_: runtime.test_started())
 
     def stopped(**_: Any) -> None:
@@ -404,10 +431,28 @@ def _init_collector(environment: Environment, runtime: Runtime) -> None:
 def _stop_before_quit(runner: Any) -> None:
     """SIGTERM/Ctrl-C: stop the users first, so in-flight requests are counted as cancelled before results are
     written (Locust's quit would stop them after the ``quitting`` writers ran, and a master would not wait)."""
-    if runner is not None and runner.state in ("spawning", "running"):
-        runner.stop()  # a master sends stop to its workers and waits until their users are gone
-        if isinstance(runner, MasterRunner):
-            gevent.sleep(RESULTS_GRACE_S)  # the workers' final deltas
+    if runner is None or runner.state not in ("spawning", "running"):
+        return
+    runtime: Runtime | None = getattr(runner.environment, "attnload", None)
+    if isinstance(runner, MasterRunner) and runtime is not None:
+        stop_and_collect(runner, runtime)
+    else:
+        runner.stop()
+
+
+def stop_and_collect(runner: MasterRunner, runtime: Runtime) -> None:
+    """Stop every worker's users and wait until each worker still connected has sent its final counts."""
+    expected = {client.id for client in runner.clients.all if client.state != "missing"}
+    runtime.final_counts_from.clear()
+    runner.stop()  # sends stop to the workers and waits until their users are gone (up to --stop-timeout + 60 s)
+    deadline = time.monotonic() + FINAL_COUNTS_WAIT_S
+    while time.monotonic() < deadline:
+        missing = expected - runtime.final_counts_from - runtime.workers_lost
+        if not missing:
+            return
+        gevent.sleep(0.05)
+    log.warning("%d worker(s) sent no final counts within %.0f s; their last requests are missing from the results",
+                len(missing), FINAL_COUNTS_WAIT_S)
 
 
 def _sample_cpu(runtime: Runtime) -> None:

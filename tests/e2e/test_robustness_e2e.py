@@ -20,7 +20,18 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from helpers import ROOT, Processes, attnload, free_port, http_json, http_text, latest_results, wait_http
+from helpers import (
+    ROOT,
+    Processes,
+    attnload,
+    free_port,
+    http_json,
+    http_text,
+    latest_results,
+    start_sim,
+    wait_http,
+    write_config,
+)
 from hostile_server import EXPECTED, MODES
 
 pytestmark = pytest.mark.e2e
@@ -238,3 +249,20 @@ def test_sigterm_one_worker_drains_it(processes: Processes, tmp_path: Path) -> N
     requests = data["models"][0]["requests"]
     assert requests["cancelled"] > 0 and workers[1].poll() is None
     assert requests["ok"] + requests["failed"] + requests["cancelled"] == sum(counts.values()), (requests, counts)
+
+
+def test_stop_timeout_lets_in_flight_requests_finish_and_counts_them(processes: Processes, tmp_path: Path) -> None:
+    """Headless with --stop-timeout: workers let their in-flight requests finish (seconds, longer than
+    Locust's 0.5 s wait at quit) and the master waits for those last counts before writing results."""
+    sim = start_sim(processes, "--mode", "fixed", "--ttft-ms", "200", "--itl-ms", "100")
+    config = write_config(tmp_path, sim, models={"m": ("llama-3-70b", "GQA")},
+                          benchmark={"max_tokens": 30, "temperature": 0})
+    results = tmp_path / "results"
+    run = processes.start(attnload("run", "-c", str(config), "--users", "40", "--spawn-rate", "40", "--duration", "6s",
+                                   "--stop-timeout", "10", "--workers", "2", "--results", str(results),
+                                   "--metrics-port", "0"), name="run")
+    assert run.wait(timeout=120) == 0, processes.log_of(run)[-3000:]
+    requests = latest_results(results)["models"][0]["requests"]
+    server = http_json(sim + "/stats")["models"]["llama-3-70b"]
+    assert server["cancelled"] == 0 and server["completed"] == server["received"], server  # all finished
+    assert requests == {"ok": server["completed"], "failed": 0, "cancelled": 0}, (requests, server)
