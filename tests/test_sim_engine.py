@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import itertools
 import time
 
 import pytest
@@ -273,6 +274,12 @@ def test_virtual_clock_engine_matches_scheduler() -> None:
         assert sum(n for _, n in events) == 8
         assert [t for t, n in events[1:]] == pytest.approx(rec.times[f"r{i}"])
     assert engine.step_seconds() == pytest.approx(rec.steps) and engine.step_seconds() == []
+    # The schedule's ITL: one sample per token after each stream's first, the gap between its emissions.
+    gaps = sorted(b - a for i in range(3) for a, b in itertools.pairwise(rec.times[f"r{i}"]))
+    schedule = engine.scheduled_itl()
+    assert schedule.count == 3 * 7 == len(gaps)
+    assert schedule.quantile(0.5) == pytest.approx(gaps[len(gaps) // 2], rel=0.02)
+    assert schedule.summary()["max"] == pytest.approx(max(gaps), rel=0.02)
     snap = engine.snapshot()
     assert (snap.running, snap.waiting, snap.kv_usage_ratio, snap.lag_seconds_total) == (0, 0, 0.0, 0.0)
 

@@ -12,6 +12,8 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from attnload.measure import LogHistogram
+
 
 @dataclass(frozen=True)
 class GenerationRequest:
@@ -86,4 +88,9 @@ class Engine(Protocol):
 
     def step_seconds(self) -> list[float]:
         """Durations of engine steps since the last call (drained); fixed mode returns []."""
+        ...
+
+    def scheduled_itl(self) -> LogHistogram | None:
+        """Per-token ITL as the model's schedule sets it, since start: what emitted ITL should be if
+        the server keeps up. None in fixed mode, whose schedule is ``fixed_itl_ms`` itself."""
         ...

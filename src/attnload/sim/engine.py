@@ -12,10 +12,12 @@ per-token cost is a few attribute writes and one future.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 from collections.abc import AsyncIterator
 from typing import Protocol
 
+from attnload.measure import LogHistogram
 from attnload.sim.api import EngineRejected, EngineSnapshot, GenerationRequest, GenerationState, ServedModel
 from attnload.sim.costmodel import Deployment
 from attnload.sim.scheduler import Scheduler, SimSequence
@@ -24,6 +26,7 @@ log = logging.getLogger(__name__)
 
 LAG_REANCHOR_S = 0.050
 _MAX_STEP_RECORDS = 100_000  # step_seconds() normally drains far sooner (each /metrics scrape)
+_FOLD_GAPS_AT = 4096  # scheduled per-token gaps kept as a list until this many, then folded into a histogram
 
 
 class Clock(Protocol):
@@ -88,6 +91,7 @@ class RooflineEngine:
         self._clock: Clock = clock if clock is not None else WallClock()
         self._sched = Scheduler(dep, self._deliver)
         self._steps_s: list[float] = []
+        self._itl_schedule = LogHistogram()
         self._lag_s = 0.0
         self._wake: asyncio.Event | None = None
         self._task: asyncio.Task[None] | None = None
@@ -138,6 +142,16 @@ class RooflineEngine:
     def step_seconds(self) -> list[float]:
         steps, self._steps_s = self._steps_s, []
         return steps
+
+    def scheduled_itl(self) -> LogHistogram:
+        self._fold_scheduled_gaps()
+        return self._itl_schedule
+
+    def _fold_scheduled_gaps(self) -> None:
+        gaps = self._sched.scheduled_gaps
+        if gaps:
+            self._itl_schedule.record_pairs(zip(gaps, itertools.repeat(1)))
+            gaps.clear()
 
     # ------------------------------------------------------------------ extras
 
@@ -210,5 +224,7 @@ class RooflineEngine:
             if len(self._steps_s) < _MAX_STEP_RECORDS:
                 self._steps_s.append(step_s)
             sched.complete(deadline)
+            if len(sched.scheduled_gaps) >= _FOLD_GAPS_AT:
+                self._fold_scheduled_gaps()
             t_prev = deadline
             await clock.settle()

@@ -184,3 +184,6 @@ class FixedEngine:
 
     def step_seconds(self) -> list[float]:
         return []
+
+    def scheduled_itl(self) -> None:
+        return None

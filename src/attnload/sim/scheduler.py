@@ -28,7 +28,7 @@ class SimSequence:
 
     __slots__ = ("request_id", "prompt_tokens", "max_tokens", "hashes", "state", "group", "generated",
                  "computed", "target", "private_blocks", "cache_refs", "hashable_blocks", "arrival_s",
-                 "first_token_s", "finished", "cancelled", "ready", "waiter", "admissions")
+                 "first_token_s", "last_token_s", "finished", "cancelled", "ready", "waiter", "admissions")
 
     def __init__(self, request_id: str, prompt_tokens: int, max_tokens: int, hashes: Sequence[int] = (),
                  state: GenerationState | None = None) -> None:
@@ -48,6 +48,7 @@ class SimSequence:
         self.hashable_blocks = 0
         self.arrival_s = 0.0
         self.first_token_s: float | None = None
+        self.last_token_s = 0.0
         self.finished = False
         self.cancelled = False
         self.ready = 0  # tokens emitted but not yet taken by the consumer (async engine)
@@ -126,6 +127,9 @@ class Scheduler:
         self.on_finish = on_finish
         self.preemptions_total = 0
         self.cached_prompt_tokens_total = 0
+        self.scheduled_gaps: list[float] = []
+        """Per token after a sequence's first: simulated time since its previous token (the ITL the
+        model's schedule sets, stalls included). Appended here; the owner drains it."""
         self.max_waiting_seen = 0
         """Largest queue length left after an admission pass (> 0: requests waited for KV/slots)."""
         self._plan: list[tuple[_Group, list[SimSequence], list[tuple[SimSequence, int]]]] = []
@@ -233,6 +237,9 @@ class Scheduler:
         seq.generated += 1
         if seq.first_token_s is None:
             seq.first_token_s = now_s
+        else:
+            self.scheduled_gaps.append(now_s - seq.last_token_s)
+        seq.last_token_s = now_s
         self.on_tokens(seq, 1)
         if seq.generated >= seq.max_tokens:
             seq.finished = True

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import hashlib
-import importlib
 import itertools
 import json
 import logging
@@ -133,7 +132,12 @@ class SimServer:
 
     async def stats(self, request: web.Request) -> web.Response:
         with_prompts = request.query.get("prompts") == "1"
-        return web.json_response({"models": {k: t.to_json(with_prompts) for k, t in self.truth.items()}})
+        models = {k: t.to_json(with_prompts) for k, t in self.truth.items()}
+        for engine in self.engines:
+            schedule = engine.scheduled_itl()
+            if schedule is not None:  # emitted itl_s next to the schedule's: does the server keep up?
+                models[engine.model.id]["itl_schedule_s"] = schedule.summary()
+        return web.json_response({"models": models})
 
     async def metrics(self, request: web.Request) -> web.Response:
         self._drain_steps()
@@ -515,14 +519,5 @@ def serve(engines: Sequence[Engine], *, host: str, port: int, tokens_per_event: 
     ids = ", ".join(f"{e.model.id} ({e.model.attention})" for e in engines)
     log.info("attnload sim serving %s on http://%s:%d/v1 (simulated timings)", ids, host, port)
     web.run_app(app, host=host, port=port, print=None, access_log=None, handle_signals=True,
-                shutdown_timeout=1.0, backlog=4096, loop=_new_event_loop())
+                shutdown_timeout=1.0, backlog=4096)
 
-
-def _new_event_loop() -> asyncio.AbstractEventLoop:
-    """uvloop's loop when it is installed (optional: 1–4 µs less per token, docs/performance.md), else asyncio's."""
-    try:
-        uvloop = importlib.import_module("uvloop")
-    except ImportError:
-        return asyncio.new_event_loop()
-    loop: asyncio.AbstractEventLoop = uvloop.new_event_loop()
-    return loop
