@@ -19,7 +19,7 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/ruff check src tests bench locustfiles
-	$(BIN)/pytest -q -rfEs
+	$(BIN)/pytest -q -rfEs -m "not bimodal"
 
 test-acceptance: $(STAMP)
 	$(BIN)/pytest -q -rfEs -m acceptance
