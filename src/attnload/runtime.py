@@ -198,6 +198,7 @@ class Runtime:
         self.started_perf = time.perf_counter()
         self.ended_at = None
         self.stage = StageClock()
+        self.final_counts_from.clear()
         self.running = True
 
     def test_started(self) -> None:

@@ -49,7 +49,6 @@ log = logging.getLogger(__name__)
 
 STAGE_MESSAGE = "attnload_stage"
 FINAL_DELTA_MESSAGE = "attnload_final"
-RESULTS_GRACE_S = 1.0
 FINAL_COUNTS_WAIT_S = 30.0
 """After the users stop: how long the master waits for every worker's final counts (beyond
 ``--stop-timeout``). Cancelling thousands of in-flight streams takes a worker seconds."""
@@ -413,7 +412,10 @@ def _init_collector(environment: Environment, runtime: Runtime) -> None:
 
     def stopped(**_: Any) -> None:
         runtime.test_stopped()
-        gevent.spawn_later(RESULTS_GRACE_S if isinstance(runner, MasterRunner) else 0.0, runtime.write_results)
+        if isinstance(runner, MasterRunner):
+            gevent.spawn(_write_after_final_counts, runner, runtime)
+        else:
+            gevent.spawn(runtime.write_results)
 
     events.test_stop.add_listener(stopped)
     events.quitting.add_listener(lambda **_: runtime.write_results())
@@ -442,17 +444,28 @@ def _stop_before_quit(runner: Any) -> None:
 
 def stop_and_collect(runner: MasterRunner, runtime: Runtime) -> None:
     """Stop every worker's users and wait until each worker still connected has sent its final counts."""
-    expected = {client.id for client in runner.clients.all if client.state != "missing"}
-    runtime.final_counts_from.clear()
+    expected = _connected_workers(runner)
     runner.stop()  # sends stop to the workers and waits until their users are gone (up to --stop-timeout + 60 s)
+    _await_final_counts(runtime, expected)
+
+
+def _write_after_final_counts(runner: MasterRunner, runtime: Runtime) -> None:
+    """A stop from the web UI: write results once the workers' final counts are in."""
+    _await_final_counts(runtime, _connected_workers(runner))
+    runtime.write_results()
+
+
+def _connected_workers(runner: MasterRunner) -> set[str]:
+    return {client.id for client in runner.clients.all if client.state != "missing"}
+
+
+def _await_final_counts(runtime: Runtime, expected: set[str]) -> None:
     deadline = time.monotonic() + FINAL_COUNTS_WAIT_S
-    while time.monotonic() < deadline:
-        missing = expected - runtime.final_counts_from - runtime.workers_lost
-        if not missing:
-            return
+    while (missing := expected - runtime.final_counts_from - runtime.workers_lost) and time.monotonic() < deadline:
         gevent.sleep(0.05)
-    log.warning("%d worker(s) sent no final counts within %.0f s; their last requests are missing from the results",
-                len(missing), FINAL_COUNTS_WAIT_S)
+    if missing:
+        log.warning("%d worker(s) sent no final counts within %.0f s; their last requests are missing from the "
+                    "results", len(missing), FINAL_COUNTS_WAIT_S)
 
 
 def _sample_cpu(runtime: Runtime) -> None:
