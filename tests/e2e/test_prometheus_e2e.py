@@ -287,8 +287,9 @@ def test_request_and_token_totals_match_sim_and_results(fixed_run: Run) -> None:
             assert completion[model_id] == truth["completion_tokens"], (model_id, truth)
         else:  # a stream cut at the stop may lose tokens the server already wrote: bounded, not exact
             assert truth.get("completed_completion_tokens", 0) <= completion[model_id] <= truth["completion_tokens"]
-        if "completed" in truth:
-            assert result["requests"]["ok"] == truth["completed"], (model_id, result["requests"], truth)
+        if "completed" in truth:  # a stream the server finished as the client stopped reads as cancelled there
+            ok, cancelled = result["requests"]["ok"], result["requests"]["cancelled"]
+            assert truth["completed"] - cancelled <= ok <= truth["completed"], (model_id, result["requests"], truth)
 
 
 @needs_core
