@@ -490,12 +490,13 @@ class _Cancelled(Exception):
 # json.loads of such bytes yields exactly: no error, no usage dict, choices[0].delta.content
 # == group(1).decode() — so consume() reads it without json.loads (~5 µs a chunk saved);
 # anything else takes the full path below.
-_SCALAR_FIELD = rb'(?!"error"|"choices")"\w+":(?:"[^"\\\x00-\x1f]*"|-?(?:0|[1-9]\d*)|null)'
+_PLAIN_STRING = rb'[^"\\\x00-\x1f]*'  # a JSON string body without escapes or control characters
+_SCALAR_FIELD = rb'(?!"error"|"choices")"\w+":(?:"' + _PLAIN_STRING + rb'"|-?(?:0|[1-9]\d*)|null)'
 _PLAIN_DELTA = re.compile(
     rb'\{(?:' + _SCALAR_FIELD + rb',)*"choices":\[\{"index":0,"delta":\{(?:"role":"assistant",)?'
-    rb'"content":"([^"\\\x00-\x1f]*)"\}(?:,"logprobs":null)?,"finish_reason":null(?:,"stop_reason":null)?\}\]'
+    rb'"content":"(' + _PLAIN_STRING + rb')"\}(?:,"logprobs":null)?,"finish_reason":null(?:,"stop_reason":null)?\}\]'
     rb'(?:,' + _SCALAR_FIELD + rb')*\}')
-_PLAIN_CONTENT = re.compile(rb'[^"\\\x00-\x1f]*')
+_PLAIN_CONTENT = re.compile(_PLAIN_STRING)
 """The content group of ``_PLAIN_DELTA`` alone: a chunk that repeats the previous match's bytes
 around its content matches the whole pattern exactly when its content matches this."""
 _TOKEN_CACHE: dict[str, int] = {}

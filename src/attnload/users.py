@@ -234,17 +234,8 @@ class StagedShape(LoadTestShape):
         return users
 
     def _finish(self) -> None:
-        """The shape is over: stop the workers' users and wait for their final counts, then let Locust quit.
-
-        A headless Locust master quits by telling workers to quit, waiting 0.5 s and closing
-        its socket; a worker cancelling thousands of in-flight streams takes longer than that,
-        and its cancelled (and last completed) requests would never reach the results.
-        """
-        runner = self.runner
-        runtime: Runtime | None = getattr(runner.environment, "attnload", None) if runner else None
-        if runtime is None or not isinstance(runner, MasterRunner) or runner.state not in ("spawning", "running"):
-            return
-        stop_and_collect(runner, runtime)
+        """The shape is over: stop the users and collect the workers' final counts before Locust quits."""
+        _stop_users(self.runner)
 
     def _tick(self) -> tuple[int, float] | None:
         runtime = self._runtime()
@@ -419,7 +410,7 @@ def _init_collector(environment: Environment, runtime: Runtime) -> None:
 
     events.test_stop.add_listener(stopped)
     events.quitting.add_listener(lambda **_: runtime.write_results())
-    events.quitting.add_listener(lambda **_: _stop_before_quit(runner))  # fires before the write: reverse order
+    events.quitting.add_listener(lambda **_: _stop_users(runner))  # fires before the write: reverse order
     if environment.shape_class is not None and getattr(environment.parsed_options, "headless", False):
         # Locust installs its SIGTERM handler only after a headless shape test ends; until then SIGTERM
         # (Ctrl-C in `attnload run`, a pod being deleted) would kill the master without results.
@@ -430,9 +421,14 @@ def _init_collector(environment: Environment, runtime: Runtime) -> None:
         webui.install(environment, runtime.results)
 
 
-def _stop_before_quit(runner: Any) -> None:
-    """SIGTERM/Ctrl-C: stop the users first, so in-flight requests are counted as cancelled before results are
-    written (Locust's quit would stop them after the ``quitting`` writers ran, and a master would not wait)."""
+def _stop_users(runner: Any) -> None:
+    """End of a shape, SIGTERM or Ctrl-C: stop the users before Locust quits, so in-flight requests are counted
+    (cancelled, or finished under ``--stop-timeout``) before results are written.
+
+    A headless Locust master quits by telling workers to quit, waiting 0.5 s and closing its
+    socket; a worker cancelling thousands of in-flight streams takes longer than that, so a
+    master stops them itself and waits for every worker's final counts.
+    """
     if runner is None or runner.state not in ("spawning", "running"):
         return
     runtime: Runtime | None = getattr(runner.environment, "attnload", None)

@@ -90,6 +90,8 @@ class RooflineEngine:
         self.max_waiting = max_waiting
         self._clock: Clock = clock if clock is not None else WallClock()
         self._sched = Scheduler(dep, self._deliver)
+        self._scheduled_gaps: list[float] = []
+        self._sched.scheduled_gaps = self._scheduled_gaps
         self._steps_s: list[float] = []
         self._itl_schedule = LogHistogram()
         self._lag_s = 0.0
@@ -148,7 +150,7 @@ class RooflineEngine:
         return self._itl_schedule
 
     def _fold_scheduled_gaps(self) -> None:
-        gaps = self._sched.scheduled_gaps
+        gaps = self._scheduled_gaps
         if gaps:
             self._itl_schedule.record_pairs(zip(gaps, itertools.repeat(1)))
             gaps.clear()
@@ -224,7 +226,7 @@ class RooflineEngine:
             if len(self._steps_s) < _MAX_STEP_RECORDS:
                 self._steps_s.append(step_s)
             sched.complete(deadline)
-            if len(sched.scheduled_gaps) >= _FOLD_GAPS_AT:
+            if len(self._scheduled_gaps) >= _FOLD_GAPS_AT:
                 self._fold_scheduled_gaps()
             t_prev = deadline
             await clock.settle()

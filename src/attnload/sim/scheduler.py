@@ -127,9 +127,9 @@ class Scheduler:
         self.on_finish = on_finish
         self.preemptions_total = 0
         self.cached_prompt_tokens_total = 0
-        self.scheduled_gaps: list[float] = []
-        """Per token after a sequence's first: simulated time since its previous token (the ITL the
-        model's schedule sets, stalls included). Appended here; the owner drains it."""
+        self.scheduled_gaps: list[float] | None = None
+        """If the owner sets a list: per token after a sequence's first, simulated time since its
+        previous token (the ITL the model's schedule sets, stalls included); the owner drains it."""
         self.max_waiting_seen = 0
         """Largest queue length left after an admission pass (> 0: requests waited for KV/slots)."""
         self._plan: list[tuple[_Group, list[SimSequence], list[tuple[SimSequence, int]]]] = []
@@ -237,7 +237,7 @@ class Scheduler:
         seq.generated += 1
         if seq.first_token_s is None:
             seq.first_token_s = now_s
-        else:
+        elif self.scheduled_gaps is not None:
             self.scheduled_gaps.append(now_s - seq.last_token_s)
         seq.last_token_s = now_s
         self.on_tokens(seq, 1)
