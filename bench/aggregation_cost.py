@@ -20,8 +20,8 @@ from locust.rpc.protocol import Message
 from locust.runners import WORKER_REPORT_INTERVAL
 from prometheus_client import CollectorRegistry, generate_latest
 
-from attnload.measure import Recorder, RequestRecord
-from attnload.metrics import FleetCollector, FleetState
+from attnload.measure.recorder import Recorder, RequestRecord
+from attnload.metrics.exposition import FleetCollector, FleetState
 
 
 def worker_delta(streams: int, models: int, tokens: int, rng: random.Random, worker: int) -> bytes:

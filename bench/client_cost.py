@@ -34,7 +34,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from attnload.measure import LogHistogram
+from attnload.measure.histogram import LogHistogram
 
 HERE = Path(__file__).resolve().parent
 PYTHON = sys.executable

@@ -32,7 +32,7 @@ import gevent
 from locust import FastHttpUser, User, constant, events, task
 from locust.env import Environment
 
-from attnload.measure import LogHistogram
+from attnload.measure.histogram import LogHistogram
 
 TTFT = LogHistogram()
 ITL = LogHistogram()
@@ -133,11 +133,12 @@ class OpenAIUser(User):
 
 def _attnload_env(env_users: int) -> tuple[type[User], Any]:
     """attnload's own user and runtime, wired as ``register(events)`` wires a local run."""
-    from attnload.config import load_config
-    from attnload.gcpolicy import quiet_full_collections
-    from attnload.metrics import serve_metrics
-    from attnload.runtime import RunOptions, Runtime
-    from attnload.users import ChatUser
+    from attnload.config.seed import load_config
+    from attnload.metrics.exposition import serve_metrics
+    from attnload.runner.gcpolicy import quiet_full_collections
+    from attnload.runner.options import RunOptions
+    from attnload.runner.runtime import Runtime
+    from attnload.runner.users import ChatUser
 
     config = Path(ARGS.out).with_suffix(".config.json")
     config.write_text(json.dumps({
@@ -230,9 +231,9 @@ def _run() -> int:
         env.attnload = runtime  # type: ignore[attr-defined]
     runner = env.create_local_runner()
     if runtime is not None:
-        from attnload.users import _watch_fleet
+        from attnload.runner.fleet import watch_fleet
 
-        gevent.spawn(_watch_fleet, env, runtime)
+        gevent.spawn(watch_fleet, env, runtime)
     # Spread over ~1.5 s so streams do not all tick in the same millisecond forever after (one
     # synchronized burst of N events every ITL measures burst draining, not per-token cost).
     runner.start(ARGS.users, spawn_rate=max(ARGS.users / ARGS.ramp_s, 1.0))
@@ -244,7 +245,7 @@ def _run() -> int:
     runner.quit()
     out: dict[str, Any] = {"kind": ARGS.kind, "users": ARGS.users, "pid": os.getpid(), "gc": gc_pauses.summary()}
     if runtime is not None:
-        from attnload.summarize import client_info
+        from attnload.results.summarize import client_info
 
         runtime.test_stopped()
         series = runtime.recorder.combined()

@@ -31,7 +31,7 @@ import sys
 import time
 from typing import Any
 
-from attnload.measure import LogHistogram
+from attnload.measure.histogram import LogHistogram
 
 _HEAD_END = b"\r\n\r\n"
 _SSE_HEAD = (b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"

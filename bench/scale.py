@@ -28,7 +28,7 @@ from typing import Any
 from client_cost import PYTHON, free_port, http
 from reference_server import raise_fd_limit
 
-from attnload.measure import LogHistogram
+from attnload.measure.histogram import LogHistogram
 
 HERE = Path(__file__).resolve().parent
 

@@ -1,14 +1,9 @@
-"""`locust -f locustfiles/chat.py`, plus --master/--worker to distribute; config from ATTNLOAD_CONFIG."""
+"""`locust -f locustfiles/chat.py`, plus --master/--worker to distribute; config from ATTNLOAD_CONFIG.
 
-from locust import events
+The user, the shape and the event wiring are the packaged locustfile's (the one `attnload run`
+starts), so plain Locust and `attnload run` measure alike; Locust finds the classes imported here.
+"""
 
-from attnload.users import ChatUser, register, shape_class
+from attnload.commands.locustfile import Chat, Shape
 
-register(events)  # init: validate config (exit 2), /metrics on master, deltas from workers
-
-
-class Chat(ChatUser):
-    """Models, profiles and weights come from ATTNLOAD_CONFIG; nothing else here."""
-
-
-Shape = shape_class()  # ATTNLOAD_SHAPE (e.g. concurrency:8,32) or None: Locust's own controls
+__all__ = ["Chat", "Shape"]

@@ -12,8 +12,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from attnload.classify import classify_status
-from attnload.client import ChatClient, SseSplitter, Timeouts, chat_body
+from attnload.client.chat import ChatClient, chat_body
+from attnload.client.classify import classify_status
+from attnload.client.sse import SseSplitter
+from attnload.client.transport import Timeouts
 from attnload.errors import ErrorClass, RequestFailed
 
 
@@ -191,7 +193,7 @@ def test_sse_splitter_handles_crlf_and_split_events() -> None:
        garbage=st.binary(max_size=40), position=st.integers(min_value=0, max_value=400))
 def test_sse_fuzz_only_classified_errors(cuts: list[int], garbage: bytes, position: int) -> None:
     """Split, merged or garbled streams yield events or a classified failure, nothing else."""
-    from attnload.client import _Run
+    from attnload.client.chat import _Run
 
     stream = sse(chunk(role=True), chunk("a b "), chunk("c "), chunk(finish="length"), USAGE, "[DONE]")
     position = min(position, len(stream))

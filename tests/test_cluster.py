@@ -18,8 +18,8 @@ from urllib.parse import parse_qsl, urlsplit
 
 import pytest
 
-from attnload.cli import main
 from attnload.cluster import manifests
+from attnload.commands.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
 NS_PATH = "/api/v1/namespaces/attnload"

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from attnload.config import load_config, resolve_chat_url
+from attnload.config.seed import load_config
+from attnload.config.urls import resolve_chat_url
 from attnload.errors import UsageError
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"

@@ -184,7 +184,7 @@ def test_grafana_datasource_and_dashboards_are_provisioned() -> None:
 
 
 def test_k8s_sim_config_loads_without_a_key() -> None:
-    from attnload.config import load_config
+    from attnload.config.seed import load_config
 
     cfg = load_config(ROOT / "examples" / "k8s_sim_config.json")
     assert {(m.id, m.attention, m.api_key_env) for m in cfg.models} == {

@@ -6,7 +6,8 @@ import random
 
 import pytest
 
-from attnload.measure import LogHistogram, Recorder, RequestRecord, split_gaps
+from attnload.measure.histogram import LogHistogram
+from attnload.measure.recorder import Recorder, RequestRecord, split_gaps
 
 
 def exact_quantile(values: list[float], q: float) -> float:

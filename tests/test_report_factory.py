@@ -5,7 +5,7 @@ Builds typed objects directly, so tests depend on the results model, not on a ru
 
 from __future__ import annotations
 
-from attnload.results import ClientInfo, ModelSummary, Requests, Results, StageSummary, Summary
+from attnload.results.model import ClientInfo, ModelSummary, Requests, Results, StageSummary, Summary
 
 GQA_INFO: dict[str, float | int | str] = {
     "preset": "llama-3-70b", "kv_bytes_per_token": 327680, "kv_bytes_per_token_per_gpu": 40960,
@@ -114,7 +114,7 @@ def pair() -> Results:
 
 
 def test_factory_round_trips_through_json(tmp_path) -> None:
-    from attnload.results import load_results
+    from attnload.results.model import load_results
 
     path = tmp_path / "r.json"
     path.write_text(pair().to_json())

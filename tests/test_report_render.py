@@ -8,7 +8,7 @@ from rich.console import Console
 
 from attnload.report import compare_results, print_summary, progress_line, render_html
 from attnload.report.explain import MIXED_MODELS_NOTE, explain
-from attnload.results import Results
+from attnload.results.model import Results
 from test_report_factory import (
     GQA_INFO,
     failed_model,

@@ -19,7 +19,7 @@ from locust import User, constant, task  # noqa: E402
 from locust.env import Environment  # noqa: E402
 
 from attnload.report import webui  # noqa: E402
-from attnload.results import Results  # noqa: E402
+from attnload.results.model import Results  # noqa: E402
 from test_report_factory import gqa_model, mla_model, results  # noqa: E402
 
 

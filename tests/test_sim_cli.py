@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from attnload.cli import build_parser, main
+from attnload.commands.cli import build_parser, main
 from attnload.errors import UsageError
 from attnload.sim import cli as sim_cli
 from attnload.sim.costmodel import EngineConfig

@@ -11,11 +11,12 @@ from typing import Any
 
 import pytest
 
-from attnload.config import Distribution, load_config
+from attnload.commands.seedscript import format_lines, seed_profiles
+from attnload.config.model import Distribution
+from attnload.config.seed import load_config
 from attnload.errors import UsageError
-from attnload.seedscript import format_lines, seed_profiles
-from attnload.tokens import prompt_tokens
-from attnload.workload import Workload
+from attnload.measure.tokens import prompt_tokens
+from attnload.workload.prompts import Workload
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
@@ -124,9 +125,10 @@ def test_seed_profiles_and_printout_match_the_seed_script() -> None:
 
 def test_goodput_equals_a_hand_count_of_records(tmp_path: Path) -> None:
     """Raw records through the runtime's SLO check and recorder: goodput × window is the hand count."""
-    from attnload.measure import RequestRecord
-    from attnload.runtime import RunOptions, Runtime
-    from attnload.shapes import parse_shape
+    from attnload.measure.recorder import RequestRecord
+    from attnload.runner.options import RunOptions
+    from attnload.runner.runtime import Runtime
+    from attnload.workload.shapes import parse_shape
 
     path = config_with(tmp_path, {"p": {"prompt_tokens": 100}},
                        slo={"ttft_p99_s": 0.2, "itl_p99_s": 0.03, "e2e_p99_s": 2.0})

@@ -2,6 +2,6 @@
 
 import sys
 
-from attnload.cli import main
+from attnload.commands.cli import main
 
 sys.exit(main())

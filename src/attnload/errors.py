@@ -6,13 +6,14 @@ Hierarchy::
     RequestFailed         one request failed; carries an ErrorClass (the `error` label)
 
 Foreign exceptions are mapped into these at one boundary each (config loading,
-``client.classify_exception``); nothing downstream inspects foreign types.
+``client.classify.classify_exception``); nothing downstream inspects foreign types.
 """
 
 from __future__ import annotations
 
 import re
 from enum import Enum, unique
+from typing import Any
 
 
 @unique  # two equal hints would silently merge two classes
@@ -82,3 +83,18 @@ def redact(text: str) -> str:
     for pattern in _SECRET_PATTERNS:
         text = pattern.sub(lambda m: m.group("keep") + "***", text)
     return text
+
+
+def describe_validation(exc: Any, *, prefer_unknown_key: bool = False) -> tuple[str, str, dict[str, Any]]:
+    """The one mapping of a pydantic ``ValidationError`` to words: ``(dotted location, message, error)``.
+
+    The first error is reported, or with ``prefer_unknown_key`` an unknown key first (a misspelled
+    key also makes the real key "missing": the typo is the cause). Callers build their
+    :class:`UsageError` from it, naming their file.
+    """
+    errors = exc.errors()
+    error = errors[0]
+    if prefer_unknown_key:
+        error = next((e for e in errors if e["type"] == "extra_forbidden"), error)
+    where = ".".join(str(part) for part in error["loc"])
+    return where, str(error["msg"]).removeprefix("Value error, "), error

@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from attnload.metrics import names
+
 DATASOURCE_UID = "attnload-prometheus"
 DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
 SCHEMA_VERSION = 39
@@ -67,11 +69,11 @@ def expr_requirements(expr: str) -> frozenset[str]:
     measured against a fixed schedule (``--shape rate:``). ``sim``: the simulator is scraped.
     """
     needs: set[str] = set()
-    if "attnload_request_errors_total" in expr or 'outcome="failed"' in expr:
+    if f"{names.REQUEST_ERRORS}_total" in expr or 'outcome="failed"' in expr:
         needs.add("errors")
-    if "attnload_dispatch_lag_seconds" in expr:
+    if names.DISPATCH_LAG_SECONDS in expr:
         needs.add("open_loop")
-    if "attnload_sim_" in expr:
+    if names.SIM_PREFIX in expr:
         needs.add("sim")
     return frozenset(needs)
 
@@ -111,11 +113,11 @@ class Dashboard:
 
 # -- dashboard 1: GQA vs MLA overview ------------------------------------------------------
 
-TTFT = "attnload_time_to_first_token_seconds"
-ITL = "attnload_inter_token_latency_seconds"
-TPOT = "attnload_time_per_output_token_seconds"
-E2E = "attnload_request_duration_seconds"
-TARGET_USERS = Target("attnload_target_users", "target users")
+TTFT = names.TTFT_SECONDS
+ITL = names.ITL_SECONDS
+TPOT = names.TPOT_SECONDS
+E2E = names.REQUEST_DURATION_SECONDS
+TARGET_USERS = Target(names.TARGET_USERS, "target users")
 
 
 def _quantiles(metric: str, qs: Sequence[float]) -> tuple[Target, ...]:
@@ -139,16 +141,16 @@ def overview() -> Dashboard:
         Panel("End-to-end request duration p50 / p99", "s", _quantiles(E2E, (0.5, 0.99)),
               "Whole request, from the intended send time in open-loop runs."),
         Panel("Output tokens/s", "tokens/s",
-              (Target(rate_sum("attnload_completion_tokens_total")),),
+              (Target(rate_sum(f"{names.COMPLETION_TOKENS}_total")),),
               "Completion tokens per second (server usage when reported)."),
         Panel("Prompt tokens/s", "tokens/s",
-              (Target(rate_sum("attnload_prompt_tokens_total")),),
+              (Target(rate_sum(f"{names.PROMPT_TOKENS}_total")),),
               "Prompt tokens per second sent to each model."),
         Panel("Requests/s by outcome", "reqps",
-              (Target(rate_sum("attnload_requests_total", by=f"{SPLIT}, outcome"), f"{{{{outcome}}}} {LEGEND}"),),
+              (Target(rate_sum(f"{names.REQUESTS}_total", by=f"{SPLIT}, outcome"), f"{{{{outcome}}}} {LEGEND}"),),
               "Finished requests per second: ok, failed, cancelled."),
         Panel("Goodput (requests/s meeting SLOs)", "reqps",
-              (Target(rate_sum("attnload_goodput_requests_total")),),
+              (Target(rate_sum(f"{names.GOODPUT_REQUESTS}_total")),),
               "Requests per second that met every SLO in the config's `slo` section."),
         Panel("Error rate by class", "percentunit", (Target(error_ratio, f"{{{{error}}}} {LEGEND}"),),
               "Share of finished requests failing with each DESIGN.md error class."),
@@ -175,18 +177,18 @@ def _against_users(title: str, unit: str, targets: tuple[Target, ...], descripti
 def sweep() -> Dashboard:
     panels = (
         Panel("Stage, target users and target rate", "short",
-              (Target("attnload_stage", "stage index"), TARGET_USERS,
-               Target("attnload_target_rate", "target rate (req/s per model)")),
+              (Target(names.STAGE, "stage index"), TARGET_USERS,
+               Target(names.TARGET_RATE, "target rate (req/s per model)")),
               "The shape's current step: stage index (-1 before start), closed-loop users, open-loop rate."),
         _against_users("TTFT p50 / p99 vs target users", "s", _quantiles(TTFT, (0.5, 0.99)),
                        "Where TTFT climbs marks the knee: queueing once KV capacity is full."),
         _against_users("ITL p50 / p99 vs target users", "s", _quantiles(ITL, (0.5, 0.99)),
                        "Decode step time grows with the batch; bounded once capacity caps the batch."),
         _against_users("Output tokens/s vs target users", "tokens/s",
-                       (Target(rate_sum("attnload_completion_tokens_total")),),
+                       (Target(rate_sum(f"{names.COMPLETION_TOKENS}_total")),),
                        "Throughput flattens where the server saturates."),
         _against_users("Requests/s vs target users", "reqps",
-                       (Target(rate_sum("attnload_requests_total")),), "All finished requests."),
+                       (Target(rate_sum(f"{names.REQUESTS}_total")),), "All finished requests."),
         _against_users("Users per model vs target users", "short",
                        (Target(f"sum by ({SPLIT}) (attnload_users{{{SEL_USERS}}})"),),
                        "Running users per model."),
@@ -215,19 +217,19 @@ def sweep() -> Dashboard:
 
 def health() -> Dashboard:
     panels = (
-        Panel("Workers", "short", (Target("attnload_workers", "workers"),),
+        Panel("Workers", "short", (Target(names.WORKERS, "workers"),),
               "Locust workers connected to the master.", kind="stat", width=6, height=6),
-        Panel("Client saturated", "short", (Target("attnload_client_saturated", "saturated"),),
+        Panel("Client saturated", "short", (Target(names.CLIENT_SATURATED, "saturated"),),
               "1 when a worker's CPU is above 90%: results are flagged client_saturated.",
               kind="stat", width=6, height=6, thresholds=(("green", None), ("red", 1.0))),
         Panel("Users vs target", "short",
               (Target(f"sum(attnload_users{{{SEL_USERS}}})", "users"), TARGET_USERS),
               "Spawned users against the shape's target.", width=12, height=6),
-        Panel("Worker CPU", "percentunit", (Target("attnload_worker_cpu_ratio", "{{worker}}"),),
+        Panel("Worker CPU", "percentunit", (Target(names.WORKER_CPU_RATIO, "{{worker}}"),),
               "Per-worker CPU share. Above 90% the client, not the server, sets the latency: add workers.",
               thresholds=(("green", None), ("red", 0.9)), max_value=1.0),
         Panel("Dispatch lag p50 / p99", "s",
-              tuple(Target(quantile(q, "attnload_dispatch_lag_seconds"), f"p{round(q * 100)} {LEGEND}")
+              tuple(Target(quantile(q, names.DISPATCH_LAG_SECONDS), f"p{round(q * 100)} {LEGEND}")
                     for q in (0.5, 0.99)),
               "Open-loop runs: intended minus actual send time (coordinated omission made visible)."),
         Panel("Errors/s by class", "reqps",

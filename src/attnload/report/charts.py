@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from attnload.report.fmt import load_axis_name, series_name, stage_label, stage_x
 from attnload.report.svg import PALETTE, Series, line_chart, stacked_bars
-from attnload.results import ModelSummary, Results, StageSummary
+from attnload.results.model import ModelSummary, Results, StageSummary
 
 
 def _colors(results: Results) -> dict[str, str]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from attnload.report.fmt import METRICS, Metric, stage_label, stage_x
-from attnload.results import ModelSummary, Results, Totals
+from attnload.results.model import ModelSummary, Results, Totals
 
 DEFAULT_THRESHOLD = 0.10
 FAILURE_RATIO_STEP = 0.01

@@ -26,7 +26,7 @@ from attnload.report.fmt import (
     series_name,
     stage_label,
 )
-from attnload.results import ModelSummary, Results, StageSummary, Totals
+from attnload.results.model import ModelSummary, Results, StageSummary, Totals
 
 
 def errors_text(totals: Totals, limit: int = 3) -> str:

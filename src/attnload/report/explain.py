@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from attnload.report.fmt import count, kib, ms, rate, series_name, stage_label
-from attnload.results import ModelSummary, Results, StageSummary
+from attnload.results.model import ModelSummary, Results, StageSummary
 
 MIXED_MODELS_NOTE = "models differ in size and MoE as well as attention"
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from attnload.results import ModelSummary, Results, StageSummary, Summary, Totals
+from attnload.results.model import ModelSummary, Results, StageSummary, Summary, Totals
 
 DASH = "—"
 

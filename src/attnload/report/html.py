@@ -17,7 +17,7 @@ from attnload.report.compare import Comparison, compare_results
 from attnload.report.console import errors_text
 from attnload.report.explain import MIXED_MODELS_NOTE, attention_facts, explain, presets_differ
 from attnload.report.fmt import DASH, METRICS, count, error_total, pct, series_name, stage_label
-from attnload.results import Results, Totals
+from attnload.results.model import Results, Totals
 
 _CSS = (Path(__file__).with_name("report.css")).read_text(encoding="utf-8")
 

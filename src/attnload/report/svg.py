@@ -122,20 +122,7 @@ def line_chart(
     height = HEIGHT + 20 * legend_rows
     out = [f'<svg class="plot" id="{escape(plot_id)}" viewBox="0 0 {WIDTH} {height}" role="img" '
            f'aria-label="{escape(y_label)} vs {escape(x_label)}" xmlns="http://www.w3.org/2000/svg">']
-    for tick in y_ticks:
-        y = py(tick)
-        out.append(f'<line class="grid" x1="{LEFT}" x2="{WIDTH - RIGHT}" y1="{y:.1f}" y2="{y:.1f}"/>'
-                   f'<text class="tick" x="{LEFT - 6}" y="{y + 4:.1f}" text-anchor="end">{_axis_fmt(tick)}</text>')
-    for tick in x_ticks:
-        x = px(tick)
-        out.append(f'<line class="grid" x1="{x:.1f}" x2="{x:.1f}" y1="{TOP}" y2="{TOP + plot_h}"/>'
-                   f'<text class="tick" x="{x:.1f}" y="{TOP + plot_h + 16}" text-anchor="middle">'
-                   f"{_axis_fmt(tick)}</text>")
-    out.append(f'<rect class="frame" x="{LEFT}" y="{TOP}" width="{plot_w}" height="{plot_h}"/>')
-    out.append(f'<text class="axis" x="{LEFT + plot_w / 2:.0f}" y="{TOP + plot_h + 36}" '
-               f'text-anchor="middle">{escape(x_label)}</text>')
-    out.append(f'<text class="axis" transform="translate(16 {TOP + plot_h / 2:.0f}) rotate(-90)" '
-               f'text-anchor="middle">{escape(y_label + (" (log)" if log_y else ""))}</text>')
+    out += _axes(x_ticks, y_ticks, px, py, x_label, y_label + (" (log)" if log_y else ""))
     for s in drawn:
         pts = list(zip(s.points, s.labels or [""] * len(s.points), strict=True))
         if sort_x:
@@ -152,14 +139,43 @@ def line_chart(
             if label and (x, y) in (pts[0][0], pts[-1][0]):  # ends only: middle labels collide
                 out.append(f'<text class="point-label" x="{px(x) + 6:.1f}" y="{py(y) - 6:.1f}">'
                            f"{escape(label)}</text>")
+    out += _legend(drawn, plot_w)
+    out.append("</svg>")
+    return "".join(out)
+
+
+def _axes(x_ticks: Sequence[float], y_ticks: Sequence[float], px: Callable[[float], float],
+          py: Callable[[float], float], x_label: str, y_label: str) -> list[str]:
+    """Grid lines with tick labels, the plot frame and both axis titles."""
+    plot_w, plot_h = WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
+    out = []
+    for tick in y_ticks:
+        y = py(tick)
+        out.append(f'<line class="grid" x1="{LEFT}" x2="{WIDTH - RIGHT}" y1="{y:.1f}" y2="{y:.1f}"/>'
+                   f'<text class="tick" x="{LEFT - 6}" y="{y + 4:.1f}" text-anchor="end">{_axis_fmt(tick)}</text>')
+    for tick in x_ticks:
+        x = px(tick)
+        out.append(f'<line class="grid" x1="{x:.1f}" x2="{x:.1f}" y1="{TOP}" y2="{TOP + plot_h}"/>'
+                   f'<text class="tick" x="{x:.1f}" y="{TOP + plot_h + 16}" text-anchor="middle">'
+                   f"{_axis_fmt(tick)}</text>")
+    out.append(f'<rect class="frame" x="{LEFT}" y="{TOP}" width="{plot_w}" height="{plot_h}"/>')
+    out.append(f'<text class="axis" x="{LEFT + plot_w / 2:.0f}" y="{TOP + plot_h + 36}" '
+               f'text-anchor="middle">{escape(x_label)}</text>')
+    out.append(f'<text class="axis" transform="translate(16 {TOP + plot_h / 2:.0f}) rotate(-90)" '
+               f'text-anchor="middle">{escape(y_label)}</text>')
+    return out
+
+
+def _legend(drawn: Sequence[Series], plot_w: float) -> list[str]:
+    """Two legend entries per row under the plot, each a line sample with its marker and name."""
+    out = []
     for i, s in enumerate(drawn):
         lx, ly = LEFT + (i % 2) * (plot_w / 2), HEIGHT + 20 * (i // 2) - 8
         dash = ' stroke-dasharray="6 4"' if s.dashed else ""
         out.append(f'<g class="legend"><line x1="{lx:.0f}" x2="{lx + 22:.0f}" y1="{ly}" y2="{ly}" '
                    f'stroke="{s.color}" stroke-width="2.5"{dash}/><circle cx="{lx + 11:.0f}" cy="{ly}" r="3.5" '
                    f'fill="{s.color}"/><text x="{lx + 30:.0f}" y="{ly + 4}">{escape(s.name)}</text></g>')
-    out.append("</svg>")
-    return "".join(out)
+    return out
 
 
 def stacked_bars(plot_id: str, bars: Sequence[tuple[str, dict[str, int]]], x_label: str) -> str:

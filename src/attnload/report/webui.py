@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from attnload.report.fmt import error_total, series_name, stage_label
-from attnload.results import ModelSummary, Results, Totals
+from attnload.results.model import ModelSummary, Results, Totals
 
 logger = logging.getLogger(__name__)
 

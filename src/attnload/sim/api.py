@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from attnload.measure import LogHistogram
+from attnload.measure.histogram import LogHistogram
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ import logging
 from collections.abc import AsyncIterator
 from typing import Protocol
 
-from attnload.measure import LogHistogram
+from attnload.measure.histogram import LogHistogram
 from attnload.sim.api import EngineRejected, EngineSnapshot, GenerationRequest, GenerationState, ServedModel
 from attnload.sim.costmodel import Deployment
 from attnload.sim.scheduler import Scheduler, SimSequence

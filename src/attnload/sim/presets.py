@@ -11,10 +11,8 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+from attnload.attention import ATTENTION_TYPES
 from attnload.errors import UsageError
-
-ATTENTION_TYPES = ("GQA", "MLA", "GTA", "GLA", "MHA", "MQA")
-"""Attention types the cost model understands (same list as the load generator's config)."""
 
 HEAD_DIM = 128
 ROPE_DIM = 64  # d_R: the decoupled RoPE key of MLA/GLA and GTA's half-width RoPE head

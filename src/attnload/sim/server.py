@@ -27,10 +27,10 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 
-from attnload.measure import LogHistogram
+from attnload.measure.histogram import LogHistogram
+from attnload.measure.tokens import prompt_tokens
 from attnload.sim.api import Engine, EngineRejected, GenerationRequest, GenerationState
 from attnload.sim.fixed import FixedEngine
-from attnload.tokens import prompt_tokens
 
 log = logging.getLogger(__name__)
 

@@ -27,9 +27,10 @@ from typing import Any, Optional
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator
 
-from attnload.errors import UsageError
+from attnload.attention import ATTENTION_TYPES
+from attnload.errors import UsageError, describe_validation
 from attnload.sim.costmodel import EngineConfig
-from attnload.sim.presets import ATTENTION_TYPES, ModelPreset, generic_preset, lookup_preset
+from attnload.sim.presets import ModelPreset, generic_preset, lookup_preset
 
 _PRESET_FIXED = ("key", "attention", "synthetic")  # identity, not tunable
 
@@ -113,9 +114,8 @@ def load_sim_config(path: str | Path) -> SimConfigFile:
     try:
         return SimConfigFile.model_validate(raw)
     except ValidationError as exc:
-        err = exc.errors()[0]
-        where = ".".join(str(p) for p in err["loc"])
-        raise UsageError(f"{path}: {where}: {err['msg']}") from None
+        where, message, _error = describe_validation(exc)
+        raise UsageError(f"{path}: {where}: {message}") from None
 
 
 def _parse(path: Path, text: str) -> Any:

@@ -1,0 +1,2 @@
+"""The HTTP side: transport (socket, proxy, TLS), SSE splitting, chat streaming, error
+classification and reachability."""

@@ -1,0 +1,511 @@
+"""The hot path: one keep-alive HTTP/1.1 connection per user, streaming chat completions.
+
+Why not Locust's ``FastHttpSession`` or the openai SDK: ``iter_lines()`` waits for 1024
+bytes before yielding and the SDK costs ~0.3 ms CPU per chunk (DESIGN.md, pitfalls), both
+distorting TTFT/ITL at high concurrency. Here a gevent socket is read in whatever chunks
+the kernel gives, geventhttpclient's C parser (llhttp) removes HTTP framing, and
+``SseSplitter`` cuts events without per-chunk string concatenation. Every byte of a
+``recv`` is stamped with the time that ``recv`` returned.
+
+Failures become :class:`RequestFailed` with a DESIGN.md :class:`ErrorClass` in one place
+(``classify_status``, ``classify_exception``); a hostile server can only produce a
+classified failure, never an exception out of :meth:`ChatClient.send`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import socket
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import gevent
+import gevent.socket
+import gevent.ssl
+from gevent import GreenletExit
+from geventhttpclient.response import HTTPParseError, HTTPResponse
+
+from attnload.client.classify import classify_error_object, classify_exception, classify_status
+from attnload.client.sse import SseSplitter
+from attnload.client.transport import RECV_BYTES, Endpoint, Response, SocketReader, Timeouts
+from attnload.errors import ErrorClass, RequestFailed
+from attnload.measure.recorder import RequestRecord, split_gaps
+from attnload.measure.tokens import chunk_tokens, prompt_tokens
+
+FRAMING_TAIL_S = 1.0
+
+
+class ChatClient:
+    """Sends chat completions to one endpoint over one keep-alive connection (one user)."""
+
+    _reader: SocketReader | None = None
+    """Timer-free reader of the current plain-TCP socket (rebuilt when the socket changes)."""
+
+    def _recv(self, sock: Any, wait_s: float) -> bytes:
+        """One read of at most ``RECV_BYTES`` within ``wait_s``; raises ``TimeoutError`` past it."""
+        reader = self._reader
+        if reader is None or reader.sock is not sock:
+            if type(sock) is not gevent.socket.socket:  # TLS: only its own recv decrypts
+                sock.settimeout(wait_s)
+                return bytes(sock.recv(RECV_BYTES))
+            reader = self._reader = SocketReader(sock)
+        return reader.recv(wait_s)
+
+    def __init__(self, url: str, api_key: str | None, timeouts: Timeouts,
+                 ssl_context: gevent.ssl.SSLContext | None = None, retry_after_max_s: float = 0.0) -> None:
+        self.endpoint = Endpoint.from_url(url)
+        self.timeouts = timeouts
+        self.retry_after_max_s = retry_after_max_s
+        """Above 0: after a 429 with Retry-After, wait that long (capped) before this user's next request."""
+        self.last_failure: RequestFailed | None = None
+        """The last request's classified failure with its detail (``attnload check`` prints it)."""
+        self._resume_at = 0.0
+        self._sock: Any = None
+        self._ssl = ssl_context
+        auth = f"Authorization: Bearer {api_key}\r\n" if api_key else ""
+        target = self.endpoint.path
+        if self.endpoint.proxy and not self.endpoint.tls:
+            target = f"http://{self.endpoint.host_header}{self.endpoint.path}"  # absolute-form via a proxy
+        self._head = (f"POST {target} HTTP/1.1\r\nHost: {self.endpoint.host_header}\r\n"
+                      f"Content-Type: application/json\r\nAccept: text/event-stream\r\n"
+                      f"User-Agent: attnload\r\n{auth}Content-Length: ").encode()
+
+    def close(self) -> None:
+        if self._sock is not None:
+            try:
+                self._sock.close()
+            finally:
+                self._sock = None
+
+    # ------------------------------------------------------------------ connection
+
+    def _connect(self) -> Any:
+        endpoint = self.endpoint
+        address = endpoint.proxy or (endpoint.host, endpoint.port)
+        try:
+            sock = gevent.socket.create_connection(address, timeout=self.timeouts.connect_s)
+        except OSError as exc:
+            if endpoint.proxy:
+                raise RequestFailed(ErrorClass.PROXY, f"proxy {address[0]}:{address[1]} unreachable ({exc})") from None
+            raise
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if endpoint.proxy and endpoint.tls:
+            sock = self._tunnel(sock)
+        if endpoint.tls:
+            context = self._ssl or gevent.ssl.create_default_context()
+            sock = context.wrap_socket(sock, server_hostname=endpoint.host)
+        return sock
+
+    def _tunnel(self, sock: Any) -> Any:
+        endpoint = self.endpoint
+        sock.sendall(f"CONNECT {endpoint.host}:{endpoint.port} HTTP/1.1\r\nHost: {endpoint.host}:{endpoint.port}\r\n\r\n"
+                     .encode())
+        reply = b""
+        while b"\r\n\r\n" not in reply:
+            data = sock.recv(4096)
+            if not data:
+                raise RequestFailed(ErrorClass.PROXY, "proxy closed the CONNECT tunnel")
+            reply += data
+        status = reply.split(b" ", 2)[1:2]
+        if status != [b"200"]:
+            raise RequestFailed(ErrorClass.PROXY, f"proxy refused CONNECT: {reply.splitlines()[0].decode(errors='replace')}")
+        return sock
+
+    # ------------------------------------------------------------------ request
+
+    def send(self, body: dict[str, Any], *, model_key: str, profile: str, stage: int,
+             intended_start: float | None = None) -> RequestRecord:
+        """Run one request to completion and return its record; never raises for server faults.
+
+        ``intended_start`` (perf_counter seconds) is the open-loop schedule's send time:
+        latencies count from it, so a late client cannot hide queueing (coordinated omission).
+        """
+        if self._resume_at:
+            self._back_off()
+        started = time.perf_counter()
+        origin = intended_start if intended_start is not None else started
+        stream = bool(body.get("stream", True))
+        max_tokens = int(body.get("max_tokens") or body.get("max_completion_tokens") or 0)
+        run = _Run(stream, max_tokens)
+        error: RequestFailed | None = None
+        outcome = "ok"
+        try:
+            self._exchange(json.dumps(body, ensure_ascii=False).encode(), run, origin)
+            run.finish()
+        except RequestFailed as exc:
+            error, outcome = exc, "failed"
+        except GreenletExit:
+            if run.response is not None and not run.done:
+                self._read_buffered(run, origin)
+            self.close()
+            if run.response is None:
+                raise  # stopped before the request was on the wire: no request exists to count
+            if run.done:  # the whole answer had arrived (maybe unread) when the test stopped
+                try:
+                    run.finish()
+                except RequestFailed as exc:
+                    error, outcome = exc, "failed"
+            else:
+                outcome = "cancelled"
+                error = RequestFailed(ErrorClass.CANCELLED, "the test stopped during the request")
+            record = self._record(body, run, origin, outcome, error, model_key, profile, stage, intended_start, started)
+            raise Cancelled(record) from None
+        except Exception as exc:  # noqa: BLE001 - one boundary maps every foreign error to a class
+            error, outcome = classify_exception(exc, self.endpoint.proxy is not None), "failed"
+        self.last_failure = error
+        if error is not None:
+            self.close()
+            if error.retry_after_s and self.retry_after_max_s > 0:
+                self._resume_at = time.perf_counter() + min(error.retry_after_s, self.retry_after_max_s)
+        return self._record(body, run, origin, outcome, error, model_key, profile, stage, intended_start, started)
+
+    def _read_buffered(self, run: _Run, origin: float) -> None:
+        """At a stop, take what already sits in the kernel's receive buffer, without waiting.
+
+        The server counts a response complete once it has written it; if the test stops before
+        this client read those bytes, calling the request cancelled would disagree with the
+        server about a response that had in fact been delivered.
+        """
+        sock, response = self._sock, run.response
+        if sock is None or response is None or type(sock) is not gevent.socket.socket:
+            return  # TLS bytes need the TLS layer's own (blocking) reads
+        try:
+            while not run.done:
+                data = os.read(sock.fileno(), RECV_BYTES)  # the fd is non-blocking under gevent
+                if not data:
+                    return
+                response.feed(data)
+                if run.stream and run.sse.events:
+                    run.consume(time.perf_counter(), origin)
+        except (BlockingIOError, OSError, HTTPParseError, RequestFailed):
+            return  # nothing more buffered, or bytes that would not have made a complete answer
+
+    def _back_off(self) -> None:
+        """Honour the last 429's Retry-After; the wait is not part of the next request's latency."""
+        wait = self._resume_at - time.perf_counter()
+        self._resume_at = 0.0
+        if wait > 0:
+            gevent.sleep(wait)  # a GreenletExit here cancels nothing: no request is in flight
+
+    def _exchange(self, payload: bytes, run: _Run, origin: float) -> None:
+        timeouts = self.timeouts
+        deadline = origin + timeouts.total_s
+        first_deadline = origin + timeouts.ttft_s if timeouts.ttft_s else deadline
+        request = self._head + str(len(payload)).encode() + b"\r\n\r\n" + payload
+        reused = self._sock is not None
+        if self._sock is None:
+            self._sock = self._connect()
+        sock = self._sock
+        try:
+            sock.sendall(request)
+        except OSError:
+            if not reused:
+                raise
+            self.close()  # a keep-alive connection the server closed: reconnect once
+            sock = self._sock = self._connect()
+            sock.sendall(request)
+        response = Response(run.sse if run.stream else None)
+        run.response = response
+        fresh = not reused  # a reused connection that dies before any byte was closed idle: resend once
+        while True:
+            now = time.perf_counter()
+            limit = deadline if run.first_at is not None or not run.stream else min(first_deadline, deadline)
+            wait = limit - now
+            if response.headers_complete:
+                wait = min(wait, timeouts.idle_s)
+            if wait <= 0:
+                raise RequestFailed(ErrorClass.TIMEOUT, _timeout_detail(run, timeouts))
+            try:
+                data = self._recv(sock, wait)
+            except ConnectionResetError:
+                if fresh:
+                    raise
+                data = b""
+            except TimeoutError:
+                raise RequestFailed(ErrorClass.TIMEOUT, _timeout_detail(run, timeouts)) from None
+            except gevent.socket.timeout:
+                raise RequestFailed(ErrorClass.TIMEOUT, _timeout_detail(run, timeouts)) from None
+            at = time.perf_counter()
+            if not data:
+                self.close()
+                if not fresh:
+                    fresh = True
+                    sock = self._sock = self._connect()
+                    sock.sendall(request)
+                    continue
+                run.eof = True
+                return
+            fresh = True
+            try:
+                response.feed(data)
+            except HTTPParseError as exc:
+                raise RequestFailed(ErrorClass.BAD_RESPONSE, f"malformed HTTP response ({exc})") from None
+            if run.sse.events and run.stream:  # only a 200 feeds the splitter: the streaming common case first
+                run.consume(at, origin)
+                if run.done:
+                    run.done_at = at
+                    self._finish_framing(sock, response)
+                    return
+            if response.headers_complete and response.get_code() != 200:
+                if response.message_complete:
+                    raise classify_status(response.get_code(), bytes(response.body), _header(response, "retry-after"))
+                continue
+            if response.message_complete:
+                if response.should_close():
+                    self.close()
+                return
+
+    def _finish_framing(self, sock: Any, response: Response) -> None:
+        """After [DONE], read the few bytes that end the HTTP message so the connection stays reusable.
+
+        Servers such as uvicorn send the terminating chunk separately; closing instead would reset
+        the connection and open a new one per request (ports run out at 10k streams). The latency
+        was already stamped at [DONE], so this wait is not measured.
+        """
+        deadline = time.perf_counter() + FRAMING_TAIL_S
+        try:
+            while not response.message_complete:
+                wait = deadline - time.perf_counter()
+                data = self._recv(sock, wait) if wait > 0 else b""
+                if not data:
+                    break
+                response.feed(data)
+        except (OSError, HTTPParseError, gevent.socket.timeout):
+            pass  # the answer is complete; only the connection's reuse is at stake
+        if not response.message_complete or response.should_close():
+            self.close()
+
+    def _record(self, body: dict[str, Any], run: _Run, origin: float, outcome: str, error: RequestFailed | None,
+                model_key: str, profile: str, stage: int, intended_start: float | None, started: float
+                ) -> RequestRecord:
+        end = run.done_at or time.perf_counter()
+        usage = run.usage or {}
+        reported_prompt = usage.get("prompt_tokens")
+        reported_completion = usage.get("completion_tokens")
+        details = usage.get("prompt_tokens_details") or {}
+        estimated = not isinstance(reported_prompt, int) or not isinstance(reported_completion, int)
+        completion = reported_completion if isinstance(reported_completion, int) else sum(run.chunk_tokens)
+        return RequestRecord(
+            model_key=model_key, profile=profile, stage=stage, outcome=outcome,
+            error=error.kind.label if error else None, ttft_s=None if run.first_at is None else run.first_at - origin,
+            itl_samples=split_gaps(run.gaps, run.chunk_tokens, completion if not estimated else None),
+            e2e_s=end - origin,
+            prompt_tokens=reported_prompt if isinstance(reported_prompt, int) else prompt_tokens(body.get("messages", ())),
+            completion_tokens=completion,
+            cached_prompt_tokens=int(details.get("cached_tokens") or 0) if isinstance(details, dict) else 0,
+            tokens_estimated=estimated, dispatch_lag_s=None if intended_start is None else started - intended_start)
+
+
+class Cancelled(Exception):
+    """Carries the record of a request the test stopped; the user records it, then exits."""
+
+    def __init__(self, record: RequestRecord) -> None:
+        super().__init__("cancelled")
+        self.record = record
+
+
+# A plain content delta, the bulk of every stream: one choice, index 0, finish_reason null,
+# delta {content} (optionally after role "assistant"), content without escapes or control
+# characters, and only scalar fields (never "error" or "choices") around "choices".
+# json.loads of such bytes yields exactly: no error, no usage dict, choices[0].delta.content
+# == group(1).decode() — so consume() reads it without json.loads (~5 µs a chunk saved);
+# anything else takes the full path below.
+_PLAIN_STRING = rb'[^"\\\x00-\x1f]*'  # a JSON string body without escapes or control characters
+_SCALAR_FIELD = rb'(?!"error"|"choices")"\w+":(?:"' + _PLAIN_STRING + rb'"|-?(?:0|[1-9]\d*)|null)'
+_PLAIN_DELTA = re.compile(
+    rb'\{(?:' + _SCALAR_FIELD + rb',)*"choices":\[\{"index":0,"delta":\{(?:"role":"assistant",)?'
+    rb'"content":"(' + _PLAIN_STRING + rb')"\}(?:,"logprobs":null)?,"finish_reason":null(?:,"stop_reason":null)?\}\]'
+    rb'(?:,' + _SCALAR_FIELD + rb')*\}')
+_PLAIN_CONTENT = re.compile(_PLAIN_STRING)
+"""The content group of ``_PLAIN_DELTA`` alone: a chunk that repeats the previous match's bytes
+around its content matches the whole pattern exactly when its content matches this."""
+_TOKEN_CACHE: dict[str, int] = {}
+"""chunk text -> ``chunk_tokens(text)``: token texts repeat, so most chunks hit (bounded)."""
+_TOKEN_CACHE_SIZE = 65536
+
+
+class _Run:
+    """State of one response being read: timings, chunk token estimates, usage, finish."""
+
+    __slots__ = ("stream", "max_tokens", "sse", "response", "first_at", "last_at", "gaps", "chunk_tokens",
+                 "usage", "finish_reason", "done", "done_at", "eof", "plain_head", "plain_tail")
+
+    def __init__(self, stream: bool, max_tokens: int) -> None:
+        self.stream = stream
+        self.max_tokens = max_tokens
+        self.sse = SseSplitter()
+        self.response: Response | None = None
+        self.first_at: float | None = None
+        self.last_at = 0.0
+        self.gaps: list[float] = []
+        self.chunk_tokens: list[int] = []
+        self.usage: dict[str, Any] | None = None
+        self.finish_reason: str | None = None
+        self.done = False
+        self.done_at: float | None = None
+        self.eof = False
+        self.plain_head: bytes | None = None  # the bytes before and after the last plain delta's content
+        self.plain_tail = b""
+
+    def consume(self, at: float, origin: float) -> None:
+        """Handle the events parsed so far; all of them arrived in the ``recv`` that returned at ``at``."""
+        events, self.sse.events = self.sse.events, []
+        for kind, data in events:
+            if kind == b"message":
+                # A stream's chunks differ only in their content: same bytes before and after it as the
+                # last plain delta means the same fields, so only the content needs checking.
+                head, tail = self.plain_head, self.plain_tail
+                raw: bytes | None = None
+                if head is not None and data.startswith(head) and data.endswith(tail) \
+                        and len(data) >= len(head) + len(tail):
+                    raw = data[len(head):len(data) - len(tail)]
+                    if _PLAIN_CONTENT.fullmatch(raw) is None:
+                        raw = None
+                if raw is None:
+                    plain = _PLAIN_DELTA.fullmatch(data)
+                    if plain is not None:  # the bytes pin every field the slow path would read
+                        raw = plain.group(1)
+                        self.plain_head, self.plain_tail = data[:plain.start(1)], data[plain.end(1):]
+                if raw is not None:
+                    if not raw:
+                        continue  # empty content, finish_reason null: nothing to record
+                    try:
+                        text = raw.decode()
+                    except UnicodeDecodeError:
+                        pass  # let json.loads report it exactly as it always has
+                    else:
+                        if self.first_at is None:
+                            self.first_at = at
+                        else:
+                            self.gaps.append(at - self.last_at)
+                        self.last_at = at
+                        tokens = _TOKEN_CACHE.get(text)
+                        if tokens is None:
+                            tokens = chunk_tokens(text)
+                            if len(_TOKEN_CACHE) < _TOKEN_CACHE_SIZE:
+                                _TOKEN_CACHE[text] = tokens
+                        self.chunk_tokens.append(tokens)
+                        continue
+            if data == b"[DONE]":
+                self.done = True
+                continue
+            try:
+                chunk = json.loads(data)
+            except ValueError:
+                if kind == b"error":  # an SSE error event whose data is plain text
+                    raise classify_error_object(data[:300].decode("utf-8", errors="replace"), 200) from None
+                raise RequestFailed(ErrorClass.BAD_RESPONSE, f"malformed JSON in stream: {data[:80]!r}") from None
+            if not isinstance(chunk, dict):
+                raise RequestFailed(ErrorClass.BAD_RESPONSE, f"stream chunk is not an object: {data[:80]!r}")
+            if kind == b"error" or "error" in chunk:
+                raise classify_error_object(chunk.get("error", chunk), 200)
+            usage = chunk.get("usage")
+            if isinstance(usage, dict):
+                self.usage = usage
+            choices = chunk.get("choices")
+            if not isinstance(choices, list):
+                if usage is None:
+                    raise RequestFailed(ErrorClass.BAD_RESPONSE, "stream chunk without `choices`")
+                continue
+            if not choices:
+                continue
+            choice = choices[0]
+            if not isinstance(choice, dict):
+                raise RequestFailed(ErrorClass.BAD_RESPONSE, "`choices[0]` is not an object")
+            delta = choice.get("delta") or {}
+            text = delta.get("content") or delta.get("reasoning_content") or delta.get("reasoning") \
+                if isinstance(delta, dict) else None
+            if text and isinstance(text, str):
+                if self.first_at is None:
+                    self.first_at = at
+                else:
+                    self.gaps.append(at - self.last_at)
+                self.last_at = at
+                self.chunk_tokens.append(chunk_tokens(text))
+            if choice.get("finish_reason"):
+                self.finish_reason = choice["finish_reason"]
+
+    def finish(self) -> None:
+        """Check the completed response: non-streaming body, [DONE], truncation."""
+        response = self.response
+        assert response is not None
+        if response.headers_complete and response.get_code() != 200:
+            raise classify_status(response.get_code(), bytes(response.body), _header(response, "retry-after"))
+        if not self.stream:
+            self._finish_unary(bytes(response.body), response)
+            return
+        if response.headers_complete and not _is_event_stream(response) and not self.first_at:
+            # A 200 that is not SSE: a gateway error page or a JSON body (error or a non-streamed answer).
+            self._finish_unary(bytes(response.body) + self.sse.pending, response)
+            return
+        if not self.done:
+            if not response.headers_complete:
+                raise RequestFailed(ErrorClass.CONNECTION, "connection closed before the response headers")
+            raise RequestFailed(ErrorClass.TRUNCATED, "stream ended without [DONE]")
+        self._check_length()
+
+    def _finish_unary(self, raw: bytes, response: Response) -> None:
+        try:
+            data = json.loads(raw)
+        except ValueError:
+            snippet = raw[:120].decode("utf-8", errors="replace").replace("\n", " ")
+            raise RequestFailed(ErrorClass.BAD_RESPONSE, f"response is not JSON: {snippet!r}") from None
+        if not isinstance(data, dict):
+            raise RequestFailed(ErrorClass.BAD_RESPONSE, "response is not a JSON object")
+        if "error" in data:
+            raise classify_error_object(data["error"], 200)
+        choices = data.get("choices")
+        if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+            raise RequestFailed(ErrorClass.BAD_RESPONSE, "response has no `choices` (reading choices failed)")
+        message = choices[0].get("message") or {}
+        text = message.get("content") or message.get("reasoning_content") or "" if isinstance(message, dict) else ""
+        self.first_at = time.perf_counter()
+        self.chunk_tokens = [chunk_tokens(text)] if text else []
+        self.finish_reason = choices[0].get("finish_reason")
+        usage = data.get("usage")
+        self.usage = usage if isinstance(usage, dict) else None
+        self._check_length()
+
+    def _check_length(self) -> None:
+        if self.finish_reason == "length" and self.max_tokens:
+            completion = (self.usage or {}).get("completion_tokens")
+            produced = completion if isinstance(completion, int) else sum(self.chunk_tokens)
+            if produced < self.max_tokens:
+                raise RequestFailed(ErrorClass.TRUNCATED,
+                                    f"finish_reason length after {produced} of max_tokens {self.max_tokens}")
+
+
+def _is_event_stream(response: Response) -> bool:
+    return "text/event-stream" in str(_header(response, "content-type") or "").lower()
+
+
+def _header(response: HTTPResponse, name: str) -> str | None:
+    value = response.get(name)
+    if isinstance(value, list):
+        return value[0] if value else None
+    return value
+
+
+def _timeout_detail(run: _Run, timeouts: Timeouts) -> str:
+    if run.response is None or not run.response.headers_complete:
+        limit = f"ttft {timeouts.ttft_s:g} s" if timeouts.ttft_s and run.stream else f"total {timeouts.total_s:g} s"
+        return f"no response headers in time ({limit})"
+    if run.first_at is None:
+        return f"no first token in time (ttft {timeouts.ttft_s or timeouts.total_s:g} s)"
+    return f"stream stalled (idle {timeouts.idle_s:g} s or total {timeouts.total_s:g} s exceeded)"
+
+
+def chat_body(model_id: str, messages: Sequence[dict[str, Any]], *, max_tokens: int, temperature: float,
+              stream: bool = True, ignore_eos: bool = False) -> dict[str, Any]:
+    """The request body: streaming with usage by default (DESIGN.md measurement rules)."""
+    body: dict[str, Any] = {"model": model_id, "messages": list(messages), "max_tokens": max_tokens,
+                            "temperature": temperature, "stream": stream}
+    if stream:
+        body["stream_options"] = {"include_usage": True}
+    if ignore_eos:
+        body["ignore_eos"] = True
+        body["min_tokens"] = max_tokens
+    return body

@@ -1,0 +1,139 @@
+"""Transport: endpoints and proxies, timeouts, the llhttp response parser and the timer-free socket reader."""
+
+from __future__ import annotations
+
+import time
+import urllib.request
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+import gevent
+import gevent.socket
+import gevent.ssl
+from geventhttpclient.response import HTTPResponse
+
+from attnload.client.sse import SseSplitter
+
+RECV_BYTES = 65536
+ERROR_BODY_LIMIT = 64 * 1024
+_LOOPBACK = ("127.", "localhost", "::1", "[::1]")
+
+
+class Response(HTTPResponse):
+    """llhttp parser whose body bytes go straight to an ``SseSplitter`` or a capped buffer."""
+
+    def __init__(self, sse: SseSplitter | None) -> None:
+        super().__init__(method="POST")
+        self.sse = sse
+        self.body = bytearray()
+
+    def _on_body(self, buf: bytearray) -> None:
+        if self.sse is not None and self.get_code() == 200:
+            self.sse.feed(bytes(buf))
+        elif len(self.body) < ERROR_BODY_LIMIT:
+            self.body += buf
+
+
+class SocketReader:
+    """Reads a plain-TCP gevent socket with one lazily re-armed deadline timer, not one per read.
+
+    Why: ``settimeout`` + ``recv`` builds a gevent ``Timeout`` (a libev timer started and
+    stopped from Python) around every blocking read and tries ``recv`` before waiting, which
+    on these VMs doubled the client's CPU per token (docs/performance.md). Here each read
+    waits for readability on one reused io watcher, then makes one ``recv`` call; a single
+    timer per connection fires at the earliest deadline it was armed for and either throws
+    ``TimeoutError`` into a read that is past its deadline or re-arms for the read in progress.
+    Deadlines are the same as with ``settimeout(wait_s)``; the timer just moves less often.
+    """
+
+    __slots__ = ("sock", "raw", "io", "hub", "greenlet", "timer", "armed_until", "until", "waiting")
+
+    def __init__(self, sock: Any) -> None:
+        self.sock = sock
+        self.raw = sock._sock  # the non-blocking _socket.socket under gevent's wrapper
+        self.hub = gevent.get_hub()
+        self.io = self.hub.loop.io(sock.fileno(), 1)
+        self.greenlet: Any = None
+        self.timer: Any = None
+        self.armed_until = 0.0
+        self.until = 0.0
+        self.waiting = False
+
+    def recv(self, wait_s: float) -> bytes:
+        until = self.until = time.perf_counter() + wait_s
+        if self.timer is None or until < self.armed_until:
+            self._arm(until)
+        self.greenlet = gevent.getcurrent()
+        self.waiting = True
+        try:
+            self.hub.wait(self.io)
+        finally:
+            self.waiting = False
+        try:
+            return self.raw.recv(RECV_BYTES)
+        except BlockingIOError:
+            return self.recv(until - time.perf_counter())  # a spurious wake-up: wait again
+
+    def _arm(self, until: float) -> None:
+        if self.timer is not None:
+            self.timer.stop()
+        self.timer = self.hub.loop.timer(max(until - time.perf_counter(), 0.0))
+        self.timer.ref = False  # an idle connection's timer must not keep the hub alive
+        self.armed_until = until
+        self.timer.start(self._expired)
+
+    def _expired(self) -> None:
+        self.timer = None
+        if not self.waiting:
+            return  # no read in progress: the next read arms again
+        if time.perf_counter() >= self.until:
+            self.greenlet.throw(TimeoutError("read deadline passed"))
+        else:
+            self._arm(self.until)
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """Where one model's requests go, with proxy resolution done once."""
+
+    host: str
+    port: int
+    path: str
+    tls: bool
+    proxy: tuple[str, int] | None
+
+    @classmethod
+    def from_url(cls, url: str) -> Endpoint:
+        parts = urlsplit(url)
+        tls = parts.scheme == "https"
+        host = parts.hostname or ""
+        port = parts.port or (443 if tls else 80)
+        return cls(host=host, port=port, path=parts.path or "/", tls=tls, proxy=proxy_for(parts.scheme, host))
+
+    @property
+    def host_header(self) -> str:
+        default = 443 if self.tls else 80
+        return self.host if self.port == default else f"{self.host}:{self.port}"
+
+
+def proxy_for(scheme: str, host: str) -> tuple[str, int] | None:
+    """The proxy from HTTP(S)_PROXY/ALL_PROXY unless NO_PROXY (or loopback) bypasses it."""
+    if host.startswith(_LOOPBACK) or urllib.request.proxy_bypass_environment(host):
+        return None
+    proxies = urllib.request.getproxies_environment()
+    url = proxies.get(scheme) or proxies.get("all")
+    if not url:
+        return None
+    parts = urlsplit(url if "://" in url else "http://" + url)
+    return parts.hostname or "", parts.port or 8080
+
+
+@dataclass(frozen=True)
+class Timeouts:
+    """Named apart on purpose: a bare ``timeout`` would bound each read, not the request."""
+
+    connect_s: float = 10.0
+    ttft_s: float | None = None
+    idle_s: float = 60.0
+    total_s: float = 600.0

@@ -1,0 +1,2 @@
+"""The ``attnload`` entry points: ``run``, ``demo``, ``check``, ``report``, ``sim``, ``cluster``
+and ``seed-script`` (``cli.main`` dispatches), plus the packaged locustfile."""

@@ -1,0 +1,90 @@
+"""``attnload demo``: the seed's GQA-vs-MLA comparison, end to end, with no network, GPU or key.
+
+Starts the simulator with the default pair (llama-3-70b GQA on 8×H200 TP8 vs deepseek-v3
+MLA with DP attention, ATTENTION_MODEL.md §4.6) scaled for a laptop, runs a short
+concurrency sweep through real Locust processes, prints the comparison and writes
+``results/`` (JSON + HTML). The config it writes uses the seed's model ids.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+from attnload.errors import UsageError
+from attnload.runner.launch import execute, free_port, plan_from_args
+
+DEMO_SHAPE = "concurrency:16,64,144"
+DEMO_STAGE_S = "20s"
+DEMO_PROMPT_TOKENS = 2000
+DEMO_MAX_TOKENS = 256
+_DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # loopback never goes through a proxy
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--shape", default=DEMO_SHAPE, help=f"users per stage, both models together ({DEMO_SHAPE})")
+    parser.add_argument("--stage-duration", default=DEMO_STAGE_S, help=f"length of each stage ({DEMO_STAGE_S})")
+    parser.add_argument("--spawn-rate", type=float, default=20.0, help="users started per second")
+    parser.add_argument("--workers", type=int, default=2, help="local Locust worker processes")
+    parser.add_argument("--kv-capacity-scale", type=float, default=0.05,
+                        help="shrink simulated KV memory so the capacity knee fits a laptop run")
+    parser.add_argument("--tokens-per-event", type=int, default=1,
+                        help="tokens per SSE event from the simulator (>1 smooths ITL percentiles toward the mean)")
+    parser.add_argument("--results", default="results", help="directory for results JSON + HTML")
+    parser.add_argument("--metrics-port", type=int, default=9646, help="master's /metrics port (0 = off)")
+
+
+def demo_config(base_url: str) -> dict[str, object]:
+    """The seed's benchmark_config.json, pointed at the simulator, with a 2000-token prompt profile."""
+    return {
+        "base_url": base_url,
+        "models": {"gqa_model": {"id": "llama-3-70b", "attention_type": "GQA", "max_context": 8192},
+                   "mla_model": {"id": "deepseek-chat", "attention_type": "MLA", "max_context": 65536}},
+        "workload": {"prompt-2k": {"prompt_tokens": DEMO_PROMPT_TOKENS, "max_tokens": DEMO_MAX_TOKENS}},
+        "benchmark": {"repeat": 1, "max_tokens": DEMO_MAX_TOKENS, "temperature": 0},
+    }
+
+
+def run(args: argparse.Namespace) -> int:
+    port = free_port()
+    with tempfile.TemporaryDirectory(prefix="attnload-demo-") as tmp:
+        config_path = Path(tmp) / "demo_config.json"
+        config_path.write_text(json.dumps(demo_config(f"http://127.0.0.1:{port}/api"), indent=2), encoding="utf-8")
+        sim = subprocess.Popen([sys.executable, "-m", "attnload", "sim", "--host", "127.0.0.1", "--port", str(port),
+                                "--kv-capacity-scale", str(args.kv_capacity_scale),
+                                "--tokens-per-event", str(args.tokens_per_event)])
+        try:
+            _wait_ready(f"http://127.0.0.1:{port}/health", sim)
+            print(f"simulator: llama-3-70b (GQA, TP8) vs deepseek-v3 (MLA, DP attention) on 8×H200, "
+                  f"KV capacity ×{args.kv_capacity_scale:g} (simulated)")
+            load = argparse.Namespace(users=None, spawn_rate=args.spawn_rate, duration=None, shape=args.shape,
+                                      stage_duration=args.stage_duration, warmup="0", profile="", workers=args.workers,
+                                      results=args.results, metrics_port=args.metrics_port, headless=True,
+                                      web_port=8089)
+            results = execute(plan_from_args(load, config_path))
+        finally:
+            sim.terminate()
+            try:
+                sim.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                sim.kill()
+    return 0 if results is not None else 1
+
+
+def _wait_ready(url: str, process: subprocess.Popen[bytes], timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise UsageError(f"the simulator exited with status {process.returncode}; run `attnload sim` to see why")
+        try:
+            with _DIRECT.open(url, timeout=1.0):
+                return
+        except OSError:
+            time.sleep(0.2)
+    raise UsageError(f"the simulator did not answer {url} within {timeout_s:g} s")

@@ -1,0 +1,32 @@
+"""``attnload run``: validate everything up front, then start real Locust processes."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from attnload.runner.launch import execute, plan_from_args
+from attnload.runner.options import add_load_arguments
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("-c", "--config", required=True, help="benchmark_config.json or taotoken_config.toml")
+    parser.add_argument("--seed-script", action="store_true",
+                        help="instead of a load test, the seed's section-4 latency script: per model, each "
+                             "test prompt, medians over benchmark.repeat (one request at a time)")
+    add_load_arguments(parser)
+
+
+def run(args: argparse.Namespace) -> int:
+    if getattr(args, "seed_script", False):
+        from attnload.commands.seedscript import run_seed_script
+
+        return run_seed_script(Path(args.config), profiles=args.profile, results_dir=Path(args.results))
+    plan = plan_from_args(args, Path(args.config))
+    results = execute(plan)
+    if results is None:
+        print("attnload run: error: the Locust master exited without writing results; see its log above",
+              file=sys.stderr)
+        return 1
+    return 0

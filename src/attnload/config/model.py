@@ -1,0 +1,229 @@
+"""Test configuration: the seed's two file formats, validated once into one frozen model.
+
+``load_config(path)`` reads ``benchmark_config.json`` or ``taotoken_config.toml`` (by
+suffix), checks it strictly (a misspelled key must fail, not vanish) and normalises
+both into :class:`TestConfig`. Every problem becomes a one-line :class:`UsageError`
+naming the file, the field (or line) and the fix. Nothing downstream reads raw dicts
+or environment variables: API keys are resolved here by ``api_key()``.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import random
+import re
+from collections.abc import Mapping
+from typing import Annotated, Literal
+
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    model_validator,
+)
+
+from attnload.errors import UsageError, describe_validation, register_secret
+
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+class StrictModel(BaseModel):
+    """Frozen, and unknown keys are errors: a typo in a config must fail loudly."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+def env_name(value: str | None) -> str | None:
+    if value is None:
+        return None
+    if not _ENV_NAME.match(value):
+        # Never echo the value: it is probably the key itself.
+        raise ValueError("api_key_env must name an environment variable (e.g. TAOTOKEN_API_KEY), "
+                         "not hold the key; export the key in that variable")
+    return value
+
+
+# --------------------------------------------------------------------------- normalised model
+
+
+class ModelTarget(StrictModel):
+    """One model under test: where to send, what to call it, which attention it uses."""
+
+    key: str
+    id: str
+    attention: str
+    max_context: int | None = None
+    base_url: str
+    chat_url: str
+    url_note: str
+    api_key_env: str | None = None
+    weight: float = 1.0
+
+    def api_key(self) -> str | None:
+        """The key from the environment (never from a file); registered for redaction."""
+        if self.api_key_env is None:
+            return None
+        value = os.environ.get(self.api_key_env)
+        if not value:
+            raise UsageError(f"environment variable {self.api_key_env} is not set (model {self.key}): "
+                             f"export {self.api_key_env}=<your key>; keys are never read from files")
+        register_secret(value)
+        return value
+
+
+class Distribution(StrictModel):
+    """A token count drawn per request: ``fixed``, ``uniform``, ``normal`` or ``lognormal``, clamped to [min, max].
+
+    Real traffic is not one prompt length; a distribution lets a profile look like a
+    chat mix while staying reproducible (the workload's RNG is seeded). ``lognormal``
+    takes the mean and stddev of the *counts*, not of their logarithm, so a config
+    reads in tokens.
+    """
+
+    dist: Literal["fixed", "uniform", "normal", "lognormal"]
+    value: int | None = Field(default=None, gt=0)
+    mean: float | None = Field(default=None, gt=0)
+    stddev: float | None = Field(default=None, ge=0)
+    min: int = Field(default=1, gt=0)
+    max: int = Field(default=1_000_000, gt=0)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Distribution:
+        if self.min > self.max:
+            raise ValueError(f"distribution min {self.min} > max {self.max}; swap them")
+        needs = {"fixed": ("value",), "uniform": (), "normal": ("mean", "stddev"),
+                 "lognormal": ("mean", "stddev")}[self.dist]
+        missing = [name for name in needs if getattr(self, name) is None]
+        if missing:
+            raise ValueError(f"a {self.dist} distribution needs {' and '.join(missing)}")
+        if self.dist == "uniform" and "max" not in self.model_fields_set:
+            raise ValueError("a uniform distribution needs min and max")
+        return self
+
+    def sample(self, rng: random.Random) -> int:
+        """One draw, rounded and clamped to [min, max]."""
+        if self.dist == "fixed":
+            value = float(self.value or self.min)
+        elif self.dist == "uniform":
+            return rng.randint(self.min, self.max)
+        elif self.dist == "normal":
+            value = rng.gauss(self.mean or 0.0, self.stddev or 0.0)
+        else:
+            mean, stddev = self.mean or 1.0, self.stddev or 0.0
+            sigma2 = math.log(1.0 + (stddev / mean) ** 2)
+            value = rng.lognormvariate(math.log(mean) - sigma2 / 2.0, math.sqrt(sigma2))
+        return int(min(max(round(value), self.min), self.max))
+
+
+def _token_count(value: object) -> object:
+    """Validate a distribution object here, so its own error (not the ``int`` branch's) is reported."""
+    if isinstance(value, Mapping):
+        try:
+            return Distribution.model_validate(value)
+        except ValidationError as exc:
+            where, message, _error = describe_validation(exc)
+            raise ValueError(f"{where}: {message}" if where else message) from None
+    return value
+
+
+TokenCount = Annotated[int | Distribution, BeforeValidator(_token_count)]
+"""A fixed count, or a distribution drawn per request."""
+
+
+def sample_count(count: int | Distribution, rng: random.Random) -> int:
+    return count if isinstance(count, int) else count.sample(rng)
+
+
+class Profile(StrictModel):
+    """A named workload: what each request asks for.
+
+    ``prompt_tokens`` builds a prompt of that many tokens (by the shared local estimator,
+    so the server's ``usage`` agrees); ``shared_prefix_ratio`` of it is one of
+    ``prefixes`` fixed texts placed *before* the salt, so a prefix cache can hit it.
+    ``ignore_eos`` (None: the request setting) asks the server to emit exactly
+    ``max_tokens`` (``ignore_eos`` + ``min_tokens``, vLLM/SGLang extensions).
+    """
+
+    name: str
+    prompt: str | None = None
+    prompt_tokens: TokenCount | None = None
+    max_tokens: TokenCount | None = None
+    shared_prefix_ratio: float = Field(default=0.0, ge=0.0, le=1.0)
+    prefixes: int = Field(default=1, ge=1)
+    weight: float = Field(default=1.0, gt=0)
+    ignore_eos: bool | None = None
+
+    @model_validator(mode="after")
+    def _has_prompt(self) -> Profile:
+        if self.prompt is None and self.prompt_tokens is None:
+            raise ValueError(f"profile {self.name!r} needs `prompt` (text) or `prompt_tokens` (a count)")
+        for name in ("prompt_tokens", "max_tokens"):
+            value = getattr(self, name)
+            if isinstance(value, int) and value <= 0:
+                raise ValueError(f"profile {self.name!r}: {name} must be positive, got {value}")
+        if self.shared_prefix_ratio > 0 and self.prompt_tokens is None:
+            raise ValueError(f"profile {self.name!r}: shared_prefix_ratio needs prompt_tokens (the prefix is a "
+                             "share of the built prompt)")
+        return self
+
+
+class RequestSettings(StrictModel):
+    """Per-request parameters. The seed's ``[request] timeout`` sets ``total_timeout_s``."""
+
+    max_tokens: int = Field(default=256, gt=0)
+    temperature: float = Field(default=0.0, ge=0.0, le=2.0)
+    stream: bool = True
+    connect_timeout_s: float = Field(default=10.0, gt=0)
+    ttft_timeout_s: float | None = Field(default=None, gt=0)
+    idle_timeout_s: float = Field(default=60.0, gt=0)
+    total_timeout_s: float = Field(default=600.0, gt=0)
+    ignore_eos: bool = False
+    unique_salt: bool = True
+    retry_after_max_s: float = Field(default=0.0, ge=0.0)
+    """After a 429/503 with Retry-After, that user waits up to this long before its next request (0 = off)."""
+
+
+class Slo(StrictModel):
+    """Service-level objectives; a request meeting all set ones counts toward goodput."""
+
+    ttft_p99_s: float | None = Field(default=None, gt=0)
+    itl_p99_s: float | None = Field(default=None, gt=0)
+    e2e_p99_s: float | None = Field(default=None, gt=0)
+
+    @property
+    def is_set(self) -> bool:
+        return any(v is not None for v in (self.ttft_p99_s, self.itl_p99_s, self.e2e_p99_s))
+
+
+class TestConfig(StrictModel):
+    """The whole validated test: models, workload profiles and request settings."""
+
+    source: str
+    sha256: str
+    provider: str | None = None
+    models: tuple[ModelTarget, ...]
+    profiles: tuple[Profile, ...]
+    request: RequestSettings = RequestSettings()
+    repeat: int = 5
+    slo: Slo = Slo()
+    shape: str | None = None
+    stage_duration_s: float | None = None
+    arrivals: Literal["poisson", "constant"] = "poisson"
+    """Open-loop (``rate:``) inter-arrival law; ``--arrivals`` overrides it."""
+    seed: int = 0
+    """Seeds arrival schedules and profile draws, so two runs send the same sequence."""
+
+    def model(self, key: str) -> ModelTarget:
+        for target in self.models:
+            if target.key == key:
+                return target
+        raise UsageError(f"unknown model key {key!r}; the config has: {', '.join(m.key for m in self.models)}")
+
+    def profile(self, name: str) -> Profile:
+        for profile in self.profiles:
+            if profile.name == name:
+                return profile
+        raise UsageError(f"unknown profile {name!r}; the config has: {', '.join(p.name for p in self.profiles)}")

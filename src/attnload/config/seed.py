@@ -1,0 +1,257 @@
+"""The seed's two file formats, read and validated into one :class:`TestConfig`.
+
+``load_config(path)`` reads ``benchmark_config.json`` or ``taotoken_config.toml`` (by
+suffix), checks it strictly (a misspelled key must fail, not vanish) and normalises
+both into :class:`TestConfig`. Every problem becomes a one-line :class:`UsageError`
+naming the file, the field (or line) and the fix.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import (
+    Field,
+    ValidationError,
+    field_validator,
+)
+
+from attnload.attention import parse_attention
+from attnload.config.model import (
+    ModelTarget,
+    Profile,
+    RequestSettings,
+    Slo,
+    StrictModel,
+    TestConfig,
+    TokenCount,
+    env_name,
+)
+from attnload.config.urls import resolve_chat_url
+from attnload.errors import UsageError, describe_validation
+
+_LITERAL_KEY_FIELDS = ("api_key", "apikey", "key", "token", "authorization")
+
+
+# --------------------------------------------------------------------------- raw file formats
+
+
+class _JsonModel(StrictModel):
+    id: str
+    attention_type: str
+    max_context: int | None = Field(default=None, gt=0)
+    base_url: str | None = None
+    api_key_env: str | None = None
+    weight: float = Field(default=1.0, gt=0)
+
+    _attention = field_validator("attention_type")(lambda v: parse_attention(v))
+    _env = field_validator("api_key_env")(lambda v: env_name(v))
+
+
+class _Benchmark(StrictModel):
+    repeat: int = Field(default=5, ge=1)
+    max_tokens: int = Field(default=256, gt=0)
+    temperature: float = Field(default=0.0, ge=0.0, le=2.0)
+
+
+class _RawProfile(StrictModel):
+    prompt: str | None = None
+    prompt_tokens: TokenCount | None = None
+    max_tokens: TokenCount | None = None
+    shared_prefix_ratio: float = Field(default=0.0, ge=0.0, le=1.0)
+    prefixes: int = Field(default=1, ge=1)
+    weight: float = Field(default=1.0, gt=0)
+    ignore_eos: bool | None = None
+
+
+class _Extensions(StrictModel):
+    """Optional keys both formats accept beyond the seed's."""
+
+    test_prompts: dict[str, str] = {}
+    workload: dict[str, _RawProfile] = {}
+    request: RequestSettings | None = None
+    slo: Slo = Slo()
+    shape: str | None = None
+    stage_duration_s: float | None = Field(default=None, gt=0)
+    arrivals: Literal["poisson", "constant"] = "poisson"
+    seed: int = 0
+
+
+class _JsonConfig(_Extensions):
+    base_url: str
+    api_key_env: str | None = None
+    models: dict[str, _JsonModel] = Field(min_length=1)
+    benchmark: _Benchmark = _Benchmark()
+
+    _env = field_validator("api_key_env")(lambda v: env_name(v))
+
+
+class _Provider(StrictModel):
+    name: str | None = None
+    base_url: str
+    api_key_env: str | None = None
+
+    _env = field_validator("api_key_env")(lambda v: env_name(v))
+
+
+class _TomlModel(StrictModel):
+    id: str
+    attention: str
+    context_window: int | None = Field(default=None, gt=0)
+    base_url: str | None = None
+    api_key_env: str | None = None
+    weight: float = Field(default=1.0, gt=0)
+
+    _attention = field_validator("attention")(lambda v: parse_attention(v))
+    _env = field_validator("api_key_env")(lambda v: env_name(v))
+
+
+class _TomlRequest(StrictModel):
+    max_tokens: int = Field(default=256, gt=0)
+    temperature: float = Field(default=0.0, ge=0.0, le=2.0)
+    timeout: float | None = Field(default=None, gt=0)
+    connect_timeout_s: float | None = Field(default=None, gt=0)
+    ttft_timeout_s: float | None = Field(default=None, gt=0)
+    idle_timeout_s: float | None = Field(default=None, gt=0)
+    retry_after_max_s: float | None = Field(default=None, ge=0)
+    ignore_eos: bool = False
+    unique_salt: bool = True
+    stream: bool = True
+
+
+class _TomlConfig(_Extensions):
+    provider: _Provider
+    models: dict[str, _TomlModel] = Field(min_length=1)
+    request: _TomlRequest = _TomlRequest()  # type: ignore[assignment]
+    benchmark: _Benchmark | None = None
+
+
+# --------------------------------------------------------------------------- loading
+
+DEFAULT_PROMPT = "Explain the attention mechanism of a transformer in one paragraph."
+
+
+def load_config(path: str | os.PathLike[str]) -> TestConfig:
+    """Read, validate and normalise a config file; raise :class:`UsageError` on any problem."""
+    file = Path(path)
+    if not file.is_file():
+        raise UsageError(f"config file {file} not found: pass -c with the path to a .json or .toml file "
+                         "(see examples/benchmark_config.json)")
+    raw_bytes = file.read_bytes()
+    text = raw_bytes.decode("utf-8", errors="replace")
+    data = _parse(file, text)
+    _refuse_literal_keys(file, data)
+    try:
+        if file.suffix.lower() == ".toml":
+            return _from_toml(file, raw_bytes, _TomlConfig.model_validate(data))
+        return _from_json(file, raw_bytes, _JsonConfig.model_validate(data))
+    except ValidationError as exc:
+        raise UsageError(_describe_validation(file, text, exc)) from None
+    except ValueError as exc:
+        raise UsageError(f"{file}: {exc}") from None
+
+
+def _parse(file: Path, text: str) -> dict[str, Any]:
+    suffix = file.suffix.lower()
+    try:
+        if suffix == ".toml":
+            return tomllib.loads(text)
+        if suffix == ".json":
+            data = json.loads(text)
+        else:
+            raise UsageError(f"{file}: unknown config format {suffix or '(none)'}: use a .json or .toml file")
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"{file}:{exc.lineno}:{exc.colno}: invalid JSON: {exc.msg}; fix the syntax") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise UsageError(f"{file}: invalid TOML: {exc}; fix the syntax") from None
+    if not isinstance(data, dict):
+        raise UsageError(f"{file}: the top level must be an object with base_url and models")
+    return data
+
+
+def _refuse_literal_keys(file: Path, data: Mapping[str, Any], where: str = "") -> None:
+    for name, value in data.items():
+        here = f"{where}.{name}" if where else name
+        if name.lower() in _LITERAL_KEY_FIELDS and isinstance(value, str):
+            raise UsageError(f"{file}: {here} holds a literal API key, which is refused: delete it, "
+                             "export the key in an env var and name that var in api_key_env")
+        if isinstance(value, Mapping):
+            _refuse_literal_keys(file, value, here)
+
+
+def _describe_validation(file: Path, text: str, exc: ValidationError) -> str:
+    loc, message, error = describe_validation(exc, prefer_unknown_key=True)
+    if error["type"] == "extra_forbidden":
+        message = "unknown key (misspelled?); remove it or check DESIGN.md for the valid keys"
+    elif error["type"] == "missing":
+        message = "required field is missing; add it"
+    line = _line_of(text, str(error["loc"][-1])) if error["loc"] else None
+    where = f"{file}:{line}" if line else str(file)
+    return f"{where}: {loc}: {message}"
+
+
+def _line_of(text: str, key: str) -> int | None:
+    for number, line in enumerate(text.splitlines(), start=1):
+        if re.search(rf'(^|[\s"{{,\[.]){re.escape(key)}["\s]*[:=\]]', line):
+            return number
+    return None
+
+
+def _targets(models: Mapping[str, Any], base_url: str, api_key_env: str | None,
+             fields: tuple[str, str]) -> tuple[ModelTarget, ...]:
+    attention_field, context_field = fields
+    targets = []
+    for key, raw in models.items():
+        root, chat_url, note = resolve_chat_url(raw.base_url or base_url)
+        targets.append(ModelTarget(
+            key=key, id=raw.id, attention=getattr(raw, attention_field),
+            max_context=getattr(raw, context_field), base_url=root, chat_url=chat_url, url_note=note,
+            api_key_env=raw.api_key_env or api_key_env, weight=raw.weight))
+    return tuple(targets)
+
+
+def _profiles(ext: _Extensions) -> tuple[Profile, ...]:
+    profiles = [Profile(name=name, prompt=text) for name, text in ext.test_prompts.items()]
+    profiles += [Profile(name=name, **{k: getattr(raw, k) for k in type(raw).model_fields})
+                 for name, raw in ext.workload.items()]
+    names = [p.name for p in profiles]
+    duplicates = {n for n in names if names.count(n) > 1}
+    if duplicates:
+        raise ValueError(f"profile names {sorted(duplicates)} appear in both test_prompts and workload; rename one")
+    return tuple(profiles) or (Profile(name="default", prompt=DEFAULT_PROMPT),)
+
+
+def _from_json(file: Path, raw_bytes: bytes, cfg: _JsonConfig) -> TestConfig:
+    request = cfg.request or RequestSettings(max_tokens=cfg.benchmark.max_tokens,
+                                             temperature=cfg.benchmark.temperature)
+    return TestConfig(
+        source=str(file), sha256=hashlib.sha256(raw_bytes).hexdigest(), provider=None,
+        models=_targets(cfg.models, cfg.base_url, cfg.api_key_env, ("attention_type", "max_context")),
+        profiles=_profiles(cfg), request=request, repeat=cfg.benchmark.repeat, slo=cfg.slo,
+        shape=cfg.shape, stage_duration_s=cfg.stage_duration_s,
+        arrivals=cfg.arrivals, seed=cfg.seed)
+
+
+def _from_toml(file: Path, raw_bytes: bytes, cfg: _TomlConfig) -> TestConfig:
+    req = cfg.request
+    settings: dict[str, Any] = {"max_tokens": req.max_tokens, "temperature": req.temperature,
+                                "ignore_eos": req.ignore_eos, "unique_salt": req.unique_salt, "stream": req.stream}
+    for name in ("connect_timeout_s", "ttft_timeout_s", "idle_timeout_s", "retry_after_max_s"):
+        if getattr(req, name) is not None:
+            settings[name] = getattr(req, name)
+    if req.timeout is not None:
+        settings["total_timeout_s"] = req.timeout  # the seed's `timeout` bounds the whole request
+    return TestConfig(
+        source=str(file), sha256=hashlib.sha256(raw_bytes).hexdigest(), provider=cfg.provider.name,
+        models=_targets(cfg.models, cfg.provider.base_url, cfg.provider.api_key_env, ("attention", "context_window")),
+        profiles=_profiles(cfg), request=RequestSettings(**settings),
+        repeat=cfg.benchmark.repeat if cfg.benchmark else 5, slo=cfg.slo,
+        shape=cfg.shape, stage_duration_s=cfg.stage_duration_s,
+        arrivals=cfg.arrivals, seed=cfg.seed)

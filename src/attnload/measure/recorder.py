@@ -1,0 +1,185 @@
+"""The per-(model, profile, stage) recorder and its deltas.
+
+``Recorder`` holds one ``Series`` per (model key, profile, stage) and hands out the
+*delta* since the last call (``take_delta``), which workers ship to the master and the
+master folds in with ``merge_delta`` — Locust's ``report_to_master`` pattern.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from attnload.measure.histogram import LogHistogram
+
+HISTOGRAMS = ("ttft", "itl", "tpot", "e2e", "lag")
+COUNTERS = ("ok", "failed", "cancelled", "prompt_tokens", "completion_tokens", "cached_prompt_tokens",
+            "estimated", "good")
+
+
+@dataclass
+class Series:
+    """Everything recorded for one (model, profile, stage)."""
+
+    hists: dict[str, LogHistogram] = field(default_factory=lambda: {name: LogHistogram() for name in HISTOGRAMS})
+    counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(COUNTERS, 0))
+    errors: dict[str, int] = field(default_factory=dict)
+
+    def merge(self, other: Series) -> None:
+        for name, hist in other.hists.items():
+            self.hists[name].merge(hist)
+        for name, n in other.counts.items():
+            self.counts[name] = self.counts.get(name, 0) + n
+        for name, n in other.errors.items():
+            self.errors[name] = self.errors.get(name, 0) + n
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"h": {k: v.to_wire() for k, v in self.hists.items() if v.count},
+                "c": {k: v for k, v in self.counts.items() if v}, "e": self.errors}
+
+    @classmethod
+    def from_wire(cls, data: dict[str, Any]) -> Series:
+        series = cls()
+        for name, hist in data["h"].items():
+            series.hists[name] = LogHistogram.from_wire(hist)
+        series.counts.update(data["c"])
+        series.errors.update(data["e"])
+        return series
+
+
+@dataclass(frozen=True)
+class RequestRecord:
+    """The outcome of one request, as the client measured it."""
+
+    model_key: str
+    profile: str
+    stage: int
+    outcome: str  # "ok" | "failed" | "cancelled"
+    error: str | None
+    ttft_s: float | None
+    itl_samples: tuple[tuple[float, int], ...]
+    """(gap per token, tokens in the chunk) pairs: one ITL sample per token."""
+    e2e_s: float
+    prompt_tokens: int
+    completion_tokens: int
+    cached_prompt_tokens: int
+    tokens_estimated: bool
+    dispatch_lag_s: float | None = None
+    good: bool = False
+
+    @property
+    def tpot_s(self) -> float | None:
+        if self.ttft_s is None or self.completion_tokens < 2:
+            return None
+        return (self.e2e_s - self.ttft_s) / (self.completion_tokens - 1)
+
+
+SeriesKey = tuple[str, str, int]
+
+
+class Recorder:
+    """Per-(model, profile, stage) series; ``take_delta`` ships what changed since last time."""
+
+    def __init__(self) -> None:
+        self.series: dict[SeriesKey, Series] = {}
+        self._delta: dict[SeriesKey, Series] = {}
+
+    def reset(self) -> None:
+        """Forget everything (a new test starts); collectors keep their reference to this object."""
+        self.series.clear()
+        self._delta.clear()
+
+    def _both(self, key: SeriesKey) -> Iterator[Series]:
+        for store in (self.series, self._delta):
+            series = store.get(key)
+            if series is None:
+                series = store[key] = Series()
+            yield series
+
+    def add(self, record: RequestRecord) -> None:
+        key = (record.model_key, record.profile, record.stage)
+        for series in self._both(key):
+            _apply(series, record)
+
+    def take_delta(self) -> dict[str, Any]:
+        """Serialisable changes since the previous call (then reset), for ``report_to_master``."""
+        delta, self._delta = self._delta, {}
+        return {"|".join((k[0], k[1], str(k[2]))): s.to_wire() for k, s in delta.items()}
+
+    def merge_delta(self, delta: dict[str, Any]) -> None:
+        """Fold a worker's delta in (the master side of ``take_delta``)."""
+        for key_text, wire in delta.items():
+            model_key, profile, stage = key_text.rsplit("|", 2)
+            key = (model_key, profile, int(stage))
+            incoming = Series.from_wire(wire)
+            for series in self._both(key):
+                series.merge(incoming)
+
+    def combined(self, model_key: str | None = None, profile: str | None = None,
+                 stage: int | None = None) -> Series:
+        """One merged series over every key matching the given parts."""
+        total = Series()
+        for (m, p, s), series in self.series.items():
+            if (model_key is None or m == model_key) and (profile is None or p == profile) and (
+                    stage is None or s == stage):
+                total.merge(series)
+        return total
+
+
+def _apply(series: Series, record: RequestRecord) -> None:
+    counts = series.counts
+    counts[record.outcome] += 1
+    if record.error is not None:
+        series.errors[record.error] = series.errors.get(record.error, 0) + 1
+    counts["prompt_tokens"] += record.prompt_tokens
+    counts["completion_tokens"] += record.completion_tokens
+    counts["cached_prompt_tokens"] += record.cached_prompt_tokens
+    counts["estimated"] += record.tokens_estimated and record.outcome == "ok"  # unfinished requests never have usage
+    counts["good"] += record.good
+    hists = series.hists
+    if record.dispatch_lag_s is not None:
+        hists["lag"].record(max(record.dispatch_lag_s, 0.0))
+    if record.outcome != "ok":
+        return  # latency summaries describe successful requests only
+    hists["e2e"].record(record.e2e_s)
+    if record.ttft_s is not None:
+        hists["ttft"].record(record.ttft_s)
+    hists["itl"].record_pairs(record.itl_samples)
+    tpot = record.tpot_s
+    if tpot is not None:
+        hists["tpot"].record(tpot)
+
+
+def split_gaps(gaps_s: list[float], chunk_tokens: list[int], completion_tokens: int | None
+               ) -> tuple[tuple[float, int], ...]:
+    """Per-token ITL samples: a chunk of k tokens after a gap g gives k samples of g/k.
+
+    ``chunk_tokens`` are local estimates for every content chunk, the first included
+    (one more than ``gaps_s``). When the server reported ``completion_tokens`` the later
+    chunks are re-scaled to sum to it minus the first chunk's estimate (largest
+    remainder, every chunk keeps ≥ 1 token), so the server's count decides how many
+    ITL samples there are.
+    """
+    later = chunk_tokens[1:]
+    if completion_tokens is not None and later:
+        wanted = completion_tokens - chunk_tokens[0]
+        if wanted >= len(later) and wanted != sum(later):
+            later = _rescale(later, wanted)
+    return tuple((gap / n, n) for gap, n in zip(gaps_s, later, strict=False))
+
+
+def _rescale(estimates: list[int], total: int) -> list[int]:
+    """Integers ≥ 1 summing to ``total``, proportional to ``estimates`` beyond their first token."""
+    weights = [e - 1 for e in estimates]
+    if not any(weights):
+        weights = [1] * len(estimates)
+    spare = total - len(estimates)
+    weight_total = sum(weights)
+    raw = [spare * w / weight_total for w in weights]
+    shares = [1 + math.floor(r) for r in raw]
+    by_remainder = sorted(range(len(raw)), key=lambda i: raw[i] - math.floor(raw[i]), reverse=True)
+    for i in by_remainder[: total - sum(shares)]:
+        shares[i] += 1
+    return shares

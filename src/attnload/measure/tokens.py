@@ -1,0 +1,39 @@
+"""The local token estimator shared by the simulator and the load generator.
+
+No tokenizer, no hub download: ATTENTION_MODEL.md §4.5 defines prompt tokens as
+``Σ_messages (ceil(utf8_bytes(content) / 4) + 4)``; both sides use this one function
+so prompt-token targets, the simulator's ``usage`` and the client's estimates agree.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+MESSAGE_OVERHEAD_TOKENS = 4
+BYTES_PER_TOKEN = 4
+
+
+def text_tokens(text: str) -> int:
+    """Tokens in one message's content: ``ceil(utf8 bytes / 4)``."""
+    return -(-len(text.encode("utf-8")) // BYTES_PER_TOKEN)
+
+
+def prompt_tokens(messages: Iterable[Mapping[str, object]]) -> int:
+    """Prompt tokens of a chat request, as the simulator reports them in ``usage``."""
+    total = 0
+    for message in messages:
+        content = message.get("content", "")
+        if isinstance(content, list):  # OpenAI content parts: count the text parts
+            content = "".join(str(part.get("text", "")) for part in content if isinstance(part, Mapping))
+        total += text_tokens(str(content)) + MESSAGE_OVERHEAD_TOKENS
+    return total
+
+
+def chunk_tokens(text: str) -> int:
+    """Estimated tokens in one streamed content chunk (≥ 1): words, else bytes/4.
+
+    Used only to split a multi-token chunk's gap; totals are re-scaled to the server's
+    ``usage.completion_tokens`` when it is reported (see ``measure.recorder.split_gaps``).
+    """
+    words = len(text.split())
+    return max(1, words if words else text_tokens(text))

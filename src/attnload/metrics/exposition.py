@@ -1,0 +1,152 @@
+"""Prometheus exposition of the fleet's merged measurements (DESIGN.md metric names).
+
+The master (or a single-process run) registers :class:`FleetCollector` on its own
+``CollectorRegistry``; at scrape time it folds the recorder's series across stages and
+renders histograms from already-merged bucket counts (``HistogramMetricFamily``), so
+one scrape target holds the fleet's exact totals without replaying samples. Labels are
+bounded: model, attention and profile (plus outcome/error/worker where named).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+from prometheus_client.registry import Collector
+
+from attnload.measure.histogram import LogHistogram
+from attnload.measure.recorder import Recorder, Series
+from attnload.metrics import names
+from attnload.metrics.names import (
+    BUCKETS_S,
+    CACHED_PROMPT_TOKENS,
+    COMPLETION_TOKENS,
+    DISPATCH_LAG_SECONDS,
+    GOODPUT_REQUESTS,
+    ITL_SECONDS,
+    LABELS,
+    PROMPT_TOKENS,
+    REQUEST_DURATION_SECONDS,
+    REQUEST_ERRORS,
+    REQUESTS,
+    TPOT_SECONDS,
+    TTFT_SECONDS,
+)
+
+_HISTOGRAMS = (
+    ("ttft", TTFT_SECONDS, "Request start to the first content chunk."),
+    ("itl", ITL_SECONDS, "Gap between content chunks, per token."),
+    ("tpot", TPOT_SECONDS, "(e2e - TTFT) / (output tokens - 1) per request."),
+    ("e2e", REQUEST_DURATION_SECONDS, "Request start to the end of the response."),
+    ("lag", DISPATCH_LAG_SECONDS, "Open-loop lag between intended and actual send time."),
+)
+
+
+@dataclass
+class FleetState:
+    """Gauges the collector reads besides the recorder; the runtime keeps them current."""
+
+    model_labels: dict[str, tuple[str, str]] = field(default_factory=dict)
+    """model key -> (model id, attention)."""
+    users: dict[str, int] = field(default_factory=dict)
+    """model key -> running users across the fleet."""
+    target_users: int = 0
+    target_rate: float = 0.0
+    stage: int = -1
+    workers: int = 0
+    worker_cpu_ratio: dict[str, float] = field(default_factory=dict)
+    client_saturated: bool = False
+
+
+class FleetCollector(Collector):
+    """Builds every ``attnload_*`` family from the merged recorder at scrape time."""
+
+    def __init__(self, recorder: Recorder, state: FleetState) -> None:
+        self.recorder = recorder
+        self.state = state
+
+    def collect(self) -> Iterator[Any]:
+        merged = self._by_labels()
+        yield from self._histograms(merged)
+        yield from self._counters(merged)
+        yield from self._gauges()
+
+    def _by_labels(self) -> dict[tuple[str, str, str], Series]:
+        merged: dict[tuple[str, str, str], Series] = {}
+        for (model_key, profile, _stage), series in list(self.recorder.series.items()):
+            model_id, attention = self.state.model_labels.get(model_key, (model_key, "unknown"))
+            key = (model_id, attention, profile)
+            if key not in merged:
+                merged[key] = Series()
+            merged[key].merge(series)
+        return merged
+
+    def _histograms(self, merged: dict[tuple[str, str, str], Series]) -> Iterator[HistogramMetricFamily]:
+        for name, metric, help_text in _HISTOGRAMS:
+            family = HistogramMetricFamily(metric, help_text, labels=LABELS)
+            for labels, series in merged.items():
+                hist = series.hists[name]
+                family.add_metric(list(labels), _buckets(hist), hist.total)
+            yield family
+
+    def _counters(self, merged: dict[tuple[str, str, str], Series]) -> Iterator[CounterMetricFamily]:
+        requests = CounterMetricFamily(REQUESTS, "Finished requests by outcome.", labels=(*LABELS, "outcome"))
+        errors = CounterMetricFamily(REQUEST_ERRORS, "Failed or cancelled requests by error class.",
+                                     labels=(*LABELS, "error"))
+        tokens = [CounterMetricFamily(PROMPT_TOKENS, "Prompt tokens (server usage, else estimated).", labels=LABELS),
+                  CounterMetricFamily(COMPLETION_TOKENS, "Completion tokens; rate() is token throughput.",
+                                      labels=LABELS),
+                  CounterMetricFamily(CACHED_PROMPT_TOKENS, "Prompt tokens served from the prefix cache.",
+                                      labels=LABELS)]
+        good = CounterMetricFamily(GOODPUT_REQUESTS, "Requests that met every configured SLO.", labels=LABELS)
+        for labels, series in merged.items():
+            counts = series.counts
+            for outcome in ("ok", "failed", "cancelled"):
+                requests.add_metric([*labels, outcome], counts.get(outcome, 0))
+            for error, n in series.errors.items():
+                errors.add_metric([*labels, error], n)
+            tokens[0].add_metric(list(labels), counts.get("prompt_tokens", 0))
+            tokens[1].add_metric(list(labels), counts.get("completion_tokens", 0))
+            tokens[2].add_metric(list(labels), counts.get("cached_prompt_tokens", 0))
+            good.add_metric(list(labels), counts.get("good", 0))
+        yield requests
+        yield errors
+        yield from tokens
+        yield good
+
+    def _gauges(self) -> Iterator[GaugeMetricFamily]:
+        state = self.state
+        users = GaugeMetricFamily(names.USERS, "Running users per model across the fleet.", labels=LABELS)
+        for model_key, (model_id, attention) in state.model_labels.items():
+            users.add_metric([model_id, attention, "all"], state.users.get(model_key, 0))
+        yield users
+        yield GaugeMetricFamily(names.TARGET_USERS, "Users the current stage asks for.", value=state.target_users)
+        yield GaugeMetricFamily(names.TARGET_RATE, "Open-loop arrival rate (req/s per model) of the stage.",
+                                value=state.target_rate)
+        yield GaugeMetricFamily(names.STAGE, "Current stage index (0-based; -1 before the test).",
+                                value=state.stage)
+        yield GaugeMetricFamily(names.WORKERS, "Connected load-generating workers.", value=state.workers)
+        cpu = GaugeMetricFamily(names.WORKER_CPU_RATIO, "Worker CPU use, 1.0 = one core.", labels=("worker",))
+        for worker, ratio in state.worker_cpu_ratio.items():
+            cpu.add_metric([worker], ratio)
+        yield cpu
+        yield GaugeMetricFamily(names.CLIENT_SATURATED, "1 when a worker exceeded 90% CPU during the run.",
+                                value=float(state.client_saturated))
+
+
+def _buckets(hist: LogHistogram) -> list[tuple[str, float]]:
+    counts = hist.cumulative_counts(BUCKETS_S)
+    buckets = [(repr(bound), float(n)) for bound, n in zip(BUCKETS_S, counts, strict=True)]
+    buckets.append(("+Inf", float(hist.count)))
+    return buckets
+
+
+def serve_metrics(recorder: Recorder, state: FleetState, port: int, host: str = "0.0.0.0") -> CollectorRegistry:
+    """Serve ``/metrics`` on ``port`` from a fresh registry (never the global one)."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(FleetCollector(recorder, state))
+    start_http_server(port, addr=host, registry=registry)
+    return registry

@@ -1,0 +1,27 @@
+"""Every attnload series name, spelled once, whole, so grep finds it (dashboards import them)."""
+
+from __future__ import annotations
+
+LABELS = ("model", "attention", "profile")
+BUCKETS_S = tuple(round(0.001 * 1.25**i, 6) for i in range(53)) + (120.0,)  # 1 ms … 120 s, log-spaced
+
+TTFT_SECONDS = "attnload_time_to_first_token_seconds"
+ITL_SECONDS = "attnload_inter_token_latency_seconds"
+TPOT_SECONDS = "attnload_time_per_output_token_seconds"
+REQUEST_DURATION_SECONDS = "attnload_request_duration_seconds"
+DISPATCH_LAG_SECONDS = "attnload_dispatch_lag_seconds"
+REQUESTS = "attnload_requests"  # exposed as attnload_requests_total
+REQUEST_ERRORS = "attnload_request_errors"
+PROMPT_TOKENS = "attnload_prompt_tokens"
+COMPLETION_TOKENS = "attnload_completion_tokens"
+CACHED_PROMPT_TOKENS = "attnload_cached_prompt_tokens"
+GOODPUT_REQUESTS = "attnload_goodput_requests"
+USERS = "attnload_users"
+TARGET_USERS = "attnload_target_users"
+TARGET_RATE = "attnload_target_rate"
+STAGE = "attnload_stage"
+WORKERS = "attnload_workers"
+WORKER_CPU_RATIO = "attnload_worker_cpu_ratio"
+CLIENT_SATURATED = "attnload_client_saturated"
+SIM_PREFIX = "attnload_sim_"
+"""The simulator's own series (``attnload_sim_*``) are named by the simulator, which imports nothing of this."""

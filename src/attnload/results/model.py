@@ -1,0 +1,180 @@
+"""The one typed results model (schema ``attnload.results/v1``) every output renders.
+
+Console tables, the JSON file, the HTML report, the Locust "LLM" tab and the Prometheus
+series all read these objects; no other module computes a percentile. Summaries come
+from mergeable histograms (``measure.histogram.LogHistogram``), so no reported percentile
+exceeds the reported max.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from attnload.errors import UsageError, describe_validation
+
+SCHEMA = "attnload.results/v1"
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+
+class Summary(_Model):
+    """A latency distribution in seconds."""
+
+    count: int = 0
+    mean: float | None = None
+    p50: float | None = None
+    p90: float | None = None
+    p95: float | None = None
+    p99: float | None = None
+    max: float | None = None
+
+
+class Requests(_Model):
+    ok: int = 0
+    failed: int = 0
+    cancelled: int = 0
+
+    @property
+    def total(self) -> int:
+        return self.ok + self.failed + self.cancelled
+
+
+class Totals(_Model):
+    """What one model (or one of its stages) did, with its latency summaries."""
+
+    requests: Requests = Requests()
+    errors: dict[str, int] = {}
+    ttft_s: Summary = Summary()
+    itl_s: Summary = Summary()
+    tpot_s: Summary = Summary()
+    e2e_s: Summary = Summary()
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cached_prompt_tokens: int = 0
+    estimated_tokens: bool = False
+    """True when some token counts came from the local estimator (server sent no usage)."""
+    output_tokens_per_s: float = 0.0
+    requests_per_s: float = 0.0
+    goodput_rps: float | None = None
+    """Requests/s that met every SLO in the config; None when the config sets no SLO."""
+
+
+class PairedDiff(_Model):
+    """Median of per-pair differences (this model − baseline) and its bootstrap CI, seconds."""
+
+    median_diff: float | None = None
+    ci_low: float | None = None
+    ci_high: float | None = None
+    n: int = 0
+
+
+class PairedSummary(_Model):
+    """``--paired``: this model against the baseline (the config's first model), prompt by prompt."""
+
+    baseline: str
+    pairs: int = 0
+    confidence: float = 0.95
+    ttft_s: PairedDiff = PairedDiff()
+    e2e_s: PairedDiff = PairedDiff()
+    tpot_s: PairedDiff = PairedDiff()
+
+
+class SweepSummary(_Model):
+    """``--shape sweep``: the throughput knee and the highest rate held under the SLOs."""
+
+    knee_users: int | None = None
+    """Closed-loop users of this model at the knee."""
+    knee_output_tokens_per_s: float | None = None
+    knee_requests_per_s: float | None = None
+    probe_output_tokens_per_s: list[float] = []
+    rates_tried_rps: list[float] = []
+    max_sustainable_rps: float | None = None
+
+
+class StageSummary(Totals):
+    """One stage of a shaped run: a closed-loop user count or an open-loop rate."""
+
+    index: int = 0
+    users: int | None = None
+    rate: float | None = None
+    start_s: float = 0.0
+    end_s: float = 0.0
+    dispatch_lag_s: Summary | None = None
+    flags: list[str] = []
+    """E.g. ``client_behind`` (open loop could not keep the schedule)."""
+    achieved_rate_rps: float | None = None
+    """Open loop: requests sent (any outcome) per second of the stage, to compare with ``rate``."""
+    paired: PairedSummary | None = None
+
+
+class ModelSummary(Totals):
+    key: str
+    model: str
+    attention: str
+    stages: list[StageSummary] = []
+    profiles: dict[str, Totals] = {}
+    attention_info: dict[str, float | int | str] = {}
+    """KV bytes/token/GPU, capacity, parallelism when the model matches a simulator preset."""
+    paired: PairedSummary | None = None
+    """``--paired`` runs, non-baseline models: per-pair differences over all stages."""
+    sweep: SweepSummary | None = None
+    in_flight: int | None = None
+    """Users running against this model when the summary was taken (live snapshots; 0 once stopped)."""
+
+
+class ClientInfo(_Model):
+    workers: int = 0
+    workers_lost: int = 0
+    cpu_max_ratio: float = 0.0
+    client_saturated: bool = False
+    saturation_reasons: list[str] = []
+
+
+class Results(_Model):
+    """A finished run; written as ``results/<timestamp>.json``."""
+
+    schema_: Literal["attnload.results/v1"] = Field(default=SCHEMA, alias="schema")
+    started_at: str
+    ended_at: str
+    duration_s: float
+    config_sha256: str
+    config: dict[str, object] = {}
+    """What was run: source file, shape, users, profiles (never keys)."""
+    client: ClientInfo = ClientInfo()
+    models: list[ModelSummary]
+
+    model_config = ConfigDict(frozen=True, extra="ignore", populate_by_name=True)
+
+    def to_json(self) -> str:
+        return self.model_dump_json(by_alias=True, indent=2)
+
+    def model(self, key: str) -> ModelSummary:
+        for summary in self.models:
+            if summary.key == key:
+                return summary
+        raise KeyError(key)
+
+
+def load_results(path: str | Path) -> Results:
+    """Read a results file; a missing, corrupt or foreign file is a one-line :class:`UsageError`."""
+    file = Path(path)
+    if not file.is_file():
+        raise UsageError(f"results file {file} not found: pass the JSON that `attnload run` wrote under results/")
+    try:
+        data = json.loads(file.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise UsageError(f"{file}: not valid JSON ({exc}); pass a results file written by attnload") from None
+    if not isinstance(data, dict) or data.get("schema") != SCHEMA:
+        found = data.get("schema") if isinstance(data, dict) else type(data).__name__
+        raise UsageError(f"{file}: schema is {found!r}, expected {SCHEMA!r}; pass a results file written by attnload")
+    try:
+        return Results.model_validate(data)
+    except ValidationError as exc:
+        loc, message, _error = describe_validation(exc)
+        raise UsageError(f"{file}: {loc}: {message}; the file is damaged or from another tool") from None

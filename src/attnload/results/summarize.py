@@ -1,0 +1,126 @@
+"""Turn the merged recorder into a :class:`Results` object (the only place summaries are computed)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from attnload.config.model import TestConfig
+from attnload.measure.histogram import LogHistogram
+from attnload.measure.recorder import Recorder, Series
+from attnload.measure.paired import PairedRecorder
+from attnload.results.model import ClientInfo, ModelSummary, Requests, Results, StageSummary, Summary, Totals
+
+SATURATION_CPU_RATIO = 0.9
+CLIENT_BEHIND_LAG_S = 0.1
+"""Open loop: a dispatch-lag p99 above this means the client did not keep the schedule."""
+CLIENT_BEHIND_SENT_RATIO = 0.95
+"""Open loop: fewer requests sent than this share of rate × duration also flags the stage."""
+_MIN_EXPECTED_FOR_COUNT_CHECK = 20
+
+
+@dataclass(frozen=True)
+class StageWindow:
+    """When a stage ran, in seconds since the test started."""
+
+    index: int
+    start_s: float
+    end_s: float
+    users: int | None = None
+    rate: float | None = None
+    flags: tuple[str, ...] = ()
+    rates: dict[str, float] | None = None
+    """Open-loop rate per model key (a sweep gives each model its own)."""
+
+
+def summary(hist: LogHistogram) -> Summary:
+    return Summary.model_validate(hist.summary())
+
+
+def totals(series: Series, duration_s: float, slo_set: bool) -> dict[str, Any]:
+    """The fields shared by model, profile and stage summaries."""
+    counts = series.counts
+    duration_s = max(duration_s, 1e-9)
+    return {
+        "requests": Requests(ok=counts.get("ok", 0), failed=counts.get("failed", 0),
+                             cancelled=counts.get("cancelled", 0)),
+        "errors": dict(sorted(series.errors.items())),
+        "ttft_s": summary(series.hists["ttft"]), "itl_s": summary(series.hists["itl"]),
+        "tpot_s": summary(series.hists["tpot"]), "e2e_s": summary(series.hists["e2e"]),
+        "prompt_tokens": counts.get("prompt_tokens", 0), "completion_tokens": counts.get("completion_tokens", 0),
+        "cached_prompt_tokens": counts.get("cached_prompt_tokens", 0),
+        "estimated_tokens": counts.get("estimated", 0) > 0,
+        "output_tokens_per_s": counts.get("completion_tokens", 0) / duration_s,
+        "requests_per_s": counts.get("ok", 0) / duration_s,
+        "goodput_rps": counts.get("good", 0) / duration_s if slo_set else None,
+    }
+
+
+def build_results(config: TestConfig, recorder: Recorder, *, started_at: float, ended_at: float,
+                  stages: list[StageWindow], client: ClientInfo, run_info: dict[str, Any],
+                  attention_info: dict[str, dict[str, Any]] | None = None, paired: PairedRecorder | None = None,
+                  sweep: dict[str, dict[str, Any]] | None = None, in_flight: dict[str, int] | None = None
+                  ) -> Results:
+    """Summaries per model, per profile and per stage; wall times are epoch seconds."""
+    duration_s = max(ended_at - started_at, 1e-9)
+    slo_set = any(v is not None for v in config.slo.model_dump().values())
+    models = []
+    for target in config.models:
+        whole = recorder.combined(model_key=target.key)
+        profiles = {p.name: Totals(**totals(recorder.combined(model_key=target.key, profile=p.name), duration_s,
+                                            slo_set))
+                    for p in config.profiles if any(k[0] == target.key and k[1] == p.name for k in recorder.series)}
+        stage_summaries = [_stage_summary(recorder, target.key, window, slo_set, paired) for window in stages]
+        models.append(ModelSummary(
+            **totals(whole, duration_s, slo_set), key=target.key, model=target.id, attention=target.attention,
+            stages=stage_summaries, profiles=profiles, attention_info=(attention_info or {}).get(target.key, {}),
+            paired=paired.summary(target.key) if paired is not None else None,
+            sweep=(sweep or {}).get(target.key), in_flight=(in_flight or {}).get(target.key)))
+    return Results.model_validate({
+        "schema": "attnload.results/v1", "started_at": _iso(started_at), "ended_at": _iso(ended_at),
+        "duration_s": duration_s, "config_sha256": config.sha256, "config": run_info,
+        "client": client, "models": models})
+
+
+def _stage_summary(recorder: Recorder, model_key: str, window: StageWindow, slo_set: bool,
+                   paired: PairedRecorder | None) -> StageSummary:
+    series = recorder.combined(model_key=model_key, stage=window.index)
+    window_s = max(window.end_s - window.start_s, 1e-9)
+    fields = totals(series, window_s, slo_set)
+    lag = series.hists["lag"]
+    rate = (window.rates or {}).get(model_key, window.rate)
+    flags = list(window.flags)
+    achieved = None
+    if rate is not None:
+        counts = series.counts
+        sent = counts.get("ok", 0) + counts.get("failed", 0) + counts.get("cancelled", 0)
+        achieved = sent / window_s
+        expected = rate * window_s
+        p99 = lag.quantile(0.99)
+        behind = p99 is not None and p99 > CLIENT_BEHIND_LAG_S
+        short = expected >= _MIN_EXPECTED_FOR_COUNT_CHECK and sent < CLIENT_BEHIND_SENT_RATIO * expected
+        if (behind or short) and "client_behind" not in flags:
+            flags.append("client_behind")
+    return StageSummary(
+        **fields, index=window.index, users=window.users, rate=rate, start_s=window.start_s, end_s=window.end_s,
+        dispatch_lag_s=summary(lag) if lag.count else None, flags=flags, achieved_rate_rps=achieved,
+        paired=paired.summary(model_key, window.index) if paired is not None else None)
+
+
+def client_info(workers: int, workers_lost: int, cpu_max_ratio: float, recorder: Recorder) -> ClientInfo:
+    """Saturation is measured: CPU above 90 %, or the chunk-coalescing signature in ITL."""
+    reasons = []
+    if cpu_max_ratio > SATURATION_CPU_RATIO:
+        reasons.append(f"worker CPU reached {cpu_max_ratio:.0%} (> {SATURATION_CPU_RATIO:.0%})")
+    itl = recorder.combined().hists["itl"]
+    p50, p99 = itl.quantile(0.5), itl.quantile(0.99)
+    if itl.count >= 1000 and p50 is not None and p99 is not None and p50 < 0.0005 < p99 and p99 > 50 * p50:
+        reasons.append("ITL p50 collapsed toward 0 while p99 grew: several chunks arrive per read "
+                       "(the client is behind)")
+    return ClientInfo(workers=workers, workers_lost=workers_lost, cpu_max_ratio=round(cpu_max_ratio, 3),
+                      client_saturated=bool(reasons), saturation_reasons=reasons)
+
+
+def _iso(epoch_s: float) -> str:
+    return datetime.fromtimestamp(epoch_s, tz=UTC).isoformat(timespec="milliseconds")

@@ -1,0 +1,135 @@
+"""The event wiring behind ``register(events)``: validate at init, serve ``/metrics`` on the
+master, ship deltas from workers, tell workers each stage, write results when a test stops."""
+
+from __future__ import annotations
+
+import signal
+from typing import Any
+
+import gevent
+from locust.env import Environment
+from locust.runners import MasterRunner, WorkerRunner
+
+from attnload.attention import FactsLookup, no_facts
+from attnload.client.chat import ChatClient
+from attnload.config.model import ModelTarget
+from attnload.config.seed import load_config
+from attnload.errors import UsageError
+from attnload.metrics.exposition import serve_metrics
+from attnload.report import webui
+from attnload.runner.fleet import (
+    FINAL_DELTA_MESSAGE,
+    sample_cpu,
+    stop_users,
+    watch_fleet,
+    write_after_final_counts,
+)
+from attnload.runner.gcpolicy import quiet_full_collections
+from attnload.runner.openloop import ClientPool, OpenLoop
+from attnload.runner.options import add_arguments, exit_usage, options_from
+from attnload.runner.runtime import Runtime
+from attnload.runner.shape import STAGE_MESSAGE, StageMessage
+from attnload.runner.users import chat_client, send_pair, send_plan
+from attnload.workload.prompts import PlannedRequest
+
+# ---------------------------------------------------------------------------- events
+
+
+def register(events: Any, attention_facts: FactsLookup = no_facts) -> None:
+    """Wire attnload into Locust's event hooks (call once, from the locustfile).
+
+    ``attention_facts`` gives each model's preset KV facts for the results (the packaged
+    locustfile passes the simulator's; by default a run reports measurements only).
+    """
+    events.init_command_line_parser.add_listener(add_arguments)
+    events.init.add_listener(lambda environment, **kw: _on_init(environment, attention_facts, **kw))
+
+
+def _on_init(environment: Environment, attention_facts: FactsLookup, **_: Any) -> None:
+    runner = environment.runner
+    role = "master" if isinstance(runner, MasterRunner) else "worker" if isinstance(runner, WorkerRunner) else "local"
+    try:
+        options = options_from(environment.parsed_options)
+        runtime = Runtime(load_config(options.config_path), options, role, attention_facts)
+    except UsageError as exc:
+        exit_usage(exc)
+        return
+    environment.attnload = runtime  # type: ignore[attr-defined]
+    events = environment.events
+    if not isinstance(runner, MasterRunner):
+        runtime.open_loop = _open_loop(environment, runtime)
+        quiet_full_collections()
+    if isinstance(runner, WorkerRunner):
+        runtime.worker_index = max(runner.worker_index, 0)
+        events.report_to_master.add_listener(lambda client_id, data: data.update(attnload=runtime.worker_payload()))
+        gevent.spawn(sample_cpu, runtime)
+
+        def on_stage(environment: Environment, msg: Any) -> None:
+            runtime.worker_index = max(runner.worker_index, 0)
+            StageMessage.from_data(msg.data).enter(runtime)
+
+        runner.register_message(STAGE_MESSAGE, on_stage)
+
+        def send_final(**_: Any) -> None:
+            if runtime.open_loop is not None:
+                runtime.open_loop.stop()  # in-flight open-loop requests are recorded as cancelled first
+            runner.send_message(FINAL_DELTA_MESSAGE, runtime.worker_payload())
+
+        events.test_stop.add_listener(send_final)
+        return
+    _init_collector(environment, runtime)
+
+
+def _open_loop(environment: Environment, runtime: Runtime) -> OpenLoop:
+    """This process's open-loop scheduler (idle until a rate stage begins)."""
+    pool = ClientPool(list(runtime.config.models), lambda target: chat_client(runtime, target),
+                      runtime.options.max_in_flight)
+
+    def send(client: ChatClient, target: ModelTarget, plan: PlannedRequest, stage: int, intended: float) -> None:
+        send_plan(environment, runtime, client, target, plan, stage, intended)
+
+    def pair(clients: dict[str, ChatClient], plan: PlannedRequest, stage: int, intended: float) -> None:
+        send_pair(environment, runtime, clients, plan, stage, intended)
+
+    return OpenLoop(list(runtime.config.models), pool, runtime.workload.next, send,
+                    pair if runtime.paired is not None else None, runtime.arrivals, runtime.config.seed)
+
+
+def _init_collector(environment: Environment, runtime: Runtime) -> None:
+    """Master or single process: merge deltas, serve /metrics, track workers, write results."""
+    runner = environment.runner
+    events = environment.events
+    if runtime.options.metrics_port:
+        try:
+            serve_metrics(runtime.recorder, runtime.fleet, runtime.options.metrics_port)
+        except OSError as exc:
+            exit_usage(UsageError(f"cannot serve /metrics on port {runtime.options.metrics_port} ({exc.strerror}): "
+                             "pass another --metrics-port or stop the process holding it"))
+    if isinstance(runner, MasterRunner):
+        events.worker_report.add_listener(
+            lambda client_id, data: runtime.merge_worker(client_id, data.get("attnload") or {}))
+        def final_counts(environment: Environment, msg: Any) -> None:
+            runtime.merge_worker(msg.node_id, msg.data or {})
+            runtime.final_counts_from.add(msg.node_id)
+
+        runner.register_message(FINAL_DELTA_MESSAGE, final_counts)
+    events.test_start.add_listener(lambda **_: runtime.test_started())
+
+    def stopped(**_: Any) -> None:
+        runtime.test_stopped()
+        if isinstance(runner, MasterRunner):
+            gevent.spawn(write_after_final_counts, runner, runtime)
+        else:
+            gevent.spawn(runtime.write_results)
+
+    events.test_stop.add_listener(stopped)
+    events.quitting.add_listener(lambda **_: runtime.write_results())
+    events.quitting.add_listener(lambda **_: stop_users(runner))  # fires before the write: reverse order
+    if environment.shape_class is not None and getattr(environment.parsed_options, "headless", False):
+        # Locust installs its SIGTERM handler only after a headless shape test ends; until then SIGTERM
+        # (Ctrl-C in `attnload run`, a pod being deleted) would kill the master without results.
+        gevent.signal_handler(signal.SIGTERM, lambda: setattr(runtime, "stop_requested", True))
+    gevent.spawn(watch_fleet, environment, runtime)
+    web_ui = environment.web_ui
+    if web_ui is not None:
+        webui.install(environment, runtime.results)

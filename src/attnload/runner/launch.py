@@ -1,0 +1,235 @@
+"""Launch a run: validate everything up front, then start real Locust processes.
+
+One master plus ``--workers K`` local worker processes (or one local process when
+K = 0), all running the packaged locustfile with ``ATTNLOAD_*`` environment variables.
+The master writes the results; this process waits, then prints the summary table.
+Bad input is caught here, before any process starts, as one line with exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from attnload.client.reach import check_reachable
+from attnload.config.model import TestConfig
+from attnload.config.seed import load_config
+from attnload.errors import UsageError
+from attnload.results.model import Results, load_results
+from attnload.runner.options import environment
+from attnload.workload.shapes import ShapeSpec, SweepSpec, parse_duration, parse_shape
+
+LOCUSTFILE = Path(__file__).parents[1] / "commands" / "locustfile.py"
+"""The packaged locustfile (an entry point, so it lives with the commands; ``locustfiles/chat.py`` imports it)."""
+DEFAULT_DURATION = "60s"
+
+
+@dataclass(frozen=True)
+class LoadPlan:
+    """A validated run: config, shape and process layout."""
+
+    config: TestConfig
+    config_path: Path
+    shape: ShapeSpec
+    spawn_rate: float | None
+    workers: int
+    results_dir: Path
+    metrics_port: int
+    headless: bool
+    web_port: int
+    profiles: str
+    warmup: str
+    paired: bool = False
+    arrivals: str | None = None
+    max_in_flight: int | None = None
+    prometheus_port: int | None = None
+    stop_timeout_s: float = 0.0
+
+
+def plan_from_args(args: argparse.Namespace, config_path: Path) -> LoadPlan:
+    config = load_config(config_path)
+    for target in config.models:
+        target.api_key()  # a missing env var fails now, not in every worker
+    if args.workers < 0 or args.workers > 256:
+        raise UsageError(f"--workers {args.workers} is out of range: use 0 (one process) to 256")
+    if args.users is not None and args.users <= 0:
+        raise UsageError(f"--users {args.users} must be a positive number of users")
+    if getattr(args, "stop_timeout", 0.0) and args.stop_timeout < 0:
+        raise UsageError(f"--stop-timeout {args.stop_timeout:g} must be ≥ 0 seconds")
+    if args.spawn_rate is not None and args.spawn_rate <= 0:
+        raise UsageError(f"--spawn-rate {args.spawn_rate} must be positive")
+    stage_s = parse_duration(args.stage_duration or config.stage_duration_s or DEFAULT_DURATION, "--stage-duration")
+    shape_text = args.shape or config.shape
+    if shape_text and args.users is not None:
+        raise UsageError("--users and --shape both set the user count: pass one of them")
+    if shape_text:
+        shape = parse_shape(shape_text, stage_s)
+    else:
+        duration = parse_duration(args.duration or DEFAULT_DURATION, "--duration")
+        shape = parse_shape(f"concurrency:{args.users or 8}", duration)
+    if args.warmup not in ("0", ""):
+        parse_duration(args.warmup, "--warmup")
+    if args.profile:
+        for name in args.profile.split(","):
+            config.profile(name.strip())
+    paired = bool(getattr(args, "paired", False))
+    if paired and len(config.models) < 2:
+        raise UsageError("--paired compares models prompt by prompt: the config needs at least two models")
+    if paired and isinstance(shape, SweepSpec):
+        raise UsageError("--paired cannot run a sweep (each model gets its own rates there): drop one of them")
+    max_in_flight = getattr(args, "max_in_flight", None)
+    if max_in_flight is not None and max_in_flight < 1:
+        raise UsageError(f"--max-in-flight {max_in_flight} must be at least 1")
+    check_reachable(config)
+    return LoadPlan(config=config, config_path=config_path, shape=shape, spawn_rate=args.spawn_rate,
+                    workers=args.workers, results_dir=Path(args.results), metrics_port=args.metrics_port,
+                    headless=args.headless, web_port=args.web_port, profiles=args.profile, warmup=args.warmup,
+                    paired=paired, arrivals=getattr(args, "arrivals", None), max_in_flight=max_in_flight,
+                    prometheus_port=getattr(args, "prometheus", None),
+                    stop_timeout_s=float(getattr(args, "stop_timeout", 0.0) or 0.0))
+
+
+def execute(plan: LoadPlan, *, quiet: bool = False) -> Results | None:
+    """Start master and workers (and Prometheus if asked), wait, print and return the results."""
+    started = time.time()
+    _raise_fd_limit(plan)
+    env = _environment(plan)
+    prometheus = _start_prometheus(plan) if plan.prometheus_port else None
+    master_port = free_port()
+    processes = [_spawn(_master_command(plan, master_port), env)]
+    for _ in range(plan.workers):
+        processes.append(_spawn([*_base_command(), "--worker", "--master-host", "127.0.0.1",
+                                 "--master-port", str(master_port)], env))
+    master = processes[0]
+    # The children run in their own sessions (a terminal's Ctrl-C must not kill workers before the
+    # master has their final counts), so forward SIGTERM/SIGINT to the master and let it stop the test.
+    previous = signal.signal(signal.SIGTERM, lambda *_: master.send_signal(signal.SIGTERM))
+    try:
+        while master.poll() is None:
+            try:
+                master.wait()
+            except KeyboardInterrupt:
+                master.send_signal(signal.SIGTERM)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        _stop(processes[1:])
+        if prometheus is not None:
+            from attnload.observe.prometheus import stop_prometheus
+
+            stop_prometheus(prometheus)
+    results = _latest_results(plan.results_dir, started)
+    if results is not None and not quiet:
+        _print_summary(results[0], results[1])
+    return results[0] if results else None
+
+
+def _raise_fd_limit(plan: LoadPlan) -> None:
+    """Each stream holds a socket: lift the soft open-files limit to the hard one (children inherit it)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+        soft = hard
+    peak_users = plan.shape.peak_users
+    per_process = peak_users * (len(plan.config.models) if plan.paired else 1) / max(plan.workers, 1)
+    if soft != resource.RLIM_INFINITY and per_process > soft - 64:
+        print(f"attnload run: warning: ~{per_process:.0f} connections per worker against an open-files limit "
+              f"of {soft}: add --workers or raise `ulimit -n`", file=sys.stderr)
+
+
+def _start_prometheus(plan: LoadPlan) -> subprocess.Popen[bytes]:
+    """A local Prometheus scraping the master and any simulator on a loopback base_url."""
+    from attnload.client.transport import Endpoint
+    from attnload.observe.prometheus import PrometheusError, start_local_prometheus
+
+    targets = {"attnload": f"127.0.0.1:{plan.metrics_port}"}
+    for target in plan.config.models:
+        endpoint = Endpoint.from_url(target.chat_url)
+        if endpoint.host in ("127.0.0.1", "localhost"):
+            targets.setdefault("attnload-sim", f"{endpoint.host}:{endpoint.port}")
+    data_dir = plan.results_dir / "prometheus"
+    data_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        process = start_local_prometheus(targets, data_dir, plan.prometheus_port or 9090, scrape_interval_s=2.0)
+    except PrometheusError as exc:
+        raise UsageError(str(exc).splitlines()[0]) from None
+    print(f"prometheus: http://127.0.0.1:{plan.prometheus_port}/ scraping {', '.join(targets.values())} "
+          f"(data in {data_dir})", file=sys.stderr)
+    return process
+
+
+def _environment(plan: LoadPlan) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(environment({
+        "config": str(plan.config_path.resolve()), "results": str(plan.results_dir.resolve()),
+        "metrics-port": str(plan.metrics_port), "shape": plan.shape.to_text(),
+        "stage-duration": f"{plan.shape.stage_duration_s:g}", "profile": plan.profiles,
+        "warmup": plan.warmup or "0", "spawn-rate": f"{plan.spawn_rate:g}" if plan.spawn_rate else None,
+        "paired": "1" if plan.paired else "0", "arrivals": plan.arrivals or "",
+        "max-in-flight": str(plan.max_in_flight) if plan.max_in_flight else None}))
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+def _base_command() -> list[str]:
+    return [sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--loglevel", "WARNING"]
+
+
+def _master_command(plan: LoadPlan, master_port: int) -> list[str]:
+    command = _base_command()
+    if plan.stop_timeout_s:
+        command += ["--stop-timeout", f"{plan.stop_timeout_s:g}"]
+    if plan.headless:
+        command += ["--headless", "--only-summary"]
+    else:
+        command += ["--web-host", "127.0.0.1", "--web-port", str(plan.web_port)]
+    if plan.workers:
+        command += ["--master", "--expect-workers", str(plan.workers), "--master-bind-host", "127.0.0.1",
+                    "--master-bind-port", str(master_port)]
+    return command
+
+
+def _spawn(command: Sequence[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(list(command), env=env, start_new_session=True)
+
+
+def _stop(processes: Sequence[subprocess.Popen[bytes]]) -> None:
+    deadline = time.monotonic() + 10
+    for process in processes:
+        try:
+            process.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _latest_results(directory: Path, not_before: float) -> tuple[Results, Path] | None:
+    marker = directory / "latest.txt"
+    if not marker.is_file() or marker.stat().st_mtime < not_before - 1:
+        return None
+    path = directory / marker.read_text(encoding="utf-8").strip()
+    return load_results(path), path
+
+
+def _print_summary(results: Results, path: Path) -> None:
+    from attnload.report.console import print_summary
+
+    print_summary(results)
+    html = path.with_suffix(".html")
+    print(f"results: {path}" + (f"\nreport:  {html}" if html.exists() else ""))
+
+

@@ -1,0 +1,185 @@
+"""Open-loop arrivals (``--shape rate:...``): send times fixed in advance, latency from the intended time.
+
+A closed-loop user waits for its previous answer, so a slow server slows the client and
+hides its own queueing (coordinated omission). Here each worker runs one scheduler
+greenlet per stage. At the stage start it computes its share of every model's arrival
+times (:func:`arrival_offsets`, seeded, so the fleet's union is the whole schedule) and
+then, for each arrival, spawns one request greenlet at the intended instant, from an
+absolute deadline, never a chain of relative sleeps. A request takes a keep-alive
+:class:`ChatClient` from a bounded per-model pool; when the pool is exhausted it waits,
+and that wait counts: ``ChatClient.send(intended_start=...)`` measures latency from the
+intended time and records ``dispatch_lag_s``. A stalled client therefore shows up as
+lag and latency, and the stage keeps its send count (it is flagged ``client_behind``
+in the results, not silently slowed).
+"""
+
+from __future__ import annotations
+
+import heapq
+import logging
+import random
+import time
+import zlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal
+
+import gevent
+import gevent.pool
+import gevent.queue
+from gevent import Greenlet
+
+from attnload.client.chat import ChatClient
+from attnload.config.model import ModelTarget
+from attnload.workload.prompts import PlannedRequest
+
+log = logging.getLogger(__name__)
+
+Arrivals = Literal["poisson", "constant"]
+PAIR_STREAM = "*"
+"""Stream key of a paired schedule: each arrival sends one prompt to every model."""
+DEFAULT_MAX_IN_FLIGHT = 1024
+"""Per model and worker: keep-alive connections the pool may open before requests wait.
+
+By Little's law a stage needs rate × request duration connections; a cap below that turns
+into dispatch lag (flagged ``client_behind``), so the default is generous (``runner`` raises
+the open-files limit) and ``--max-in-flight`` lowers it on purpose."""
+
+
+def arrival_offsets(rate_rps: float, duration_s: float, *, arrivals: Arrivals, share_index: int, share_count: int,
+                    seed: int, stage: int, stream: int, streams: int = 1) -> list[float]:
+    """This share's arrival times, in seconds after the stage start, sorted.
+
+    The stage sends ``round(rate · duration)`` requests in all, split over
+    ``share_count`` workers. ``constant``: evenly spaced, worker ``w`` taking every
+    ``share_count``-th slot, streams (models) phase-shifted so they do not fire
+    together. ``poisson``: the arrival times of a Poisson process conditioned on that
+    count, i.e. independent uniform draws over the stage (their gaps are exponential);
+    the union over workers is again such a process, and the achieved rate equals the
+    target instead of wandering by ±1/√n.
+    """
+    if rate_rps <= 0 or duration_s <= 0 or share_count < 1:
+        return []
+    total = round(rate_rps * duration_s)
+    share_index %= share_count
+    if arrivals == "constant":
+        period_s = 1.0 / rate_rps
+        phase_s = period_s * (stream % max(streams, 1)) / max(streams, 1)
+        return [phase_s + j * period_s for j in range(share_index, total, share_count)]
+    mine = total // share_count + (1 if share_index < total % share_count else 0)
+    rng = random.Random(zlib.crc32(f"{seed}:{stage}:{stream}:{share_index}".encode()))
+    return sorted(rng.uniform(0.0, duration_s) for _ in range(mine))
+
+
+@dataclass(frozen=True)
+class OpenStage:
+    """What one worker's scheduler needs to run a rate stage."""
+
+    index: int
+    rates_rps: dict[str, float]
+    """Per model key (or :data:`PAIR_STREAM` for paired mode): requests/s for the whole fleet."""
+    started_perf: float
+    duration_s: float
+    warmup_s: float
+    share_index: int
+    share_count: int
+
+
+SendPlan = Callable[[ChatClient, ModelTarget, PlannedRequest, int, float], object]
+"""``(client, target, plan, stage, intended_start)``: send and report one request."""
+SendPair = Callable[[dict[str, ChatClient], PlannedRequest, int, float], object]
+
+
+class ClientPool:
+    """Idle keep-alive clients per model, at most ``limit`` open; the newest idle one is reused."""
+
+    def __init__(self, targets: list[ModelTarget], make: Callable[[ModelTarget], ChatClient], limit: int) -> None:
+        self.limit = limit
+        self._make = make
+        self._targets = {t.key: t for t in targets}
+        self._idle: dict[str, gevent.queue.LifoQueue] = {t.key: gevent.queue.LifoQueue() for t in targets}
+        self._opened: dict[str, int] = dict.fromkeys(self._targets, 0)
+
+    def acquire(self, key: str) -> ChatClient:
+        """A client for model ``key``; blocks while ``limit`` are busy (the wait is dispatch lag)."""
+        idle = self._idle[key]
+        if idle.qsize() == 0 and self._opened[key] < self.limit:
+            self._opened[key] += 1
+            return self._make(self._targets[key])
+        client: ChatClient = idle.get()
+        return client
+
+    def release(self, key: str, client: ChatClient) -> None:
+        self._idle[key].put(client)
+
+    def close(self) -> None:
+        for idle in self._idle.values():
+            while idle.qsize():
+                idle.get_nowait().close()
+
+
+class OpenLoop:
+    """One worker's open-loop scheduler and its in-flight requests."""
+
+    def __init__(self, targets: list[ModelTarget], pool: ClientPool, next_plan: Callable[[], PlannedRequest],
+                 send: SendPlan, send_pair: SendPair | None, arrivals: Arrivals, seed: int) -> None:
+        self.targets = {t.key: t for t in targets}
+        self.pool = pool
+        self.next_plan = next_plan
+        self.send = send
+        self.send_pair = send_pair
+        self.arrivals = arrivals
+        self.seed = seed
+        self._scheduler: Greenlet | None = None
+        self._requests = gevent.pool.Group()
+        self.scheduled = 0
+
+    def start_stage(self, stage: OpenStage) -> None:
+        """Replace the running schedule (requests in flight keep going, tagged with their stage)."""
+        self.stop_schedule()
+        self._scheduler = gevent.spawn(self._run, stage)
+
+    def stop_schedule(self) -> None:
+        if self._scheduler is not None:
+            self._scheduler.kill(block=False)
+            self._scheduler = None
+
+    def stop(self) -> None:
+        """The test stopped: no more arrivals; requests in flight end as ``cancelled``."""
+        self.stop_schedule()
+        self._requests.kill(block=True, timeout=10)
+        self.pool.close()
+
+    def schedule(self, stage: OpenStage) -> list[tuple[float, str]]:
+        """``(perf_counter time, stream)`` of this worker's arrivals, merged over streams."""
+        streams = sorted(stage.rates_rps)
+        per_stream = [[(stage.started_perf + offset, key) for offset in arrival_offsets(
+            stage.rates_rps[key], stage.duration_s, arrivals=self.arrivals, share_index=stage.share_index,
+            share_count=stage.share_count, seed=self.seed, stage=stage.index, stream=position, streams=len(streams))]
+            for position, key in enumerate(streams)]
+        return list(heapq.merge(*per_stream))
+
+    def _run(self, stage: OpenStage) -> None:
+        for intended, stream in self.schedule(stage):
+            delay = intended - time.perf_counter()
+            if delay > 0:
+                gevent.sleep(delay)  # from the absolute schedule: lateness never accumulates
+            tag = stage.index if intended - stage.started_perf >= stage.warmup_s else -1
+            self.scheduled += 1
+            self._requests.spawn(self._one, stream, intended, tag)
+
+    def _one(self, stream: str, intended: float, stage: int) -> None:
+        plan = self.next_plan()
+        if stream == PAIR_STREAM and self.send_pair is not None:
+            clients = {key: self.pool.acquire(key) for key in self.targets}
+            try:
+                self.send_pair(clients, plan, stage, intended)
+            finally:
+                for key, client in clients.items():
+                    self.pool.release(key, client)
+            return
+        client = self.pool.acquire(stream)
+        try:
+            self.send(client, self.targets[stream], plan, stage, intended)
+        finally:
+            self.pool.release(stream, client)

@@ -1,0 +1,151 @@
+"""Run options, spelled once: :data:`OPTIONS` generates the ``attnload run`` flags, the ``ATTNLOAD_*``
+environment the launcher hands to Locust, and the ``--attnload-*`` options Locust parses (each
+mirrored by its environment variable for containers).
+
+An option named ``stage-duration`` is ``--stage-duration`` for ``attnload run``,
+``--attnload-stage-duration`` for plain Locust and ``ATTNLOAD_STAGE_DURATION`` in the environment.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from attnload.errors import UsageError, redact
+from attnload.runner.openloop import DEFAULT_MAX_IN_FLIGHT
+from attnload.workload.shapes import ShapeSpec, parse_duration, parse_shape
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """What the Locust command line / environment asked for (see :func:`add_arguments`)."""
+
+    config_path: str
+    metrics_port: int = 9646
+    results_dir: str = "results"
+    shape: ShapeSpec | None = None
+    profiles: tuple[str, ...] = ()
+    warmup_s: float = 0.0
+    paired: bool = False
+    """Send each prompt to every model at once (``--paired``)."""
+    arrivals: str | None = None
+    """Open-loop arrival law; None: the config's ``arrivals``."""
+    max_in_flight: int = DEFAULT_MAX_IN_FLIGHT
+
+
+@dataclass(frozen=True)
+class Option:
+    """One run option. ``run`` holds the argparse keywords of its ``attnload run`` flag (None: the
+    flag is declared elsewhere, e.g. ``-c/--config``); ``locust`` says whether Locust parses it."""
+
+    name: str
+    help: str
+    locust_default: Any = ""
+    locust_type: type = str
+    run: Mapping[str, Any] | None = field(default_factory=dict)
+    locust: bool = True
+
+    @property
+    def env(self) -> str:
+        return "ATTNLOAD_" + self.name.upper().replace("-", "_")
+
+    @property
+    def run_flag(self) -> str:
+        return "--" + self.name
+
+    @property
+    def locust_flag(self) -> str:
+        return "--attnload-" + self.name
+
+
+OPTIONS: tuple[Option, ...] = (
+    Option("config", "test config (.json or .toml)", "examples/benchmark_config.json", run=None),
+    Option("users", "closed-loop users (with --duration)", run={"type": int, "default": None}, locust=False),
+    Option("spawn-rate", "users started per second", run={"type": float, "default": None}, locust=False),
+    Option("duration", "run length for --users, e.g. 60s or 2m", run={"default": None}, locust=False),
+    Option("shape", "concurrency:1,8,64 (users per stage), rate:0.5,1,2 (req/s per model) or sweep[:CAP]",
+           run={"default": None}),
+    Option("stage-duration", "length of each --shape stage (default 60s)", "60s", run={"default": None}),
+    Option("warmup", "seconds at each stage start excluded from stage stats", "0", run={"default": "0"}),
+    Option("profile", "comma-separated workload profiles (default: all)", run={"default": ""}),
+    Option("paired", "send each prompt to every model at once; results get per-pair deltas with a CI", "0",
+           run={"action": "store_true"}),
+    Option("arrivals", "open-loop arrival law for rate stages: poisson or constant (default: the config's)",
+           run={"choices": ("poisson", "constant"), "default": None}),
+    Option("max-in-flight", "open loop: keep-alive connections per model and worker before requests wait",
+           DEFAULT_MAX_IN_FLIGHT, int, run={"type": int, "default": None}),
+    Option("results", "directory for results JSON + HTML", "results", run={"default": "results"}),
+    Option("metrics-port", "master's Prometheus /metrics port (0 = off)", 9646, int,
+           run={"type": int, "default": 9646}),
+)
+"""Every option the launcher passes to Locust processes; the order is ``attnload run --help``'s."""
+
+OPTION = {option.name: option for option in OPTIONS}
+
+
+def add_load_arguments(parser: argparse.ArgumentParser) -> None:
+    """The ``attnload run`` flags: the table's, then those of the process layout."""
+    for option in OPTIONS:
+        if option.run is not None:
+            parser.add_argument(option.run_flag, help=option.help, **option.run)
+    parser.add_argument("--workers", type=int, default=0, help="local Locust worker processes (0 = one process)")
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--headless", dest="headless", action="store_true", default=True, help="no web UI (default)")
+    mode.add_argument("--web", dest="headless", action="store_false", help="Locust web UI on --web-port")
+    parser.add_argument("--web-port", type=int, default=8089, help="Locust web UI port with --web")
+    parser.add_argument("--stop-timeout", type=float, default=0.0, metavar="S",
+                        help="at the end (and when users are removed) let in-flight requests finish for up to S "
+                             "seconds instead of counting them cancelled")
+    parser.add_argument("--prometheus", type=int, nargs="?", const=9090, default=None, metavar="PORT",
+                        help="also run a local Prometheus (Debian package) on PORT (9090) scraping the master "
+                             "and a simulator on a loopback base_url; its data stays under RESULTS/prometheus")
+
+
+def environment(values: Mapping[str, str | None]) -> dict[str, str]:
+    """``ATTNLOAD_*`` variables for option values by name (None: not set)."""
+    return {OPTION[name].env: value for name, value in values.items() if value is not None}
+
+
+def add_arguments(parser: Any) -> None:
+    """Locust's ``--attnload-*`` options (``init_command_line_parser``), each with its env var."""
+    group = parser.add_argument_group("attnload")
+    for option in OPTIONS:
+        if option.locust:
+            group.add_argument(option.locust_flag, env_var=option.env, type=option.locust_type,
+                               default=option.locust_default, help=option.help)
+
+
+def options_from(parsed: Any) -> RunOptions:
+    shape_text = (parsed.attnload_shape or "").strip()
+    stage_s = parse_duration(parsed.attnload_stage_duration, "--stage-duration")
+    warmup = str(parsed.attnload_warmup).strip()
+    return RunOptions(
+        config_path=parsed.attnload_config, metrics_port=int(parsed.attnload_metrics_port),
+        results_dir=parsed.attnload_results, shape=parse_shape(shape_text, stage_s) if shape_text else None,
+        profiles=tuple(p.strip() for p in (parsed.attnload_profile or "").split(",") if p.strip()),
+        warmup_s=0.0 if warmup in ("", "0") else parse_duration(warmup, "--warmup"),
+        paired=str(parsed.attnload_paired).strip().lower() in ("1", "true", "yes"),
+        arrivals=_arrivals(parsed.attnload_arrivals), max_in_flight=max(1, int(parsed.attnload_max_in_flight)))
+
+
+def env_value(name: str) -> str:
+    """An option's value from its environment variable, read before Locust parses (the load shape)."""
+    option = OPTION[name]
+    return os.environ.get(option.env, str(option.locust_default)).strip()
+
+
+def _arrivals(text: str | None) -> str | None:
+    value = (text or "").strip().lower()
+    if value and value not in ("poisson", "constant"):
+        raise UsageError(f"--arrivals {text!r}: use poisson or constant")
+    return value or None
+
+
+def exit_usage(exc: UsageError) -> None:
+    print(f"attnload: error: {redact(str(exc))}", file=sys.stderr)
+    sys.stderr.flush()
+    os._exit(2)  # Locust's init hooks run under gevent: exit now, one line, no traceback

@@ -1,0 +1,337 @@
+"""Per-process run state shared by users and Locust event handlers.
+
+One :class:`Runtime` lives on ``environment.attnload`` in every Locust process. On a
+worker it records requests and ships deltas; on the master (or a single process) it
+merges deltas, tracks stages and workers, serves ``/metrics`` and writes results.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import resource
+import time
+from collections import Counter
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from attnload.attention import FactsLookup, no_facts
+from attnload.client.transport import Timeouts
+from attnload.config.model import ModelTarget, TestConfig
+from attnload.measure.paired import PairedRecorder
+from attnload.measure.recorder import Recorder, RequestRecord
+from attnload.metrics.exposition import FleetState
+from attnload.report.html import write_html
+from attnload.results.model import Results
+from attnload.results.summarize import StageWindow, build_results, client_info
+from attnload.results.write import write_results
+from attnload.runner.openloop import PAIR_STREAM, OpenLoop, OpenStage
+from attnload.runner.options import RunOptions
+from attnload.workload.prompts import Workload
+from attnload.workload.sweep import ModelStageStats
+
+log = logging.getLogger(__name__)
+
+WARMUP_STAGE = -1
+"""Stage tag of requests that started before the test or inside a stage's warm-up window."""
+
+
+
+
+class CpuMeter:
+    """This process's CPU use (1.0 = one core) from getrusage, sampled every second.
+
+    Locust samples worker CPU only every few seconds, too slowly for short stages; a client
+    that saturates does so for seconds on end, so what decides ``client_saturated`` is the
+    *sustained* use: the lower of two consecutive one-second samples. A single busy second
+    (process start, a spawn burst, a GC pass) does not flag a run; two do.
+    """
+
+    def __init__(self) -> None:
+        self._last = (time.perf_counter(), _cpu_seconds())
+        self._previous: float | None = None
+        self._peak = 0.0
+
+    def sample(self) -> float:
+        """The sustained ratio: min(this second, the one before); 0.0 on the first call."""
+        now, cpu = time.perf_counter(), _cpu_seconds()
+        wall = now - self._last[0]
+        ratio = (cpu - self._last[1]) / wall if wall > 0 else 0.0
+        self._last = (now, cpu)
+        sustained = min(ratio, self._previous) if self._previous is not None else 0.0
+        self._previous = ratio
+        self._peak = max(self._peak, sustained)
+        return sustained
+
+    def peak(self) -> float:
+        """Highest sustained ratio since the previous call (then reset)."""
+        peak, self._peak = self._peak, 0.0
+        return peak
+
+
+def _cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+@dataclass
+class StageClock:
+    """The current stage, as this process knows it (the master tells workers)."""
+
+    index: int = WARMUP_STAGE
+    started: float = 0.0  # perf_counter seconds
+    windows: list[StageWindow] = field(default_factory=list)
+    rates: dict[str, float] | None = None
+    """Open-loop rates per model key of the current stage; None in a closed-loop stage."""
+
+
+class Runtime:
+    """Config, recorder, workload and fleet state for one Locust process."""
+
+    def __init__(self, config: TestConfig, options: RunOptions, role: str,
+                 attention_facts: FactsLookup = no_facts) -> None:
+        self.config = config
+        self.attention_facts = attention_facts
+        """Preset KV facts per model id, handed in by the entry point (the runner never imports the simulator)."""
+        self.options = options
+        self.role = role  # "local" | "master" | "worker"
+        self.recorder = Recorder()
+        self.workload = Workload(config, list(options.profiles) or None)
+        self.fleet = FleetState(model_labels={m.key: (m.id, m.attention) for m in config.models})
+        self.api_keys = {m.key: m.api_key() for m in config.models}
+        request = config.request
+        self.timeouts = Timeouts(connect_s=request.connect_timeout_s, ttft_s=request.ttft_timeout_s,
+                                 idle_s=request.idle_timeout_s, total_s=request.total_timeout_s)
+        self.stage = StageClock()
+        self.worker_index = 0
+        self.users_by_model: Counter[str] = Counter()
+        self.worker_users: dict[str, dict[str, int]] = {}
+        self.workers_seen: set[str] = set()
+        self.workers_lost: set[str] = set()
+        self.final_counts_from: set[str] = set()
+        """Workers whose final counts (sent when their users stopped) reached this master."""
+        self.cpu_max_ratio = 0.0
+        self.started_at: float | None = None
+        self.started_perf = 0.0
+        self.ended_at: float | None = None
+        self.running = False
+        self.spawned = 0
+        self.cpu = CpuMeter()
+        self.stop_requested = False  # SIGTERM on a headless shape run: the shape ends the test at its next tick
+        self._assigned = 0
+        self.paired = PairedRecorder(config.models[0].key, seed=config.seed) if options.paired else None
+        self.open_loop: OpenLoop | None = None
+        """Set on processes that send (workers, or a single process); the master only directs."""
+        self.worker_count = 1
+        self._merged_at: dict[str, float] = {}
+        self.sweep_report: dict[str, dict[str, Any]] | None = None
+        self.sweep_final: Any = None
+        """Callable giving the sweep report from final stats (set by the sweep shape)."""
+
+    # ------------------------------------------------------------------ users
+
+    def assign_model(self) -> ModelTarget:
+        """Round-robin over models (by weight), offset by worker index so workers stay balanced."""
+        models = self.config.models
+        slots = [m for m in models for _ in range(max(1, round(m.weight)))]
+        target = slots[(self._assigned + self.worker_index) % len(slots)]
+        self._assigned += 1
+        self.users_by_model[target.key] += 1
+        return target
+
+    def assign_all(self) -> list[ModelTarget]:
+        """Paired mode: a user drives every model (each one counts a user per model)."""
+        for target in self.config.models:
+            self.users_by_model[target.key] += 1
+        return list(self.config.models)
+
+    def release(self, target: ModelTarget) -> None:
+        self.users_by_model[target.key] -= 1
+
+    def stage_for(self, start_perf: float) -> int:
+        """Stage tag of a request starting now; warm-up requests are tagged ``WARMUP_STAGE``."""
+        stage = self.stage
+        if stage.index < 0 or start_perf - stage.started < self.options.warmup_s:
+            return WARMUP_STAGE
+        return stage.index
+
+    def observe(self, record: RequestRecord) -> None:
+        self.recorder.add(record)
+
+    def is_good(self, ttft_s: float | None, itl_gaps: tuple[tuple[float, int], ...], e2e_s: float) -> bool:
+        """Whether one successful request met every configured SLO (goodput)."""
+        slo = self.config.slo
+        if slo.ttft_p99_s is not None and (ttft_s is None or ttft_s > slo.ttft_p99_s):
+            return False
+        if slo.e2e_p99_s is not None and e2e_s > slo.e2e_p99_s:
+            return False
+        if slo.itl_p99_s is not None and itl_gaps:
+            ordered = sorted(itl_gaps)
+            total = sum(n for _, n in ordered)
+            seen = 0
+            for gap, n in ordered:
+                seen += n
+                if seen >= 0.99 * total:
+                    return gap <= slo.itl_p99_s
+        return True
+
+    # ------------------------------------------------------------------ stages and lifecycle
+
+    def begin_test(self) -> None:
+        """A new test: fresh recorder, clock and stages (shape start, or test_start without a shape)."""
+        self.recorder.reset()
+        if self.paired is not None:
+            self.paired.reset()
+        self.started_at = time.time()
+        self.started_perf = time.perf_counter()
+        self.ended_at = None
+        self.stage = StageClock()
+        self.final_counts_from.clear()
+        self.running = True
+
+    def test_started(self) -> None:
+        """Locust's test_start; with a shape it fires after the first tick, which already began the test."""
+        if not self.running:
+            self.begin_test()
+            if self.options.shape is None:
+                self.enter_stage(0, users=None, rate=None)
+
+    def enter_stage(self, index: int, users: int | None, rate: float | None,
+                    rates: dict[str, float] | None = None, workers: int | None = None) -> None:
+        """A new stage begins (master: from the shape; workers: from its message).
+
+        ``rates`` (per model key) makes it an open-loop stage: a sending process starts
+        its share of the schedule (``workers`` shares in all, this one ``worker_index``).
+        """
+        now = time.perf_counter()
+        clock = self.stage
+        if clock.windows and clock.windows[-1].end_s < 0:
+            last = clock.windows[-1]
+            clock.windows[-1] = replace(last, end_s=now - self.started_perf)
+        if rates is None and rate is not None:
+            rates = {m.key: rate for m in self.config.models}
+        clock.index, clock.started, clock.rates = index, now, rates
+        start_s = now - self.started_perf + self.options.warmup_s
+        clock.windows.append(StageWindow(index, start_s, -1.0, users, rate, rates=dict(rates) if rates else None))
+        self.fleet.stage = index
+        self.fleet.target_users = users or 0
+        self.fleet.target_rate = rate if rate is not None else (sum(rates.values()) / len(rates) if rates else 0.0)
+        if workers:
+            self.worker_count = workers
+        if self.open_loop is not None:
+            if rates:
+                self.open_loop.start_stage(self._open_stage(index, rates, now))
+            else:
+                self.open_loop.stop_schedule()
+
+    def _open_stage(self, index: int, rates: dict[str, float], started_perf: float) -> OpenStage:
+        shape = self.options.shape
+        duration_s = shape.stage_duration_s if shape else 60.0
+        if self.paired is not None:
+            # Paired arrivals are prompts, each sent to every model: one stream at the per-model rate.
+            rates = {PAIR_STREAM: min(rates.values())}
+        return OpenStage(index=index, rates_rps=rates, started_perf=started_perf, duration_s=duration_s,
+                         warmup_s=self.options.warmup_s, share_index=self.worker_index,
+                         share_count=max(self.worker_count, 1))
+
+    def stage_stats(self, index: int) -> dict[str, ModelStageStats]:
+        """Per model, what stage ``index`` has done so far (the sweep decides on it).
+
+        Rates divide by the time the merged data covers: on a master that is up to the
+        oldest worker's last delta (workers report every ~3 s), not up to now.
+        """
+        window = next((w for w in reversed(self.stage.windows) if w.index == index), None)
+        if window is None:
+            return {}
+        end_s = window.end_s if window.end_s >= 0 else time.perf_counter() - self.started_perf
+        if self.role == "master" and self._merged_at and window.end_s < 0:
+            covered_s = min(self._merged_at.values()) - self.started_perf
+            if covered_s > window.start_s + 1.0:
+                end_s = min(end_s, covered_s)
+        duration_s = max(end_s - window.start_s, 1e-9)
+        out = {}
+        for target in self.config.models:
+            series = self.recorder.combined(model_key=target.key, stage=index)
+            hists = series.hists
+            out[target.key] = ModelStageStats(
+                output_tokens_per_s=series.counts.get("completion_tokens", 0) / duration_s,
+                requests_per_s=series.counts.get("ok", 0) / duration_s,
+                ttft_p99_s=hists["ttft"].quantile(0.99), itl_p99_s=hists["itl"].quantile(0.99),
+                e2e_p99_s=hists["e2e"].quantile(0.99), failed=series.counts.get("failed", 0))
+        return out
+
+    def test_stopped(self) -> None:
+        self.running = False
+        if self.started_at is None:
+            return
+        now = time.perf_counter()
+        self.ended_at = self.started_at + (now - self.started_perf)
+        windows = self.stage.windows
+        if windows and windows[-1].end_s < 0:
+            windows[-1] = replace(windows[-1], end_s=now - self.started_perf)
+        if self.open_loop is not None:
+            self.open_loop.stop()
+
+    # ------------------------------------------------------------------ distribution
+
+    def worker_payload(self) -> dict[str, Any]:
+        payload: dict[str, Any] = {"delta": self.recorder.take_delta(), "users": dict(self.users_by_model),
+                                   "cpu": self.cpu.peak()}
+        if self.paired is not None:
+            payload["paired"] = self.paired.take_delta()
+        return payload
+
+    def merge_worker(self, worker_id: str, payload: dict[str, Any]) -> None:
+        self.workers_seen.add(worker_id)
+        self._merged_at[worker_id] = time.perf_counter()
+        self.recorder.merge_delta(payload.get("delta") or {})
+        if self.paired is not None and payload.get("paired"):
+            self.paired.merge_delta(payload["paired"])
+        if "cpu" in payload:
+            self.note_cpu(worker_id, float(payload["cpu"]))
+        if "users" in payload:
+            self.worker_users[worker_id] = payload["users"]
+            self.fleet.users = dict(sum((Counter(u) for u in self.worker_users.values()), Counter()))
+
+    def reporting_workers(self, within_s: float = 7.0) -> set[str]:
+        """Workers whose report arrived recently (they report every 3 s, even between tests)."""
+        now = time.perf_counter()
+        return {w for w, at in self._merged_at.items() if now - at < within_s and w not in self.workers_lost}
+
+    def note_cpu(self, worker: str, ratio: float) -> None:
+        self.fleet.worker_cpu_ratio[worker] = ratio
+        self.cpu_max_ratio = max(self.cpu_max_ratio, ratio)
+        self.fleet.client_saturated = self.cpu_max_ratio > 0.9
+
+    # ------------------------------------------------------------------ results
+
+    def results(self) -> Results:
+        started = self.started_at or time.time()
+        ended = self.ended_at or time.time()
+        windows = [w for w in self.stage.windows if w.end_s > w.start_s] if self.options.shape else []
+        info = {m.key: details for m in self.config.models if (details := self.attention_facts(m.id))}
+        shape = self.options.shape
+        run_info = {"source": os.path.basename(self.config.source), "shape": shape.to_text() if shape else None,
+                    "stage_duration_s": shape.stage_duration_s if shape else None, "warmup_s": self.options.warmup_s,
+                    "profiles": [p.name for p in self.workload.profiles], "max_tokens": self.config.request.max_tokens,
+                    "temperature": self.config.request.temperature, "role": self.role,
+                    "paired": self.options.paired, "arrivals": self.arrivals,
+                    "models": {m.key: {"id": m.id, "attention": m.attention, "url": m.chat_url}
+                               for m in self.config.models}}
+        workers = max(len(self.workers_seen), 1 if self.role == "local" else 0)
+        sweep = self.sweep_final() if callable(self.sweep_final) else self.sweep_report
+        return build_results(self.config, self.recorder, started_at=started, ended_at=ended, stages=windows,
+                             client=client_info(workers, len(self.workers_lost), self.cpu_max_ratio, self.recorder),
+                             run_info=run_info, attention_info=info, paired=self.paired, sweep=sweep,
+                             in_flight=dict(self.fleet.users) if self.running else None)
+
+    @property
+    def arrivals(self) -> str:
+        return self.options.arrivals or self.config.arrivals
+
+    def write_results(self) -> Path | None:
+        if self.started_at is None:
+            return None
+        return write_results(self.results(), self.options.results_dir, self.started_at, render_html=write_html)
+

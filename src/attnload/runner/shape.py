@@ -1,0 +1,155 @@
+"""Locust's ``LoadTestShape`` adapters for a :mod:`attnload.workload.shapes` spec; the master tells
+workers each new stage with a typed :class:`StageMessage`."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import asdict, dataclass, fields
+
+from locust import LoadTestShape
+from locust.runners import MasterRunner
+
+from attnload.errors import UsageError
+from attnload.runner.fleet import stop_users
+from attnload.runner.options import env_value, exit_usage
+from attnload.runner.runtime import Runtime
+from attnload.workload.shapes import ShapeSpec, SweepSpec, parse_duration, parse_shape
+from attnload.workload.sweep import Slo, SweepPlan, SweepStage
+
+log = logging.getLogger(__name__)
+
+STAGE_MESSAGE = "attnload_stage"
+
+
+@dataclass(frozen=True)
+class StageMessage:
+    """Master -> workers at each new stage: closed-loop users, or open-loop rates per model key and the
+    worker count (each worker sends its share). Sent as ``asdict`` (Locust messages are msgpack)."""
+
+    index: int
+    users: int | None = None
+    rate: float | None = None
+    rates: dict[str, float] | None = None
+    workers: int | None = None
+
+    def to_data(self) -> dict[str, object]:
+        return asdict(self)
+
+    @classmethod
+    def from_data(cls, data: dict[str, object]) -> StageMessage:
+        return cls(**{f.name: data.get(f.name) for f in fields(cls)})  # type: ignore[arg-type]
+
+    def enter(self, runtime: Runtime) -> None:
+        runtime.enter_stage(self.index, self.users, self.rate, rates=self.rates, workers=self.workers)
+STOP_RATE_PER_WORKER = 100.0
+"""Users stopped per second and worker when a rate stage follows a closed-loop one (Locust warns above 100)."""
+
+
+def shape_spec_from_env() -> ShapeSpec | None:
+    """The shape named by ``ATTNLOAD_SHAPE`` (read when the locustfile is imported)."""
+    text = env_value("shape")
+    if not text:
+        return None
+    try:
+        return parse_shape(text, parse_duration(env_value("stage-duration"), "stage duration"))
+    except UsageError as exc:
+        exit_usage(exc)
+        raise
+
+
+class StagedShape(LoadTestShape):
+    """Stages from a :class:`ShapeSpec`; tells the runtime (and workers) each new stage.
+
+    A closed-loop stage asks Locust for its user count; an open-loop (rate) stage asks
+    for none, and its message carries the per-model rates and the worker count so each
+    worker schedules its share.
+    """
+
+    spec: ShapeSpec
+    spawn_rate: float | None = None
+
+    def tick(self) -> tuple[int, float] | None:
+        users = self._tick()
+        if users is None:
+            self._finish()
+        return users
+
+    def _finish(self) -> None:
+        """The shape is over: stop the users and collect the workers' final counts before Locust quits."""
+        stop_users(self.runner)
+
+    def _tick(self) -> tuple[int, float] | None:
+        runtime = self._runtime()
+        if runtime is None:
+            return None
+        stage = self.spec.stage_at(self.get_run_time())
+        if stage is None:
+            return None
+        if stage.index != runtime.stage.index:
+            rates = {m.key: stage.rate for m in runtime.config.models} if stage.rate is not None else None
+            self._enter(runtime, stage.index, stage.users, stage.rate, rates)
+        return self._users(stage.users)
+
+    def _users(self, users: int | None) -> tuple[int, float]:
+        if not users:  # open loop: stop any closed-loop users at once, not at the spawn rate
+            workers = self.runner.worker_count if isinstance(self.runner, MasterRunner) else 1
+            return 0, STOP_RATE_PER_WORKER * max(workers, 1)
+        return users, float(self.spawn_rate or max(users, 1))
+
+    def _runtime(self) -> Runtime | None:
+        runtime: Runtime | None = getattr(self.runner.environment, "attnload", None) if self.runner else None
+        if runtime is not None and runtime.stop_requested:
+            return None  # SIGTERM: end the test the way a finished shape does, so workers drain and report
+        if runtime is not None and not runtime.running:
+            runtime.begin_test()
+        return runtime
+
+    def _enter(self, runtime: Runtime, index: int, users: int | None, rate: float | None,
+               rates: dict[str, float] | None) -> None:
+        workers = self.runner.worker_count if isinstance(self.runner, MasterRunner) else 1
+        runtime.enter_stage(index, users, rate, rates=rates, workers=workers)
+        if isinstance(self.runner, MasterRunner):
+            message = StageMessage(index=index, users=users, rate=rate, rates=rates, workers=workers)
+            self.runner.send_message(STAGE_MESSAGE, message.to_data())
+
+
+class SweepShape(StagedShape):
+    """``--shape sweep``: stages planned live by :class:`SweepPlan` from the master's merged stats."""
+
+    def _tick(self) -> tuple[int, float] | None:
+        runtime = self._runtime()
+        if runtime is None:
+            return None
+        now_s = self.get_run_time()
+        plan: SweepPlan | None = getattr(self, "_plan", None)
+        if plan is None:
+            slo = runtime.config.slo
+            plan = SweepPlan([m.key for m in runtime.config.models], int(self.spec.levels[0]),
+                             Slo(slo.ttft_p99_s, slo.itl_p99_s, slo.e2e_p99_s))
+            self._plan, self._index, self._started_s = plan, 0, now_s
+            runtime.sweep_final = lambda: plan.report({i: runtime.stage_stats(i) for i in range(self._index + 1)})
+            self._current = plan.first()
+            self._start(runtime, self._current)
+        elif now_s - self._started_s >= self.spec.stage_duration_s:
+            following = plan.advance(runtime.stage_stats(self._index), self._index)
+            if following is None:
+                return None
+            self._index += 1
+            self._started_s = now_s
+            self._current = following
+            self._start(runtime, following)
+        return self._users(self._current.users)
+
+    def _start(self, runtime: Runtime, stage: SweepStage) -> None:
+        log.info("sweep stage %d: %s", self._index, stage)
+        self._enter(runtime, self._index, stage.users, None, stage.rates_rps)
+
+
+def shape_class() -> type[LoadTestShape] | None:
+    """A ``LoadTestShape`` subclass for ``ATTNLOAD_SHAPE``, or None (Locust's own controls)."""
+    spec = shape_spec_from_env()
+    if spec is None:
+        return None
+    spawn_rate = env_value("spawn-rate")
+    base = SweepShape if isinstance(spec, SweepSpec) else StagedShape
+    return type("AttnloadShape", (base,), {"spec": spec, "spawn_rate": float(spawn_rate) if spawn_rate else None})

@@ -1,0 +1,1 @@
+"""What to send: profiles, prompt building, load shapes and sweep planning."""

@@ -1,0 +1,172 @@
+"""Load shapes: ``concurrency:1,8,64`` (closed-loop users per stage), ``rate:0.5,1`` (open loop)
+and ``sweep`` (an adaptive capacity study, planned stage by stage in ``sweep.py``).
+
+A shape is parsed once into :class:`ShapeSpec` (bad specs are one-line usage errors);
+``stage_at(elapsed_s)`` says which stage a moment belongs to. Locust's ``LoadTestShape``
+adapter lives in ``runner/shape.py``; this module has no Locust import so tests call it directly.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import ClassVar
+
+from attnload.errors import UsageError
+
+_DURATION = re.compile(r"^\s*(?:(\d+(?:\.\d+)?)h)?\s*(?:(\d+(?:\.\d+)?)m(?!s))?\s*(?:(\d+(?:\.\d+)?)s?)?\s*$")
+
+
+def parse_duration(text: str | float | int, what: str = "duration") -> float:
+    """Seconds from ``90``, ``90s``, ``1m30s`` or ``2h``; a bad value is a usage error."""
+    if isinstance(text, int | float):
+        seconds = float(text)
+    else:
+        match = _DURATION.match(str(text))
+        if not match or not any(match.groups()):
+            raise UsageError(f"{what} {text!r} is not a duration: use e.g. 60s, 2m or 1m30s")
+        hours, minutes, secs = (float(g) if g else 0.0 for g in match.groups())
+        seconds = hours * 3600 + minutes * 60 + secs
+    if seconds <= 0:
+        raise UsageError(f"{what} must be positive, got {text!r}")
+    return seconds
+
+
+@dataclass(frozen=True)
+class Stage:
+    index: int
+    start_s: float
+    end_s: float
+    users: int | None = None
+    rate: float | None = None
+
+
+SWEEP_DEFAULT_MAX_USERS = 256
+"""Per model: the sweep's doubling probe stops here at the latest (2^8, so ≤ 9 probe stages)."""
+
+
+@dataclass(frozen=True)
+class StagedSpec:
+    """What every shape kind has: equal-length stages at ``levels``; ``kind`` tags the union."""
+
+    kind: ClassVar[str]
+    open_loop: ClassVar[bool] = False
+    levels: tuple[float, ...]
+    stage_duration_s: float
+
+    @property
+    def stages(self) -> tuple[Stage, ...]:
+        """The fixed stages (none for a sweep, whose stages depend on what it measures)."""
+        return ()
+
+    @property
+    def peak_users(self) -> int:
+        """Closed-loop users of the busiest stage (0 for open-loop and planned-live shapes)."""
+        return 0
+
+    @property
+    def duration_s(self) -> float:
+        return self.stage_duration_s * len(self.levels)
+
+    def stage_at(self, elapsed_s: float) -> Stage | None:
+        index = int(elapsed_s // self.stage_duration_s)
+        stages = self.stages
+        return stages[index] if 0 <= index < len(stages) else None
+
+    def to_text(self) -> str:
+        return f"{self.kind}:{','.join(f'{v:g}' for v in self.levels)}"
+
+    @classmethod
+    def parse(cls, text: str, values: str, stage_duration_s: float) -> StagedSpec:
+        """The spec of ``kind:v1,v2,...`` (``values`` is what follows the colon)."""
+        parts = [p.strip() for p in values.split(",") if p.strip()]
+        if not parts:
+            raise UsageError(f"shape {text!r} lists no levels: e.g. {cls.kind}:1,8,64")
+        levels: list[float] = []
+        for part in parts:
+            try:
+                value = float(part)
+            except ValueError:
+                raise UsageError(f"shape {text!r}: {part!r} is not a number") from None
+            if not cls.valid_level(value):
+                raise UsageError(f"shape {text!r}: {part!r} must be {cls.level_meaning}")
+            levels.append(value)
+        return cls(levels=tuple(levels), stage_duration_s=stage_duration_s)
+
+    level_meaning: ClassVar[str] = "positive"
+
+    @staticmethod
+    def valid_level(value: float) -> bool:
+        return value > 0
+
+
+@dataclass(frozen=True)
+class ConcurrencySpec(StagedSpec):
+    """``concurrency:1,8,64``: closed-loop users per stage."""
+
+    kind: ClassVar[str] = "concurrency"
+    level_meaning: ClassVar[str] = "a positive whole number of users"
+
+    @property
+    def stages(self) -> tuple[Stage, ...]:
+        d = self.stage_duration_s
+        return tuple(Stage(i, i * d, (i + 1) * d, users=int(v)) for i, v in enumerate(self.levels))
+
+    @property
+    def peak_users(self) -> int:
+        return max(int(v) for v in self.levels)
+
+    @staticmethod
+    def valid_level(value: float) -> bool:
+        return value > 0 and value == int(value)
+
+
+@dataclass(frozen=True)
+class RateSpec(StagedSpec):
+    """``rate:0.5,1,2``: open-loop arrivals per stage (req/s per model)."""
+
+    kind: ClassVar[str] = "rate"
+    open_loop: ClassVar[bool] = True
+    level_meaning: ClassVar[str] = "a positive rate in req/s"
+
+    @property
+    def stages(self) -> tuple[Stage, ...]:
+        d = self.stage_duration_s
+        return tuple(Stage(i, i * d, (i + 1) * d, rate=v) for i, v in enumerate(self.levels))
+
+
+@dataclass(frozen=True)
+class SweepSpec(StagedSpec):
+    """``sweep`` or ``sweep:MAX``: an adaptive capacity study planned live; ``levels`` holds one value,
+    the per-model user cap of the probe (a power of two is natural)."""
+
+    kind: ClassVar[str] = "sweep"
+
+    @classmethod
+    def parse(cls, text: str, values: str, stage_duration_s: float) -> SweepSpec:
+        value = values.strip()
+        if not value:
+            return cls(levels=(float(SWEEP_DEFAULT_MAX_USERS),), stage_duration_s=stage_duration_s)
+        try:
+            cap = int(value)
+        except ValueError:
+            raise UsageError(f"shape {text!r}: sweep takes one whole number, the per-model user cap "
+                             "(e.g. sweep:128)") from None
+        if cap < 1:
+            raise UsageError(f"shape {text!r}: the sweep's user cap must be at least 1")
+        return cls(levels=(float(cap),), stage_duration_s=stage_duration_s)
+
+
+ShapeSpec = ConcurrencySpec | RateSpec | SweepSpec
+"""A parsed shape: one class per kind (``kind`` is the tag), each with the same protocol."""
+SHAPE_KINDS: dict[str, type[StagedSpec]] = {cls.kind: cls for cls in (ConcurrencySpec, RateSpec, SweepSpec)}
+
+
+def parse_shape(text: str, stage_duration_s: float) -> ShapeSpec:
+    """Parse ``concurrency:1,8,64``, ``rate:0.5,1,2`` or ``sweep[:CAP]``; errors say what a valid spec looks like."""
+    kind, _colon, values = text.partition(":")
+    spec_class = SHAPE_KINDS.get(kind.strip().lower())
+    if spec_class is None:
+        raise UsageError(f"unknown shape {text!r}: use concurrency:1,8,64 (users), rate:0.5,1,2 (req/s per model) "
+                         "or sweep")
+    return spec_class.parse(text, values, stage_duration_s)  # type: ignore[return-value]
