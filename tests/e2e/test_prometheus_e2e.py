@@ -350,8 +350,8 @@ def assert_series_bounded(exposition: str) -> int:
 
 def test_series_count_bounded_with_every_error_class() -> None:
     """The core's exporter, worst case: every model × profile × stage × outcome × error class seen."""
-    metrics = pytest.importorskip("attnload.metrics")
-    measure = pytest.importorskip("attnload.measure")
+    metrics = pytest.importorskip("attnload.metrics.exposition")
+    measure = pytest.importorskip("attnload.measure.recorder")
     from prometheus_client import CollectorRegistry, generate_latest
 
     recorder = measure.Recorder()

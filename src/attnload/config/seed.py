@@ -17,11 +17,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import (
-    Field,
-    ValidationError,
-    field_validator,
-)
+from pydantic import ConfigDict, Field, ValidationError, field_validator
 
 from attnload.attention import parse_attention
 from attnload.config.model import (
@@ -43,16 +39,26 @@ _LITERAL_KEY_FIELDS = ("api_key", "apikey", "key", "token", "authorization")
 # --------------------------------------------------------------------------- raw file formats
 
 
-class _JsonModel(StrictModel):
+class _SeedModel(StrictModel):
+    """One ``models.KEY`` entry of either seed format (the TOML's spelling; see :class:`_JsonModel`)."""
+
     id: str
-    attention_type: str
-    max_context: int | None = Field(default=None, gt=0)
+    attention: str
+    context_window: int | None = Field(default=None, gt=0)
     base_url: str | None = None
     api_key_env: str | None = None
     weight: float = Field(default=1.0, gt=0)
 
-    _attention = field_validator("attention_type")(lambda v: parse_attention(v))
+    _attention = field_validator("attention")(lambda v: parse_attention(v))
     _env = field_validator("api_key_env")(lambda v: env_name(v))
+
+
+JSON_ALIASES = {"attention": "attention_type", "context_window": "max_context"}
+"""benchmark_config.json spells two model keys its own way; each format accepts only its own spelling."""
+
+
+class _JsonModel(_SeedModel):
+    model_config = ConfigDict(frozen=True, extra="forbid", alias_generator=lambda name: JSON_ALIASES.get(name, name))
 
 
 class _Benchmark(StrictModel):
@@ -101,18 +107,6 @@ class _Provider(StrictModel):
     _env = field_validator("api_key_env")(lambda v: env_name(v))
 
 
-class _TomlModel(StrictModel):
-    id: str
-    attention: str
-    context_window: int | None = Field(default=None, gt=0)
-    base_url: str | None = None
-    api_key_env: str | None = None
-    weight: float = Field(default=1.0, gt=0)
-
-    _attention = field_validator("attention")(lambda v: parse_attention(v))
-    _env = field_validator("api_key_env")(lambda v: env_name(v))
-
-
 class _TomlRequest(StrictModel):
     max_tokens: int = Field(default=256, gt=0)
     temperature: float = Field(default=0.0, ge=0.0, le=2.0)
@@ -128,7 +122,7 @@ class _TomlRequest(StrictModel):
 
 class _TomlConfig(_Extensions):
     provider: _Provider
-    models: dict[str, _TomlModel] = Field(min_length=1)
+    models: dict[str, _SeedModel] = Field(min_length=1)
     request: _TomlRequest = _TomlRequest()  # type: ignore[assignment]
     benchmark: _Benchmark | None = None
 
@@ -204,15 +198,13 @@ def _line_of(text: str, key: str) -> int | None:
     return None
 
 
-def _targets(models: Mapping[str, Any], base_url: str, api_key_env: str | None,
-             fields: tuple[str, str]) -> tuple[ModelTarget, ...]:
-    attention_field, context_field = fields
+def _targets(models: Mapping[str, _SeedModel], base_url: str, api_key_env: str | None) -> tuple[ModelTarget, ...]:
     targets = []
     for key, raw in models.items():
         root, chat_url, note = resolve_chat_url(raw.base_url or base_url)
         targets.append(ModelTarget(
-            key=key, id=raw.id, attention=getattr(raw, attention_field),
-            max_context=getattr(raw, context_field), base_url=root, chat_url=chat_url, url_note=note,
+            key=key, id=raw.id, attention=raw.attention,
+            max_context=raw.context_window, base_url=root, chat_url=chat_url, url_note=note,
             api_key_env=raw.api_key_env or api_key_env, weight=raw.weight))
     return tuple(targets)
 
@@ -233,7 +225,7 @@ def _from_json(file: Path, raw_bytes: bytes, cfg: _JsonConfig) -> TestConfig:
                                              temperature=cfg.benchmark.temperature)
     return TestConfig(
         source=str(file), sha256=hashlib.sha256(raw_bytes).hexdigest(), provider=None,
-        models=_targets(cfg.models, cfg.base_url, cfg.api_key_env, ("attention_type", "max_context")),
+        models=_targets(cfg.models, cfg.base_url, cfg.api_key_env),
         profiles=_profiles(cfg), request=request, repeat=cfg.benchmark.repeat, slo=cfg.slo,
         shape=cfg.shape, stage_duration_s=cfg.stage_duration_s,
         arrivals=cfg.arrivals, seed=cfg.seed)
@@ -250,7 +242,7 @@ def _from_toml(file: Path, raw_bytes: bytes, cfg: _TomlConfig) -> TestConfig:
         settings["total_timeout_s"] = req.timeout  # the seed's `timeout` bounds the whole request
     return TestConfig(
         source=str(file), sha256=hashlib.sha256(raw_bytes).hexdigest(), provider=cfg.provider.name,
-        models=_targets(cfg.models, cfg.provider.base_url, cfg.provider.api_key_env, ("attention", "context_window")),
+        models=_targets(cfg.models, cfg.provider.base_url, cfg.provider.api_key_env),
         profiles=_profiles(cfg), request=RequestSettings(**settings),
         repeat=cfg.benchmark.repeat if cfg.benchmark else 5, slo=cfg.slo,
         shape=cfg.shape, stage_duration_s=cfg.stage_duration_s,

@@ -8,8 +8,8 @@ from typing import Any
 
 from attnload.config.model import TestConfig
 from attnload.measure.histogram import LogHistogram
-from attnload.measure.recorder import Recorder, Series
 from attnload.measure.paired import PairedRecorder
+from attnload.measure.recorder import Recorder, Series
 from attnload.results.model import ClientInfo, ModelSummary, Requests, Results, StageSummary, Summary, Totals
 
 SATURATION_CPU_RATIO = 0.9

@@ -32,8 +32,6 @@ from attnload.runner.shape import STAGE_MESSAGE, StageMessage
 from attnload.runner.users import chat_client, send_pair, send_plan
 from attnload.workload.prompts import PlannedRequest
 
-# ---------------------------------------------------------------------------- events
-
 
 def register(events: Any, attention_facts: FactsLookup = no_facts) -> None:
     """Wire attnload into Locust's event hooks (call once, from the locustfile).

@@ -24,7 +24,7 @@ of 30 s or more keep that error small and equal across stages.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 GROWTH = 0.10
 FRACTIONS = (0.5, 0.7, 0.85, 1.0)
@@ -48,7 +48,7 @@ class ModelStageStats:
 class SweepStage:
     """The next stage to run: closed-loop users (total) or per-model open-loop rates."""
 
-    kind: str  # "concurrency" | "rate"
+    kind: Literal["concurrency", "rate"]
     users: int | None = None
     rates_rps: dict[str, float] | None = None
     fraction: float | None = None
