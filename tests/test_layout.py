@@ -110,6 +110,20 @@ def test_no_import_cycles_counting_lazy_imports() -> None:
     assert _cycles(module_level_only=False) == []
 
 
+def test_packages_import_one_way() -> None:
+    """The package map of docs/design.md: arrows between packages never form a cycle."""
+    graph: dict[str, set[str]] = {}
+    for module in SOURCES:
+        source = module.split(".")[1] if "." in module else ""
+        for target in _edges(module, module_level_only=False):
+            if "." in target and target.split(".")[1] != source:
+                graph.setdefault(source, set()).add(target.split(".")[1])
+    def reaches(start: str, goal: str, seen: set[str]) -> bool:
+        return any(n == goal or (n not in seen and reaches(n, goal, seen | {n})) for n in graph.get(start, ()))
+
+    assert [p for p in graph if reaches(p, p, {p})] == [], graph
+
+
 def test_few_plain_modules_at_the_top() -> None:
     plain = sorted(p.name for p in PACKAGE.glob("*.py") if p.name not in ("__init__.py", "__main__.py"))
     assert len(plain) <= MAX_PLAIN_MODULES, plain
