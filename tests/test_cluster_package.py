@@ -65,8 +65,8 @@ def test_the_installed_package_carries_every_deploy_file(site: Path, tmp_path: P
 def test_cluster_up_applies_from_the_installed_package(site: Path, tmp_path: Path,
                                                        request: pytest.FixtureRequest) -> None:
     api: FakeKube = request.getfixturevalue("fake")  # sets KUBECONFIG to the fake API server
-    proc = _python(site, "import sys; from attnload.cli import main; sys.exit(main(['cluster', 'up', '--no-wait']))",
-                   tmp_path)
+    up = "import sys; from attnload.commands.cli import main; sys.exit(main(['cluster', 'up', '--no-wait']))"
+    proc = _python(site, up, tmp_path)
     assert proc.returncode == 0, proc.stderr
     applied = {(o["kind"], o["metadata"]["name"]) for o in api.objects.values()}
     assert {(o["kind"], o["metadata"]["name"]) for o in manifests.load(ROOT / "deploy")} <= applied

@@ -53,7 +53,10 @@ def apiserver_cidrs(kube: Kube) -> list[str]:
     for item in reply.get("items") or []:
         for endpoint in item.get("endpoints") or []:
             for address in endpoint.get("addresses") or []:
-                ip = ipaddress.ip_address(address)
+                try:
+                    ip = ipaddress.ip_address(address)
+                except ValueError:  # an FQDN slice: no ipBlock can name it
+                    continue
                 cidrs.add(f"{ip}/{ip.max_prefixlen}")
     return sorted(cidrs)
 

@@ -87,7 +87,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 def up(kube: Kube, args: argparse.Namespace) -> int:
-    objects = manifests.load(args.manifests or manifests.default_directory())
+    directory = args.manifests or manifests.default_directory()
+    print(f"manifests: {directory}")
+    objects = manifests.load(directory)
     overrides = manifests.Overrides(image=args.image, workers=args.workers, config=args.config,
                                     shape=args.shape, stage_duration=args.stage_duration, profile=args.profile)
     manifests.customise(objects, overrides, manifests.config_keys(objects))
