@@ -26,6 +26,8 @@ NS_PATH = "/api/v1/namespaces/attnload"
 PROXY = f"{NS_PATH}/services/attnload-master:web/proxy"
 RESULTS_PROXY = f"{NS_PATH}/services/attnload-master:results/proxy"
 APPLY_QUERY = "?fieldManager=attnload&force=true"
+SLICES = ("/apis/discovery.k8s.io/v1/namespaces/default/endpointslices"  # the API server's addresses
+          "?labelSelector=kubernetes.io/service-name%3Dkubernetes")
 
 
 class FakeKube:
@@ -145,18 +147,20 @@ def _apply_path(obj: dict[str, Any]) -> str:
     if kind == "Namespace":
         return f"/api/v1/namespaces/{name}{APPLY_QUERY}"
     plural = {"ConfigMap": "configmaps", "Service": "services", "Deployment": "deployments",
-              "Secret": "secrets"}[kind]
-    prefix = "/apis/apps/v1" if kind == "Deployment" else "/api/v1"
+              "Secret": "secrets", "NetworkPolicy": "networkpolicies"}[kind]
+    prefix = {"Deployment": "/apis/apps/v1", "NetworkPolicy": "/apis/networking.k8s.io/v1"}.get(kind, "/api/v1")
     return f"{prefix}/namespaces/attnload/{plural}/{name}{APPLY_QUERY}"
 
 
 def test_up_applies_every_manifest_in_order_then_waits(fake: FakeKube, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["cluster", "up"]) == 0
     objects = manifests.load(ROOT / "deploy")
-    expected = [("PATCH", _apply_path(o)) for o in objects] + [
+    grafana = {"kind": "Secret", "metadata": {"name": "attnload-grafana"}}
+    expected = [("GET", f"{NS_PATH}/secrets/attnload-grafana"), ("GET", SLICES)] + [
+        ("PATCH", _apply_path(o)) for o in [objects[0], grafana, *objects[1:]]] + [
         ("GET", "/apis/apps/v1/namespaces/attnload/deployments")]
     assert fake.calls == expected
-    assert fake.calls[0] == ("PATCH", "/api/v1/namespaces/attnload" + APPLY_QUERY)
+    assert fake.calls[2] == ("PATCH", "/api/v1/namespaces/attnload" + APPLY_QUERY)  # after the two GETs
     assert ("PATCH", "/apis/apps/v1/namespaces/attnload/deployments/attnload-worker" + APPLY_QUERY) in fake.calls
     assert fake.auth == {"Bearer fake-token"}
     assert "attnload is up" in capsys.readouterr().out
@@ -166,7 +170,7 @@ def test_up_overrides_image_workers_config_and_key(fake: FakeKube, monkeypatch: 
     monkeypatch.setenv("TAOTOKEN_API_KEY", "sk-test-secret-value-123")
     assert main(["cluster", "up", "--workers", "5", "--image", "reg.example/attnload:1", "--config",
                  "benchmark_config.json", "--shape", "concurrency:1,8", "--api-key-env", "TAOTOKEN_API_KEY"]) == 0
-    assert fake.calls[1] == ("PATCH", "/api/v1/namespaces/attnload/secrets/attnload-api-keys" + APPLY_QUERY)
+    assert fake.calls[3] == ("PATCH", "/api/v1/namespaces/attnload/secrets/attnload-api-keys" + APPLY_QUERY)
     secret = fake.objects["/api/v1/namespaces/attnload/secrets/attnload-api-keys"]
     assert secret["stringData"] == {"TAOTOKEN_API_KEY": "sk-test-secret-value-123"}
     worker = fake.objects["/apis/apps/v1/namespaces/attnload/deployments/attnload-worker"]
@@ -258,3 +262,40 @@ def test_api_errors_are_one_line(fake: FakeKube, capsys: pytest.CaptureFixture[s
     assert main(["cluster", "scale", "3"]) == 2
     err = capsys.readouterr().err
     assert "not found: PATCH /apis/apps/v1/namespaces/attnload/deployments/attnload-worker/scale" in err
+
+
+GRAFANA_SECRET = f"{NS_PATH}/secrets/attnload-grafana"
+APISERVER_POLICY = "/apis/networking.k8s.io/v1/namespaces/attnload/networkpolicies/attnload-master-apiserver"
+
+
+def test_up_generates_the_grafana_password_once_and_never_prints_it(
+        fake: FakeKube, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["cluster", "up", "--no-wait"]) == 0
+    password = fake.objects[GRAFANA_SECRET]["stringData"]["admin-password"]
+    assert len(password) == 24 and password.isascii() and password != "admin"
+    out = capsys.readouterr().out
+    assert password not in out
+    assert "get secret attnload-grafana -o jsonpath='{.data.admin-password}' | base64 -d" in out
+    assert main(["cluster", "up", "--no-wait"]) == 0  # exists now: kept, not replaced
+    assert ("PATCH", GRAFANA_SECRET + APPLY_QUERY) not in fake.calls[fake.calls.index(("GET", GRAFANA_SECRET), 3):]
+    assert fake.objects[GRAFANA_SECRET]["stringData"]["admin-password"] == password
+    assert "password generated" not in capsys.readouterr().out
+
+
+def test_up_admits_only_the_api_server_to_the_web_ports(fake: FakeKube, capsys: pytest.CaptureFixture[str]) -> None:
+    fake.objects[SLICES.split("?")[0]] = {"kind": "EndpointSliceList", "items": [
+        {"endpoints": [{"addresses": ["172.18.0.2"]}, {"addresses": ["172.18.0.3"]}]},
+        {"endpoints": [{"addresses": ["fd00::2"]}]}]}
+    assert main(["cluster", "up", "--no-wait"]) == 0
+    rule = fake.objects[APISERVER_POLICY]["spec"]["ingress"][0]
+    assert rule["from"] == [{"ipBlock": {"cidr": "172.18.0.2/32"}}, {"ipBlock": {"cidr": "172.18.0.3/32"}},
+                            {"ipBlock": {"cidr": "fd00::2/128"}}]
+    assert rule["ports"] == [{"protocol": "TCP", "port": 8089}, {"protocol": "TCP", "port": 8090}]
+    assert "warning" not in capsys.readouterr().out
+
+
+def test_up_keeps_the_placeholder_when_the_api_server_is_unknown(
+        fake: FakeKube, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["cluster", "up", "--no-wait"]) == 0  # the fake has no EndpointSlices: 404
+    assert fake.objects[APISERVER_POLICY]["spec"]["ingress"][0]["from"] == [{"ipBlock": {"cidr": "192.0.2.1/32"}}]
+    assert "warning: cannot read the API server's addresses" in capsys.readouterr().out

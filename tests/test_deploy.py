@@ -113,7 +113,6 @@ def test_deployment_selectors_match_templates_and_pods_are_locked_down() -> None
 
 
 def test_referenced_configmaps_and_secrets_exist() -> None:
-    optional_secrets = {"attnload-grafana"}  # admin password: optional, documented
     for name, dep in DEPLOYMENTS.items():
         spec = dep["spec"]["template"]["spec"]
         for vol in spec.get("volumes", []):
@@ -124,8 +123,8 @@ def test_referenced_configmaps_and_secrets_exist() -> None:
                 assert src["secretRef"]["name"] in SECRETS and src["secretRef"]["optional"] is True
             for env in c.get("env", []):
                 ref = env.get("valueFrom", {}).get("secretKeyRef")
-                if ref:
-                    assert ref["name"] in SECRETS or (ref["name"] in optional_secrets and ref["optional"])
+                if ref:  # required (no admin/admin fallback): `cluster up` creates it, the template shows it
+                    assert ref["name"] in SECRETS and "optional" not in ref, (name, ref)
             mounts = {m["name"] for m in c.get("volumeMounts", [])}
             assert mounts <= {v["name"] for v in spec.get("volumes", [])}, (name, c["name"])
 

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from attnload.cluster import manifests, names
+from attnload.cluster import access, manifests, names
 from attnload.cluster.kube import Kube, NotFound, connect
 from attnload.errors import UsageError, register_secret
 
@@ -36,7 +36,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="action", metavar="ACTION", required=True,
                                 parser_class=type(parser))
     up = sub.add_parser("up", help="apply deploy/ and wait until every Deployment is ready")
-    up.add_argument("--manifests", type=Path, default=Path("deploy"), help="manifest directory (deploy/)")
+    up.add_argument("--manifests", type=Path, help="manifest directory (default: ./deploy when present, "
+                                                   "else the copy packaged with attnload)")
     up.add_argument("--image", help=f"image for master, workers and sim (default {manifests.ATTNLOAD_IMAGE})")
     up.add_argument("--workers", type=_non_negative, help="worker replicas (default: the manifest's)")
     up.add_argument("--config", help="config file name in the attnload-config ConfigMap "
@@ -86,16 +87,26 @@ def run(args: argparse.Namespace) -> int:
 
 
 def up(kube: Kube, args: argparse.Namespace) -> int:
-    objects = manifests.load(args.manifests)
+    directory = args.manifests or manifests.default_directory()
+    print(f"manifests: {directory}")
+    objects = manifests.load(directory)
     overrides = manifests.Overrides(image=args.image, workers=args.workers, config=args.config,
                                     shape=args.shape, stage_duration=args.stage_duration, profile=args.profile)
     manifests.customise(objects, overrides, manifests.config_keys(objects))
-    secret = _api_key_secret(args.api_key_env)
-    if secret is not None:
-        objects.insert(1, secret)  # after the namespace, before the pods that read it
+    keys = _api_key_secret(args.api_key_env)
+    grafana = access.grafana_secret(kube)
+    objects[1:1] = [s for s in (keys, grafana) if s is not None]  # after the namespace, before the pods
+    cidrs = access.apiserver_cidrs(kube)
+    if cidrs:
+        access.point_policy_at_apiserver(objects, cidrs)
+    else:
+        print(f"warning: cannot read the API server's addresses; NetworkPolicy {names.APISERVER_POLICY} "
+              "keeps its placeholder, so `attnload cluster run` may be refused (docs/kubernetes.md, NetworkPolicy)")
     for obj in objects:
         kube.apply(obj)
         print(f"applied {obj['kind'].lower()}/{obj['metadata']['name']}")
+    if grafana is not None:
+        print(f"Grafana admin password generated; read it with: {access.READ_PASSWORD}")
     if not args.no_wait:
         wait_ready(kube, args.timeout)
     print(f"attnload is up in namespace {NS}; `attnload cluster run` starts a test")

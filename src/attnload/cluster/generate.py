@@ -7,6 +7,9 @@ command writes them and ``--check`` (run by a test) fails when a copy is stale::
     python -m attnload.cluster.generate            # rewrite deploy/*generated ConfigMaps
     python -m attnload.cluster.generate --check    # exit 1 and name the stale files
 
+It also writes deploy/extras/'s kube-prometheus objects (extras.py) and mirrors deploy/
+into the package (packaged.py), so ``attnload cluster up`` works from an installed wheel.
+
 Inputs that do not exist yet produce working defaults, so the stack applies before
 the dashboards land; regenerate once they do. Local addresses in the copied
 Prometheus and Grafana config are rewritten to the in-cluster Service names.
@@ -24,7 +27,7 @@ from typing import Any
 
 import yaml
 
-from attnload.cluster import names
+from attnload.cluster import extras, names, packaged
 
 log = logging.getLogger(__name__)
 
@@ -215,10 +218,14 @@ def render(root: Path) -> dict[str, str]:
     cfg, cfg_src = test_config_map(root)
     prom, prom_src = prometheus_config_map(root)
     grafana, grafana_src = grafana_config_maps(root)
+    rule, rule_src = extras.prometheus_rule(root)
+    boards, boards_src = extras.dashboard_config_maps(root)
     return {
         names.GENERATED_CONFIG_FILE: HEADER.format(sources=", ".join(cfg_src)) + dump_documents([cfg]),
         names.GENERATED_PROMETHEUS_FILE: HEADER.format(sources=", ".join(prom_src)) + dump_documents([prom]),
         names.GENERATED_GRAFANA_FILE: HEADER.format(sources=", ".join(grafana_src)) + dump_documents(grafana),
+        names.GENERATED_RULES_FILE: HEADER.format(sources=", ".join(rule_src)) + dump_documents([rule]),
+        names.GENERATED_DASHBOARDS_FILE: HEADER.format(sources=", ".join(boards_src)) + dump_documents(boards),
     }
 
 
@@ -235,6 +242,7 @@ def write(root: Path) -> list[str]:
     changed = stale(root)
     for name, text in render(root).items():
         if name in changed:
+            (deploy / name).parent.mkdir(exist_ok=True)
             (deploy / name).write_text(text, encoding="utf-8")
     return changed
 
@@ -247,14 +255,15 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
     root = args.root.resolve()
     if args.check:
-        drift = stale(root)
+        drift = [f"deploy/{n}" for n in stale(root)] + [f"{packaged.PACKAGE_DIR}/{n}" for n in packaged.stale(root)]
         if drift:
-            print(f"stale generated manifests: {', '.join('deploy/' + n for n in drift)}; "
+            print(f"stale generated manifests: {', '.join(drift)}; "
                   "run `python -m attnload.cluster.generate` (make deploy-gen)", file=sys.stderr)
             return 1
         return 0
-    changed = write(root)
-    print("regenerated: " + ", ".join(f"deploy/{n}" for n in changed) if changed else "deploy/ is up to date")
+    changed = [f"deploy/{n}" for n in write(root)]
+    changed += [f"{packaged.PACKAGE_DIR}/{n}" for n in packaged.write(root)]  # after deploy/ is current
+    print("regenerated: " + ", ".join(changed) if changed else "deploy/ is up to date")
     return 0
 
 

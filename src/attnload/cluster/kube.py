@@ -41,6 +41,7 @@ _RESOURCES = {
     "Service": ("/api/v1", "services"),
     "ServiceAccount": ("/api/v1", "serviceaccounts"),
     "Deployment": ("/apis/apps/v1", "deployments"),
+    "NetworkPolicy": ("/apis/networking.k8s.io/v1", "networkpolicies"),
 }
 
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import yaml
 
-from attnload.cluster import names
+from attnload.cluster import names, packaged
 from attnload.errors import UsageError
 
 MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
@@ -32,6 +32,12 @@ class Overrides:
     shape: str | None = None
     stage_duration: str | None = None
     profile: str | None = None
+
+
+def default_directory() -> Path:
+    """./deploy in a checkout (so local edits apply), else the copy packaged with attnload."""
+    local = Path("deploy")
+    return local if local.is_dir() else packaged.packaged_dir()
 
 
 def manifest_files(directory: Path) -> list[Path]:

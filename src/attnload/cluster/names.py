@@ -21,10 +21,17 @@ PROMETHEUS_CONFIG_MAP = "attnload-prometheus"
 GRAFANA_DATASOURCES_MAP = "attnload-grafana-datasources"
 GRAFANA_PROVIDERS_MAP = "attnload-grafana-dashboard-providers"
 GRAFANA_DASHBOARDS_MAP = "attnload-grafana-dashboards"
+GRAFANA_SECRET = "attnload-grafana"          # key admin-password; `cluster up` generates it if absent
+GRAFANA_SECRET_KEY = "admin-password"
+APISERVER_POLICY = "attnload-master-apiserver"  # the NetworkPolicy `cluster up` points at the API server
+APISERVER_PLACEHOLDER_CIDR = "192.0.2.1/32"  # TEST-NET-1: admits nobody until `cluster up` or you set it
 
 GENERATED_CONFIG_FILE = "10-config.generated.yaml"
 GENERATED_PROMETHEUS_FILE = "40-prometheus-config.generated.yaml"
 GENERATED_GRAFANA_FILE = "50-grafana-config.generated.yaml"
+EXTRAS_DIR = "extras"     # deploy/extras/: not read by `kubectl apply -f deploy/` (not recursive)
+GENERATED_RULES_FILE = "extras/kube-prometheus-rules.generated.yaml"
+GENERATED_DASHBOARDS_FILE = "extras/kube-prometheus-dashboards.generated.yaml"
 
 MASTER_PORT = 5557        # Locust master bind port (workers connect here)
 MASTER_PORT_2 = 5558      # the second Locust port older releases and docs expect open
