@@ -131,6 +131,7 @@ class Scheduler:
         """If the owner sets a list: per token after a sequence's first, simulated time since its
         previous token (the ITL the model's schedule sets, stalls included); the owner drains it."""
         self.max_waiting_seen = 0
+        self.steps_fast_forwarded = 0
         """Largest queue length left after an admission pass (> 0: requests waited for KV/slots)."""
         self._plan: list[tuple[_Group, list[SimSequence], list[tuple[SimSequence, int]]]] = []
         self.mix_prefill_decode = dep.cfg.mix_prefill_decode
@@ -242,7 +243,8 @@ class Scheduler:
         admitted, no sequence finishes and no group runs out of free blocks within the run: then
         each step's load is known in advance (every decode adds one token of context), so the
         steps cost O(D) each instead of O(running). ``on_step(step_s, decodes)`` is called per
-        step; the end time is returned (``now_s`` if no step was taken). Tokens are delivered once
+        step (for the first, each sequence's own gap goes to ``scheduled_gaps`` when the owner set
+        it); the end time is returned (``now_s`` if no step was taken). Tokens are delivered once
         per sequence at the end (``on_tokens(seq, k)``), with ``last_token_s`` at the last step.
         Results equal those of :meth:`plan`/:meth:`complete` step by step (the offline driver's
         tests check it); the HTTP engine does not use it.
@@ -270,11 +272,16 @@ class Scheduler:
                 per_group.append((n, sum(seq.prompt_tokens + seq.generated for seq in g.running)))
         decodes = len(running)
         step_breakdown = self.dep.step_breakdown
+        gaps = self.scheduled_gaps
         for j in range(steps):
             loads = [GroupLoad(n, float(ctx + j * n), 0.0, float(ctx + j * n)) for n, ctx in per_group]
             step_s = step_breakdown(loads).total_s
             now_s += step_s
-            on_step(step_s, decodes)
+            if j == 0 and gaps is not None:  # a sequence may have waited since before the last step
+                gaps.extend(now_s - seq.last_token_s for _, seq in running)
+            else:
+                on_step(step_s, decodes)
+        self.steps_fast_forwarded += steps
         for g, seq in running:
             seq.generated += steps
             seq.last_token_s = now_s

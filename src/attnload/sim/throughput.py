@@ -115,16 +115,16 @@ def run_throughput(dep: Deployment, input_len: int, output_len: int, num_prompts
     max_running = steps = 0
 
     def on_step(step_s: float, decodes: int) -> None:
-        nonlocal steps
-        steps += 1
         itl.record(step_s, decodes)
 
     while completed < num_prompts:
         while arrivals:
             submit(arrivals.popleft())
         if fast_forward:
+            before = sched.steps_fast_forwarded
             end_s = sched.fast_forward(now_s, _FAST_FORWARD_STEPS, on_step)
             if end_s != now_s:
+                steps += sched.steps_fast_forwarded - before
                 now_s = end_s
                 continue
         step_s = sched.plan(now_s)
