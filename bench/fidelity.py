@@ -61,7 +61,7 @@ def _trt(model: str, gpu: str, tp: int, isl: int, osl: int, prompts: int) -> tup
             "--input-len", str(isl), "--output-len", str(osl), "--num-prompts", str(prompts))
 
 
-R1_GAP = ("the calibrated model gives ~41-56 ms decode steps at 128 sequences per rank; the published run "
+R1_GAP = ("the calibrated model gives ~49 ms decode steps at 128 sequences per rank and 2K context; the published run "
           "implies ~88 ms (2048 tokens in a 181.5 s mean request latency). No bounded term we have evidence for "
           "closes the rest (see docs/design.md)")
 
