@@ -72,12 +72,14 @@ def test_list_prints_presets_at_configured_parallelism(capsys: pytest.CaptureFix
 def test_explain_prints_the_breakdown(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["sim", "--explain", "deepseek-chat", "--batch", "1,256", "--context", "8192"]) == 0
     out = capsys.readouterr().out
-    for text in ("deepseek-v3", "MLA", "D=8", "70,272 per GPU", "456 sequences", "535.6 ms", "24.42", "4.80",
-                 "7.51", "2.28", "35.21", "28.4", "weights", "t_comm"):
+    for text in ("deepseek-v3", "MLA", "D=8", "70,272 per GPU", "456 sequences", "698.8 ms", "24.42", "4.80",
+                 "7.51", "2.28", "38.34", "26.1", "weights", "t_comm", "grouped-GEMM efficiency",
+                 "DP padding", "EP all-to-all", "MLA prefill up-projection", "prefill/decode interference",
+                 "DP helps; costs if all on one rank", "DP costs"):
         assert text in out, text
     assert main(["sim", "--explain", "llama-3-70b", "--context", "32768", "--batch", "256"]) == 0
     out = capsys.readouterr().out
-    assert "97.63" in out and "256†" in out  # beyond KV capacity at 32K (87 sequences)
+    assert "98.81" in out and "256†" in out  # beyond KV capacity at 32K (87 sequences)
 
 
 @pytest.mark.parametrize(("argv", "message"), [

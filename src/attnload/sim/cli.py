@@ -18,7 +18,7 @@ import argparse
 from collections.abc import Callable
 from typing import Any
 
-from attnload.sim.costmodel import EngineConfig
+from attnload.sim.costmodel import EngineConfig, engine_profile
 
 _DEFAULTS = EngineConfig()
 
@@ -121,15 +121,30 @@ def configure(parser: argparse.ArgumentParser) -> None:
     hw.add_argument("--kv-dtype", type=str.lower, choices=("bf16", "fp8"), default=d.kv_dtype)
     hw.add_argument("--kv-capacity-scale", type=_float_range(0, 1, low_open=True), default=d.kv_capacity_scale,
                     help="scale free KV bytes (< 1 brings the KV knee into a short laptop run)")
-    hw.add_argument("--gpu-memory-utilization", type=_float_range(0, 1, low_open=True),
-                    default=d.gpu_memory_utilization)
+    hw.add_argument("--gpu-memory-utilization", type=_float_range(0, 1, low_open=True), default=None,
+                    help="KV memory fraction (default from --engine: 0.90; of HBM, or of what weights leave "
+                         "for trtllm)")
+    hw.add_argument("--ep", type=_positive_int, default=d.ep,
+                    help="expert-parallel size for MoE models (must divide tp; default 1: experts split by TP)")
+    hw.add_argument("--engine", choices=("vllm", "sglang", "trtllm"), default=d.engine,
+                    help="engine profile: memory basis, preemption, chunked prefill, prefill/decode mixing "
+                         "(default vllm; explicit flags win)")
     hw.add_argument("--reserve-gb", type=_float_range(0, _INF), default=d.reserve_gb)
 
     eng = parser.add_argument_group("scheduler")
     eng.add_argument("--block-size", type=_positive_int, default=d.block_size)
-    eng.add_argument("--max-num-seqs", type=_positive_int, default=d.max_num_seqs)
-    eng.add_argument("--max-num-batched-tokens", type=_positive_int, default=d.max_num_batched_tokens)
-    eng.add_argument("--preemption", choices=("recompute", "none"), default=d.preemption)
+    eng.add_argument("--max-num-seqs", type=_positive_int, default=None,
+                     help="sequences per served model, split over DP groups (default from --engine: 256)")
+    eng.add_argument("--max-num-batched-tokens", type=_positive_int, default=None,
+                     help="tokens per step per served model, split over DP groups (default from --engine: 8192)")
+    eng.add_argument("--preemption", choices=("recompute", "none"), default=None,
+                     help="recompute (vllm, sglang) or none: reserve prompt + output at admission (trtllm)")
+    eng.add_argument("--chunked-prefill", action=argparse.BooleanOptionalAction, default=None,
+                     help="split prompts over steps (default from --engine: on; trtllm off)")
+    eng.add_argument("--mix-prefill-decode", action=argparse.BooleanOptionalAction, default=None,
+                     help="prefill chunks share steps with decodes (default from --engine: on; sglang off)")
+    eng.add_argument("--kv-memory-basis", choices=("total", "free"), default=None,
+                     help="--gpu-memory-utilization of total HBM or of what weights leave (default from --engine)")
     eng.add_argument("--prefix-cache", action=argparse.BooleanOptionalAction, default=d.prefix_cache,
                      help="per-group prefix cache (default on)")
     eng.add_argument("--moe-weight-traffic", choices=("coverage", "active"), default=d.moe_weight_traffic)
@@ -141,6 +156,23 @@ def configure(parser: argparse.ArgumentParser) -> None:
     eff.add_argument("--step-overhead-ms", type=_float_range(0, _INF), default=d.step_overhead_ms)
     eff.add_argument("--allreduce-latency-us", type=_float_range(0, _INF), default=d.allreduce_latency_us)
     eff.add_argument("--dp-gather-latency-us", type=_float_range(0, _INF), default=d.dp_gather_latency_us)
+    eff.add_argument("--gemm-knee", type=_float_range(0, _INF), default=d.gemm_knee,
+                     help="GEMM-phase roofline knee exponent (default 1.5, calibrated; 0: sharp max)")
+    eff.add_argument("--a2a-latency-us", type=_float_range(0, _INF), default=d.a2a_latency_us)
+    eff.add_argument("--moe-gemm-tile-tokens", type=_positive_int, default=d.moe_gemm_tile_tokens)
+    eff.add_argument("--moe-bw-small-batch", type=_float_range(0, 1, low_open=True), default=d.moe_bw_small_batch)
+
+    off = parser.add_argument_group("offline throughput (--throughput: virtual clock, prints and exits)")
+    off.add_argument("--throughput", action="store_true",
+                     help="run --num-prompts identical requests on the virtual clock and print throughput "
+                          "and latency (the twin of `vllm bench throughput`)")
+    off.add_argument("--input-len", type=_positive_int, default=1024, help="prompt tokens (default 1024)")
+    off.add_argument("--output-len", type=_positive_int, default=1024, help="output tokens (default 1024)")
+    off.add_argument("--num-prompts", type=_positive_int, default=None,
+                     help="requests (default: 5 × --max-concurrency, else 1000)")
+    off.add_argument("--max-concurrency", type=_positive_int, default=None,
+                     help="requests in flight; the next is sent when one finishes (default: all at t=0)")
+    off.add_argument("--json", action="store_true", help="print one JSON object instead of text")
 
     info = parser.add_argument_group("information (print and exit)")
     info.add_argument("--list", action="store_true", help="presets with KV bytes/token at this parallelism")
@@ -152,8 +184,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def engine_config(args: argparse.Namespace) -> EngineConfig:
-    """The flags as an :class:`EngineConfig` (the base every served model starts from)."""
+    """The flags as an :class:`EngineConfig` (the base every served model starts from): flags left
+    unset take the ``--engine`` profile's value."""
     fields: dict[str, Any] = {name: getattr(args, name) for name in EngineConfig.__dataclass_fields__}
+    for name, value in engine_profile(fields["engine"]).items():
+        if fields[name] is None:
+            fields[name] = value
     return EngineConfig(**fields)
 
 
@@ -172,6 +208,8 @@ def run(args: argparse.Namespace) -> int:
         (spec,) = resolve_models([args.explain], cfg, sim_config)
         print(render_explain(spec, args.batch, args.context))
         return 0
+    if args.throughput:
+        return _throughput(args, cfg, sim_config)
     specs = resolve_models(args.models, cfg, sim_config)
     # max_waiting goes to the server alone: it answers 429 + Retry-After from the engine's snapshot.
     from attnload.sim.engine import VirtualClock
@@ -182,4 +220,24 @@ def run(args: argparse.Namespace) -> int:
 
     serve(engines, host=args.host, port=args.port, tokens_per_event=args.tokens_per_event,
           default_output_tokens=args.output_tokens, max_waiting=args.max_waiting)
+    return 0
+
+
+def _throughput(args: argparse.Namespace, cfg: EngineConfig, sim_config: Any) -> int:
+    """``--throughput``: one offline run per model, printed as text or one JSON object per model."""
+    import json
+
+    from attnload.sim.costmodel import deploy
+    from attnload.sim.factory import resolve_models
+    from attnload.sim.throughput import render_throughput, run_throughput
+
+    specs = resolve_models(args.models, cfg, sim_config)
+    prompts = args.num_prompts or (5 * args.max_concurrency if args.max_concurrency else 1000)
+    results = []
+    for spec in specs:
+        dep = deploy(spec.preset, spec.cfg)
+        results.append((dep, run_throughput(dep, args.input_len, args.output_len, prompts, args.max_concurrency,
+                                            model=spec.id)))
+    for dep, result in results:
+        print(json.dumps(result.as_dict(), sort_keys=True) if args.json else render_throughput(dep, result))
     return 0

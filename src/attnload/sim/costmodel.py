@@ -47,6 +47,54 @@ class EngineConfig:
     dp_gather_latency_us: float = 8.0
     gpu_memory_utilization: float = 0.90
     reserve_gb: float = 0.0
+    engine: Literal["vllm", "sglang", "trtllm"] = "vllm"
+    """The serving engine whose behaviour the profile fields below follow (``ENGINE_PROFILES``)."""
+    ep: int = 1
+    """Expert-parallel size for MoE models (1: experts split tensor-parallel over tp GPUs)."""
+    chunked_prefill: bool = True
+    mix_prefill_decode: bool = True
+    """False: a step with prefill work runs only prefill, holding every group's decodes."""
+    kv_memory_basis: Literal["total", "free"] = "total"
+    """total: KV gets HBM·gpu_memory_utilization − weights (vLLM, SGLang); free: KV gets
+    gpu_memory_utilization of what the weights leave (TensorRT-LLM's kv_cache_free_gpu_mem_fraction)."""
+    gemm_knee: float = 1.5
+    """GEMM-phase roofline knee exponent (0: sharp max; see ``StepBreakdown.gemm_phase_s``)."""
+    a2a_latency_us: float = 80.0
+    """EP all-to-all: fixed cost of each dispatch and each combine per MoE layer."""
+    moe_gemm_tile_tokens: int = 64
+    """Grouped-GEMM row tile (Hopper FP8 kernels: 64): each touched expert computes whole tiles."""
+    moe_bw_small_batch: float = 1.0
+    """Grouped-GEMM bandwidth efficiency (× eff_bw) at ≤ 1 token per expert, rising linearly to 1 at one
+    full tile per expert: small per-expert GEMMs do not stream weights at the dense kernels' rate."""
+
+
+ENGINE_PROFILES: dict[str, dict[str, object]] = {
+    # vLLM V1 (the defaults above): 0.90 of HBM, recompute preemption, 8192-token chunked prefill
+    # mixed with decodes, 256 sequences.
+    "vllm": {},
+    # SGLang: a step runs prefill (extend) or decode, never both (no --enable-mixed-chunk), so with
+    # DP attention a prefill on one rank holds every rank's decode; mem_fraction_static ≈ 0.88.
+    "sglang": {"mix_prefill_decode": False, "gpu_memory_utilization": 0.88},
+    # TensorRT-LLM (trtllm-bench, PyTorch backend): KV gets kv_cache_free_gpu_mem_fraction 0.90 of the
+    # memory the weights leave, the GUARANTEED_NO_EVICT capacity scheduler reserves prompt + output at
+    # admission (no preemption), context and generation share a step, chunked context is off (MLA on
+    # Hopper cannot chunk), max_batch_size 2048 and max_num_tokens 8192.
+    "trtllm": {"kv_memory_basis": "free", "gpu_memory_utilization": 0.90, "preemption": "none",
+               "chunked_prefill": False, "mix_prefill_decode": True, "max_num_seqs": 2048,
+               "max_num_batched_tokens": 8192},
+}
+"""Engine behaviour that differs between servers; a flag given explicitly wins over its profile."""
+
+PROFILE_FIELDS = ("gpu_memory_utilization", "preemption", "max_num_seqs", "max_num_batched_tokens",
+                  "chunked_prefill", "mix_prefill_decode", "kv_memory_basis")
+
+
+def engine_profile(engine: str) -> dict[str, object]:
+    """The fields ``engine`` sets (missing ones keep the vLLM defaults)."""
+    if engine not in ENGINE_PROFILES:
+        raise UsageError(f"unknown engine {engine!r}; valid: {', '.join(ENGINE_PROFILES)}")
+    defaults = EngineConfig()
+    return {name: ENGINE_PROFILES[engine].get(name, getattr(defaults, name)) for name in PROFILE_FIELDS}
 
 
 @dataclass(frozen=True)
@@ -61,6 +109,8 @@ class GroupLoad:
     decode_context_tokens: float = 0.0
     prefill_pairs: float = 0.0
     kv_read_tokens: float = 0.0
+    prefix_tokens: float = 0.0
+    """Σ L0 over prefill chunks: cached tokens an MLA/GLA chunk re-expands (up-projection)."""
 
     @staticmethod
     def of(decode_contexts: Sequence[int], chunks: Sequence[tuple[int, int]] = ()) -> GroupLoad:
@@ -68,12 +118,22 @@ class GroupLoad:
         pairs = sum(c * l0 + c * (c + 1) / 2 for l0, c in chunks)
         return GroupLoad(tokens=len(decode_contexts) + sum(c for _, c in chunks),
                          decode_context_tokens=float(sum(decode_contexts)), prefill_pairs=pairs,
-                         kv_read_tokens=float(sum(decode_contexts) + sum(l0 + c for l0, c in chunks)))
+                         kv_read_tokens=float(sum(decode_contexts) + sum(l0 + c for l0, c in chunks)),
+                         prefix_tokens=float(sum(l0 for l0, _ in chunks)))
 
 
 @dataclass(frozen=True)
 class StepBreakdown:
-    """A step's time and its components (seconds); C_att/M_kv are the slowest group's."""
+    """A step's time and its components (seconds); C_att/M_kv are the slowest group's.
+
+    The named calibration terms (docs/design.md "Calibrated cost model") are already inside the
+    five components and are repeated here for ``--explain``: ``dp_pad_tokens`` (FFN rows added by
+    padding every DP rank to the largest rank's batch, inside C_lin), ``moe_gemm_efficiency``
+    (grouped-GEMM compute efficiency at this step's tokens per expert, inside C_lin),
+    ``moe_bw_efficiency`` (its weight-streaming efficiency, inside M_w), ``a2a_s`` (EP dispatch +
+    combine, inside t_comm) and ``mla_upproj_s`` (latent up-projection of cached prefix tokens
+    during MLA/GLA prefill, inside C_att).
+    """
 
     c_lin_s: float
     m_w_s: float
@@ -81,11 +141,29 @@ class StepBreakdown:
     m_kv_s: float
     t_comm_s: float
     overhead_s: float
+    dp_pad_tokens: int = 0
+    moe_gemm_efficiency: float = 1.0
+    moe_bw_efficiency: float = 1.0
+    a2a_s: float = 0.0
+    mla_upproj_s: float = 0.0
+
+    gemm_knee: float = 1.5
+    """Roofline knee exponent p of the GEMM phase (0: sharp ``max``)."""
+
+    @property
+    def gemm_phase_s(self) -> float:
+        """GEMM phase: ``max(C_lin, M_w)``, or with a knee ``(C_lin^p + M_w^p)^(1/p)``: near the ridge
+        compute and weight streaming do not overlap perfectly (calibrated, docs/design.md)."""
+        c, m = self.c_lin_s, self.m_w_s
+        if self.gemm_knee <= 0 or c <= 0 or m <= 0:
+            return max(c, m)
+        p = self.gemm_knee
+        return float((c**p + m**p) ** (1.0 / p))
 
     @property
     def total_s(self) -> float:
         """Two-phase roofline: GEMM phase, then attention phase, then communication and overhead."""
-        return max(self.c_lin_s, self.m_w_s) + max(self.c_att_s, self.m_kv_s) + self.t_comm_s + self.overhead_s
+        return self.gemm_phase_s + max(self.c_att_s, self.m_kv_s) + self.t_comm_s + self.overhead_s
 
 
 def kv_elements_per_token_per_layer(m: ModelPreset, attn_tp: int) -> int:
@@ -123,6 +201,60 @@ def prefill_flop_per_pair(m: ModelPreset) -> float:
     if m.attention in ("MLA", "GLA"):
         return 2.0 * m.h_q * (m.d_nope + m.d_r + m.d_v)
     return 4.0 * m.h_q * m.d_h
+
+
+def upproj_flop_per_prefix_token(m: ModelPreset) -> float:
+    """MLA/GLA non-absorbed prefill re-expands the cached latent of every prefix token into per-head
+    keys and values (``kv_b``), per layer: ``2·h_q·w·(d_nope + d_v)`` with ``w`` the latent width one
+    head reads (MLA: all of ``d_c``; GLA: one latent head ``d_ch``). 0 for other types, which cache K/V."""
+    if m.attention == "MLA":
+        return 2.0 * m.h_q * m.d_c * (m.d_nope + m.d_v)
+    if m.attention == "GLA":
+        return 2.0 * m.h_q * m.d_ch * (m.d_nope + m.d_v)
+    return 0.0
+
+
+def moe_tokens_per_expert(m: ModelPreset, tokens: int) -> float:
+    """Mean rows each touched expert multiplies in a step: ``T·k / cov(T)`` (uniform routing)."""
+    if not m.is_moe or tokens <= 0:
+        return 0.0
+    coverage = m.moe_experts * (1.0 - (1.0 - m.moe_top_k / m.moe_experts) ** tokens)
+    return tokens * m.moe_top_k / coverage
+
+
+def grouped_gemm_efficiency(tokens_per_expert: float, tile_tokens: int) -> float:
+    """Compute efficiency of a grouped GEMM: each touched expert runs whole row tiles, so
+    ``n / (tile·⌈n/tile⌉)`` of its tensor-core work is useful (1/64 at one token, 1 at full tiles)."""
+    if tokens_per_expert <= 0:
+        return 1.0
+    return tokens_per_expert / (tile_tokens * math.ceil(tokens_per_expert / tile_tokens))
+
+
+def grouped_gemm_bw_efficiency(tokens_per_expert: float, tile_tokens: int, small_batch: float) -> float:
+    """Weight-streaming efficiency (× eff_bw) of a grouped GEMM: ``small_batch`` at ≤ 1 token per
+    expert, rising linearly to 1 at one full tile per expert."""
+    if small_batch >= 1.0:
+        return 1.0
+    fill = min(1.0, max(0.0, (tokens_per_expert - 1.0) / max(1, tile_tokens - 1)))
+    return small_batch + (1.0 - small_batch) * fill
+
+
+def ep_remote_ranks_per_token(m: ModelPreset, ep: int) -> float:
+    """Expected EP ranks other than its own that one token's top-k experts live on (uniform routing,
+    E/ep experts per rank): ``ep·(1 − (1 − 1/ep)^k)·(ep − 1)/ep``."""
+    if ep <= 1 or not m.is_moe:
+        return 0.0
+    return ep * (1.0 - (1.0 - 1.0 / ep) ** m.moe_top_k) * (ep - 1) / ep
+
+
+def dp_expected_max_load(batch: int, dp: int) -> float:
+    """Expected sequences on the busiest of ``dp`` ranks when ``batch`` requests are routed at random
+    (normal approximation of the maximum of D binomial loads; ``batch/dp`` when dp = 1)."""
+    if dp <= 1 or batch <= 0:
+        return float(batch)
+    mean = batch / dp
+    spread = math.sqrt(batch * (1 / dp) * (1 - 1 / dp))
+    return min(float(batch), mean + spread * math.sqrt(2 * math.log(dp)))
 
 
 def resolve_dp_attention(m: ModelPreset, cfg: EngineConfig) -> int:
@@ -192,25 +324,62 @@ class Deployment:
         return self.dp * (self.blocks_per_group // math.ceil(context_tokens / self.cfg.block_size))
 
     def step_breakdown(self, loads: Sequence[GroupLoad]) -> StepBreakdown:
-        """§3 for one step given each group's aggregated load (groups absent = idle)."""
+        """§3 for one step given each group's aggregated load (groups absent = idle), with the
+        calibrated terms of docs/design.md: DP padding, grouped-GEMM efficiency, EP all-to-all and
+        the MLA/GLA prefill up-projection."""
         m, cfg, a, tp = self.preset, self.cfg, self.attn_tp, self.cfg.tp
         b_w = DTYPE_BYTES[cfg.weight_dtype]
         total_tokens = sum(g.tokens for g in loads)
         att_tokens = max((g.tokens for g in loads), default=0)
-        c_lin = 2.0 * (m.params_attn * att_tokens / a
-                       + (m.params_active - m.params_attn) * total_tokens / tp) / self._gemm_flop_per_s
+        # DP attention: in decode-only steps (CUDA-graph batches) every rank pads its batch to the
+        # largest rank's before the collective FFN/MoE; steps with prefill gather what each rank has.
+        decode_only = all(g.prefill_pairs == 0 for g in loads)
+        ffn_tokens = self.dp * att_tokens if self.dp > 1 and decode_only else total_tokens
+        dense_params = m.params_active - m.params_attn
+        c_lin_flop = m.params_attn * att_tokens / a
+        gemm_eff = bw_eff = 1.0
+        if m.is_moe:
+            routed_active = m.moe_routed_params * m.moe_top_k / m.moe_experts
+            dense_params -= routed_active
+            per_expert = moe_tokens_per_expert(m, ffn_tokens)
+            gemm_eff = grouped_gemm_efficiency(per_expert, cfg.moe_gemm_tile_tokens)
+            bw_eff = grouped_gemm_bw_efficiency(per_expert, cfg.moe_gemm_tile_tokens, cfg.moe_bw_small_batch)
+            c_lin_flop += routed_active * ffn_tokens / tp / gemm_eff
+        c_lin_flop += dense_params * ffn_tokens / tp
+        c_lin = 2.0 * c_lin_flop / self._gemm_flop_per_s
         w_read = moe_weight_read_bytes(m, total_tokens, b_w, cfg.moe_weight_traffic)
+        if m.is_moe:
+            active_bytes = b_w * m.params_active
+            expert_bytes = max(0.0, w_read - active_bytes) + b_w * m.moe_routed_params * m.moe_top_k / m.moe_experts
+            w_read += expert_bytes * (1.0 / bw_eff - 1.0)
         m_w = (b_w * m.params_attn / a + (w_read - b_w * m.params_attn) / tp) / self._bw_bytes_per_s
-        f_dec, f_pre = decode_flop_per_context_token(m), prefill_flop_per_pair(m)
-        c_att = m_kv = worst = 0.0
+        f_dec, f_pre, f_up = decode_flop_per_context_token(m), prefill_flop_per_pair(m), upproj_flop_per_prefix_token(m)
+        c_att = m_kv = worst = upproj = 0.0
         for g in loads:
             att = m.layers * (f_dec * g.decode_context_tokens + f_pre * g.prefill_pairs) / (a * self._attn_flop_per_s)
+            up = m.layers * f_up * g.prefix_tokens / (a * self._gemm_flop_per_s) if f_up else 0.0
             kv = self.kv_bytes_per_token_per_gpu * g.kv_read_tokens / self._bw_bytes_per_s
-            if max(att, kv) > worst:
-                c_att, m_kv, worst = att, kv, max(att, kv)
-        comm = m.layers * (self._allreduce_s(a, att_tokens) + self._allreduce_s(tp, total_tokens)
-                           + self._gather_s(total_tokens))
-        return StepBreakdown(c_lin, m_w, c_att, m_kv, comm, cfg.step_overhead_ms * 1e-3)
+            if max(att + up, kv) > worst:
+                c_att, m_kv, worst, upproj = att + up, kv, max(att + up, kv), up
+        a2a = 0.0
+        if cfg.ep > 1 and m.is_moe:
+            a2a = self._a2a_s(ffn_tokens)
+            comm = m.layers * (self._allreduce_s(a, att_tokens) + self._allreduce_s(tp // cfg.ep, total_tokens)
+                               + a2a)
+        else:
+            comm = m.layers * (self._allreduce_s(a, att_tokens) + self._allreduce_s(tp, total_tokens)
+                               + self._gather_s(ffn_tokens))
+        return StepBreakdown(c_lin, m_w, c_att, m_kv, comm, cfg.step_overhead_ms * 1e-3,
+                             dp_pad_tokens=ffn_tokens - total_tokens, moe_gemm_efficiency=gemm_eff,
+                             moe_bw_efficiency=bw_eff, a2a_s=m.layers * a2a, mla_upproj_s=upproj,
+                             gemm_knee=cfg.gemm_knee)
+
+    def _a2a_s(self, tokens: int) -> float:
+        """One MoE layer's EP dispatch (weight dtype) + combine (BF16) for this GPU's share of tokens."""
+        cfg, m = self.cfg, self.preset
+        per_gpu = tokens / cfg.tp
+        payload = per_gpu * ep_remote_ranks_per_token(m, cfg.ep) * m.hidden * (DTYPE_BYTES[cfg.weight_dtype] + 2)
+        return 2 * cfg.a2a_latency_us * 1e-6 + payload / self.hw.link_bytes_per_s
 
     def _allreduce_s(self, gpus: int, tokens: int) -> float:
         if gpus == 1:
@@ -234,6 +403,12 @@ def deploy(m: ModelPreset, cfg: EngineConfig, *, require_fit: bool = True) -> De
     if cfg.block_size < 1 or cfg.max_num_seqs < 1 or cfg.max_num_batched_tokens < 1:
         raise UsageError("block_size, max_num_seqs and max_num_batched_tokens must be ≥ 1")
     dp = resolve_dp_attention(m, cfg)
+    if cfg.ep != 1:
+        if not m.is_moe:
+            raise UsageError(f"{m.key} is a dense model: --ep {cfg.ep} needs a MoE model. Fix: drop --ep")
+        if cfg.ep < 1 or cfg.tp % cfg.ep or m.moe_experts % cfg.ep:
+            raise UsageError(f"{m.key}: ep {cfg.ep} must divide tp {cfg.tp} and the {m.moe_experts} experts. "
+                             f"Fix: use a divisor of {cfg.tp}")
     if cfg.max_num_seqs < dp or cfg.max_num_batched_tokens < dp:
         raise UsageError(f"{m.key}: max_num_seqs and max_num_batched_tokens are split over {dp} DP groups; "
                          f"each must be ≥ {dp}")
@@ -241,7 +416,10 @@ def deploy(m: ModelPreset, cfg: EngineConfig, *, require_fit: bool = True) -> De
     kv_per_gpu = kv_bytes_per_token(m, attn_tp, cfg.kv_dtype)
     b_w = DTYPE_BYTES[cfg.weight_dtype]
     weights = b_w * (m.params_attn / attn_tp + (m.params_total - m.params_attn) / cfg.tp)
-    usable = hw.hbm_bytes * cfg.gpu_memory_utilization - cfg.reserve_gb * 1e9
+    if cfg.kv_memory_basis == "free":
+        usable = weights + (hw.hbm_bytes - weights - cfg.reserve_gb * 1e9) * cfg.gpu_memory_utilization
+    else:
+        usable = hw.hbm_bytes * cfg.gpu_memory_utilization - cfg.reserve_gb * 1e9
     free = (usable - weights) * cfg.kv_capacity_scale
     blocks = max(0, math.floor(free / (kv_per_gpu * cfg.block_size)))
     gemm_peak = hw.fp8_flop_per_s if cfg.weight_dtype == "fp8" and hw.fp8_flop_per_s else hw.bf16_flop_per_s

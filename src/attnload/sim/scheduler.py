@@ -131,8 +131,13 @@ class Scheduler:
         """If the owner sets a list: per token after a sequence's first, simulated time since its
         previous token (the ITL the model's schedule sets, stalls included); the owner drains it."""
         self.max_waiting_seen = 0
+        self.steps_fast_forwarded = 0
         """Largest queue length left after an admission pass (> 0: requests waited for KV/slots)."""
         self._plan: list[tuple[_Group, list[SimSequence], list[tuple[SimSequence, int]]]] = []
+        self.mix_prefill_decode = dep.cfg.mix_prefill_decode
+        self.chunked_prefill = dep.cfg.chunked_prefill
+        self._prefilling = 0
+        """Running sequences with prefill work left (admitted and not yet at their target)."""
 
     # ------------------------------------------------------------------ requests in and out
 
@@ -178,42 +183,140 @@ class Scheduler:
     # ------------------------------------------------------------------ one step
 
     def plan(self, now_s: float) -> float | None:
-        """Admit from the queue, plan each group's tokens; the step's duration, or None if idle."""
+        """Admit from the queue, plan each group's tokens; the step's duration, or None if idle.
+
+        Engine profiles (``EngineConfig``) shape the plan: without ``mix_prefill_decode`` a step
+        that has prefill work anywhere runs prefill chunks only, so every group's decodes wait
+        (SGLang's DP attention); without ``chunked_prefill`` a prompt goes in whole or not at all.
+        """
         self._admit()
         self.max_waiting_seen = max(self.max_waiting_seen, len(self.queue))
         plan = []
         loads = []
+        prefill_only = not self.mix_prefill_decode and self._prefilling > 0
+        chunked = self.chunked_prefill
+        per_group = self.dep.batched_tokens_per_group
         for g in self.groups:
             if not g.running:
                 continue
             decodes: list[SimSequence] = []
             chunks: list[tuple[SimSequence, int]] = []
             ctx = 0
-            for seq in g.running:
-                if seq.computed >= seq.target:
-                    decodes.append(seq)
-                    ctx += seq.prompt_tokens + seq.generated
-            budget = self.dep.batched_tokens_per_group - len(decodes)
-            pairs = 0.0
+            if not prefill_only:
+                for seq in g.running:
+                    if seq.computed >= seq.target:
+                        decodes.append(seq)
+                        ctx += seq.prompt_tokens + seq.generated
+            budget = per_group - len(decodes)
+            pairs = prefix = 0.0
             kv_read = float(ctx)
             for seq in g.running:
                 if budget <= 0:
                     break
                 if seq.computed < seq.target:
-                    c = min(budget, seq.target - seq.computed)
+                    rest = seq.target - seq.computed
+                    if chunked or rest <= budget:
+                        c = min(budget, rest)
+                    elif not chunks:
+                        c = rest  # a whole prompt larger than the budget goes alone (no starvation)
+                    else:
+                        break
                     l0 = seq.computed
                     chunks.append((seq, c))
                     pairs += c * l0 + c * (c + 1) / 2
                     kv_read += l0 + c
+                    prefix += l0
                     budget -= c
             tokens = len(decodes) + sum(c for _, c in chunks)
             if tokens:
                 plan.append((g, decodes, chunks))
-                loads.append(GroupLoad(tokens, float(ctx), pairs, kv_read))
+                loads.append(GroupLoad(tokens, float(ctx), pairs, kv_read, prefix))
         self._plan = plan
         if not loads:
             return None
         return self.dep.step_breakdown(loads).total_s
+
+    def fast_forward(self, now_s: float, max_steps: int, on_step: Callable[[float, int], None]) -> float:
+        """Run up to ``max_steps`` pure-decode steps in bulk when nothing can happen in between.
+
+        Applies only between steps when no sequence is prefilling, the queue's head cannot be
+        admitted, no sequence finishes and no group runs out of free blocks within the run: then
+        each step's load is known in advance (every decode adds one token of context), so the
+        steps cost O(D) each instead of O(running). ``on_step(step_s, decodes)`` is called per
+        step (for the first, each sequence's own gap goes to ``scheduled_gaps`` when the owner set
+        it); the end time is returned (``now_s`` if no step was taken). Tokens are delivered once
+        per sequence at the end (``on_tokens(seq, k)``), with ``last_token_s`` at the last step.
+        Results equal those of :meth:`plan`/:meth:`complete` step by step (the offline driver's
+        tests check it); the HTTP engine does not use it.
+        """
+        if self._plan or self._prefilling or max_steps < 2:
+            return now_s
+        if self.queue and self._choose(self.queue[0]) is not None:
+            return now_s
+        running = [(g, seq) for g in self.groups for seq in g.running]
+        if not running:
+            return now_s
+        steps = min(seq.max_tokens - seq.generated for _, seq in running) - 1
+        steps = min(steps, max_steps)
+        if steps < 2:
+            return now_s
+        bs = self.block_size
+        if self.recompute:
+            steps = self._steps_with_free_blocks(steps)
+            if steps < 2:
+                return now_s
+        per_group: list[tuple[int, int]] = []
+        for g in self.groups:
+            n = len(g.running)
+            if n:
+                per_group.append((n, sum(seq.prompt_tokens + seq.generated for seq in g.running)))
+        decodes = len(running)
+        step_breakdown = self.dep.step_breakdown
+        gaps = self.scheduled_gaps
+        for j in range(steps):
+            loads = [GroupLoad(n, float(ctx + j * n), 0.0, float(ctx + j * n)) for n, ctx in per_group]
+            step_s = step_breakdown(loads).total_s
+            now_s += step_s
+            if j == 0 and gaps is not None:  # a sequence may have waited since before the last step
+                gaps.extend(now_s - seq.last_token_s for _, seq in running)
+            else:
+                on_step(step_s, decodes)
+        self.steps_fast_forwarded += steps
+        for g, seq in running:
+            seq.generated += steps
+            seq.last_token_s = now_s
+            if self.recompute:
+                need = -(-(seq.prompt_tokens + seq.generated) // bs) - seq.private_blocks - len(seq.cache_refs)
+                if need > 0:
+                    seq.private_blocks += need
+                    g.private_used += need
+            self.on_tokens(seq, steps)
+        return now_s
+
+    def _steps_with_free_blocks(self, steps: int) -> int:
+        """The largest k ≤ ``steps`` for which every group's growth over k decodes fits its free blocks."""
+        bs = self.block_size
+
+        def fits(k: int) -> bool:
+            for g in self.groups:
+                need = 0
+                for seq in g.running:
+                    need += max(0, -(-(seq.prompt_tokens + seq.generated + k) // bs)
+                                - seq.private_blocks - len(seq.cache_refs))
+                if need > g.free_blocks:
+                    return False
+            return True
+
+        if fits(steps):
+            return steps
+        low, high = 0, steps  # fits(low), not fits(high)
+        while high - low > 1:
+            mid = (low + high) // 2
+            if fits(mid):
+                low = mid
+            else:
+                high = mid
+        return low
 
     def complete(self, now_s: float) -> None:
         """The planned step ended at ``now_s``: emit decode tokens, then first tokens; free finished."""
@@ -229,6 +332,7 @@ class Scheduler:
                 if self.prefix_cache:
                     self._register_blocks(seq, g)
                 if seq.computed >= seq.target:
+                    self._prefilling -= 1
                     self._emit(seq, g, now_s)
 
     # ------------------------------------------------------------------ internals
@@ -274,6 +378,8 @@ class Scheduler:
         g = seq.group
         assert g is not None
         del g.running[seq]
+        if seq.computed < seq.target:
+            self._prefilling -= 1
         g.private_used -= seq.private_blocks
         seq.private_blocks = 0
         cache, lru = g.cache, g.lru
@@ -306,30 +412,31 @@ class Scheduler:
         g.private_used -= moved
         seq.private_blocks -= moved
 
+    def _choose(self, seq: SimSequence) -> tuple[int, _Group, int, int] | None:
+        """The §4.2 group for ``seq``: (room left, group, matched prefix blocks, blocks), or None."""
+        max_seqs = self.dep.max_seqs_per_group
+        blocks = -(-(seq.target if self.recompute else seq.prompt_tokens + seq.max_tokens) // self.block_size)
+        best: tuple[int, _Group, int, int] | None = None
+        for g in self.groups:
+            if len(g.running) >= max_seqs:
+                continue
+            matched = evictable = 0
+            if seq.hashable_blocks:
+                limit = min(seq.hashable_blocks, (seq.target - 1) // PREFIX_BLOCK_TOKENS)
+                matched, evictable = g.leading_hits(seq.hashes, limit)
+            needed = blocks - matched
+            room = g.available_blocks - evictable
+            watermark = 1 if self.recompute and needed < g.total_blocks else 0
+            if room >= needed + watermark and (best is None or room - needed > best[0]):
+                best = (room - needed, g, matched, blocks)
+        return best
+
     def _admit(self) -> None:
-        dep = self.dep
-        max_seqs = dep.max_seqs_per_group
-        bs = self.block_size
         while self.queue:
-            seq = self.queue[0]
-            blocks = -(-(seq.target if self.recompute else seq.prompt_tokens + seq.max_tokens) // bs)
-            best: tuple[int, _Group, int] | None = None
-            for g in self.groups:
-                if len(g.running) >= max_seqs:
-                    continue
-                matched = evictable = 0
-                if seq.hashable_blocks:
-                    limit = min(seq.hashable_blocks, (seq.target - 1) // PREFIX_BLOCK_TOKENS)
-                    matched, evictable = g.leading_hits(seq.hashes, limit)
-                needed = blocks - matched
-                room = g.available_blocks - evictable
-                watermark = 1 if self.recompute and needed < g.total_blocks else 0
-                if room >= needed + watermark and (best is None or room - needed > best[0]):
-                    best = (room - needed, g, matched)
+            best = self._choose(self.queue[0])
             if best is None:
                 return  # FCFS: no skipping
-            self.queue.popleft()
-            self._place(seq, best[1], best[2], blocks)
+            self._place(self.queue.popleft(), best[1], best[2], best[3])
 
     def _place(self, seq: SimSequence, g: _Group, matched: int, blocks: int) -> None:
         for h in seq.hashes[:matched]:
@@ -343,6 +450,7 @@ class Scheduler:
         seq.computed = matched * PREFIX_BLOCK_TOKENS
         seq.group = g
         g.running[seq] = None
+        self._prefilling += 1
         if seq.admissions == 0:
             seq.state.cached_tokens = seq.computed
             self.cached_prompt_tokens_total += seq.computed
