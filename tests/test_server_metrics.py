@@ -351,3 +351,12 @@ def test_simulator_speaks_vllm_with_its_own_values(processes: Processes) -> None
         assert s.ttft_buckets[-1] == (float("inf"), truth["ttft_s"]["count"]) == (float("inf"), 6)
         assert s.prefix_cache_queries == truth["prompt_tokens"] and 0 < (s.prefix_cache_hits or 0) < s.prompt_tokens
         assert own[model].ttft_buckets == s.ttft_buckets  # the sim flavour takes TTFT from the vLLM names
+
+
+def test_a_series_created_mid_run_counts_from_zero() -> None:
+    """SGLang creates a labelled counter at its first increment: absent at t0, present at t1."""
+    t0 = "\n".join(line for line in body("sglang_dp2_t0.prom").splitlines() if "num_retracted_requests" not in line)
+    window = ServerWindow()
+    window.add(parse_exposition(t0).samples[DSV3])
+    window.add(sample("sglang_dp2_t1.prom"))
+    assert window.summary()["preemptions"] == 9 + 3

@@ -11,6 +11,7 @@ its models' server metrics off with one warning line, and the run goes on.
 
 from __future__ import annotations
 
+import http.client
 import logging
 import threading
 import time
@@ -68,9 +69,9 @@ def fetch_text(url: str, timeout_s: float = DEFAULT_TIMEOUT_S, max_bytes: int = 
             body = response.read(max_bytes + 1)
     except urllib.error.HTTPError as exc:
         raise ServerMetricsError("http", f"{url} answered HTTP {exc.code}") from None
-    except (urllib.error.URLError, OSError) as exc:  # refused, reset, DNS, timeout
-        reason = getattr(exc, "reason", exc)
-        raise ServerMetricsError("connection", f"{url}: {reason}") from None
+    except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:  # refused, reset, DNS,
+        reason = getattr(exc, "reason", exc)  # timeout, a body cut short (IncompleteRead), a bad URL
+        raise ServerMetricsError("connection", f"{url}: {reason or type(exc).__name__}") from None
     if len(body) > max_bytes:
         raise ServerMetricsError("too_large", f"{url} sent more than {max_bytes} bytes")
     return body.decode("utf-8", errors="replace")

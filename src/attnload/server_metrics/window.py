@@ -105,7 +105,7 @@ class ServerWindow:
     def _add_deltas(self, previous: ServerSample, sample: ServerSample) -> None:
         for name in _COUNTERS:
             before, now = getattr(previous, name), getattr(sample, name)
-            if now is not None:  # a counter the baseline lacked (first scrape of a new series) starts at 0
+            if now is not None:  # absent before: created since (SGLang adds a labelled series at its first inc)
                 self._deltas[name] = self._deltas.get(name, 0.0) + counter_delta(before or 0.0, now)
         if sample.ttft_buckets:
             before_buckets = dict(previous.ttft_buckets)
