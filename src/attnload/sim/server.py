@@ -445,6 +445,57 @@ class _SimCollector(Collector):
                 buckets.append(("+Inf" if bound == float("inf") else repr(bound), cumulative))
             steps.add_metric(values, buckets, self.server._step_sum[engine.model.id])
         yield from (running, waiting, kv, steps, requests, prompt, completion, preempt)
+        yield from _vllm_families(self.server)
+
+
+VLLM_TTFT_BUCKETS_S = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
+                       20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)
+VLLM_ITL_BUCKETS_S = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0,
+                      40.0, 80.0)
+
+
+def _vllm_families(server: SimServer) -> Iterator[Any]:
+    """The same truth under vLLM's names, labels and buckets (vllm/v1/metrics/loggers.py), so one
+    dashboard and attnload's server-metrics reader serve the simulator and a real vLLM alike.
+    ``model_name`` is the served id (vLLM's served_model_name), as the ``model`` label above."""
+    labels = ("model_name", "engine")
+    gauges = {name: GaugeMetricFamily(name, doc, labels=labels) for name, doc in (
+        ("vllm:num_requests_running", "Number of requests in model execution batches."),
+        ("vllm:num_requests_waiting", "Number of requests waiting to be processed."),
+        ("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage."))}
+    counters = {name: CounterMetricFamily(name, doc, labels=labels) for name, doc in (
+        ("vllm:num_preemptions", "Cumulative number of preemption from the engine."),
+        ("vllm:prompt_tokens", "Number of prefill tokens processed."),
+        ("vllm:generation_tokens", "Number of generation tokens processed."),
+        ("vllm:prefix_cache_queries", "Prefix cache queries, in terms of number of queried tokens."),
+        ("vllm:prefix_cache_hits", "Prefix cache hits, in terms of number of cached tokens."))}
+    ttft = HistogramMetricFamily("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.",
+                                 labels=labels)
+    itl = HistogramMetricFamily("vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.",
+                                labels=labels)
+    for engine in server.engines:
+        values = (engine.model.id, "0")
+        snap = engine.snapshot()
+        truth = server.truth[engine.model.id]
+        truth.flush()
+        gauges["vllm:num_requests_running"].add_metric(values, snap.running)
+        gauges["vllm:num_requests_waiting"].add_metric(values, snap.waiting)
+        gauges["vllm:kv_cache_usage_perc"].add_metric(values, snap.kv_usage_ratio)
+        counters["vllm:num_preemptions"].add_metric(values, snap.preemptions_total)
+        counters["vllm:prompt_tokens"].add_metric(values, truth.prompt_tokens)
+        counters["vllm:generation_tokens"].add_metric(values, truth.completion_tokens)
+        hits = getattr(engine, "cached_prompt_tokens_total", None)  # engines with a prefix cache (§4.5)
+        if hits is not None:  # queries: prompt tokens accepted, as vLLM counts tokens looked up
+            counters["vllm:prefix_cache_queries"].add_metric(values, truth.prompt_tokens)
+            counters["vllm:prefix_cache_hits"].add_metric(values, hits)
+        ttft.add_metric(values, _prom_buckets(truth.ttft, VLLM_TTFT_BUCKETS_S), truth.ttft.total)
+        itl.add_metric(values, _prom_buckets(truth.itl, VLLM_ITL_BUCKETS_S), truth.itl.total)
+    yield from (*gauges.values(), *counters.values(), ttft, itl)
+
+
+def _prom_buckets(hist: LogHistogram, bounds_s: Sequence[float]) -> list[tuple[str, float]]:
+    counts = hist.cumulative_counts(bounds_s)
+    return [*((repr(bound), n) for bound, n in zip(bounds_s, counts, strict=True)), ("+Inf", hist.count)]
 
 
 def _route_key(name: str) -> str:
