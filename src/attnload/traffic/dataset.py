@@ -91,7 +91,7 @@ class Dataset:
     def record(self, number: int) -> DatasetRecord:
         """Read record ``number`` (0-based, among usable records) from disk."""
         if self._handle is None:
-            self._handle = open(self.path, "rb")  # noqa: SIM115 (held for the dataset's life, closed by close())
+            self._handle = open(self.path, "rb")  # held for the dataset's life; close() closes it
         span = Span(self._starts[number], self._lengths[number], self._lines[number])
         record = self._convert(read_span(self._handle, span), span.line, number)
         if record is None:

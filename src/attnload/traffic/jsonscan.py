@@ -75,11 +75,11 @@ class _Buffer:
         self.mark_line = 1
         self.eof = False
 
-    def more(self, n_bytes: int = CHUNK_BYTES) -> bool:
-        """Append up to ``n_bytes`` more (dropping text before ``pos``); False at end of file."""
+    def more(self, n_bytes: int | None = None) -> bool:
+        """Append up to ``n_bytes`` (default a chunk) more, dropping text before ``pos``; False at end of file."""
         if self.eof:
             return False
-        raw = self.handle.read(n_bytes)
+        raw = self.handle.read(n_bytes or CHUNK_BYTES)
         try:
             decoded = self.decoder.decode(raw, final=not raw)
         except UnicodeDecodeError:

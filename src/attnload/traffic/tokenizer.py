@@ -125,7 +125,7 @@ def load_tokenizer(path: str | os.PathLike[str] | None) -> TextTokens:
 def _read_tokenizer(path: Path) -> Any:
     """Map every failure (package missing, file missing, bad file) to one UsageError line."""
     try:
-        from tokenizers import Tokenizer  # noqa: PLC0415 (optional extra, imported on use)
+        from tokenizers import Tokenizer  # the optional extra, imported on use
     except ImportError:
         raise UsageError(f"tokenizer {path}: the tokenizers package is not installed; "
                          f"run `{INSTALL_HINT}` or drop the tokenizer key") from None
