@@ -77,6 +77,12 @@ def test_sharegpt_scan_crosses_chunk_boundaries_with_exact_offsets(tmp_path: Pat
     with open_dataset(path) as data:
         assert len(data) == 25
         assert [data.record(i).user_turns[0] for i in range(25)] == [r["conversations"][0]["value"] for r in records]
+    lines = [json.dumps(conv(f"q{i} ✓", "a")) for i in range(30)]
+    lines[21] = lines[21].replace('"a"', "a")  # line 23 of the file (the array opens on line 1)
+    broken = tmp_path / "broken.json"
+    broken.write_text("[\n" + ",\n".join(lines) + "\n]\n")
+    with pytest.raises(UsageError, match=rf"^dataset {broken} line 23: malformed JSON"):
+        open_dataset(broken)
 
 
 def test_jsonl_prompt_messages_and_max_tokens(tmp_path: Path) -> None:
