@@ -1,0 +1,266 @@
+"""Multi-turn conversations: one user's chat, whose prompt grows by exactly what the server said.
+
+Chat resends the whole history every turn, so the server's prefix cache holds (or evicts)
+the history's KV: that is where an attention type's KV bytes per token decide capacity
+and TTFT. This module is the pure state machine behind it: turn 1 is the salted first
+user message; each next request is the previous request's messages + the assistant
+message **exactly as streamed back** (the caller feeds it in) + the next user message,
+until the conversation's turns are used or the next request would not fit the model's
+context window; then the user starts a new conversation with a new salt. No clock and
+no I/O: callers sleep ``next_delay_s()`` (the think time) and send.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from pydantic import Field, NonNegativeFloat, model_validator
+
+from attnload.config import Distribution, StrictModel, TokenCount, sample_count
+from attnload.tokens import MESSAGE_OVERHEAD_TOKENS, prompt_tokens
+from attnload.traffic.dataset import DatasetRecord, resolve_output_tokens, user_turns
+from attnload.traffic.tokenizer import EstimatorTokens, TextTokens
+
+Message = dict[str, str]
+PromptCounter = Callable[[Sequence[Mapping[str, object]]], int]
+EndReason = Literal["turns", "context", "failed"]
+
+
+def new_salt() -> str:
+    """A random salt in the prompt builder's format: random per run, so no run meets another's cache."""
+    return f"[{uuid.uuid4().hex[:16]}] "
+
+
+class DurationDistribution(StrictModel):
+    """Seconds drawn per use (think time): ``fixed``, ``uniform``, ``normal``, ``lognormal``, ``exponential``.
+
+    ``Distribution`` counts whole tokens from 1 up; a think time is fractional seconds from
+    0, so it has its own model. Draws are clamped to [min, max].
+    """
+
+    dist: Literal["fixed", "uniform", "normal", "lognormal", "exponential"]
+    value: NonNegativeFloat | None = None
+    mean: float | None = Field(default=None, gt=0)
+    stddev: NonNegativeFloat | None = None
+    min: NonNegativeFloat = 0.0
+    max: NonNegativeFloat = 3600.0
+
+    @model_validator(mode="after")
+    def _consistent(self) -> DurationDistribution:
+        if self.min > self.max:
+            raise ValueError(f"distribution min {self.min} > max {self.max}; swap them")
+        needs = {"fixed": ("value",), "uniform": (), "normal": ("mean", "stddev"),
+                 "lognormal": ("mean", "stddev"), "exponential": ("mean",)}[self.dist]
+        missing = [name for name in needs if getattr(self, name) is None]
+        if missing:
+            raise ValueError(f"a {self.dist} think time needs {' and '.join(missing)}")
+        if self.dist == "uniform" and "max" not in self.model_fields_set:
+            raise ValueError("a uniform think time needs min and max")
+        return self
+
+    def sample(self, rng: random.Random) -> float:
+        if self.dist == "fixed":
+            value = self.value or 0.0
+        elif self.dist == "uniform":
+            value = rng.uniform(self.min, self.max)
+        elif self.dist == "normal":
+            value = rng.gauss(self.mean or 0.0, self.stddev or 0.0)
+        elif self.dist == "exponential":
+            value = rng.expovariate(1.0 / (self.mean or 1.0))
+        else:
+            mean, stddev = self.mean or 1.0, self.stddev or 0.0
+            sigma2 = math.log(1.0 + (stddev / mean) ** 2)
+            value = rng.lognormvariate(math.log(mean) - sigma2 / 2.0, math.sqrt(sigma2))
+        return min(max(value, self.min), self.max)
+
+
+def sample_seconds(value: float | DurationDistribution, rng: random.Random) -> float:
+    return float(value) if isinstance(value, int | float) else value.sample(rng)
+
+
+class ConversationSpec(StrictModel):
+    """The profile key ``conversation``: turns per conversation, think time, user message size.
+
+    ``user_tokens`` sizes every user message, the first (salt included) too; None leaves
+    the messages to a dataset.
+    """
+
+    turns: TokenCount
+    think_time_s: NonNegativeFloat | DurationDistribution = 0.0
+    user_tokens: TokenCount | None = None
+
+    @model_validator(mode="after")
+    def _positive(self) -> ConversationSpec:
+        for name in ("turns", "user_tokens"):
+            value = getattr(self, name)
+            if isinstance(value, int) and value < 1:
+                raise ValueError(f"conversation.{name} must be at least 1, not {value}")
+        return self
+
+
+@dataclass(frozen=True)
+class ConversationScript:
+    """What one conversation's user will say: the messages (salt applied) and each turn's max_tokens."""
+
+    user_messages: tuple[str, ...]
+    max_tokens: tuple[int | None, ...] = ()
+    system: str | None = None
+
+    def max_tokens_for(self, turn: int) -> int | None:
+        """``max_tokens`` of 0-based ``turn``; None: the caller's default."""
+        return self.max_tokens[turn] if turn < len(self.max_tokens) else None
+
+
+def synthetic_script(spec: ConversationSpec, salt: str, rng: random.Random,
+                     tokens: TextTokens | None = None) -> ConversationScript:
+    """``turns`` user messages of ``user_tokens`` tokens each (chat overhead and, first, the salt included)."""
+    if spec.user_tokens is None:
+        raise ValueError("a synthetic conversation needs conversation.user_tokens")
+    counter = tokens or EstimatorTokens()
+    messages: list[str] = []
+    for turn in range(max(1, sample_count(spec.turns, rng))):
+        target = sample_count(spec.user_tokens, rng) - MESSAGE_OVERHEAD_TOKENS
+        head = salt if turn == 0 else ""
+        body = counter.build_text(max(0, target - counter.count(head)), seed=rng.getrandbits(32))
+        messages.append(head + body)
+    return ConversationScript(tuple(messages))
+
+
+def dataset_script(record: DatasetRecord, salt: str, rng: random.Random, *, turns: Literal["first", "all"] = "first",
+                   output_tokens: Literal["dataset"] | int | Distribution = "dataset") -> ConversationScript:
+    """A record's user turns as a conversation; the salt leads its first message (the system one if any)."""
+    said = list(user_turns(record, turns))
+    system = record.system
+    if system is not None:
+        system = salt + system
+    else:
+        said[0] = salt + said[0]
+    limits = tuple(resolve_output_tokens(output_tokens, record, turn, rng) for turn in range(len(said)))
+    return ConversationScript(tuple(said), limits, system)
+
+
+@dataclass(frozen=True)
+class TurnRequest:
+    """One request of a conversation; ``messages`` is a fresh list the caller may keep or send."""
+
+    messages: list[Message]
+    max_tokens: int | None
+    turn: int
+    """1-based turn index within its conversation (the results' ``turns[]`` key)."""
+    conversation: int
+    """0-based count of this user's conversations."""
+    prompt_tokens: int
+
+
+class Conversation:
+    """One conversation's history. Alternate :meth:`next_request` and :meth:`record_reply`."""
+
+    def __init__(self, script: ConversationScript, *, context_window_tokens: int | None = None,
+                 default_max_tokens: int = 0, count_prompt: PromptCounter = prompt_tokens) -> None:
+        self.script = script
+        self.context_window_tokens = context_window_tokens
+        self.default_max_tokens = default_max_tokens
+        self.count_prompt = count_prompt
+        self.turn = 0
+        self.ended: EndReason | None = None
+        self._messages: list[Message] = [{"role": "system", "content": script.system}] if script.system else []
+        self._awaiting_reply = False
+
+    def peek(self) -> tuple[list[Message], int | None, int] | None:
+        """The next request (messages, max_tokens, prompt tokens) without taking it; None if it ends here."""
+        if self._awaiting_reply:
+            raise RuntimeError("record_reply() (or fail()) must follow each next_request()")
+        if self.ended is not None:
+            return None
+        if self.turn >= len(self.script.user_messages):
+            self.ended = "turns"
+            return None
+        messages = [*self._messages, {"role": "user", "content": self.script.user_messages[self.turn]}]
+        max_tokens = self.script.max_tokens_for(self.turn)
+        tokens = self.count_prompt(messages)
+        limit = self.context_window_tokens
+        wanted = max_tokens if max_tokens is not None else self.default_max_tokens
+        if limit is not None and self.turn > 0 and tokens + wanted > limit:
+            self.ended = "context"  # turn 1 always goes: a too-long first prompt is the server's to refuse
+            return None
+        return messages, max_tokens, tokens
+
+    def next_request(self) -> tuple[list[Message], int | None, int] | None:
+        """Take the next request; None when the conversation has ended (``ended`` says why)."""
+        taken = self.peek()
+        if taken is not None:
+            self._messages = taken[0]
+            self.turn += 1
+            self._awaiting_reply = True
+            return list(taken[0]), taken[1], taken[2]
+        return None
+
+    def record_reply(self, text: str) -> None:
+        """Append the assistant message exactly as streamed back (no strip, no re-tokenizing)."""
+        if not self._awaiting_reply:
+            raise RuntimeError("record_reply() without a request in flight")
+        self._messages = [*self._messages, {"role": "assistant", "content": text}]
+        self._awaiting_reply = False
+
+    def fail(self) -> None:
+        """The request got no usable answer: the history is broken, so the conversation ends."""
+        self._awaiting_reply = False
+        self.ended = "failed"
+
+
+class ConversationUser:
+    """One user's conversations, one at a time; a new one (new salt, new script) when one ends."""
+
+    def __init__(self, script_factory: Callable[[str], ConversationScript], *,
+                 think_time_s: float | DurationDistribution = 0.0, rng: random.Random | None = None,
+                 context_window_tokens: int | None = None, default_max_tokens: int = 0,
+                 count_prompt: PromptCounter = prompt_tokens, salt_factory: Callable[[], str] = new_salt) -> None:
+        self.script_factory = script_factory
+        self.think_time = think_time_s
+        self.rng = rng or random.Random()
+        self.context_window_tokens = context_window_tokens
+        self.default_max_tokens = default_max_tokens
+        self.count_prompt = count_prompt
+        self.salt_factory = salt_factory
+        self.conversations = 0
+        self.current: Conversation | None = None
+        self.ended: list[EndReason] = []
+        """Why each finished conversation ended, in order (results may count context rollovers)."""
+
+    def next_request(self) -> TurnRequest:
+        if self.current is not None:
+            taken = self.current.next_request()
+            if taken is not None:
+                return TurnRequest(taken[0], taken[1], self.current.turn, self.conversations - 1, taken[2])
+            self._close()
+        self.current = Conversation(self.script_factory(self.salt_factory()),
+                                    context_window_tokens=self.context_window_tokens,
+                                    default_max_tokens=self.default_max_tokens, count_prompt=self.count_prompt)
+        self.conversations += 1
+        first = self.current.next_request()
+        assert first is not None  # turn 1 always goes
+        return TurnRequest(first[0], first[1], 1, self.conversations - 1, first[2])
+
+    def record_reply(self, text: str) -> None:
+        assert self.current is not None
+        self.current.record_reply(text)
+
+    def fail(self) -> None:
+        if self.current is not None:
+            self.current.fail()
+
+    def next_delay_s(self) -> float:
+        """Think time before the next request: drawn if the conversation goes on, 0 before a new one."""
+        if self.current is None or self.current.peek() is None:
+            return 0.0
+        return sample_seconds(self.think_time, self.rng)
+
+    def _close(self) -> None:
+        if self.current is not None and self.current.ended is not None:
+            self.ended.append(self.current.ended)
+        self.current = None
