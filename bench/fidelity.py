@@ -96,7 +96,7 @@ ROWS: tuple[Row, ...] = (
 
 def run_cli(argv: tuple[str, ...]) -> dict[str, object]:
     """``attnload sim --throughput --json ARGV`` in-process; its one JSON object."""
-    from attnload.cli import main
+    from attnload.commands.cli import main
 
     out = io.StringIO()
     with contextlib.redirect_stdout(out):

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "src" / "attnload"
-LOAD_GENERATOR = ("config", "workload", "client", "runner", "results", "metrics", "report", "observe", "cluster",
+LOAD_GENERATOR = ("config", "workload", "client", "runner", "results", "metrics", "report", "observe", "cluster", "server_metrics",
                   "commands")
 SIM_MAY_IMPORT = ("attnload.attention", "attnload.errors", "attnload.measure.histogram", "attnload.measure.tokens")
 MAY_IMPORT_SIM = ("attnload.commands", "attnload.cluster")

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from attnload.cli import build_parser, main
+from attnload.commands.cli import build_parser, main
 from attnload.sim import cli as sim_cli
 from attnload.sim.costmodel import (
     EngineConfig,

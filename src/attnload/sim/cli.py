@@ -110,7 +110,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
     serve.add_argument("--max-waiting", type=_non_negative_int, default=None,
                        help="queue length beyond which requests get 429 + Retry-After (default unbounded)")
     serve.add_argument("--seed", type=_non_negative_int, default=d.seed, help="seed (default 0)")
+    _configure_deployment(parser)
+    _configure_scheduler(parser)
+    _configure_offline(parser)
 
+
+def _configure_deployment(parser: argparse.ArgumentParser) -> None:
+    d = _DEFAULTS
     hw = parser.add_argument_group("deployment (all models; --config entries override per model)")
     hw.add_argument("--gpu", type=str.lower, choices=("h100", "h200", "a100"), default=d.gpu,
                     help="GPU preset (default h200)")
@@ -131,6 +137,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
                          "(default vllm; explicit flags win)")
     hw.add_argument("--reserve-gb", type=_float_range(0, _INF), default=d.reserve_gb)
 
+
+def _configure_scheduler(parser: argparse.ArgumentParser) -> None:
+    d = _DEFAULTS
     eng = parser.add_argument_group("scheduler")
     eng.add_argument("--block-size", type=_positive_int, default=d.block_size)
     eng.add_argument("--max-num-seqs", type=_positive_int, default=None,
@@ -162,6 +171,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     eff.add_argument("--moe-gemm-tile-tokens", type=_positive_int, default=d.moe_gemm_tile_tokens)
     eff.add_argument("--moe-bw-small-batch", type=_float_range(0, 1, low_open=True), default=d.moe_bw_small_batch)
 
+
+def _configure_offline(parser: argparse.ArgumentParser) -> None:
     off = parser.add_argument_group("offline throughput (--throughput: virtual clock, prints and exits)")
     off.add_argument("--throughput", action="store_true",
                      help="run --num-prompts identical requests on the virtual clock and print throughput "

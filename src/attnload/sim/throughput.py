@@ -18,7 +18,7 @@ from collections import deque
 from dataclasses import asdict, dataclass
 
 from attnload.errors import UsageError
-from attnload.measure import LogHistogram
+from attnload.measure.histogram import LogHistogram
 from attnload.sim.costmodel import Deployment
 from attnload.sim.scheduler import Scheduler, SimSequence
 
@@ -66,10 +66,9 @@ def _q(hist: LogHistogram, q: float) -> float:
     return float(value) if value is not None else 0.0
 
 
-def run_throughput(dep: Deployment, input_len: int, output_len: int, num_prompts: int,
-                   max_concurrency: int | None = None, *, model: str | None = None,
-                   fast_forward: bool = True) -> ThroughputResult:
-    """Run ``num_prompts`` requests to completion and summarise (see the module docstring)."""
+def _check_request_fits(dep: Deployment, input_len: int, output_len: int, num_prompts: int,
+                        max_concurrency: int | None) -> None:
+    """Refuse, as one usage line, a run the deployment cannot serve at all."""
     if input_len < 1 or output_len < 1 or num_prompts < 1:
         raise UsageError("--input-len, --output-len and --num-prompts must be ≥ 1")
     if max_concurrency is not None and max_concurrency < 1:
@@ -82,6 +81,13 @@ def run_throughput(dep: Deployment, input_len: int, output_len: int, num_prompts
         raise UsageError(f"{dep.preset.key}: one request of {total} tokens does not fit one attention group's KV "
                          f"({dep.group_kv_tokens} tokens). Fix: shorter --input-len/--output-len, a larger --tp "
                          f"or --gpu-memory-utilization")
+
+
+def run_throughput(dep: Deployment, input_len: int, output_len: int, num_prompts: int,
+                   max_concurrency: int | None = None, *, model: str | None = None,
+                   fast_forward: bool = True) -> ThroughputResult:
+    """Run ``num_prompts`` requests to completion and summarise (see the module docstring)."""
+    _check_request_fits(dep, input_len, output_len, num_prompts, max_concurrency)
     ids = itertools.count()
     ttft, tpot, itl = LogHistogram(), LogHistogram(), LogHistogram()
     pending = num_prompts

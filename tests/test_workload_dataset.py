@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
-from attnload.config import Distribution
+from attnload.config.model import Distribution
 from attnload.errors import UsageError
-from attnload.tokens import text_tokens
-from attnload.traffic import jsonscan
-from attnload.traffic.dataset import (
+from attnload.measure.tokens import text_tokens
+from attnload.workload import jsonscan
+from attnload.workload.dataset import (
     DatasetSampler,
     DatasetSpec,
     open_dataset,

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from attnload.errors import UsageError
-from attnload.tokens import prompt_tokens
-from attnload.traffic.trace import (
+from attnload.measure.tokens import prompt_tokens
+from attnload.workload.trace import (
     TracePrompts,
     TraceRequest,
     arrival_rate_per_s,

@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from attnload.errors import UsageError
-from attnload.tokens import BYTES_PER_TOKEN, text_tokens
-from attnload.workload import filler_text
+from attnload.measure.tokens import BYTES_PER_TOKEN, text_tokens
+from attnload.workload.prompts import filler_text
 
 INSTALL_HINT = "pip install attnload[tokenizer]"
 

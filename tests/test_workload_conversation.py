@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from attnload.tokens import prompt_tokens
-from attnload.traffic.conversation import (
+from attnload.measure.tokens import prompt_tokens
+from attnload.workload.conversation import (
     Conversation,
     ConversationScript,
     ConversationSpec,
@@ -22,7 +22,7 @@ from attnload.traffic.conversation import (
     new_salt,
     synthetic_script,
 )
-from attnload.traffic.dataset import open_dataset
+from attnload.workload.dataset import open_dataset
 
 SALT = "[00000000deadbeef] "
 

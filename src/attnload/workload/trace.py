@@ -26,9 +26,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 from attnload.errors import UsageError
-from attnload.tokens import MESSAGE_OVERHEAD_TOKENS
-from attnload.traffic.jsonscan import iter_json_lines
-from attnload.traffic.tokenizer import EstimatorTokens, TextTokens
+from attnload.measure.tokens import MESSAGE_OVERHEAD_TOKENS
+from attnload.workload.jsonscan import iter_json_lines
+from attnload.workload.tokenizer import EstimatorTokens, TextTokens
 
 BLOCK_TOKENS = 512
 """Mooncake's hash block: each ``hash_ids`` entry covers 512 prompt tokens."""

@@ -21,10 +21,10 @@ from typing import Literal
 
 from pydantic import Field, NonNegativeFloat, model_validator
 
-from attnload.config import Distribution, StrictModel, TokenCount, sample_count
-from attnload.tokens import MESSAGE_OVERHEAD_TOKENS, prompt_tokens
-from attnload.traffic.dataset import DatasetRecord, resolve_output_tokens, user_turns
-from attnload.traffic.tokenizer import EstimatorTokens, TextTokens
+from attnload.config.model import Distribution, StrictModel, TokenCount, sample_count
+from attnload.measure.tokens import MESSAGE_OVERHEAD_TOKENS, prompt_tokens
+from attnload.workload.dataset import DatasetRecord, resolve_output_tokens, user_turns
+from attnload.workload.tokenizer import EstimatorTokens, TextTokens
 
 Message = dict[str, str]
 PromptCounter = Callable[[Sequence[Mapping[str, object]]], int]

@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 
 from attnload.errors import UsageError
-from attnload.tokens import text_tokens
-from attnload.traffic.tokenizer import EstimatorTokens, LocalTokenizer, load_tokenizer
-from attnload.traffic.trace import TracePrompts, TraceRequest
+from attnload.measure.tokens import text_tokens
+from attnload.workload.tokenizer import EstimatorTokens, LocalTokenizer, load_tokenizer
+from attnload.workload.trace import TracePrompts, TraceRequest
 
 CORPUS = [
     "the cache holds the keys and values of every earlier token in memory",

@@ -29,10 +29,10 @@ from typing import IO, Any, Literal
 
 from pydantic import Field
 
-from attnload.config import Distribution, StrictModel, TokenCount, sample_count
+from attnload.config.model import Distribution, StrictModel, TokenCount, sample_count
 from attnload.errors import UsageError
-from attnload.tokens import text_tokens
-from attnload.traffic.jsonscan import Span, iter_array_elements, iter_json_lines, read_span
+from attnload.measure.tokens import text_tokens
+from attnload.workload.jsonscan import Span, iter_array_elements, iter_json_lines, read_span
 
 DatasetFormat = Literal["sharegpt", "jsonl"]
 _USER_ROLES = frozenset({"human", "user"})
