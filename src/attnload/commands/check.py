@@ -28,6 +28,7 @@ from urllib.parse import urlsplit
 from attnload.client.chat import ChatClient, chat_body
 from attnload.client.classify import classify_status
 from attnload.client.transport import Timeouts, proxy_for
+from attnload.config.limits import MAX_OUTPUT_TOKENS
 from attnload.config.model import ModelTarget, TestConfig
 from attnload.config.seed import load_config
 from attnload.errors import ErrorClass, RequestFailed, UsageError, redact, register_secret
@@ -114,8 +115,8 @@ class ModelCheck:
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.max_tokens <= 0:
-        raise UsageError(f"--max-tokens {args.max_tokens} must be positive")
+    if not 0 < args.max_tokens <= MAX_OUTPUT_TOKENS:
+        raise UsageError(f"--max-tokens {args.max_tokens} must be from 1 to {MAX_OUTPUT_TOKENS:,}")
     for name in ("httpx2", "httpx", "openai"):  # their per-request INFO lines would bury the verdicts
         logging.getLogger(name).setLevel(logging.WARNING)
     config = load_config(args.config)

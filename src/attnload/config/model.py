@@ -25,15 +25,17 @@ from pydantic import (
     model_validator,
 )
 
+from attnload.config import limits
 from attnload.errors import UsageError, describe_validation, register_secret
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 class StrictModel(BaseModel):
-    """Frozen, and unknown keys are errors: a typo in a config must fail loudly."""
+    """Frozen, and unknown keys are errors: a typo in a config must fail loudly. Infinity and NaN are
+    refused everywhere: one non-finite weight or timeout crashed every user mid-run."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
 
 def env_name(value: str | None) -> str | None:
@@ -60,7 +62,7 @@ class ModelTarget(StrictModel):
     chat_url: str
     url_note: str
     api_key_env: str | None = None
-    weight: float = 1.0
+    weight: float = Field(default=1.0, gt=0, le=limits.MAX_WEIGHT)
 
     def api_key(self) -> str | None:
         """The key from the environment (never from a file); registered for redaction."""
@@ -84,11 +86,11 @@ class Distribution(StrictModel):
     """
 
     dist: Literal["fixed", "uniform", "normal", "lognormal"]
-    value: int | None = Field(default=None, gt=0)
-    mean: float | None = Field(default=None, gt=0)
-    stddev: float | None = Field(default=None, ge=0)
-    min: int = Field(default=1, gt=0)
-    max: int = Field(default=1_000_000, gt=0)
+    value: int | None = Field(default=None, gt=0, le=limits.MAX_PROMPT_TOKENS)
+    mean: float | None = Field(default=None, gt=0, le=limits.MAX_PROMPT_TOKENS)
+    stddev: float | None = Field(default=None, ge=0, le=limits.MAX_PROMPT_TOKENS)
+    min: int = Field(default=1, gt=0, le=limits.MAX_PROMPT_TOKENS)
+    max: int = Field(default=1_000_000, gt=0, le=limits.MAX_PROMPT_TOKENS)
 
     @model_validator(mode="after")
     def _consistent(self) -> Distribution:
@@ -124,7 +126,8 @@ def _token_count(value: object) -> object:
         try:
             return Distribution.model_validate(value)
         except ValidationError as exc:
-            where, message, _error = describe_validation(exc)
+            where, message, error = describe_validation(exc)
+            message = limits.with_value(message, error)
             raise ValueError(f"{where}: {message}" if where else message) from None
     return value
 
@@ -152,8 +155,8 @@ class Profile(StrictModel):
     prompt_tokens: TokenCount | None = None
     max_tokens: TokenCount | None = None
     shared_prefix_ratio: float = Field(default=0.0, ge=0.0, le=1.0)
-    prefixes: int = Field(default=1, ge=1)
-    weight: float = Field(default=1.0, gt=0)
+    prefixes: int = Field(default=1, ge=1, le=limits.MAX_PREFIXES)
+    weight: float = Field(default=1.0, gt=0, le=limits.MAX_WEIGHT)
     ignore_eos: bool | None = None
 
     @model_validator(mode="after")
@@ -164,34 +167,47 @@ class Profile(StrictModel):
             value = getattr(self, name)
             if isinstance(value, int) and value <= 0:
                 raise ValueError(f"profile {self.name!r}: {name} must be positive, got {value}")
+        check_token_bounds(self.prompt_tokens, self.max_tokens)
+        if not limits.is_name(self.name):
+            raise ValueError(f"profile name {self.name!r} is refused: {limits.NAME_RULE}")
         if self.shared_prefix_ratio > 0 and self.prompt_tokens is None:
             raise ValueError(f"profile {self.name!r}: shared_prefix_ratio needs prompt_tokens (the prefix is a "
                              "share of the built prompt)")
         return self
 
 
+def check_token_bounds(prompt_tokens: int | Distribution | None, max_tokens: int | Distribution | None) -> None:
+    """Token counts within :mod:`limits`: a fixed count, or the largest a distribution can draw."""
+    for name, value, high in (("prompt_tokens", prompt_tokens, limits.MAX_PROMPT_TOKENS),
+                              ("max_tokens", max_tokens, limits.MAX_OUTPUT_TOKENS)):
+        largest = value if isinstance(value, int) or value is None else (value.value or value.max)
+        if largest is not None and largest > high:
+            raise ValueError(f"{name} {largest} is out of range: at most {high:,} tokens per request "
+                             "(lower it; see docs/limits.md)")
+
+
 class RequestSettings(StrictModel):
     """Per-request parameters. The seed's ``[request] timeout`` sets ``total_timeout_s``."""
 
-    max_tokens: int = Field(default=256, gt=0)
+    max_tokens: int = Field(default=256, gt=0, le=limits.MAX_OUTPUT_TOKENS)
     temperature: float = Field(default=0.0, ge=0.0, le=2.0)
     stream: bool = True
-    connect_timeout_s: float = Field(default=10.0, gt=0)
-    ttft_timeout_s: float | None = Field(default=None, gt=0)
-    idle_timeout_s: float = Field(default=60.0, gt=0)
-    total_timeout_s: float = Field(default=600.0, gt=0)
+    connect_timeout_s: float = Field(default=10.0, gt=0, le=limits.MAX_TIMEOUT_S)
+    ttft_timeout_s: float | None = Field(default=None, gt=0, le=limits.MAX_TIMEOUT_S)
+    idle_timeout_s: float = Field(default=60.0, gt=0, le=limits.MAX_TIMEOUT_S)
+    total_timeout_s: float = Field(default=600.0, gt=0, le=limits.MAX_TIMEOUT_S)
     ignore_eos: bool = False
     unique_salt: bool = True
-    retry_after_max_s: float = Field(default=0.0, ge=0.0)
+    retry_after_max_s: float = Field(default=0.0, ge=0.0, le=limits.MAX_TIMEOUT_S)
     """After a 429/503 with Retry-After, that user waits up to this long before its next request (0 = off)."""
 
 
 class Slo(StrictModel):
     """Service-level objectives; a request meeting all set ones counts toward goodput."""
 
-    ttft_p99_s: float | None = Field(default=None, gt=0)
-    itl_p99_s: float | None = Field(default=None, gt=0)
-    e2e_p99_s: float | None = Field(default=None, gt=0)
+    ttft_p99_s: float | None = Field(default=None, gt=0, le=limits.MAX_TIMEOUT_S)
+    itl_p99_s: float | None = Field(default=None, gt=0, le=limits.MAX_TIMEOUT_S)
+    e2e_p99_s: float | None = Field(default=None, gt=0, le=limits.MAX_TIMEOUT_S)
 
     @property
     def is_set(self) -> bool:

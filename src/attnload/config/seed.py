@@ -17,9 +17,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import ConfigDict, Field, ValidationError, field_validator
+from pydantic import ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from attnload.attention import parse_attention
+from attnload.config import limits
 from attnload.config.model import (
     ModelTarget,
     Profile,
@@ -28,9 +29,10 @@ from attnload.config.model import (
     StrictModel,
     TestConfig,
     TokenCount,
+    check_token_bounds,
     env_name,
 )
-from attnload.config.urls import resolve_chat_url
+from attnload.config.urls import check_url, resolve_chat_url
 from attnload.errors import UsageError, describe_validation
 
 _LITERAL_KEY_FIELDS = ("api_key", "apikey", "key", "token", "authorization")
@@ -44,12 +46,13 @@ class _SeedModel(StrictModel):
 
     id: str
     attention: str
-    context_window: int | None = Field(default=None, gt=0)
+    context_window: int | None = Field(default=None, gt=0, le=limits.MAX_CONTEXT_TOKENS)
     base_url: str | None = None
     api_key_env: str | None = None
-    weight: float = Field(default=1.0, gt=0)
+    weight: float = Field(default=1.0, gt=0, le=limits.MAX_WEIGHT)
 
     _attention = field_validator("attention")(lambda v: parse_attention(v))
+    _url = field_validator("base_url")(lambda v: v if v is None else check_url(v))
     _env = field_validator("api_key_env")(lambda v: env_name(v))
 
 
@@ -62,8 +65,8 @@ class _JsonModel(_SeedModel):
 
 
 class _Benchmark(StrictModel):
-    repeat: int = Field(default=5, ge=1)
-    max_tokens: int = Field(default=256, gt=0)
+    repeat: int = Field(default=5, ge=1, le=limits.MAX_REPEAT)
+    max_tokens: int = Field(default=256, gt=0, le=limits.MAX_OUTPUT_TOKENS)
     temperature: float = Field(default=0.0, ge=0.0, le=2.0)
 
 
@@ -72,9 +75,14 @@ class _RawProfile(StrictModel):
     prompt_tokens: TokenCount | None = None
     max_tokens: TokenCount | None = None
     shared_prefix_ratio: float = Field(default=0.0, ge=0.0, le=1.0)
-    prefixes: int = Field(default=1, ge=1)
-    weight: float = Field(default=1.0, gt=0)
+    prefixes: int = Field(default=1, ge=1, le=limits.MAX_PREFIXES)
+    weight: float = Field(default=1.0, gt=0, le=limits.MAX_WEIGHT)
     ignore_eos: bool | None = None
+
+    @model_validator(mode="after")
+    def _bounded(self) -> _RawProfile:  # here, so the error names workload.NAME
+        check_token_bounds(self.prompt_tokens, self.max_tokens)
+        return self
 
 
 class _Extensions(StrictModel):
@@ -85,9 +93,9 @@ class _Extensions(StrictModel):
     request: RequestSettings | None = None
     slo: Slo = Slo()
     shape: str | None = None
-    stage_duration_s: float | None = Field(default=None, gt=0)
+    stage_duration_s: float | None = Field(default=None, gt=0, le=limits.MAX_DURATION_S)
     arrivals: Literal["poisson", "constant"] = "poisson"
-    seed: int = 0
+    seed: int = Field(default=0, ge=0, le=limits.MAX_SEED)
 
 
 class _JsonConfig(_Extensions):
@@ -97,6 +105,7 @@ class _JsonConfig(_Extensions):
     benchmark: _Benchmark = _Benchmark()
 
     _env = field_validator("api_key_env")(lambda v: env_name(v))
+    _url = field_validator("base_url")(lambda v: check_url(v))
 
 
 class _Provider(StrictModel):
@@ -105,16 +114,17 @@ class _Provider(StrictModel):
     api_key_env: str | None = None
 
     _env = field_validator("api_key_env")(lambda v: env_name(v))
+    _url = field_validator("base_url")(lambda v: check_url(v))
 
 
 class _TomlRequest(StrictModel):
-    max_tokens: int = Field(default=256, gt=0)
+    max_tokens: int = Field(default=256, gt=0, le=limits.MAX_OUTPUT_TOKENS)
     temperature: float = Field(default=0.0, ge=0.0, le=2.0)
-    timeout: float | None = Field(default=None, gt=0)
-    connect_timeout_s: float | None = Field(default=None, gt=0)
-    ttft_timeout_s: float | None = Field(default=None, gt=0)
-    idle_timeout_s: float | None = Field(default=None, gt=0)
-    retry_after_max_s: float | None = Field(default=None, ge=0)
+    timeout: float | None = Field(default=None, gt=0, le=limits.MAX_TIMEOUT_S)
+    connect_timeout_s: float | None = Field(default=None, gt=0, le=limits.MAX_TIMEOUT_S)
+    ttft_timeout_s: float | None = Field(default=None, gt=0, le=limits.MAX_TIMEOUT_S)
+    idle_timeout_s: float | None = Field(default=None, gt=0, le=limits.MAX_TIMEOUT_S)
+    retry_after_max_s: float | None = Field(default=None, ge=0, le=limits.MAX_TIMEOUT_S)
     ignore_eos: bool = False
     unique_salt: bool = True
     stream: bool = True
@@ -138,9 +148,18 @@ def load_config(path: str | os.PathLike[str]) -> TestConfig:
     if not file.is_file():
         raise UsageError(f"config file {file} not found: pass -c with the path to a .json or .toml file "
                          "(see examples/benchmark_config.json)")
+    if file.stat().st_size > limits.MAX_CONFIG_BYTES:
+        raise UsageError(f"{file}: {file.stat().st_size} bytes is not a config (limit "
+                         f"{limits.MAX_CONFIG_BYTES // 2**20} MiB): pass the .json or .toml test config to -c")
     raw_bytes = file.read_bytes()
     text = raw_bytes.decode("utf-8", errors="replace")
     data = _parse(file, text)
+    try:
+        limits.check_tree(data)  # before anything recursive walks it
+    except limits.LimitError as exc:
+        key = exc.where.rpartition(".")[2]
+        line = _line_of(text, key) if text.count(key) == 1 else None  # a common key would name the wrong line
+        raise UsageError(f"{file}:{line}: {exc}" if line else f"{file}: {exc}") from None
     _refuse_literal_keys(file, data)
     try:
         if file.suffix.lower() == ".toml":
@@ -150,21 +169,28 @@ def load_config(path: str | os.PathLike[str]) -> TestConfig:
         raise UsageError(_describe_validation(file, text, exc)) from None
     except ValueError as exc:
         raise UsageError(f"{file}: {exc}") from None
+    except RecursionError:  # check_tree bounds depth; this is the backstop at the one mapping boundary
+        raise UsageError(f"{file}: nesting too deep to read: a config nests at most 5 levels") from None
 
 
 def _parse(file: Path, text: str) -> dict[str, Any]:
     suffix = file.suffix.lower()
+    if suffix not in (".toml", ".json"):
+        raise UsageError(f"{file}: unknown config format {suffix or '(none)'}: use a .json or .toml file")
     try:
+        limits.scan_depth(text, toml=suffix == ".toml")
         if suffix == ".toml":
-            return tomllib.loads(text)
-        if suffix == ".json":
-            data = json.loads(text)
+            data = tomllib.loads(text)  # refuses a duplicate key itself
         else:
-            raise UsageError(f"{file}: unknown config format {suffix or '(none)'}: use a .json or .toml file")
+            data = json.loads(text, object_pairs_hook=limits.refuse_duplicates)
     except json.JSONDecodeError as exc:
         raise UsageError(f"{file}:{exc.lineno}:{exc.colno}: invalid JSON: {exc.msg}; fix the syntax") from None
     except tomllib.TOMLDecodeError as exc:
         raise UsageError(f"{file}: invalid TOML: {exc}; fix the syntax") from None
+    except limits.LimitError as exc:
+        raise UsageError(f"{file}: {exc}") from None
+    except (ValueError, RecursionError) as exc:  # e.g. an integer of more than 4300 digits
+        raise UsageError(f"{file}: unreadable value ({str(exc)[:120]}); fix the number or the nesting") from None
     if not isinstance(data, dict):
         raise UsageError(f"{file}: the top level must be an object with base_url and models")
     return data
@@ -188,7 +214,7 @@ def _describe_validation(file: Path, text: str, exc: ValidationError) -> str:
         message = "required field is missing; add it"
     line = _line_of(text, str(error["loc"][-1])) if error["loc"] else None
     where = f"{file}:{line}" if line else str(file)
-    return f"{where}: {loc}: {message}"
+    return f"{where}: {loc}: {limits.with_value(message, error)}"
 
 
 def _line_of(text: str, key: str) -> int | None:

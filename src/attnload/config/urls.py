@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from urllib.parse import urlsplit
 
 CHAT_PATH = "/v1/chat/completions"
 
@@ -14,9 +15,7 @@ def resolve_chat_url(base_url: str) -> tuple[str, str, str]:
     ``/v1/chat/completions``; a base that already ends in ``/v1`` must not become
     ``/v1/v1``.
     """
-    url = base_url.strip().rstrip("/")
-    if not re.match(r"^https?://[^/\s]+", url):
-        raise ValueError(f"base_url {base_url!r} must start with http:// or https:// and name a host")
+    url = check_url(base_url).rstrip("/")
     if url.endswith("/chat/completions"):
         root = url[: -len("/chat/completions")]
         root = root[:-3] if root.endswith("/v1") else root
@@ -25,3 +24,36 @@ def resolve_chat_url(base_url: str) -> tuple[str, str, str]:
         root = url[:-3]
         return root, root + CHAT_PATH, f"base_url ends in /v1; used {root + CHAT_PATH} (not /v1/v1)"
     return url, url + CHAT_PATH, f"appended {CHAT_PATH} to base_url"
+
+
+_UNSAFE = re.compile(r"[\x00-\x20\x7f]")
+_USERINFO = re.compile(r"(?<=://)[^/?#]*@")
+
+
+def check_url(url: str, what: str = "base_url") -> str:
+    """``url`` itself if it is an http(s) URL a client can use as given; else a one-line ``ValueError``.
+
+    Parsed, not pattern-matched: a port out of 1-65535 or an unclosed ``[::1`` must fail
+    here, not as a traceback in a worker. Whitespace and control characters are refused
+    (a CR/LF would split the request line). Credentials in the URL are refused rather
+    than redacted: the URL is written into results, HTML and logs, and one missed path
+    would publish the password; the message never echoes it.
+    """
+    shown = _USERINFO.sub("***@", url)
+    if _UNSAFE.search(url):
+        raise ValueError(f"{what} {shown!r} contains whitespace or a control character (CR/LF/tab): remove it")
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError as exc:
+        raise ValueError(f"{what} {shown!r} is not a valid URL ({exc}): write it as http(s)://host[:port]/path "
+                         "with a port from 1 to 65535") from None
+    if parts.scheme.lower() not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"{what} {shown!r} must start with http:// or https:// and name a host")
+    if "@" in parts.netloc:
+        raise ValueError(f"{what} {shown!r} carries user:password@ credentials, which are refused (they would be "
+                         "written into results and logs): remove them and put the key in the env var named by "
+                         "api_key_env")
+    if port == 0:
+        raise ValueError(f"{what} {shown!r}: port 0 is not a port; use 1-65535")
+    return url

@@ -25,6 +25,7 @@ from attnload.config.model import TestConfig
 from attnload.config.seed import load_config
 from attnload.errors import UsageError
 from attnload.results.model import Results, load_results
+from attnload.runner.flagcheck import check_flag_limits
 from attnload.runner.options import environment
 from attnload.workload.shapes import ShapeSpec, SweepSpec, parse_duration, parse_shape
 
@@ -61,12 +62,7 @@ def plan_from_args(args: argparse.Namespace, config_path: Path) -> LoadPlan:
         target.api_key()  # a missing env var fails now, not in every worker
     if args.workers < 0 or args.workers > 256:
         raise UsageError(f"--workers {args.workers} is out of range: use 0 (one process) to 256")
-    if args.users is not None and args.users <= 0:
-        raise UsageError(f"--users {args.users} must be a positive number of users")
-    if getattr(args, "stop_timeout", 0.0) and args.stop_timeout < 0:
-        raise UsageError(f"--stop-timeout {args.stop_timeout:g} must be ≥ 0 seconds")
-    if args.spawn_rate is not None and args.spawn_rate <= 0:
-        raise UsageError(f"--spawn-rate {args.spawn_rate} must be positive")
+    check_flag_limits(args)
     stage_s = parse_duration(args.stage_duration or config.stage_duration_s or DEFAULT_DURATION, "--stage-duration")
     shape_text = args.shape or config.shape
     if shape_text and args.users is not None:
@@ -87,8 +83,6 @@ def plan_from_args(args: argparse.Namespace, config_path: Path) -> LoadPlan:
     if paired and isinstance(shape, SweepSpec):
         raise UsageError("--paired cannot run a sweep (each model gets its own rates there): drop one of them")
     max_in_flight = getattr(args, "max_in_flight", None)
-    if max_in_flight is not None and max_in_flight < 1:
-        raise UsageError(f"--max-in-flight {max_in_flight} must be at least 1")
     check_reachable(config)
     return LoadPlan(config=config, config_path=config_path, shape=shape, spawn_rate=args.spawn_rate,
                     workers=args.workers, results_dir=Path(args.results), metrics_port=args.metrics_port,

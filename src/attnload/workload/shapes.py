@@ -8,10 +8,12 @@ adapter lives in ``runner/shape.py``; this module has no Locust import so tests 
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from typing import ClassVar
 
+from attnload.config.limits import MAX_DURATION_S, MAX_RATE, MAX_USERS
 from attnload.errors import UsageError
 
 _DURATION = re.compile(r"^\s*(?:(\d+(?:\.\d+)?)h)?\s*(?:(\d+(?:\.\d+)?)m(?!s))?\s*(?:(\d+(?:\.\d+)?)s?)?\s*$")
@@ -27,8 +29,11 @@ def parse_duration(text: str | float | int, what: str = "duration") -> float:
             raise UsageError(f"{what} {text!r} is not a duration: use e.g. 60s, 2m or 1m30s")
         hours, minutes, secs = (float(g) if g else 0.0 for g in match.groups())
         seconds = hours * 3600 + minutes * 60 + secs
-    if seconds <= 0:
-        raise UsageError(f"{what} must be positive, got {text!r}")
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise UsageError(f"{what} must be a positive, finite duration, got {text!r}")
+    if seconds > MAX_DURATION_S:
+        raise UsageError(f"{what} {text!r} is longer than the limit of {MAX_DURATION_S / 86400:g} days: "
+                         "split the test into several runs")
     return seconds
 
 
@@ -97,7 +102,7 @@ class StagedSpec:
 
     @staticmethod
     def valid_level(value: float) -> bool:
-        return value > 0
+        return math.isfinite(value) and value > 0
 
 
 @dataclass(frozen=True)
@@ -105,7 +110,7 @@ class ConcurrencySpec(StagedSpec):
     """``concurrency:1,8,64``: closed-loop users per stage."""
 
     kind: ClassVar[str] = "concurrency"
-    level_meaning: ClassVar[str] = "a positive whole number of users"
+    level_meaning: ClassVar[str] = f"a whole number of users from 1 to {MAX_USERS:,}"
 
     @property
     def stages(self) -> tuple[Stage, ...]:
@@ -117,8 +122,8 @@ class ConcurrencySpec(StagedSpec):
         return max(int(v) for v in self.levels)
 
     @staticmethod
-    def valid_level(value: float) -> bool:
-        return value > 0 and value == int(value)
+    def valid_level(value: float) -> bool:  # inf would crash int(); a huge count would exhaust memory
+        return math.isfinite(value) and 0 < value <= MAX_USERS and value == int(value)
 
 
 @dataclass(frozen=True)
@@ -127,7 +132,11 @@ class RateSpec(StagedSpec):
 
     kind: ClassVar[str] = "rate"
     open_loop: ClassVar[bool] = True
-    level_meaning: ClassVar[str] = "a positive rate in req/s"
+    level_meaning: ClassVar[str] = f"a finite rate in req/s above 0 and at most {MAX_RATE:,.0f}"
+
+    @staticmethod
+    def valid_level(value: float) -> bool:  # inf/nan crashed the scheduler after the run had started
+        return math.isfinite(value) and 0 < value <= MAX_RATE
 
     @property
     def stages(self) -> tuple[Stage, ...]:
@@ -152,8 +161,8 @@ class SweepSpec(StagedSpec):
         except ValueError:
             raise UsageError(f"shape {text!r}: sweep takes one whole number, the per-model user cap "
                              "(e.g. sweep:128)") from None
-        if cap < 1:
-            raise UsageError(f"shape {text!r}: the sweep's user cap must be at least 1")
+        if not 1 <= cap <= MAX_USERS:
+            raise UsageError(f"shape {text!r}: the sweep's user cap must be from 1 to {MAX_USERS:,}")
         return cls(levels=(float(cap),), stage_duration_s=stage_duration_s)
 
 
