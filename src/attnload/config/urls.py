@@ -25,3 +25,15 @@ def resolve_chat_url(base_url: str) -> tuple[str, str, str]:
         root = url[:-3]
         return root, root + CHAT_PATH, f"base_url ends in /v1; used {root + CHAT_PATH} (not /v1/v1)"
     return url, url + CHAT_PATH, f"appended {CHAT_PATH} to base_url"
+
+
+def metrics_url(value: str | None) -> str | None:
+    """A model's ``metrics_url``: an http(s) URL with a host, taken as given (its path is the
+    server's metrics path, e.g. ``http://host:8001/metrics``); None keeps the default."""
+    if value is None:
+        return None
+    url = value.strip()
+    if not re.match(r"^https?://[^/\s?#]+(/\S*)?$", url):
+        raise ValueError(f"metrics_url {value!r} must be an http:// or https:// URL with a host, "
+                         "e.g. http://10.0.0.5:8000/metrics")
+    return url
