@@ -252,3 +252,20 @@ def test_server_metrics_off_reads_nothing(metrics_server: str, tmp_path: Path) -
     assert _Handler.hits == {}
 
 
+
+
+@pytest.mark.parametrize(("flag", "value", "expected"), [
+    ("--server-metrics", "sometimes", "invalid choice"),
+    ("--server-metrics-interval", "0", "--server-metrics-interval"),
+])
+def test_bad_server_metrics_flags_are_one_line_exit_2(tmp_path: Path, flag: str, value: str, expected: str) -> None:
+    import subprocess
+
+    config = tmp_path / "c.json"
+    config.write_text(json.dumps({"base_url": "http://127.0.0.1:9/api",
+                                  "models": {"m": {"id": "llama-3-70b", "attention_type": "GQA"}}}))
+    result = subprocess.run(attnload("run", "-c", str(config), flag, value), capture_output=True, text=True,
+                            timeout=60)
+    assert result.returncode == 2 and "Traceback" not in result.stderr + result.stdout
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) <= 2 and expected in lines[-1], result.stderr  # argparse may print its usage line first
