@@ -63,6 +63,8 @@ class ModelTarget(StrictModel):
     url_note: str
     api_key_env: str | None = None
     weight: float = Field(default=1.0, gt=0, le=limits.MAX_WEIGHT)
+    metrics_url: str | None = None
+    """The server's Prometheus ``/metrics`` (None: ``/metrics`` at the root of ``base_url``'s host)."""
 
     def api_key(self) -> str | None:
         """The key from the environment (never from a file); registered for redaction."""

@@ -32,7 +32,7 @@ from attnload.config.model import (
     check_token_bounds,
     env_name,
 )
-from attnload.config.urls import check_url, resolve_chat_url
+from attnload.config.urls import check_url, metrics_url, resolve_chat_url
 from attnload.errors import UsageError, describe_validation
 
 _LITERAL_KEY_FIELDS = ("api_key", "apikey", "key", "token", "authorization")
@@ -50,10 +50,12 @@ class _SeedModel(StrictModel):
     base_url: str | None = None
     api_key_env: str | None = None
     weight: float = Field(default=1.0, gt=0, le=limits.MAX_WEIGHT)
+    metrics_url: str | None = None
 
     _attention = field_validator("attention")(lambda v: parse_attention(v))
     _url = field_validator("base_url")(lambda v: v if v is None else check_url(v))
     _env = field_validator("api_key_env")(lambda v: env_name(v))
+    _metrics = field_validator("metrics_url")(lambda v: metrics_url(v))
 
 
 JSON_ALIASES = {"attention": "attention_type", "context_window": "max_context"}
@@ -231,7 +233,7 @@ def _targets(models: Mapping[str, _SeedModel], base_url: str, api_key_env: str |
         targets.append(ModelTarget(
             key=key, id=raw.id, attention=raw.attention,
             max_context=raw.context_window, base_url=root, chat_url=chat_url, url_note=note,
-            api_key_env=raw.api_key_env or api_key_env, weight=raw.weight))
+            api_key_env=raw.api_key_env or api_key_env, weight=raw.weight, metrics_url=raw.metrics_url))
     return tuple(targets)
 
 

@@ -57,3 +57,11 @@ def check_url(url: str, what: str = "base_url") -> str:
     if port == 0:
         raise ValueError(f"{what} {shown!r}: port 0 is not a port; use 1-65535")
     return url
+
+
+def metrics_url(value: str | None) -> str | None:
+    """A model's ``metrics_url``: an http(s) URL with a host, taken as given (its path is the
+    server's metrics path, e.g. ``http://host:8001/metrics``); None keeps the default."""
+    if value is None:
+        return None
+    return check_url(value, "metrics_url")

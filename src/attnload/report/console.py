@@ -11,6 +11,7 @@ from rich.console import Console, Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from attnload.report import server as server_view
 from attnload.report.compare import Comparison
 from attnload.report.explain import MIXED_MODELS_NOTE, presets_differ
 from attnload.report.fmt import (
@@ -108,6 +109,9 @@ def render_table(results: Results) -> RenderableType:
     stages = _stage_table(results)
     if stages is not None:
         parts.append(stages)
+    server = server_view.console_table(results)
+    if server is not None:
+        parts.append(server)
     notes: list[str] = []
     if presets_differ(results):
         notes.append(f"note: {MIXED_MODELS_NOTE}")

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from attnload.report.fmt import count, kib, ms, rate, series_name, stage_label
+from attnload.report.server import measured_state
 from attnload.results.model import ModelSummary, Results, StageSummary
 
 MIXED_MODELS_NOTE = "models differ in size and MoE as well as attention"
@@ -216,6 +217,7 @@ def explain(results: Results) -> list[str]:
     if comparison:
         paragraphs.append(comparison)
     paragraphs.extend(_measured([m for m in results.models if m.requests.ok > 0]))
+    paragraphs.extend(measured_state(results))
     if presets_differ(results):
         paragraphs.append(f"Caveat: the {MIXED_MODELS_NOTE}, so not every difference is the attention's doing.")
     if is_simulated(results):

@@ -12,6 +12,7 @@ from html import escape
 from pathlib import Path
 
 from attnload import __version__
+from attnload.report import server as server_view
 from attnload.report.charts import charts
 from attnload.report.compare import Comparison, compare_results
 from attnload.report.console import errors_text
@@ -170,6 +171,8 @@ def render_html(results: Results, compare: Results | None = None) -> str:
          else '<p class="note">No completed requests to plot.</p>'),
         ("stages", "Per stage", _stage_table(results)),
     ]
+    if server_view.has_server(results):
+        sections.append(("server", "Server view", server_view.html_section(results)))
     if compare is not None:
         sections.append(("compare", "Compared with baseline", _compare_section(compare_results(results, compare),
                                                                              compare)))

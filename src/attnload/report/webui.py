@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from attnload.report.fmt import error_total, series_name, stage_label
+from attnload.report.server import live_cells
 from attnload.results.model import ModelSummary, Results, Totals
 
 logger = logging.getLogger(__name__)
@@ -34,6 +35,9 @@ COLUMNS: tuple[tuple[str, str, int | None], ...] = (
     ("itl_p99_ms", "ITL p99 (ms)", 2),
     ("output_tok_s", "Output tok/s", 1),
     ("in_flight", "In flight", None),
+    ("kv_used_pct", "Server KV used (%)", 0),
+    ("waiting_mean", "Server waiting", 1),
+    ("preemptions", "Preemptions", None),
     ("requests_ok", "OK", None),
     ("errors", "Errors", None),
 )
@@ -69,6 +73,7 @@ def llm_rows(results: Results) -> list[dict[str, Any]]:
             "in_flight": in_flight if in_flight is not None else "",
             "requests_ok": totals.requests.ok,
             "errors": error_total(totals),
+            **live_cells(totals),
         })
     return rows
 

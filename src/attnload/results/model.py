@@ -97,6 +97,34 @@ class SweepSummary(_Model):
     max_sustainable_rps: float | None = None
 
 
+class GaugeSummary(_Model):
+    """A server gauge over a stage: mean and max of the scrapes (None: the server has no such series)."""
+
+    mean: float | None = None
+    max: float | None = None
+
+
+class ServerSummary(_Model):
+    """What the model server's own /metrics said over a stage (docs/server-metrics.md).
+
+    Counters are deltas over the stage (a counter reset is handled); gauges are mean/max over
+    the scrapes; KV usage is a fraction 0-1 as the servers export it.
+    """
+
+    source: str | None = None
+    """``vllm``, ``sglang`` or ``attnload-sim`` (recognised by metric names)."""
+    samples: int = 0
+    kv_cache_usage: GaugeSummary = GaugeSummary()
+    requests_running: GaugeSummary = GaugeSummary()
+    requests_waiting: GaugeSummary = GaugeSummary()
+    preemptions: int | float | None = None
+    prefix_cache_hit_ratio: float | None = None
+    prompt_tokens: int | float | None = None
+    generation_tokens: int | float | None = None
+    ttft_p50_s: float | None = None
+    ttft_p99_s: float | None = None
+
+
 class StageSummary(Totals):
     """One stage of a shaped run: a closed-loop user count or an open-loop rate."""
 
@@ -111,6 +139,10 @@ class StageSummary(Totals):
     achieved_rate_rps: float | None = None
     """Open loop: requests sent (any outcome) per second of the stage, to compare with ``rate``."""
     paired: PairedSummary | None = None
+    server: ServerSummary | None = None
+    """The model server's view of this stage; None where no server metrics were read."""
+    server_gap_reasons: list[str] = []
+    """Why the stage carries the ``server_client_gap`` flag (server and client disagree)."""
 
 
 class ModelSummary(Totals):
@@ -126,6 +158,8 @@ class ModelSummary(Totals):
     sweep: SweepSummary | None = None
     in_flight: int | None = None
     """Users running against this model when the summary was taken (live snapshots; 0 once stopped)."""
+    server: ServerSummary | None = None
+    """The model server's view over the whole run (counters: the sum of the stages'); None: not read."""
 
 
 class ClientInfo(_Model):

@@ -11,6 +11,7 @@ from attnload.measure.histogram import LogHistogram
 from attnload.measure.paired import PairedRecorder
 from attnload.measure.recorder import Recorder, Series
 from attnload.results.model import ClientInfo, ModelSummary, Requests, Results, StageSummary, Summary, Totals
+from attnload.results.server import ServerResults, with_server
 
 SATURATION_CPU_RATIO = 0.9
 CLIENT_BEHIND_LAG_S = 0.1
@@ -60,8 +61,8 @@ def totals(series: Series, duration_s: float, slo_set: bool) -> dict[str, Any]:
 def build_results(config: TestConfig, recorder: Recorder, *, started_at: float, ended_at: float,
                   stages: list[StageWindow], client: ClientInfo, run_info: dict[str, Any],
                   attention_info: dict[str, dict[str, Any]] | None = None, paired: PairedRecorder | None = None,
-                  sweep: dict[str, dict[str, Any]] | None = None, in_flight: dict[str, int] | None = None
-                  ) -> Results:
+                  sweep: dict[str, dict[str, Any]] | None = None, in_flight: dict[str, int] | None = None,
+                  server: ServerResults | None = None) -> Results:
     """Summaries per model, per profile and per stage; wall times are epoch seconds."""
     duration_s = max(ended_at - started_at, 1e-9)
     slo_set = any(v is not None for v in config.slo.model_dump().values())
@@ -72,11 +73,14 @@ def build_results(config: TestConfig, recorder: Recorder, *, started_at: float, 
                                             slo_set))
                     for p in config.profiles if any(k[0] == target.key and k[1] == p.name for k in recorder.series)}
         stage_summaries = [_stage_summary(recorder, target.key, window, slo_set, paired) for window in stages]
+        if server is not None:
+            stage_summaries = [with_server(s, server.stage(target.key, s.index)) for s in stage_summaries]
         models.append(ModelSummary(
             **totals(whole, duration_s, slo_set), key=target.key, model=target.id, attention=target.attention,
             stages=stage_summaries, profiles=profiles, attention_info=(attention_info or {}).get(target.key, {}),
             paired=paired.summary(target.key) if paired is not None else None,
-            sweep=(sweep or {}).get(target.key), in_flight=(in_flight or {}).get(target.key)))
+            sweep=(sweep or {}).get(target.key), in_flight=(in_flight or {}).get(target.key),
+            server=server.total(target.key) if server is not None else None))
     return Results.model_validate({
         "schema": "attnload.results/v1", "started_at": _iso(started_at), "ended_at": _iso(ended_at),
         "duration_s": duration_s, "config_sha256": config.sha256, "config": run_info,

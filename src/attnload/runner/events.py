@@ -28,6 +28,7 @@ from attnload.runner.gcpolicy import quiet_full_collections
 from attnload.runner.openloop import ClientPool, OpenLoop
 from attnload.runner.options import add_arguments, exit_usage, options_from
 from attnload.runner.runtime import Runtime
+from attnload.runner.serverview import ServerView, scrape_targets
 from attnload.runner.shape import STAGE_MESSAGE, StageMessage
 from attnload.runner.users import chat_client, send_pair, send_plan
 from attnload.workload.prompts import PlannedRequest
@@ -97,6 +98,9 @@ def _init_collector(environment: Environment, runtime: Runtime) -> None:
     """Master or single process: merge deltas, serve /metrics, track workers, write results."""
     runner = environment.runner
     events = environment.events
+    if runtime.options.server_metrics == "auto":
+        runtime.server_view = ServerView(scrape_targets(runtime.config, runtime.attention_facts),
+                                         runtime.options.server_metrics_interval_s)
     if runtime.options.metrics_port:
         try:
             serve_metrics(runtime.recorder, runtime.fleet, runtime.options.metrics_port)

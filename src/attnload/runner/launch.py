@@ -26,7 +26,7 @@ from attnload.config.seed import load_config
 from attnload.errors import UsageError
 from attnload.results.model import Results, load_results
 from attnload.runner.flagcheck import check_flag_limits
-from attnload.runner.options import environment
+from attnload.runner.options import environment, server_metrics_interval, server_metrics_mode
 from attnload.workload.shapes import ShapeSpec, SweepSpec, parse_duration, parse_shape
 
 LOCUSTFILE = Path(__file__).parents[1] / "commands" / "locustfile.py"
@@ -54,6 +54,8 @@ class LoadPlan:
     max_in_flight: int | None = None
     prometheus_port: int | None = None
     stop_timeout_s: float = 0.0
+    server_metrics: str = "auto"
+    server_metrics_interval: str = "2"
 
 
 def plan_from_args(args: argparse.Namespace, config_path: Path) -> LoadPlan:
@@ -83,13 +85,17 @@ def plan_from_args(args: argparse.Namespace, config_path: Path) -> LoadPlan:
     if paired and isinstance(shape, SweepSpec):
         raise UsageError("--paired cannot run a sweep (each model gets its own rates there): drop one of them")
     max_in_flight = getattr(args, "max_in_flight", None)
+    server_metrics = server_metrics_mode(getattr(args, "server_metrics", "auto"))
+    interval = str(getattr(args, "server_metrics_interval", "2") or "2")
+    server_metrics_interval(interval)
     check_reachable(config)
     return LoadPlan(config=config, config_path=config_path, shape=shape, spawn_rate=args.spawn_rate,
                     workers=args.workers, results_dir=Path(args.results), metrics_port=args.metrics_port,
                     headless=args.headless, web_port=args.web_port, profiles=args.profile, warmup=args.warmup,
                     paired=paired, arrivals=getattr(args, "arrivals", None), max_in_flight=max_in_flight,
                     prometheus_port=getattr(args, "prometheus", None),
-                    stop_timeout_s=float(getattr(args, "stop_timeout", 0.0) or 0.0))
+                    stop_timeout_s=float(getattr(args, "stop_timeout", 0.0) or 0.0),
+                    server_metrics=server_metrics, server_metrics_interval=interval)
 
 
 def execute(plan: LoadPlan, *, quiet: bool = False) -> Results | None:
@@ -168,7 +174,8 @@ def _environment(plan: LoadPlan) -> dict[str, str]:
         "stage-duration": f"{plan.shape.stage_duration_s:g}", "profile": plan.profiles,
         "warmup": plan.warmup or "0", "spawn-rate": f"{plan.spawn_rate:g}" if plan.spawn_rate else None,
         "paired": "1" if plan.paired else "0", "arrivals": plan.arrivals or "",
-        "max-in-flight": str(plan.max_in_flight) if plan.max_in_flight else None}))
+        "max-in-flight": str(plan.max_in_flight) if plan.max_in_flight else None,
+        "server-metrics": plan.server_metrics, "server-metrics-interval": plan.server_metrics_interval}))
     env["PYTHONUNBUFFERED"] = "1"
     return env
 

@@ -35,6 +35,9 @@ class RunOptions:
     arrivals: str | None = None
     """Open-loop arrival law; None: the config's ``arrivals``."""
     max_in_flight: int = DEFAULT_MAX_IN_FLIGHT
+    server_metrics: str = "auto"
+    """``auto``: the master scrapes each model server's /metrics; ``off``: it does not."""
+    server_metrics_interval_s: float = 2.0
 
 
 @dataclass(frozen=True)
@@ -81,6 +84,11 @@ OPTIONS: tuple[Option, ...] = (
     Option("results", "directory for results JSON + HTML", "results", run={"default": "results"}),
     Option("metrics-port", "master's Prometheus /metrics port (0 = off)", 9646, int,
            run={"type": int, "default": 9646}),
+    Option("server-metrics", "auto: read each model server's /metrics (its metrics_url, else /metrics on its "
+           "base_url's host) next to the client's numbers; off: don't", "auto",
+           run={"choices": ("auto", "off"), "default": "auto"}),
+    Option("server-metrics-interval", "seconds between scrapes of the model servers' /metrics", "2",
+           run={"default": "2", "metavar": "S"}),
 )
 """Every option the launcher passes to Locust processes; the order is ``attnload run --help``'s."""
 
@@ -129,7 +137,28 @@ def options_from(parsed: Any) -> RunOptions:
         profiles=tuple(p.strip() for p in (parsed.attnload_profile or "").split(",") if p.strip()),
         warmup_s=0.0 if warmup in ("", "0") else parse_duration(warmup, "--warmup"),
         paired=str(parsed.attnload_paired).strip().lower() in ("1", "true", "yes"),
-        arrivals=_arrivals(parsed.attnload_arrivals), max_in_flight=max(1, int(parsed.attnload_max_in_flight)))
+        arrivals=_arrivals(parsed.attnload_arrivals), max_in_flight=max(1, int(parsed.attnload_max_in_flight)),
+        server_metrics=server_metrics_mode(parsed.attnload_server_metrics),
+        server_metrics_interval_s=server_metrics_interval(parsed.attnload_server_metrics_interval))
+
+
+def server_metrics_mode(text: str | None) -> str:
+    value = (text or "auto").strip().lower()
+    if value not in ("auto", "off"):
+        raise UsageError(f"--server-metrics {text!r}: use auto or off")
+    return value
+
+
+def server_metrics_interval(text: str | float | None) -> float:
+    """Seconds between scrapes: a positive number (``2``, ``0.5``) or a duration (``2s``)."""
+    raw = str(text if text is not None else "2").strip()
+    try:
+        value = float(raw)
+    except ValueError:
+        value = parse_duration(raw, "--server-metrics-interval")
+    if not 0.1 <= value <= 3600:
+        raise UsageError(f"--server-metrics-interval {raw}: use 0.1 to 3600 seconds (default 2)")
+    return value
 
 
 def env_value(name: str) -> str:

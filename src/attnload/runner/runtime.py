@@ -28,6 +28,7 @@ from attnload.results.summarize import StageWindow, build_results, client_info
 from attnload.results.write import write_results
 from attnload.runner.openloop import PAIR_STREAM, OpenLoop, OpenStage
 from attnload.runner.options import RunOptions
+from attnload.runner.serverview import ServerView
 from attnload.workload.prompts import Workload
 from attnload.workload.sweep import ModelStageStats
 
@@ -128,6 +129,8 @@ class Runtime:
         self.sweep_report: dict[str, dict[str, Any]] | None = None
         self.sweep_final: Any = None
         """Callable giving the sweep report from final stats (set by the sweep shape)."""
+        self.server_view: ServerView | None = None
+        """The model servers' /metrics, scraped by the master (or single process) unless --server-metrics off."""
 
     # ------------------------------------------------------------------ users
 
@@ -189,6 +192,8 @@ class Runtime:
         self.stage = StageClock()
         self.final_counts_from.clear()
         self.running = True
+        if self.server_view is not None:
+            self.server_view.start()
 
     def test_started(self) -> None:
         """Locust's test_start; with a shape it fires after the first tick, which already began the test."""
@@ -204,6 +209,8 @@ class Runtime:
         ``rates`` (per model key) makes it an open-loop stage: a sending process starts
         its share of the schedule (``workers`` shares in all, this one ``worker_index``).
         """
+        if self.server_view is not None:
+            self.server_view.stage_ended(self.stage.index)  # scrapes once: counter deltas end at the boundary
         now = time.perf_counter()
         clock = self.stage
         if clock.windows and clock.windows[-1].end_s < 0:
@@ -272,6 +279,9 @@ class Runtime:
             windows[-1] = replace(windows[-1], end_s=now - self.started_perf)
         if self.open_loop is not None:
             self.open_loop.stop()
+        if self.server_view is not None:
+            self.server_view.stage_ended(self.stage.index)
+            self.server_view.stop()
 
     # ------------------------------------------------------------------ distribution
 
@@ -324,7 +334,9 @@ class Runtime:
         return build_results(self.config, self.recorder, started_at=started, ended_at=ended, stages=windows,
                              client=client_info(workers, len(self.workers_lost), self.cpu_max_ratio, self.recorder),
                              run_info=run_info, attention_info=info, paired=self.paired, sweep=sweep,
-                             in_flight=dict(self.fleet.users) if self.running else None)
+                             in_flight=dict(self.fleet.users) if self.running else None,
+                             server=self.server_view.results(self.stage.index if self.running else None)
+                             if self.server_view is not None else None)
 
     @property
     def arrivals(self) -> str:

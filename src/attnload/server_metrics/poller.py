@@ -89,6 +89,8 @@ class ServerMetricsPoller:
         self._fetch = fetch or fetch_text
         self._clock = clock
         self._windows = {t.key: ServerWindow() for t in targets}
+        self._totals = {t.key: ServerWindow() for t in targets}
+        """Whole-run windows, fed the same samples and never closed: the model-level summary."""
         self._off: dict[str, str] = {}
         """Target key -> why its server metrics are off (the warning's text)."""
         self._answered: set[str] = set()
@@ -145,6 +147,7 @@ class ServerMetricsPoller:
                 sample = exposition.sample_for(target.names)
                 if sample is not None:
                     self._windows[key].add(sample)
+                    self._totals[key].add(sample)
                 elif key not in self._seen_keys():
                     served = ", ".join(sorted(exposition.samples)) or "none"
                     self._turn_off([key], f"{url} serves {served}, none is {_names(target.names)}")
@@ -173,6 +176,12 @@ class ServerMetricsPoller:
         with self._lock:
             return {key: None if key in self._off or window.last is None else window.close()
                     for key, window in self._windows.items()}
+
+    def total(self) -> dict[str, dict[str, Any] | None]:
+        """Each target's summary over every sample since the first (counters: the sum of the stages')."""
+        with self._lock:
+            return {key: None if key in self._off or window.last is None else window.summary()
+                    for key, window in self._totals.items()}
 
     def peek(self) -> dict[str, dict[str, Any] | None]:
         """The running stage's summaries so far, for live views; changes nothing."""

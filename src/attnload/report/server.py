@@ -1,0 +1,176 @@
+"""The server's view next to the client's, for every output: console, HTML, LLM tab, explanation.
+
+A stage row pairs what the model server's /metrics said (KV cache used, requests
+waiting, preemptions, its TTFT and token counts) with the client's TTFT and tokens for
+the same stage, so a reader sees *why* the client's numbers moved (docs/server-metrics.md).
+One column table drives every renderer, so the console, the HTML and the tab agree.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from html import escape
+
+from rich import box
+from rich.table import Table
+
+from attnload.report.fmt import DASH, ms_bare, series_name, stage_label
+from attnload.results.model import ModelSummary, Results, ServerSummary, StageSummary, Totals
+
+
+def _share(value: float | None) -> str:
+    return DASH if value is None else f"{value:.0%}"
+
+
+def _number(value: float | None, digits: int = 1) -> str:
+    if value is None:
+        return DASH
+    return f"{value:,.0f}" if float(value).is_integer() else f"{value:,.{digits}f}"
+
+
+@dataclass(frozen=True)
+class Column:
+    """One server column: title, JSON path under the stage, getter, and how it reads."""
+
+    title: str
+    path: str
+    get: Callable[[Totals, ServerSummary], float | int | None]
+    show: Callable[[float | None], str]
+
+
+COLUMNS: tuple[Column, ...] = (
+    Column("KV used mean", "server.kv_cache_usage.mean", lambda t, s: s.kv_cache_usage.mean, _share),
+    Column("KV used max", "server.kv_cache_usage.max", lambda t, s: s.kv_cache_usage.max, _share),
+    Column("running mean", "server.requests_running.mean", lambda t, s: s.requests_running.mean, _number),
+    Column("waiting mean", "server.requests_waiting.mean", lambda t, s: s.requests_waiting.mean, _number),
+    Column("waiting max", "server.requests_waiting.max", lambda t, s: s.requests_waiting.max, _number),
+    Column("preemptions", "server.preemptions", lambda t, s: s.preemptions, _number),
+    Column("TTFT p50 ms server", "server.ttft_p50_s", lambda t, s: s.ttft_p50_s, ms_bare),
+    Column("TTFT p50 ms client", "ttft_s.p50", lambda t, s: t.ttft_s.p50, ms_bare),
+    Column("gen tokens server", "server.generation_tokens", lambda t, s: s.generation_tokens, _number),
+    Column("tokens client", "completion_tokens", lambda t, s: t.completion_tokens, _number),
+)
+
+
+_CONSOLE_GROUPS: tuple[tuple[str, tuple[int, ...]], ...] = (
+    ("KV used\nmean / max", (0, 1)), ("running\nmean", (2,)), ("waiting\nmean / max", (3, 4)),
+    ("preempt-\nions", (5,)), ("TTFT p50 ms\nserver / client", (6, 7)), ("tokens out\nserver / client", (8, 9)),
+)
+"""The console pairs columns (``24% / 29%``) so the table fits a terminal; HTML shows each."""
+
+
+def has_server(results: Results) -> bool:
+    return any(m.server is not None or any(s.server is not None for s in m.stages) for m in results.models)
+
+
+def rows(results: Results) -> list[tuple[ModelSummary, StageSummary | None, ServerSummary]]:
+    """(model, stage or None for the whole run, its server view), stages first; models without
+    stage rows show their whole-run view."""
+    out: list[tuple[ModelSummary, StageSummary | None, ServerSummary]] = []
+    for model in results.models:
+        staged = [(model, s, s.server) for s in model.stages if s.server is not None]
+        if staged:
+            out.extend(staged)  # type: ignore[arg-type]
+        elif model.server is not None:
+            out.append((model, None, model.server))
+    return out
+
+
+def console_table(results: Results) -> Table | None:
+    """The terminal's "server view" table (None when no server metrics were read)."""
+    found = rows(results)
+    if not found:
+        return None
+    table = Table(title="server view (the model servers' /metrics, next to the client's)", title_justify="left",
+                  header_style="bold", box=box.SIMPLE_HEAD)
+    table.add_column("model", no_wrap=True)
+    table.add_column("stage", no_wrap=True)
+    for title, _ in _CONSOLE_GROUPS:
+        table.add_column(title, justify="right", no_wrap=True)
+    table.add_column("gap", no_wrap=True)
+    last = None
+    for model, stage, server in found:
+        totals: Totals = stage if stage is not None else model
+        shown = [column.show(column.get(totals, server)) for column in COLUMNS]  # type: ignore[arg-type]
+        cells = [" / ".join(shown[i] for i in indexes) for _, indexes in _CONSOLE_GROUPS]
+        gap = "server_client_gap" if stage is not None and "server_client_gap" in stage.flags else ""
+        table.add_row(model.key if model.key != last else "", stage_label(stage) if stage else "run", *cells, gap,
+                      style="yellow" if gap else None)
+        last = model.key
+    unread = [m.key for m in results.models if m.server is None]
+    if unread:
+        table.caption = "no server metrics for " + ", ".join(unread)
+    return table
+
+
+def html_section(results: Results) -> str:
+    """The HTML "Server view" table, cells carrying ``data-field``/``data-value`` like the others."""
+    found = rows(results)
+    if not found:
+        return ('<p class="note">No server metrics were read (the servers publish no Prometheus /metrics '
+                "there, or the run used --server-metrics off).</p>")
+    head = "".join(f"<th>{escape(c.title)}</th>" for c in COLUMNS)
+    body = []
+    for model, stage, server in found:
+        totals: Totals = stage if stage is not None else model
+        cells = []
+        for column in COLUMNS:
+            value = column.get(totals, server)  # type: ignore[arg-type]
+            raw = "" if value is None else repr(value)
+            cells.append(f'<td class="num" data-field="{escape(column.path)}" data-value="{escape(raw)}">'
+                         f"{escape(column.show(value))}</td>")
+        reasons = stage.server_gap_reasons if stage is not None else []
+        gap = (f'<span class="flag" title="{escape("; ".join(reasons))}">server_client_gap</span>'
+               if reasons else "")
+        where = stage_label(stage) if stage is not None else "whole run"
+        index = f' data-stage="{stage.index}"' if stage is not None else ""
+        body.append(f'<tr data-model="{escape(model.key)}"{index}><th scope="row">{escape(model.key)}</th>'
+                    f"<td>{escape(where)} {gap}</td><td>{escape(server.source or DASH)}</td>{''.join(cells)}</tr>")
+    notes = [f"{m.key} {stage_label(s)}: {r}" for m in results.models for s in m.stages for r in s.server_gap_reasons]
+    note = ('<div class="callout note"><strong>server_client_gap</strong>: ' + escape("; ".join(notes)) + "</div>"
+            if notes else "")
+    return (f'{note}<table class="stages" id="server-table"><thead><tr><th>model</th><th class="l">stage</th>'
+            f"<th>source</th>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>")
+
+
+def live_cells(totals: Totals) -> dict[str, float | int | str | None]:
+    """The LLM tab's server cells for a stage or run (blank where no server metrics)."""
+    server = getattr(totals, "server", None)
+    if server is None:
+        return {"kv_used_pct": "", "waiting_mean": "", "preemptions": ""}
+    mean = server.kv_cache_usage.mean
+    return {"kv_used_pct": None if mean is None else mean * 100.0,
+            "waiting_mean": server.requests_waiting.mean, "preemptions": server.preemptions}
+
+
+def measured_state(results: Results) -> list[str]:
+    """Sentences citing what the servers measured at the heaviest stage, e.g. "At 48 users, GQA's KV
+    cache was 99 % full with 8.4 requests waiting and 12 preemptions; MLA's was 76 % full"."""
+    parts = []
+    for model in results.models:
+        staged = [s for s in model.stages if s.server is not None and s.requests.total > 0]
+        if not staged:
+            continue
+        heaviest = staged[-1]
+        server = heaviest.server
+        assert server is not None
+        text = f"{series_name(model)}'s KV cache was {_share(server.kv_cache_usage.max)} full at its peak " \
+               f"(mean {_share(server.kv_cache_usage.mean)})"
+        waiting = server.requests_waiting.mean
+        if waiting is not None:
+            text += f" with {_number(waiting)} requests waiting on average"
+        if server.preemptions:
+            text += f" and {_number(server.preemptions)} preemptions"
+        parts.append(f"{text} at {stage_label(heaviest)}")
+    if not parts:
+        return []
+    out = ["Server-side (the servers' own /metrics): " + "; ".join(parts) + "."]
+    queued = [m.key for m in results.models for s in m.stages[-1:]
+              if s.server is not None and (s.server.requests_waiting.mean or 0) >= 1]
+    calm = [m.key for m in results.models for s in m.stages[-1:]
+            if s.server is not None and (s.server.requests_waiting.mean or 0) < 1]
+    if queued and calm:
+        out.append(f"Requests queued for KV space on {', '.join(queued)} while {', '.join(calm)} admitted "
+                   "them at once: the queue, not a slower decode, is what the client's TTFT shows.")
+    return out

@@ -1,0 +1,99 @@
+"""The server's view in the results, and the check that it agrees with the client's.
+
+The runner hands over what the model servers' /metrics said per model and stage
+(``ServerView``); this module puts it on ``stages[].server`` / ``models[].server`` and
+flags a stage ``server_client_gap`` when the two views disagree beyond what the way they
+count explains (docs/server-metrics.md, "Agreement check"):
+
+- **Tokens.** The server counts generation tokens when it makes them; the client counts a
+  request's completion tokens in the stage the request *started* in. Requests running
+  across a stage boundary therefore move up to one request's tokens per concurrent request
+  between stages, so the allowance is 5 % + 10 tokens plus (concurrency × mean completion
+  tokens per request). More than that: someone else's traffic shares the server, or the
+  series belongs to another model.
+- **TTFT.** The server measures from when it received the request, the client from when it
+  sent it: the client's p50 is larger by network and gateway time. A server p50 below half
+  the client's with more than 50 ms between them (or above twice the client's, which no
+  network explains) is flagged. Half/twice leave room for the server's histogram buckets
+  (vLLM's 1–2.5 s bucket interpolates a true 2.4 s as 1.75 s, 0.73×).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from attnload.results.model import ServerSummary, StageSummary
+
+SERVER_GAP_FLAG = "server_client_gap"
+TOKENS_REL_TOLERANCE = 0.05
+TOKENS_ABS_TOLERANCE = 10
+TTFT_RATIO = 0.5
+"""Server TTFT p50 below this share of the client's (or above its inverse) is a gap..."""
+TTFT_MIN_GAP_S = 0.05
+"""...when they are also this far apart (a few ms of network is no gap)."""
+MIN_REQUESTS_FOR_TTFT = 10
+
+
+@dataclass
+class ServerResults:
+    """Server summaries as the poller produced them: per model key, per stage index, and whole-run."""
+
+    stages: dict[str, dict[int, dict[str, Any] | None]] = field(default_factory=dict)
+    totals: dict[str, dict[str, Any] | None] = field(default_factory=dict)
+
+    def stage(self, key: str, index: int) -> ServerSummary | None:
+        data = self.stages.get(key, {}).get(index)
+        return ServerSummary.model_validate(data) if data is not None else None
+
+    def total(self, key: str) -> ServerSummary | None:
+        data = self.totals.get(key)
+        return ServerSummary.model_validate(data) if data is not None else None
+
+
+def with_server(stage: StageSummary, server: ServerSummary | None) -> StageSummary:
+    """``stage`` with its server view and, where they disagree, the ``server_client_gap`` flag."""
+    if server is None:
+        return stage
+    reasons = gap_reasons(stage, server)
+    flags = list(stage.flags)
+    if reasons and SERVER_GAP_FLAG not in flags:
+        flags.append(SERVER_GAP_FLAG)
+    return stage.model_copy(update={"server": server, "flags": flags, "server_gap_reasons": reasons})
+
+
+def gap_reasons(stage: StageSummary, server: ServerSummary) -> list[str]:
+    """Why the server's and the client's views of one stage disagree (empty: they agree)."""
+    reasons = []
+    if server.generation_tokens is not None and stage.requests.total:
+        client, served = stage.completion_tokens, float(server.generation_tokens)
+        allowance = token_allowance(stage)
+        if abs(served - client) > allowance:
+            reasons.append(f"server generated {served:.0f} tokens, the client received {client} "
+                           f"(allowed difference {allowance:.0f})")
+    client_p50, server_p50 = stage.ttft_s.p50, server.ttft_p50_s
+    if client_p50 is not None and server_p50 is not None and stage.ttft_s.count >= MIN_REQUESTS_FOR_TTFT:
+        apart = abs(client_p50 - server_p50) > TTFT_MIN_GAP_S
+        if apart and server_p50 < TTFT_RATIO * client_p50:
+            reasons.append(f"server TTFT p50 {server_p50 * 1000:.0f} ms < half the client's "
+                           f"{client_p50 * 1000:.0f} ms (a gateway or the network adds time)")
+        elif apart and server_p50 > client_p50 / TTFT_RATIO:
+            reasons.append(f"server TTFT p50 {server_p50 * 1000:.0f} ms > twice the client's "
+                           f"{client_p50 * 1000:.0f} ms (another model's series, or other traffic)")
+    return reasons
+
+
+def token_allowance(stage: StageSummary) -> float:
+    """How far the two token counts may differ: 5 % + 10, plus the tokens of the requests in
+    flight at a stage boundary (closed loop: the users; open loop: rate × mean latency)."""
+    ok = stage.requests.ok
+    per_request = stage.completion_tokens / ok if ok else 0.0
+    if stage.users is not None:
+        concurrency = float(stage.users)
+    elif stage.rate is not None and stage.e2e_s.mean is not None:
+        concurrency = stage.rate * stage.e2e_s.mean
+    else:
+        concurrency = 0.0
+    return (TOKENS_REL_TOLERANCE * stage.completion_tokens + TOKENS_ABS_TOLERANCE
+            + math.ceil(concurrency) * per_request)
