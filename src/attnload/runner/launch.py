@@ -53,6 +53,8 @@ class LoadPlan:
     max_in_flight: int | None = None
     prometheus_port: int | None = None
     stop_timeout_s: float = 0.0
+    csv_prefix: str | None = None
+    """``--csv PREFIX``: handed to the Locust master, which writes Locust's CSVs and ``PREFIX_llm.csv``."""
 
 
 def plan_from_args(args: argparse.Namespace, config_path: Path) -> LoadPlan:
@@ -95,7 +97,8 @@ def plan_from_args(args: argparse.Namespace, config_path: Path) -> LoadPlan:
                     headless=args.headless, web_port=args.web_port, profiles=args.profile, warmup=args.warmup,
                     paired=paired, arrivals=getattr(args, "arrivals", None), max_in_flight=max_in_flight,
                     prometheus_port=getattr(args, "prometheus", None),
-                    stop_timeout_s=float(getattr(args, "stop_timeout", 0.0) or 0.0))
+                    stop_timeout_s=float(getattr(args, "stop_timeout", 0.0) or 0.0),
+                    csv_prefix=getattr(args, "csv", None) or None)
 
 
 def execute(plan: LoadPlan, *, quiet: bool = False) -> Results | None:
@@ -187,6 +190,8 @@ def _master_command(plan: LoadPlan, master_port: int) -> list[str]:
     command = _base_command()
     if plan.stop_timeout_s:
         command += ["--stop-timeout", f"{plan.stop_timeout_s:g}"]
+    if plan.csv_prefix:
+        command += ["--csv", plan.csv_prefix]
     if plan.headless:
         command += ["--headless", "--only-summary"]
     else:

@@ -35,6 +35,8 @@ class RunOptions:
     arrivals: str | None = None
     """Open-loop arrival law; None: the config's ``arrivals``."""
     max_in_flight: int = DEFAULT_MAX_IN_FLIGHT
+    csv_prefix: str | None = None
+    """Locust's own ``--csv PREFIX``: the master also writes ``PREFIX_llm.csv`` with the results."""
 
 
 @dataclass(frozen=True)
@@ -48,6 +50,8 @@ class Option:
     locust_type: type = str
     run: Mapping[str, Any] | None = field(default_factory=dict)
     locust: bool = True
+    aliases: tuple[str, ...] = ()
+    """More ``attnload run`` spellings, listed before the canonical one (Locust's ``-u``, ``-t/--run-time``)."""
 
     @property
     def env(self) -> str:
@@ -61,12 +65,19 @@ class Option:
     def locust_flag(self) -> str:
         return "--attnload-" + self.name
 
+    @property
+    def run_flags(self) -> tuple[str, ...]:
+        return (*self.aliases, self.run_flag)
+
 
 OPTIONS: tuple[Option, ...] = (
     Option("config", "test config (.json or .toml)", "examples/benchmark_config.json", run=None),
-    Option("users", "closed-loop users (with --duration)", run={"type": int, "default": None}, locust=False),
-    Option("spawn-rate", "users started per second", run={"type": float, "default": None}, locust=False),
-    Option("duration", "run length for --users, e.g. 60s or 2m", run={"default": None}, locust=False),
+    Option("users", "closed-loop users (with -t/--run-time)", run={"type": int, "default": None}, locust=False,
+           aliases=("-u",)),
+    Option("spawn-rate", "users started per second", run={"type": float, "default": None}, locust=False,
+           aliases=("-r",)),
+    Option("duration", "run length for --users, e.g. 60s or 2m (Locust's -t/--run-time)", run={"default": None},
+           locust=False, aliases=("-t", "--run-time")),
     Option("shape", "concurrency:1,8,64 (users per stage), rate:0.5,1,2 (req/s per model) or sweep[:CAP]",
            run={"default": None}),
     Option("stage-duration", "length of each --shape stage (default 60s)", "60s", run={"default": None}),
@@ -81,6 +92,14 @@ OPTIONS: tuple[Option, ...] = (
     Option("results", "directory for results JSON + HTML", "results", run={"default": "results"}),
     Option("metrics-port", "master's Prometheus /metrics port (0 = off)", 9646, int,
            run={"type": int, "default": 9646}),
+    Option("exit-code-on-error", "exit status when any request failed, as Locust's (default 1; 0: ignore failures)",
+           run={"type": int, "default": 1, "metavar": "N"}, locust=False),
+    Option("fail-on", "also exit 1 when, comma-separated: slo (a model's p99 over the config's slo), saturated "
+           "(client_saturated), server-gap (a stage flagged server_client_gap)",
+           run={"default": "", "metavar": "REASONS"}, locust=False),
+    Option("csv", "write Locust's CSV stats (PREFIX_stats.csv, _stats_history.csv, _failures.csv, "
+           "_exceptions.csv) plus PREFIX_llm.csv (TTFT/ITL/TPOT/tok/s per model and stage)",
+           run={"default": None, "metavar": "PREFIX"}, locust=False),
 )
 """Every option the launcher passes to Locust processes; the order is ``attnload run --help``'s."""
 
@@ -91,8 +110,11 @@ def add_load_arguments(parser: argparse.ArgumentParser) -> None:
     """The ``attnload run`` flags: the table's, then those of the process layout."""
     for option in OPTIONS:
         if option.run is not None:
-            parser.add_argument(option.run_flag, help=option.help, **option.run)
-    parser.add_argument("--workers", type=int, default=0, help="local Locust worker processes (0 = one process)")
+            parser.add_argument(*option.run_flags, dest=option.name.replace("-", "_"), help=option.help,
+                                **option.run)
+    parser.add_argument("--workers", "--processes", dest="workers", type=int, default=0,
+                        help="local Locust worker processes (0 = one process; -1 = one per CPU core, as Locust's "
+                             "--processes)")
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--headless", dest="headless", action="store_true", default=True, help="no web UI (default)")
     mode.add_argument("--web", dest="headless", action="store_false", help="Locust web UI on --web-port")
@@ -129,7 +151,8 @@ def options_from(parsed: Any) -> RunOptions:
         profiles=tuple(p.strip() for p in (parsed.attnload_profile or "").split(",") if p.strip()),
         warmup_s=0.0 if warmup in ("", "0") else parse_duration(warmup, "--warmup"),
         paired=str(parsed.attnload_paired).strip().lower() in ("1", "true", "yes"),
-        arrivals=_arrivals(parsed.attnload_arrivals), max_in_flight=max(1, int(parsed.attnload_max_in_flight)))
+        arrivals=_arrivals(parsed.attnload_arrivals), max_in_flight=max(1, int(parsed.attnload_max_in_flight)),
+        csv_prefix=getattr(parsed, "csv_prefix", None) or None)
 
 
 def env_value(name: str) -> str:
