@@ -150,3 +150,18 @@ def test_closed_pipe_has_no_traceback(command: str) -> None:
     assert result.stderr.strip().splitlines()[-1] in ("rc=0", "rc=141")  # 141: 128 + SIGPIPE, as a shell tool
     if "head" in command:
         assert result.stdout.startswith("presets on ")
+
+
+def test_plain_locust_csv_gets_the_llm_file_too(processes: Processes, tmp_path: Path) -> None:
+    sim = start_sim(processes, "--mode", "fixed", "--ttft-ms", "50", "--itl-ms", "10")
+    config = write_config(tmp_path, sim + "/api/v1", benchmark={"max_tokens": 8, "repeat": 1})
+    prefix = tmp_path / "plain"
+    locust = processes.start([sys.executable, "-m", "locust", "-f", str(ROOT / "locustfiles" / "chat.py"),
+                              "--headless", "-u", "2", "-r", "2", "-t", "3s", "--csv", str(prefix)],
+                             env={"ATTNLOAD_CONFIG": str(config), "ATTNLOAD_RESULTS": str(tmp_path / "results"),
+                                  "ATTNLOAD_METRICS_PORT": "0"}, name="locust")
+    assert locust.wait(timeout=60) == 0, processes.log_of(locust)
+    rows = read_csv(Path(f"{prefix}_llm.csv"))
+    assert Path(f"{prefix}_stats.csv").is_file()
+    aggregated = {row[0]: int(row[6]) for row in rows[1:] if row[3] == "Aggregated"}
+    assert set(aggregated) == {"gqa_model", "mla_model"} and min(aggregated.values()) > 0
