@@ -1,7 +1,7 @@
 """``attnload cluster``: the routine parts of a Kubernetes run, without hand-written kubectl.
 
     attnload cluster up [--workers N --image IMG --config FILE --shape SPEC --api-key-env VAR]
-    attnload cluster status | scale N | run [--users N --spawn-rate R --run-time D --wait]
+    attnload cluster status | scale N | run [-u/--users N -r/--spawn-rate R -t/--run-time D --wait]
     attnload cluster stop | results [--out DIR] | logs [COMPONENT] | down
 
 ``up`` applies deploy/ (server-side apply, namespace first) and waits until every
@@ -53,9 +53,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
     scale.add_argument("replicas", type=_non_negative)
     scale.add_argument("--no-wait", action="store_true")
     run = sub.add_parser("run", help="start a test through the master's /swarm")
-    run.add_argument("--users", type=int, default=32, help="users (ignored when ATTNLOAD_SHAPE drives the test)")
-    run.add_argument("--spawn-rate", type=float, default=8.0, help="users started per second")
-    run.add_argument("--run-time", help="stop after this long, e.g. 5m (default: the shape's end or /stop)")
+    # Locust's spellings, as `attnload run` accepts them: -u, -r, -t/--run-time (alias --duration)
+    run.add_argument("-u", "--users", type=int, default=32, help="users (ignored when ATTNLOAD_SHAPE drives the test)")
+    run.add_argument("-r", "--spawn-rate", type=float, default=8.0, help="users started per second")
+    run.add_argument("-t", "--run-time", "--duration", dest="run_time",
+                     help="stop after this long, e.g. 5m (default: the shape's end or /stop)")
     run.add_argument("--wait", action="store_true", help="block until the test stops, then fetch results")
     run.add_argument("--out", type=Path, default=Path("results"), help="where --wait puts results (results/)")
     sub.add_parser("stop", help="stop the running test (the master writes results)")

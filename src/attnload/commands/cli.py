@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
 import sys
 from collections.abc import Sequence
 
@@ -58,13 +59,30 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     module = importlib.import_module(SUBCOMMANDS[args.command][0])
     try:
-        return int(module.run(args) or 0)
+        code = int(module.run(args) or 0)
+        sys.stdout.flush()  # a closed pipe shows here, inside the handler, not at interpreter exit
+        return code
+    except BrokenPipeError:
+        return _reader_gone()
     except UsageError as exc:
         print(f"attnload {args.command}: error: {redact(str(exc))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"attnload {args.command}: interrupted", file=sys.stderr)
         return 130
+
+
+BROKEN_PIPE_EXIT = 141
+"""128 + SIGPIPE: what a shell reports for a tool that stopped because its reader went away."""
+
+
+def _reader_gone() -> int:
+    """``attnload sim --list | head``: the reader closed the pipe, which is not an error worth a
+    traceback. Point stdout at /dev/null so the interpreter's final flush cannot raise again."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return BROKEN_PIPE_EXIT
 
 
 if __name__ == "__main__":

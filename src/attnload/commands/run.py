@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
+from attnload.runner.exitcodes import make_policy, run_status
 from attnload.runner.launch import execute, plan_from_args
 from attnload.runner.options import add_load_arguments
 
@@ -23,10 +25,16 @@ def run(args: argparse.Namespace) -> int:
         from attnload.commands.seedscript import run_seed_script
 
         return run_seed_script(Path(args.config), profiles=args.profile, results_dir=Path(args.results))
+    if args.workers == -1:  # Locust's `--processes -1`: one per CPU core
+        args.workers = os.cpu_count() or 1
     plan = plan_from_args(args, Path(args.config))
+    policy = make_policy(args.exit_code_on_error, args.fail_on, plan.config.slo)
     results = execute(plan)
     if results is None:
         print("attnload run: error: the Locust master exited without writing results; see its log above",
               file=sys.stderr)
         return 1
-    return 0
+    code, reasons = run_status(results, policy)
+    for reason in reasons:
+        print(f"attnload run: {reason}", file=sys.stderr)
+    return code

@@ -56,6 +56,8 @@ class LoadPlan:
     stop_timeout_s: float = 0.0
     server_metrics: str = "auto"
     server_metrics_interval: str = "2"
+    csv_prefix: str | None = None
+    """``--csv PREFIX``: handed to the Locust master, which writes Locust's CSVs and ``PREFIX_llm.csv``."""
 
 
 def plan_from_args(args: argparse.Namespace, config_path: Path) -> LoadPlan:
@@ -95,7 +97,8 @@ def plan_from_args(args: argparse.Namespace, config_path: Path) -> LoadPlan:
                     paired=paired, arrivals=getattr(args, "arrivals", None), max_in_flight=max_in_flight,
                     prometheus_port=getattr(args, "prometheus", None),
                     stop_timeout_s=float(getattr(args, "stop_timeout", 0.0) or 0.0),
-                    server_metrics=server_metrics, server_metrics_interval=interval)
+                    server_metrics=server_metrics, server_metrics_interval=interval,
+                    csv_prefix=getattr(args, "csv", None) or None)
 
 
 def execute(plan: LoadPlan, *, quiet: bool = False) -> Results | None:
@@ -188,6 +191,8 @@ def _master_command(plan: LoadPlan, master_port: int) -> list[str]:
     command = _base_command()
     if plan.stop_timeout_s:
         command += ["--stop-timeout", f"{plan.stop_timeout_s:g}"]
+    if plan.csv_prefix:
+        command += ["--csv", plan.csv_prefix]
     if plan.headless:
         command += ["--headless", "--only-summary"]
     else:

@@ -38,6 +38,8 @@ class RunOptions:
     server_metrics: str = "auto"
     """``auto``: the master scrapes each model server's /metrics; ``off``: it does not."""
     server_metrics_interval_s: float = 2.0
+    csv_prefix: str | None = None
+    """Locust's own ``--csv PREFIX``: the master also writes ``PREFIX_llm.csv`` with the results."""
 
 
 @dataclass(frozen=True)
@@ -51,6 +53,8 @@ class Option:
     locust_type: type = str
     run: Mapping[str, Any] | None = field(default_factory=dict)
     locust: bool = True
+    aliases: tuple[str, ...] = ()
+    """More ``attnload run`` spellings, listed before the canonical one (Locust's ``-u``, ``-t/--run-time``)."""
 
     @property
     def env(self) -> str:
@@ -64,12 +68,19 @@ class Option:
     def locust_flag(self) -> str:
         return "--attnload-" + self.name
 
+    @property
+    def run_flags(self) -> tuple[str, ...]:
+        return (*self.aliases, self.run_flag)
+
 
 OPTIONS: tuple[Option, ...] = (
     Option("config", "test config (.json or .toml)", "examples/benchmark_config.json", run=None),
-    Option("users", "closed-loop users (with --duration)", run={"type": int, "default": None}, locust=False),
-    Option("spawn-rate", "users started per second", run={"type": float, "default": None}, locust=False),
-    Option("duration", "run length for --users, e.g. 60s or 2m", run={"default": None}, locust=False),
+    Option("users", "closed-loop users (with -t/--run-time)", run={"type": int, "default": None}, locust=False,
+           aliases=("-u",)),
+    Option("spawn-rate", "users started per second", run={"type": float, "default": None}, locust=False,
+           aliases=("-r",)),
+    Option("duration", "run length for --users, e.g. 60s or 2m (Locust's -t/--run-time)", run={"default": None},
+           locust=False, aliases=("-t", "--run-time")),
     Option("shape", "concurrency:1,8,64 (users per stage), rate:0.5,1,2 (req/s per model) or sweep[:CAP]",
            run={"default": None}),
     Option("stage-duration", "length of each --shape stage (default 60s)", "60s", run={"default": None}),
@@ -89,6 +100,14 @@ OPTIONS: tuple[Option, ...] = (
            run={"choices": ("auto", "off"), "default": "auto"}),
     Option("server-metrics-interval", "seconds between scrapes of the model servers' /metrics", "2",
            run={"default": "2", "metavar": "S"}),
+    Option("exit-code-on-error", "exit status when any request failed, as Locust's (default 1; 0: ignore failures)",
+           run={"type": int, "default": 1, "metavar": "N"}, locust=False),
+    Option("fail-on", "also exit 1 when, comma-separated: slo (a model's p99 over the config's slo), saturated "
+           "(client_saturated), server-gap (a stage flagged server_client_gap)",
+           run={"default": "", "metavar": "REASONS"}, locust=False),
+    Option("csv", "write Locust's CSV stats (PREFIX_stats.csv, _stats_history.csv, _failures.csv, "
+           "_exceptions.csv) plus PREFIX_llm.csv (TTFT/ITL/TPOT/tok/s per model and stage)",
+           run={"default": None, "metavar": "PREFIX"}, locust=False),
 )
 """Every option the launcher passes to Locust processes; the order is ``attnload run --help``'s."""
 
@@ -99,8 +118,11 @@ def add_load_arguments(parser: argparse.ArgumentParser) -> None:
     """The ``attnload run`` flags: the table's, then those of the process layout."""
     for option in OPTIONS:
         if option.run is not None:
-            parser.add_argument(option.run_flag, help=option.help, **option.run)
-    parser.add_argument("--workers", type=int, default=0, help="local Locust worker processes (0 = one process)")
+            parser.add_argument(*option.run_flags, dest=option.name.replace("-", "_"), help=option.help,
+                                **option.run)
+    parser.add_argument("--workers", "--processes", dest="workers", type=int, default=0,
+                        help="local Locust worker processes (0 = one process; -1 = one per CPU core, as Locust's "
+                             "--processes)")
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--headless", dest="headless", action="store_true", default=True, help="no web UI (default)")
     mode.add_argument("--web", dest="headless", action="store_false", help="Locust web UI on --web-port")
@@ -139,7 +161,8 @@ def options_from(parsed: Any) -> RunOptions:
         paired=str(parsed.attnload_paired).strip().lower() in ("1", "true", "yes"),
         arrivals=_arrivals(parsed.attnload_arrivals), max_in_flight=max(1, int(parsed.attnload_max_in_flight)),
         server_metrics=server_metrics_mode(parsed.attnload_server_metrics),
-        server_metrics_interval_s=server_metrics_interval(parsed.attnload_server_metrics_interval))
+        server_metrics_interval_s=server_metrics_interval(parsed.attnload_server_metrics_interval),
+        csv_prefix=getattr(parsed, "csv_prefix", None) or None)
 
 
 def server_metrics_mode(text: str | None) -> str:

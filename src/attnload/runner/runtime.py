@@ -22,6 +22,7 @@ from attnload.config.model import ModelTarget, TestConfig
 from attnload.measure.paired import PairedRecorder
 from attnload.measure.recorder import Recorder, RequestRecord
 from attnload.metrics.exposition import FleetState
+from attnload.report.csvout import write_llm_csv
 from attnload.report.html import write_html
 from attnload.results.model import Results
 from attnload.results.summarize import StageWindow, build_results, client_info
@@ -345,5 +346,9 @@ class Runtime:
     def write_results(self) -> Path | None:
         if self.started_at is None:
             return None
-        return write_results(self.results(), self.options.results_dir, self.started_at, render_html=write_html)
+        results = self.results()
+        path = write_results(results, self.options.results_dir, self.started_at, render_html=write_html)
+        if self.options.csv_prefix:  # beside the CSVs Locust writes for its own --csv
+            write_llm_csv(results, self.options.csv_prefix)
+        return path
 

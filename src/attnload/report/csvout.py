@@ -1,0 +1,69 @@
+"""``--csv PREFIX``: attnload's LLM columns as ``PREFIX_llm.csv``, beside the CSVs Locust itself writes.
+
+Locust's ``PREFIX_stats.csv``/``_stats_history.csv``/``_failures.csv``/``_exceptions.csv`` hold one
+response time per request; the numbers that tell GQA from MLA (TTFT, ITL, TPOT, output tokens/s) live
+only in the results model, so this file renders them in Locust's CSV habits: a header row in Title
+Case, one row per model and stage, then the model's whole run as ``Aggregated``, milliseconds for
+times, ``N/A`` for a value the run could not measure.
+"""
+
+from __future__ import annotations
+
+import csv
+from collections.abc import Iterator
+from pathlib import Path
+
+from attnload.results.model import ModelSummary, Results, Totals
+
+LLM_CSV_COLUMNS = (
+    "Target", "Model", "Attention", "Stage", "Users", "Rate (req/s)",
+    "Requests OK", "Requests Failed", "Requests Cancelled",
+    "TTFT p50 (ms)", "TTFT p99 (ms)", "ITL p50 (ms)", "ITL p99 (ms)", "TPOT p50 (ms)", "E2E p50 (ms)",
+    "Output Tokens/s", "Requests/s", "Goodput Requests/s",
+)
+AGGREGATED = "Aggregated"
+"""Locust's name for the total row."""
+NA = "N/A"
+
+
+def llm_csv_path(prefix: str | Path) -> Path:
+    return Path(f"{prefix}_llm.csv")
+
+
+def write_llm_csv(results: Results, prefix: str | Path) -> Path:
+    """Write ``PREFIX_llm.csv`` (folders in the prefix are created, as Locust does for its own)."""
+    path = llm_csv_path(prefix)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", newline="", encoding="utf-8") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(LLM_CSV_COLUMNS)
+        writer.writerows(llm_rows(results))
+    return path
+
+
+def llm_rows(results: Results) -> Iterator[list[str]]:
+    for model in results.models:
+        for stage in model.stages:
+            yield _row(model, str(stage.index), stage.users, stage.rate, stage)
+        yield _row(model, AGGREGATED, None, None, model)
+
+
+def _row(model: ModelSummary, stage: str, users: int | None, rate: float | None, t: Totals) -> list[str]:
+    return [
+        model.key, model.model, model.attention, stage, _plain(users), _plain(rate),
+        str(t.requests.ok), str(t.requests.failed), str(t.requests.cancelled),
+        _ms(t.ttft_s.p50), _ms(t.ttft_s.p99), _ms(t.itl_s.p50), _ms(t.itl_s.p99), _ms(t.tpot_s.p50),
+        _ms(t.e2e_s.p50), _num(t.output_tokens_per_s), _num(t.requests_per_s), _plain(t.goodput_rps),
+    ]
+
+
+def _ms(seconds: float | None) -> str:
+    return NA if seconds is None else f"{seconds * 1000:.3f}"
+
+
+def _num(value: float) -> str:
+    return f"{value:.3f}"
+
+
+def _plain(value: float | None) -> str:
+    return "" if value is None else f"{value:g}" if isinstance(value, int) else f"{value:.3f}"

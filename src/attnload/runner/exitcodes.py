@@ -1,0 +1,138 @@
+"""Exit codes for CI: a finished run (or a comparison of two) turned into a status and the reasons for it.
+
+A CI job reads only the status, so every non-zero one comes with the lines that explain it.
+The policy is pure (results and thresholds in, ``(code, reasons)`` out) so tests call it directly
+and the commands only print the reasons and return the code.
+
+====  =============================================================================================
+code  meaning
+====  =============================================================================================
+0     the run finished and nothing the policy watches went wrong
+1     requests failed (``--exit-code-on-error``, Locust's meaning and default), a ``--fail-on``
+      reason held, or ``report --fail-on-regression`` found a regression
+2     usage: a bad flag, config or file (one line, before anything is sent)
+130   interrupted by SIGINT (Ctrl-C); 143 by SIGTERM
+====  =============================================================================================
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from attnload.config.model import Slo
+from attnload.errors import UsageError
+from attnload.report.compare import Comparison
+from attnload.results.model import ModelSummary, Results
+
+FAIL_ON = ("slo", "saturated", "server-gap")
+"""The ``--fail-on`` reasons, each a reason to exit 1."""
+SERVER_GAP_FLAG = "server_client_gap"
+"""The stage flag (``models[].stages[].flags``) that ``server-gap`` watches: the server's own numbers
+and the client's disagree beyond their tolerance, so the client's measurement is suspect."""
+DEFAULT_EXIT_CODE_ON_ERROR = 1
+"""Locust's default: any failed request makes the run exit 1."""
+
+
+@dataclass(frozen=True)
+class ExitPolicy:
+    """What makes a run exit non-zero: ``on_error`` for failed requests (0: ignore them) and the
+    ``fail_on`` reasons (each exits 1)."""
+
+    on_error: int = DEFAULT_EXIT_CODE_ON_ERROR
+    fail_on: frozenset[str] = frozenset()
+    slo: Slo = Slo()
+
+
+def parse_fail_on(text: str | None) -> frozenset[str]:
+    """``slo,saturated,server-gap`` → the set of reasons; an unknown one is a usage error."""
+    names = frozenset(n.strip().lower() for n in (text or "").split(",") if n.strip())
+    unknown = sorted(names - set(FAIL_ON))
+    if unknown:
+        raise UsageError(f"--fail-on {', '.join(unknown)}: unknown reason; use any of {','.join(FAIL_ON)}")
+    return names
+
+
+def make_policy(on_error: int | None, fail_on: str | None, slo: Slo) -> ExitPolicy:
+    """Validate the flags before the run starts, so a typo fails now and not after an hour of load."""
+    code = DEFAULT_EXIT_CODE_ON_ERROR if on_error is None else on_error
+    if not 0 <= code <= 255:
+        raise UsageError(f"--exit-code-on-error {code}: use 0 (ignore failed requests) to 255")
+    reasons = parse_fail_on(fail_on)
+    if "slo" in reasons and not slo.is_set:
+        raise UsageError("--fail-on slo: the config sets no slo (ttft_p99_s, itl_p99_s or e2e_p99_s)")
+    return ExitPolicy(on_error=code, fail_on=reasons, slo=slo)
+
+
+def run_status(results: Results, policy: ExitPolicy) -> tuple[int, list[str]]:
+    """The exit code of a finished run and one line per reason. Failed requests set ``on_error``
+    (Locust's rule; cancellations at stop time are not failures); each ``--fail-on`` reason that holds
+    sets 1 unless failures already set a code."""
+    reasons: list[str] = []
+    code = 0
+    failed = _failed(results.models)
+    if failed and policy.on_error:
+        code = policy.on_error
+        reasons.append(failed)
+    watched: list[str] = []
+    if "slo" in policy.fail_on:
+        watched += slo_breaches(results.models, policy.slo)
+    if "saturated" in policy.fail_on and results.client.client_saturated:
+        why = "; ".join(results.client.saturation_reasons) or "no reason recorded"
+        watched.append(f"client saturated ({why}): the client, not the server, may have set the latencies")
+    if "server-gap" in policy.fail_on:
+        watched += server_gaps(results.models)
+    if watched and not code:
+        code = 1
+    return code, reasons + watched
+
+
+def _failed(models: Iterable[ModelSummary]) -> str:
+    parts = [f"{m.key} {m.requests.failed}/{m.requests.total}" for m in models if m.requests.failed]
+    if not parts:
+        return ""
+    return f"failed requests: {', '.join(parts)} (--exit-code-on-error 0 ignores them)"
+
+
+_SLO_FIELDS = (("ttft_p99_s", "ttft_s", "TTFT p99"), ("itl_p99_s", "itl_s", "ITL p99"),
+               ("e2e_p99_s", "e2e_s", "E2E p99"))
+
+
+def slo_breaches(models: Iterable[ModelSummary], slo: Slo) -> list[str]:
+    """Each model whose whole-run p99 exceeds a threshold the config's ``slo`` sets, one line each.
+    The whole run, not each stage: a sweep is meant to push stages past the SLO."""
+    lines = []
+    for model in models:
+        for limit_name, summary_name, title in _SLO_FIELDS:
+            limit = getattr(slo, limit_name)
+            p99 = getattr(model, summary_name).p99
+            if limit is not None and p99 is not None and p99 > limit:
+                lines.append(f"slo breached: {model.key} {title} {p99 * 1000:.1f} ms > {limit * 1000:g} ms")
+    return lines
+
+
+def server_gaps(models: Iterable[ModelSummary]) -> list[str]:
+    """Each stage flagged ``server_client_gap`` (the server's metrics disagree with the client's)."""
+    return [f"server/client gap: {m.key} stage {s.index} ({_load(s.users, s.rate)})"
+            for m in models for s in m.stages if SERVER_GAP_FLAG in s.flags]
+
+
+def _load(users: int | None, rate: float | None) -> str:
+    return f"{users} users" if users is not None else f"{rate:g} req/s" if rate is not None else "no load"
+
+
+def regression_status(comparison: Comparison) -> tuple[int, list[str]]:
+    """``report --fail-on-regression``: 1 with one line per regressed row, each metric with its change
+    (the comparison was built with the PCT as its threshold), else 0."""
+    lines = []
+    for row in comparison.rows:
+        parts = [f"{d.metric.title} {d.metric.show(d.baseline)} → {d.metric.show(d.current)}"
+                 + (f" ({d.change * 100:+.1f}%)" if d.change is not None else "")
+                 for d in row.deltas if d.regression]
+        if row.failure_regression:
+            before, after = (f"{(r or 0.0) * 100:.1f}%" for r in row.failure_ratio)
+            parts.append(f"failure ratio {before} → {after}")
+        if parts:
+            where = row.key + (f" @{row.stage}" if row.stage else "")
+            lines.append(f"regression: {where}: {'; '.join(parts)}")
+    return (1 if lines else 0), lines
