@@ -21,6 +21,8 @@ from pydantic import ConfigDict, Field, ValidationError, field_validator
 
 from attnload.attention import parse_attention
 from attnload.config.model import (
+    ConversationSpec,
+    DatasetSpec,
     ModelTarget,
     Profile,
     RequestSettings,
@@ -48,6 +50,7 @@ class _SeedModel(StrictModel):
     base_url: str | None = None
     api_key_env: str | None = None
     weight: float = Field(default=1.0, gt=0)
+    tokenizer: str | None = None
 
     _attention = field_validator("attention")(lambda v: parse_attention(v))
     _env = field_validator("api_key_env")(lambda v: env_name(v))
@@ -75,6 +78,8 @@ class _RawProfile(StrictModel):
     prefixes: int = Field(default=1, ge=1)
     weight: float = Field(default=1.0, gt=0)
     ignore_eos: bool | None = None
+    conversation: ConversationSpec | None = None
+    dataset: DatasetSpec | None = None
 
 
 class _Extensions(StrictModel):
@@ -205,7 +210,7 @@ def _targets(models: Mapping[str, _SeedModel], base_url: str, api_key_env: str |
         targets.append(ModelTarget(
             key=key, id=raw.id, attention=raw.attention,
             max_context=raw.context_window, base_url=root, chat_url=chat_url, url_note=note,
-            api_key_env=raw.api_key_env or api_key_env, weight=raw.weight))
+            api_key_env=raw.api_key_env or api_key_env, weight=raw.weight, tokenizer=raw.tokenizer))
     return tuple(targets)
 
 

@@ -17,6 +17,7 @@ from attnload.report.compare import Comparison, compare_results
 from attnload.report.console import errors_text
 from attnload.report.explain import MIXED_MODELS_NOTE, attention_facts, explain, presets_differ
 from attnload.report.fmt import DASH, METRICS, count, error_total, pct, series_name, stage_label
+from attnload.report.turns import turn_table
 from attnload.results.model import Results, Totals
 
 _CSS = (Path(__file__).with_name("report.css")).read_text(encoding="utf-8")
@@ -170,6 +171,8 @@ def render_html(results: Results, compare: Results | None = None) -> str:
          else '<p class="note">No completed requests to plot.</p>'),
         ("stages", "Per stage", _stage_table(results)),
     ]
+    if any(m.turns for m in results.models):
+        sections.append(("turns", "Per conversation turn", turn_table(results)))
     if compare is not None:
         sections.append(("compare", "Compared with baseline", _compare_section(compare_results(results, compare),
                                                                              compare)))

@@ -97,6 +97,28 @@ class SweepSummary(_Model):
     max_sustainable_rps: float | None = None
 
 
+class TurnSummary(_Model):
+    """Conversations: what turn ``turn`` (1-based) of every conversation did; cached tokens rise with it."""
+
+    turn: int
+    requests: int = 0
+    failed: int = 0
+    prompt_tokens_mean: float | None = None
+    cached_tokens_mean: float | None = None
+    ttft_s: Summary = Summary()
+    itl_s: Summary = Summary()
+
+
+class PromptLengthBucket(_Model):
+    """Successful requests whose prompt had more than ``min_tokens`` and at most ``max_tokens`` tokens."""
+
+    min_tokens: int
+    max_tokens: int
+    requests: int = 0
+    prompt_tokens_mean: float | None = None
+    ttft_s: Summary = Summary()
+
+
 class StageSummary(Totals):
     """One stage of a shaped run: a closed-loop user count or an open-loop rate."""
 
@@ -111,6 +133,10 @@ class StageSummary(Totals):
     achieved_rate_rps: float | None = None
     """Open loop: requests sent (any outcome) per second of the stage, to compare with ``rate``."""
     paired: PairedSummary | None = None
+    trace_arrival_rate_per_s: float | None = None
+    """Replay: the trace's own arrival rate at the replay speed."""
+    achieved_rate_per_s: float | None = None
+    """Replay: the arrival rate actually sent, ``(n − 1) / (last − first send)`` like the trace's."""
 
 
 class ModelSummary(Totals):
@@ -126,6 +152,10 @@ class ModelSummary(Totals):
     sweep: SweepSummary | None = None
     in_flight: int | None = None
     """Users running against this model when the summary was taken (live snapshots; 0 once stopped)."""
+    turns: list[TurnSummary] = []
+    """Conversation runs: one row per turn index."""
+    ttft_by_prompt_tokens: list[PromptLengthBucket] = []
+    """TTFT against prompt length, in power-of-two token buckets."""
 
 
 class ClientInfo(_Model):
