@@ -158,13 +158,7 @@ def test_mooncake_replay_keeps_the_trace_offsets(processes: Processes, tmp_path:
         assert body["ignore_eos"] is True
         by_length[body["max_tokens"]].append(entry)
     assert sorted(by_length) == sorted({r.output_tokens for r in trace.requests})
-    # Prefix sharing: two lines with equal first hash ids share exactly that many blocks of text.
-    contents = sorted({e["body"]["messages"][0]["content"] for e in entries if e["body"]["model"] == "llama-3-70b"},
-                      key=len)
-    requests = sorted(trace.requests, key=lambda r: r.input_tokens)
-    shared = [(a, b) for a in trace.requests for b in trace.requests
-              if a is not b and a.hash_ids[:1] == b.hash_ids[:1] and len(a.hash_ids) > 1 and len(b.hash_ids) > 1]
-    assert shared and contents and requests
+    # Prefix sharing: two lines whose hash_ids agree for k blocks share (at least) k blocks of text.
     texts = [e["body"]["messages"][0]["content"] for e in sorted(entries, key=lambda e: e["t_recv"])
              if e["body"]["model"] == "llama-3-70b"]
     ordered = sorted(trace.requests, key=lambda r: (r.offset_s, r.line))
@@ -175,6 +169,8 @@ def test_mooncake_replay_keeps_the_trace_offsets(processes: Processes, tmp_path:
         if common and i < len(texts) and j < len(texts):
             prefix = len(_common_prefix(texts[i], texts[j]))
             assert prefix >= common * 512 * 4 * 0.9, (a.hash_ids, b.hash_ids, prefix)
+        elif not common and i < len(texts) and j < len(texts):
+            assert len(_common_prefix(texts[i], texts[j])) < 19 + 64  # the run salt, then different text
     for model in data["models"]:
         stage = model["stages"][0]
         assert stage["trace_arrival_rate_per_s"] == pytest.approx(trace.arrival_rate_per_s, rel=1e-6)

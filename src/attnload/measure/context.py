@@ -95,9 +95,11 @@ class ContextRecorder:
 
 
 def _rekeyed(record: RequestRecord, kind: str, index: int) -> RequestRecord:
-    """The record filed under (model, kind, index) in the inner recorder (only its key changes)."""
+    """The record filed under (model, kind, index) in the inner recorder. Token sums count successful
+    requests only, so the table's means (over successful requests) are not diluted by failures."""
+    ok = record.outcome == "ok"
     return RequestRecord(
         model_key=record.model_key, profile=kind, stage=index, outcome=record.outcome, error=record.error,
-        ttft_s=record.ttft_s, itl_samples=record.itl_samples, e2e_s=record.e2e_s, prompt_tokens=record.prompt_tokens,
-        completion_tokens=record.completion_tokens, cached_prompt_tokens=record.cached_prompt_tokens,
-        tokens_estimated=record.tokens_estimated)
+        ttft_s=record.ttft_s, itl_samples=record.itl_samples, e2e_s=record.e2e_s,
+        prompt_tokens=record.prompt_tokens if ok else 0, completion_tokens=record.completion_tokens if ok else 0,
+        cached_prompt_tokens=record.cached_prompt_tokens if ok else 0, tokens_estimated=record.tokens_estimated)

@@ -27,7 +27,7 @@ def context_fields(context: ContextRecorder | None, model_key: str) -> dict[str,
         ok = counts.get("ok", 0)
         turns.append(TurnSummary(
             turn=turn, requests=ok + counts.get("failed", 0), failed=counts.get("failed", 0),
-            prompt_tokens_mean=_mean(counts.get("prompt_tokens", 0), ok + counts.get("failed", 0)),
+            prompt_tokens_mean=_mean(counts.get("prompt_tokens", 0), ok),
             cached_tokens_mean=_mean(counts.get("cached_prompt_tokens", 0), ok),
             ttft_s=_summary(series, "ttft"), itl_s=_summary(series, "itl")))
     buckets = []

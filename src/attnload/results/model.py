@@ -98,7 +98,9 @@ class SweepSummary(_Model):
 
 
 class TurnSummary(_Model):
-    """Conversations: what turn ``turn`` (1-based) of every conversation did; cached tokens rise with it."""
+    """Conversations: what turn ``turn`` (1-based) of every conversation did; cached tokens rise with it.
+
+    ``requests`` counts successful and failed ones; the means are over successful requests."""
 
     turn: int
     requests: int = 0
