@@ -237,3 +237,52 @@ def test_bad_dataset_is_one_line_and_exit_2(processes: Processes, tmp_path: Path
     assert len(output.splitlines()) == 1 and message in output and "Traceback" not in output, output
     time.sleep(0.2)
     assert received(log) == []
+
+
+def test_tokenizer_sizes_messages_and_counts_tokens_without_usage(processes: Processes, tmp_path: Path) -> None:
+    """A model's tokenizer.json builds each user message to its exact token target and, as the server
+    sends no usage, counts prompt and completion tokens (the estimator would count other numbers)."""
+    from attnload.workload.tokenizer import load_tokenizer
+    from test_workload_tokenizer import word_level
+
+    path = word_level(tmp_path)
+    tokens = load_tokenizer(path)
+    url, log = start_recorder(processes, tmp_path, chunk_delay_ms=0)
+    config = write_config(tmp_path, url, {"gqa_model": MODELS["gqa_model"]}, workload={"chat": {
+        "conversation": {"turns": 2, "user_tokens": 30}, "max_tokens": 8}})
+    data = json.loads(config.read_text())
+    data["models"]["gqa_model"]["tokenizer"] = str(path)
+    config.write_text(json.dumps(data))
+    result = run(processes, config, tmp_path / "r", "--users", "1", "--duration", "3s", "--stop-timeout", "5")
+    entries = received(log)
+    assert entries
+    for entry in entries:
+        user = [m["content"] for m in entry["body"]["messages"] if m["role"] == "user"]
+        assert all(tokens.count(text) == 30 - 4 for text in user), [tokens.count(t) for t in user]
+    summary = result["models"][0]
+    done = entries  # --stop-timeout: the last request finishes, so every logged one is counted
+    prompt = sum(sum(tokens.count(m["content"]) + 4 for m in e["body"]["messages"]) for e in done)
+    completion = sum(tokens.count(e["reply"]) for e in done)
+    ok = summary["requests"]["ok"]
+    assert ok == len(done) and summary["estimated_tokens"] is True
+    assert summary["prompt_tokens"] == prompt and summary["completion_tokens"] == completion
+
+
+def test_open_loop_conversations_schedule_turns_after_answer_and_think(processes: Processes,
+                                                                       tmp_path: Path) -> None:
+    """rate: stages: each arrival starts a conversation; its next turn is due think time after the answer."""
+    url, log = start_recorder(processes, tmp_path)
+    config = write_config(tmp_path, url, MODELS, workload={"chat": {
+        "conversation": {"turns": 3, "think_time_s": 0.2, "user_tokens": 30}, "max_tokens": 8}})
+    run(processes, config, tmp_path / "r", "--shape", "rate:2", "--stage-duration", "4s", "--arrivals", "constant",
+        "--stop-timeout", "5")
+    groups = conversations(received(log))
+    assert len(groups) >= 12, len(groups)  # 2 conversations/s per model over 4 s (both models)
+    gaps = []
+    for turns in groups.values():
+        for previous, current in zip(turns, turns[1:], strict=False):
+            before = previous["body"]["messages"]
+            assert current["body"]["messages"][:len(before) + 1] == [
+                *before, {"role": "assistant", "content": previous["reply"]}]
+            gaps.append(current["t_recv"] - previous["t_end"])
+    assert gaps and min(gaps) >= 0.2 - 0.02 and statistics.median(gaps) <= 0.2 + 0.05, sorted(gaps)
