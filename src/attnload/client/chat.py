@@ -117,11 +117,13 @@ class ChatClient:
     # ------------------------------------------------------------------ request
 
     def send(self, body: dict[str, Any], *, model_key: str, profile: str, stage: int,
-             intended_start: float | None = None) -> RequestRecord:
+             intended_start: float | None = None, capture_text: bool = False) -> RequestRecord:
         """Run one request to completion and return its record; never raises for server faults.
 
         ``intended_start`` (perf_counter seconds) is the open-loop schedule's send time:
         latencies count from it, so a late client cannot hide queueing (coordinated omission).
+        ``capture_text`` keeps the streamed content in ``record.reply_text`` (a conversation's
+        next turn resends it); off by default so the hot path stores no text.
         """
         if self._resume_at:
             self._back_off()
@@ -130,6 +132,8 @@ class ChatClient:
         stream = bool(body.get("stream", True))
         max_tokens = int(body.get("max_tokens") or body.get("max_completion_tokens") or 0)
         run = _Run(stream, max_tokens)
+        if capture_text:
+            run.texts = []
         error: RequestFailed | None = None
         outcome = "ok"
         try:
@@ -296,7 +300,8 @@ class ChatClient:
             prompt_tokens=reported_prompt if isinstance(reported_prompt, int) else prompt_tokens(body.get("messages", ())),
             completion_tokens=completion,
             cached_prompt_tokens=int(details.get("cached_tokens") or 0) if isinstance(details, dict) else 0,
-            tokens_estimated=estimated, dispatch_lag_s=None if intended_start is None else started - intended_start)
+            tokens_estimated=estimated, dispatch_lag_s=None if intended_start is None else started - intended_start,
+            reply_text=None if run.texts is None else "".join(run.texts))
 
 
 class Cancelled(Exception):
@@ -331,7 +336,7 @@ class _Run:
     """State of one response being read: timings, chunk token estimates, usage, finish."""
 
     __slots__ = ("stream", "max_tokens", "sse", "response", "first_at", "last_at", "gaps", "chunk_tokens",
-                 "usage", "finish_reason", "done", "done_at", "eof", "plain_head", "plain_tail")
+                 "usage", "finish_reason", "done", "done_at", "eof", "plain_head", "plain_tail", "texts")
 
     def __init__(self, stream: bool, max_tokens: int) -> None:
         self.stream = stream
@@ -349,6 +354,8 @@ class _Run:
         self.eof = False
         self.plain_head: bytes | None = None  # the bytes before and after the last plain delta's content
         self.plain_tail = b""
+        self.texts: list[str] | None = None
+        """The content pieces as streamed, only when the caller asked for the text."""
 
     def consume(self, at: float, origin: float) -> None:
         """Handle the events parsed so far; all of them arrived in the ``recv`` that returned at ``at``."""
@@ -388,6 +395,8 @@ class _Run:
                             if len(_TOKEN_CACHE) < _TOKEN_CACHE_SIZE:
                                 _TOKEN_CACHE[text] = tokens
                         self.chunk_tokens.append(tokens)
+                        if self.texts is not None:
+                            self.texts.append(text)
                         continue
             if data == b"[DONE]":
                 self.done = True
@@ -419,14 +428,21 @@ class _Run:
             text = delta.get("content") or delta.get("reasoning_content") or delta.get("reasoning") \
                 if isinstance(delta, dict) else None
             if text and isinstance(text, str):
-                if self.first_at is None:
-                    self.first_at = at
-                else:
-                    self.gaps.append(at - self.last_at)
-                self.last_at = at
-                self.chunk_tokens.append(chunk_tokens(text))
+                self._slow_content(at, text, delta)
             if choice.get("finish_reason"):
                 self.finish_reason = choice["finish_reason"]
+
+    def _slow_content(self, at: float, text: str, delta: dict[str, Any]) -> None:
+        """A content (or reasoning) chunk the fast path did not match: time it, count it, keep its content."""
+        if self.first_at is None:
+            self.first_at = at
+        else:
+            self.gaps.append(at - self.last_at)
+        self.last_at = at
+        self.chunk_tokens.append(chunk_tokens(text))
+        content = delta.get("content")
+        if self.texts is not None and isinstance(content, str):
+            self.texts.append(content)
 
     def finish(self) -> None:
         """Check the completed response: non-streaming body, [DONE], truncation."""
@@ -464,6 +480,9 @@ class _Run:
         text = message.get("content") or message.get("reasoning_content") or "" if isinstance(message, dict) else ""
         self.first_at = time.perf_counter()
         self.chunk_tokens = [chunk_tokens(text)] if text else []
+        content = message.get("content") if isinstance(message, dict) else None
+        if self.texts is not None and isinstance(content, str):
+            self.texts.append(content)
         self.finish_reason = choices[0].get("finish_reason")
         usage = data.get("usage")
         self.usage = usage if isinstance(usage, dict) else None

@@ -21,6 +21,7 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    NonNegativeFloat,
     ValidationError,
     model_validator,
 )
@@ -65,6 +66,8 @@ class ModelTarget(StrictModel):
     weight: float = Field(default=1.0, gt=0, le=limits.MAX_WEIGHT)
     metrics_url: str | None = None
     """The server's Prometheus ``/metrics`` (None: ``/metrics`` at the root of ``base_url``'s host)."""
+    tokenizer: str | None = None
+    """A local ``tokenizer.json``: exact prompt sizes and token counts when a server sends no usage."""
 
     def api_key(self) -> str | None:
         """The key from the environment (never from a file); registered for redaction."""
@@ -142,6 +145,87 @@ def sample_count(count: int | Distribution, rng: random.Random) -> int:
     return count if isinstance(count, int) else count.sample(rng)
 
 
+# --------------------------------------------------------------------------- real chat traffic (issue 17)
+
+
+class DurationDistribution(StrictModel):
+    """Seconds drawn per use (think time): ``fixed``, ``uniform``, ``normal``, ``lognormal``, ``exponential``.
+
+    ``Distribution`` counts whole tokens from 1 up; a think time is fractional seconds from
+    0, so it has its own model. Draws are clamped to [min, max].
+    """
+
+    dist: Literal["fixed", "uniform", "normal", "lognormal", "exponential"]
+    value: NonNegativeFloat | None = None
+    mean: float | None = Field(default=None, gt=0)
+    stddev: NonNegativeFloat | None = None
+    min: NonNegativeFloat = 0.0
+    max: NonNegativeFloat = 3600.0
+
+    @model_validator(mode="after")
+    def _consistent(self) -> DurationDistribution:
+        if self.min > self.max:
+            raise ValueError(f"distribution min {self.min} > max {self.max}; swap them")
+        needs = {"fixed": ("value",), "uniform": (), "normal": ("mean", "stddev"),
+                 "lognormal": ("mean", "stddev"), "exponential": ("mean",)}[self.dist]
+        missing = [name for name in needs if getattr(self, name) is None]
+        if missing:
+            raise ValueError(f"a {self.dist} think time needs {' and '.join(missing)}")
+        if self.dist == "uniform" and "max" not in self.model_fields_set:
+            raise ValueError("a uniform think time needs min and max")
+        return self
+
+    def sample(self, rng: random.Random) -> float:
+        if self.dist == "fixed":
+            value = self.value or 0.0
+        elif self.dist == "uniform":
+            value = rng.uniform(self.min, self.max)
+        elif self.dist == "normal":
+            value = rng.gauss(self.mean or 0.0, self.stddev or 0.0)
+        elif self.dist == "exponential":
+            value = rng.expovariate(1.0 / (self.mean or 1.0))
+        else:
+            mean, stddev = self.mean or 1.0, self.stddev or 0.0
+            sigma2 = math.log(1.0 + (stddev / mean) ** 2)
+            value = rng.lognormvariate(math.log(mean) - sigma2 / 2.0, math.sqrt(sigma2))
+        return min(max(value, self.min), self.max)
+
+
+def sample_seconds(value: float | DurationDistribution, rng: random.Random) -> float:
+    return float(value) if isinstance(value, int | float) else value.sample(rng)
+
+
+class ConversationSpec(StrictModel):
+    """The profile key ``conversation``: turns per conversation, think time, user message size.
+
+    ``user_tokens`` sizes every user message, the first (salt included) too; None leaves
+    the messages to a dataset.
+    """
+
+    turns: TokenCount
+    think_time_s: NonNegativeFloat | DurationDistribution = 0.0
+    user_tokens: TokenCount | None = None
+
+    @model_validator(mode="after")
+    def _positive(self) -> ConversationSpec:
+        for name in ("turns", "user_tokens"):
+            value = getattr(self, name)
+            if isinstance(value, int) and value < 1:
+                raise ValueError(f"conversation.{name} must be at least 1, not {value}")
+        return self
+
+
+class DatasetSpec(StrictModel):
+    """The profile key ``dataset``: where the prompts come from and how long the answers are."""
+
+    path: str = Field(min_length=1)
+    format: Literal["sharegpt", "jsonl", "auto"] = "auto"
+    output_tokens: Literal["dataset"] | TokenCount = "dataset"
+    """``dataset``: the record's ``max_tokens``, else its recorded reply's estimated length."""
+    turns: Literal["first", "all"] = "first"
+    """``all`` replays a record's human turns as one conversation."""
+
+
 class Profile(StrictModel):
     """A named workload: what each request asks for.
 
@@ -160,10 +244,21 @@ class Profile(StrictModel):
     prefixes: int = Field(default=1, ge=1, le=limits.MAX_PREFIXES)
     weight: float = Field(default=1.0, gt=0, le=limits.MAX_WEIGHT)
     ignore_eos: bool | None = None
+    conversation: ConversationSpec | None = None
+    """Multi-turn chat: each request resends the history plus the streamed answer (workloads.md)."""
+    dataset: DatasetSpec | None = None
+    """Prompts from a local ShareGPT/JSONL file instead of built text."""
+
+    @property
+    def conversational(self) -> bool:
+        """Whether requests come from conversations (a dataset's records are conversations too)."""
+        return self.conversation is not None or self.dataset is not None
 
     @model_validator(mode="after")
     def _has_prompt(self) -> Profile:
-        if self.prompt is None and self.prompt_tokens is None:
+        if self.conversation is not None and self.dataset is None and self.conversation.user_tokens is None:
+            raise ValueError(f"profile {self.name!r}: conversation needs user_tokens (or a dataset for the messages)")
+        if self.prompt is None and self.prompt_tokens is None and not self.conversational:
             raise ValueError(f"profile {self.name!r} needs `prompt` (text) or `prompt_tokens` (a count)")
         for name in ("prompt_tokens", "max_tokens"):
             value = getattr(self, name)

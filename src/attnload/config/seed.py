@@ -22,6 +22,8 @@ from pydantic import ConfigDict, Field, ValidationError, field_validator, model_
 from attnload.attention import parse_attention
 from attnload.config import limits
 from attnload.config.model import (
+    ConversationSpec,
+    DatasetSpec,
     ModelTarget,
     Profile,
     RequestSettings,
@@ -51,6 +53,7 @@ class _SeedModel(StrictModel):
     api_key_env: str | None = None
     weight: float = Field(default=1.0, gt=0, le=limits.MAX_WEIGHT)
     metrics_url: str | None = None
+    tokenizer: str | None = None
 
     _attention = field_validator("attention")(lambda v: parse_attention(v))
     _url = field_validator("base_url")(lambda v: v if v is None else check_url(v))
@@ -80,6 +83,8 @@ class _RawProfile(StrictModel):
     prefixes: int = Field(default=1, ge=1, le=limits.MAX_PREFIXES)
     weight: float = Field(default=1.0, gt=0, le=limits.MAX_WEIGHT)
     ignore_eos: bool | None = None
+    conversation: ConversationSpec | None = None
+    dataset: DatasetSpec | None = None
 
     @model_validator(mode="after")
     def _bounded(self) -> _RawProfile:  # here, so the error names workload.NAME
@@ -233,7 +238,7 @@ def _targets(models: Mapping[str, _SeedModel], base_url: str, api_key_env: str |
         targets.append(ModelTarget(
             key=key, id=raw.id, attention=raw.attention,
             max_context=raw.context_window, base_url=root, chat_url=chat_url, url_note=note,
-            api_key_env=raw.api_key_env or api_key_env, weight=raw.weight, metrics_url=raw.metrics_url))
+            api_key_env=raw.api_key_env or api_key_env, weight=raw.weight, metrics_url=raw.metrics_url, tokenizer=raw.tokenizer))
     return tuple(targets)
 
 

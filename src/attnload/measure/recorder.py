@@ -68,6 +68,12 @@ class RequestRecord:
     tokens_estimated: bool
     dispatch_lag_s: float | None = None
     good: bool = False
+    reply_text: str | None = None
+    """The assistant content exactly as streamed, kept only when a conversation resends it."""
+    turn: int | None = None
+    """1-based turn of a conversation request (None: a single-turn request)."""
+    sent_at: float | None = None
+    """Wall-clock send time (epoch s) of open-loop requests: the achieved arrival rate is measured on it."""
 
     @property
     def tpot_s(self) -> float | None:

@@ -77,6 +77,20 @@ def percentile_chart(results: Results, field: str) -> str:
                       describe=lambda s, x, y: f"{s.name}: {y:,.1f} ms at {x:g}")
 
 
+def context_chart(results: Results) -> str:
+    """TTFT p50 (solid) and p99 (dashed) against prompt length, per model on one chart (GQA next to MLA):
+    where one attention type's KV footprint makes long contexts slow first."""
+    colors = _colors(results)
+    series: list[Series] = []
+    for model in results.models:
+        for q, dashed in (("p50", False), ("p99", True)):
+            points = [(float(b.prompt_tokens_mean or b.max_tokens), getattr(b.ttft_s, q) * 1000.0)
+                      for b in model.ttft_by_prompt_tokens if getattr(b.ttft_s, q) is not None]
+            series.append(Series(f"{series_name(model)} {q}", points, colors[model.key], dashed))
+    return line_chart("plot-ttft-context", series, "prompt tokens (bucket mean)", "TTFT (ms)",
+                      describe=lambda s, x, y: f"{s.name}: {y:,.1f} ms at {x:,.0f} prompt tokens")
+
+
 def errors_chart(results: Results) -> str:
     bars = [(series_name(m), dict(m.errors)) for m in results.models]
     return stacked_bars("plot-errors", bars, "failed requests by error class")
@@ -97,6 +111,10 @@ def charts(results: Results, baseline: Results | None = None) -> list[tuple[str,
             ("TTFT by stage", "Solid: p50, dashed: p99.", percentile_chart(results, "ttft_s")),
             ("ITL by stage", "Solid: p50, dashed: p99.", percentile_chart(results, "itl_s")),
         ]
+    if any(len(m.ttft_by_prompt_tokens) > 1 or m.turns for m in results.models):
+        out.append(("TTFT vs context length",
+                    "TTFT by prompt-length bucket (powers of two); solid p50, dashed p99. A conversation's prompt "
+                    "grows every turn, so this is where KV bytes per token show.", context_chart(results)))
     if any(m.errors for m in results.models):
         out.append(("Errors", "Failed requests by class (see the fix hints in `attnload check`).",
                     errors_chart(results)))

@@ -18,6 +18,7 @@ from attnload.report.compare import Comparison, compare_results
 from attnload.report.console import errors_text
 from attnload.report.explain import MIXED_MODELS_NOTE, attention_facts, explain, presets_differ
 from attnload.report.fmt import DASH, METRICS, count, error_total, pct, series_name, stage_label
+from attnload.report.turns import turn_table
 from attnload.results.model import Results, Totals
 
 _CSS = (Path(__file__).with_name("report.css")).read_text(encoding="utf-8")
@@ -173,6 +174,8 @@ def render_html(results: Results, compare: Results | None = None) -> str:
     ]
     if server_view.has_server(results):
         sections.append(("server", "Server view", server_view.html_section(results)))
+    if any(m.turns for m in results.models):
+        sections.append(("turns", "Per conversation turn", turn_table(results)))
     if compare is not None:
         sections.append(("compare", "Compared with baseline", _compare_section(compare_results(results, compare),
                                                                              compare)))

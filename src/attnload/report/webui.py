@@ -40,6 +40,8 @@ COLUMNS: tuple[tuple[str, str, int | None], ...] = (
     ("preemptions", "Preemptions", None),
     ("requests_ok", "OK", None),
     ("errors", "Errors", None),
+    ("prompt_tokens", "Prompt tok (mean)", 0),
+    ("cached_tokens", "Cached tok (mean)", 0),
 )
 
 
@@ -74,8 +76,21 @@ def llm_rows(results: Results) -> list[dict[str, Any]]:
             "requests_ok": totals.requests.ok,
             "errors": error_total(totals),
             **live_cells(totals),
+            "prompt_tokens": "", "cached_tokens": "",
         })
+        rows += turn_rows(model)
     return rows
+
+
+def turn_rows(model: ModelSummary) -> list[dict[str, Any]]:
+    """Conversation runs: one row per turn index under the model's row (cached tokens rise with the turn)."""
+    return [{
+        "name": series_name(model), "safe_name": f"{model.key}-turn-{row.turn}", "stage": f"turn {row.turn}",
+        "ttft_p50_ms": _ms(row.ttft_s.p50), "ttft_p99_ms": _ms(row.ttft_s.p99), "itl_p50_ms": _ms(row.itl_s.p50),
+        "itl_p99_ms": _ms(row.itl_s.p99), "output_tok_s": "", "in_flight": "", "requests_ok": row.requests - row.failed,
+        "errors": row.failed, "prompt_tokens": row.prompt_tokens_mean, "cached_tokens": row.cached_tokens_mean,
+        "kv_used_pct": "", "waiting_mean": "", "preemptions": "",
+    } for row in model.turns]
 
 
 def _table_structure() -> list[dict[str, Any]]:

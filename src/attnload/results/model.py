@@ -123,6 +123,28 @@ class ServerSummary(_Model):
     generation_tokens: int | float | None = None
     ttft_p50_s: float | None = None
     ttft_p99_s: float | None = None
+class TurnSummary(_Model):
+    """Conversations: what turn ``turn`` (1-based) of every conversation did; cached tokens rise with it.
+
+    ``requests`` counts successful and failed ones; the means are over successful requests."""
+
+    turn: int
+    requests: int = 0
+    failed: int = 0
+    prompt_tokens_mean: float | None = None
+    cached_tokens_mean: float | None = None
+    ttft_s: Summary = Summary()
+    itl_s: Summary = Summary()
+
+
+class PromptLengthBucket(_Model):
+    """Successful requests whose prompt had more than ``min_tokens`` and at most ``max_tokens`` tokens."""
+
+    min_tokens: int
+    max_tokens: int
+    requests: int = 0
+    prompt_tokens_mean: float | None = None
+    ttft_s: Summary = Summary()
 
 
 class StageSummary(Totals):
@@ -143,6 +165,10 @@ class StageSummary(Totals):
     """The model server's view of this stage; None where no server metrics were read."""
     server_gap_reasons: list[str] = []
     """Why the stage carries the ``server_client_gap`` flag (server and client disagree)."""
+    trace_arrival_rate_per_s: float | None = None
+    """Replay: the trace's own arrival rate at the replay speed."""
+    achieved_rate_per_s: float | None = None
+    """Replay: the arrival rate actually sent, ``(n − 1) / (last − first send)`` like the trace's."""
 
 
 class ModelSummary(Totals):
@@ -160,6 +186,10 @@ class ModelSummary(Totals):
     """Users running against this model when the summary was taken (live snapshots; 0 once stopped)."""
     server: ServerSummary | None = None
     """The model server's view over the whole run (counters: the sum of the stages'); None: not read."""
+    turns: list[TurnSummary] = []
+    """Conversation runs: one row per turn index."""
+    ttft_by_prompt_tokens: list[PromptLengthBucket] = []
+    """TTFT against prompt length, in power-of-two token buckets."""
 
 
 class ClientInfo(_Model):

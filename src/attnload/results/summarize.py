@@ -7,9 +7,11 @@ from datetime import UTC, datetime
 from typing import Any
 
 from attnload.config.model import TestConfig
+from attnload.measure.context import ContextRecorder
 from attnload.measure.histogram import LogHistogram
 from attnload.measure.paired import PairedRecorder
 from attnload.measure.recorder import Recorder, Series
+from attnload.results.context import context_fields, with_replay_rates
 from attnload.results.model import ClientInfo, ModelSummary, Requests, Results, StageSummary, Summary, Totals
 from attnload.results.server import ServerResults, with_server
 
@@ -62,7 +64,8 @@ def build_results(config: TestConfig, recorder: Recorder, *, started_at: float, 
                   stages: list[StageWindow], client: ClientInfo, run_info: dict[str, Any],
                   attention_info: dict[str, dict[str, Any]] | None = None, paired: PairedRecorder | None = None,
                   sweep: dict[str, dict[str, Any]] | None = None, in_flight: dict[str, int] | None = None,
-                  server: ServerResults | None = None) -> Results:
+                  server: ServerResults | None = None,
+                  context: ContextRecorder | None = None, trace_rate_per_s: float | None = None) -> Results:
     """Summaries per model, per profile and per stage; wall times are epoch seconds."""
     duration_s = max(ended_at - started_at, 1e-9)
     slo_set = any(v is not None for v in config.slo.model_dump().values())
@@ -72,7 +75,9 @@ def build_results(config: TestConfig, recorder: Recorder, *, started_at: float, 
         profiles = {p.name: Totals(**totals(recorder.combined(model_key=target.key, profile=p.name), duration_s,
                                             slo_set))
                     for p in config.profiles if any(k[0] == target.key and k[1] == p.name for k in recorder.series)}
-        stage_summaries = [_stage_summary(recorder, target.key, window, slo_set, paired) for window in stages]
+        stage_summaries = [with_replay_rates(_stage_summary(recorder, target.key, window, slo_set, paired,
+                                                            replay=trace_rate_per_s is not None), context,
+                                             target.key, trace_rate_per_s) for window in stages]
         if server is not None:
             stage_summaries = [with_server(s, server.stage(target.key, s.index)) for s in stage_summaries]
         models.append(ModelSummary(
@@ -80,7 +85,8 @@ def build_results(config: TestConfig, recorder: Recorder, *, started_at: float, 
             stages=stage_summaries, profiles=profiles, attention_info=(attention_info or {}).get(target.key, {}),
             paired=paired.summary(target.key) if paired is not None else None,
             sweep=(sweep or {}).get(target.key), in_flight=(in_flight or {}).get(target.key),
-            server=server.total(target.key) if server is not None else None))
+            server=server.total(target.key) if server is not None else None,
+            **context_fields(context, target.key)))
     return Results.model_validate({
         "schema": "attnload.results/v1", "started_at": _iso(started_at), "ended_at": _iso(ended_at),
         "duration_s": duration_s, "config_sha256": config.sha256, "config": run_info,
@@ -88,7 +94,7 @@ def build_results(config: TestConfig, recorder: Recorder, *, started_at: float, 
 
 
 def _stage_summary(recorder: Recorder, model_key: str, window: StageWindow, slo_set: bool,
-                   paired: PairedRecorder | None) -> StageSummary:
+                   paired: PairedRecorder | None, replay: bool = False) -> StageSummary:
     series = recorder.combined(model_key=model_key, stage=window.index)
     window_s = max(window.end_s - window.start_s, 1e-9)
     fields = totals(series, window_s, slo_set)
@@ -103,7 +109,8 @@ def _stage_summary(recorder: Recorder, model_key: str, window: StageWindow, slo_
         expected = rate * window_s
         p99 = lag.quantile(0.99)
         behind = p99 is not None and p99 > CLIENT_BEHIND_LAG_S
-        short = expected >= _MIN_EXPECTED_FOR_COUNT_CHECK and sent < CLIENT_BEHIND_SENT_RATIO * expected
+        # A replay's stage includes its drain time: its sends are checked by arrival rate, not count.
+        short = not replay and expected >= _MIN_EXPECTED_FOR_COUNT_CHECK and sent < CLIENT_BEHIND_SENT_RATIO * expected
         if (behind or short) and "client_behind" not in flags:
             flags.append("client_behind")
     return StageSummary(

@@ -27,11 +27,13 @@ from attnload.runner.fleet import (
 from attnload.runner.gcpolicy import quiet_full_collections
 from attnload.runner.openloop import ClientPool, OpenLoop
 from attnload.runner.options import add_arguments, exit_usage, options_from
+from attnload.runner.replay import ReplaySchedule
 from attnload.runner.runtime import Runtime
 from attnload.runner.serverview import ServerView, scrape_targets
 from attnload.runner.shape import STAGE_MESSAGE, StageMessage
-from attnload.runner.users import chat_client, send_pair, send_plan
+from attnload.runner.users import chat_client, converse_open, send_pair, send_plan
 from attnload.workload.prompts import PlannedRequest
+from attnload.workload.shapes import ReplaySpec
 
 
 def register(events: Any, attention_facts: FactsLookup = no_facts) -> None:
@@ -90,8 +92,17 @@ def _open_loop(environment: Environment, runtime: Runtime) -> OpenLoop:
     def pair(clients: dict[str, ChatClient], plan: PlannedRequest, stage: int, intended: float) -> None:
         send_pair(environment, runtime, clients, plan, stage, intended)
 
-    return OpenLoop(list(runtime.config.models), pool, runtime.workload.next, send,
+    loop = OpenLoop(list(runtime.config.models), pool, runtime.workload.next, send,
                     pair if runtime.paired is not None else None, runtime.arrivals, runtime.config.seed)
+    shape = runtime.options.shape
+    if isinstance(shape, ReplaySpec):
+        first = runtime.config.models[0]
+        loop.planned = ReplaySchedule(shape, [m.key for m in runtime.config.models], runtime.paired is not None,
+                                      lambda: runtime.run_salt, runtime.traffic.tokens[first.key])
+    elif runtime.traffic.conversational:
+        loop.arrival = lambda stream, intended, stage: converse_open(environment, runtime, pool, stream, intended,
+                                                                     stage)
+    return loop
 
 
 def _init_collector(environment: Environment, runtime: Runtime) -> None:

@@ -25,9 +25,17 @@ from attnload.config.model import TestConfig
 from attnload.config.seed import load_config
 from attnload.errors import UsageError
 from attnload.results.model import Results, load_results
+from attnload.runner.dialogs import check_traffic
 from attnload.runner.flagcheck import check_flag_limits
 from attnload.runner.options import environment, server_metrics_interval, server_metrics_mode
-from attnload.workload.shapes import ShapeSpec, SweepSpec, parse_duration, parse_shape
+from attnload.workload.shapes import (
+    ReplaySpec,
+    ShapeSpec,
+    SweepSpec,
+    parse_duration,
+    parse_shape,
+    with_replay_speed,
+)
 
 LOCUSTFILE = Path(__file__).parents[1] / "commands" / "locustfile.py"
 """The packaged locustfile (an entry point, so it lives with the commands; ``locustfiles/chat.py`` imports it)."""
@@ -72,7 +80,7 @@ def plan_from_args(args: argparse.Namespace, config_path: Path) -> LoadPlan:
     if shape_text and args.users is not None:
         raise UsageError("--users and --shape both set the user count: pass one of them")
     if shape_text:
-        shape = parse_shape(shape_text, stage_s)
+        shape = with_replay_speed(parse_shape(shape_text, stage_s), getattr(args, "replay_speed", None))
     else:
         duration = parse_duration(args.duration or DEFAULT_DURATION, "--duration")
         shape = parse_shape(f"concurrency:{args.users or 8}", duration)
@@ -81,6 +89,7 @@ def plan_from_args(args: argparse.Namespace, config_path: Path) -> LoadPlan:
     if args.profile:
         for name in args.profile.split(","):
             config.profile(name.strip())
+    check_traffic(config, [config.profile(n.strip()) for n in args.profile.split(",")] if args.profile else None)
     paired = bool(getattr(args, "paired", False))
     if paired and len(config.models) < 2:
         raise UsageError("--paired compares models prompt by prompt: the config needs at least two models")
@@ -175,6 +184,7 @@ def _environment(plan: LoadPlan) -> dict[str, str]:
         "config": str(plan.config_path.resolve()), "results": str(plan.results_dir.resolve()),
         "metrics-port": str(plan.metrics_port), "shape": plan.shape.to_text(),
         "stage-duration": f"{plan.shape.stage_duration_s:g}", "profile": plan.profiles,
+        "replay-speed": f"{plan.shape.speed:g}" if isinstance(plan.shape, ReplaySpec) else None,
         "warmup": plan.warmup or "0", "spawn-rate": f"{plan.spawn_rate:g}" if plan.spawn_rate else None,
         "paired": "1" if plan.paired else "0", "arrivals": plan.arrivals or "",
         "max-in-flight": str(plan.max_in_flight) if plan.max_in_flight else None,

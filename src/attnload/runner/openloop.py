@@ -20,7 +20,7 @@ import logging
 import random
 import time
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -133,6 +133,10 @@ class OpenLoop:
         self._scheduler: Greenlet | None = None
         self._requests = gevent.pool.Group()
         self.scheduled = 0
+        self.planned: Callable[[OpenStage], Iterable[tuple[float, str, PlannedRequest]]] | None = None
+        """Replay: the stage's arrivals with their requests fixed in advance (instead of rate × next_plan)."""
+        self.arrival: Callable[[str, float, int], object] | None = None
+        """Conversations: ``(stream, intended, stage)`` runs what one arrival starts (all its turns)."""
 
     def start_stage(self, stage: OpenStage) -> None:
         """Replace the running schedule (requests in flight keep going, tagged with their stage)."""
@@ -160,16 +164,24 @@ class OpenLoop:
         return list(heapq.merge(*per_stream))
 
     def _run(self, stage: OpenStage) -> None:
-        for intended, stream in self.schedule(stage):
+        arrivals: Iterable[tuple[float, str, PlannedRequest | None]]
+        if self.planned is not None:
+            arrivals = self.planned(stage)  # in time order, built lazily
+        else:
+            arrivals = [(intended, stream, None) for intended, stream in self.schedule(stage)]
+        for intended, stream, plan in arrivals:
             delay = intended - time.perf_counter()
             if delay > 0:
                 gevent.sleep(delay)  # from the absolute schedule: lateness never accumulates
             tag = stage.index if intended - stage.started_perf >= stage.warmup_s else -1
             self.scheduled += 1
-            self._requests.spawn(self._one, stream, intended, tag)
+            self._requests.spawn(self._one, stream, intended, tag, plan)
 
-    def _one(self, stream: str, intended: float, stage: int) -> None:
-        plan = self.next_plan()
+    def _one(self, stream: str, intended: float, stage: int, plan: PlannedRequest | None = None) -> None:
+        if plan is None and self.arrival is not None:
+            self.arrival(stream, intended, stage)
+            return
+        plan = plan or self.next_plan()
         if stream == PAIR_STREAM and self.send_pair is not None:
             clients = {key: self.pool.acquire(key) for key in self.targets}
             try:

@@ -17,7 +17,7 @@ from typing import Any
 
 from attnload.errors import UsageError, redact
 from attnload.runner.openloop import DEFAULT_MAX_IN_FLIGHT
-from attnload.workload.shapes import ShapeSpec, parse_duration, parse_shape
+from attnload.workload.shapes import ShapeSpec, parse_duration, parse_shape, with_replay_speed
 
 
 @dataclass(frozen=True)
@@ -81,9 +81,12 @@ OPTIONS: tuple[Option, ...] = (
            aliases=("-r",)),
     Option("duration", "run length for --users, e.g. 60s or 2m (Locust's -t/--run-time)", run={"default": None},
            locust=False, aliases=("-t", "--run-time")),
-    Option("shape", "concurrency:1,8,64 (users per stage), rate:0.5,1,2 (req/s per model) or sweep[:CAP]",
+    Option("shape", "concurrency:1,8,64 (users per stage), rate:0.5,1,2 (req/s per model), sweep[:CAP] or "
+           "replay:TRACE",
            run={"default": None}),
     Option("stage-duration", "length of each --shape stage (default 60s)", "60s", run={"default": None}),
+    Option("replay-speed", "replay:PATH shapes: trace speed-up (2 = twice the rate; default 1)", "1",
+           run={"default": None}),
     Option("warmup", "seconds at each stage start excluded from stage stats", "0", run={"default": "0"}),
     Option("profile", "comma-separated workload profiles (default: all)", run={"default": ""}),
     Option("paired", "send each prompt to every model at once; results get per-pair deltas with a CI", "0",
@@ -153,9 +156,12 @@ def options_from(parsed: Any) -> RunOptions:
     shape_text = (parsed.attnload_shape or "").strip()
     stage_s = parse_duration(parsed.attnload_stage_duration, "--stage-duration")
     warmup = str(parsed.attnload_warmup).strip()
+    shape = parse_shape(shape_text, stage_s) if shape_text else None
+    if shape is not None:
+        shape = with_replay_speed(shape, getattr(parsed, "attnload_replay_speed", None))
     return RunOptions(
         config_path=parsed.attnload_config, metrics_port=int(parsed.attnload_metrics_port),
-        results_dir=parsed.attnload_results, shape=parse_shape(shape_text, stage_s) if shape_text else None,
+        results_dir=parsed.attnload_results, shape=shape,
         profiles=tuple(p.strip() for p in (parsed.attnload_profile or "").split(",") if p.strip()),
         warmup_s=0.0 if warmup in ("", "0") else parse_duration(warmup, "--warmup"),
         paired=str(parsed.attnload_paired).strip().lower() in ("1", "true", "yes"),

@@ -19,6 +19,7 @@ from typing import Any
 from attnload.attention import FactsLookup, no_facts
 from attnload.client.transport import Timeouts
 from attnload.config.model import ModelTarget, TestConfig
+from attnload.measure.context import ContextRecorder
 from attnload.measure.paired import PairedRecorder
 from attnload.measure.recorder import Recorder, RequestRecord
 from attnload.metrics.exposition import FleetState
@@ -27,10 +28,13 @@ from attnload.report.html import write_html
 from attnload.results.model import Results
 from attnload.results.summarize import StageWindow, build_results, client_info
 from attnload.results.write import write_results
+from attnload.runner.dialogs import Traffic
 from attnload.runner.openloop import PAIR_STREAM, OpenLoop, OpenStage
 from attnload.runner.options import RunOptions
 from attnload.runner.serverview import ServerView
+from attnload.workload.conversation import new_salt
 from attnload.workload.prompts import Workload
+from attnload.workload.shapes import ReplaySpec
 from attnload.workload.sweep import ModelStageStats
 
 log = logging.getLogger(__name__)
@@ -100,6 +104,12 @@ class Runtime:
         self.role = role  # "local" | "master" | "worker"
         self.recorder = Recorder()
         self.workload = Workload(config, list(options.profiles) or None)
+        self.traffic = Traffic(config, self.workload, lambda: (self.worker_index, self.worker_count))
+        """Conversations and dataset prompts (datasets are opened and checked here, before any load)."""
+        self.context = ContextRecorder()
+        """Latency by turn and by prompt length, and open-loop send times (merged like the recorder)."""
+        self.run_salt = new_salt()
+        """One salt for the whole run (replayed prefixes are shared inside it); the master's wins."""
         self.fleet = FleetState(model_labels={m.key: (m.id, m.attention) for m in config.models})
         self.api_keys = {m.key: m.api_key() for m in config.models}
         request = config.request
@@ -162,6 +172,7 @@ class Runtime:
 
     def observe(self, record: RequestRecord) -> None:
         self.recorder.add(record)
+        self.context.add(record)
 
     def is_good(self, ttft_s: float | None, itl_gaps: tuple[tuple[float, int], ...], e2e_s: float) -> bool:
         """Whether one successful request met every configured SLO (goodput)."""
@@ -185,6 +196,7 @@ class Runtime:
     def begin_test(self) -> None:
         """A new test: fresh recorder, clock and stages (shape start, or test_start without a shape)."""
         self.recorder.reset()
+        self.context.reset()
         if self.paired is not None:
             self.paired.reset()
         self.started_at = time.time()
@@ -204,7 +216,8 @@ class Runtime:
                 self.enter_stage(0, users=None, rate=None)
 
     def enter_stage(self, index: int, users: int | None, rate: float | None,
-                    rates: dict[str, float] | None = None, workers: int | None = None) -> None:
+                    rates: dict[str, float] | None = None, workers: int | None = None, salt: str | None = None
+                    ) -> None:
         """A new stage begins (master: from the shape; workers: from its message).
 
         ``rates`` (per model key) makes it an open-loop stage: a sending process starts
@@ -213,6 +226,8 @@ class Runtime:
         if self.server_view is not None:
             self.server_view.stage_ended(self.stage.index)  # scrapes once: counter deltas end at the boundary
         now = time.perf_counter()
+        if salt:
+            self.run_salt = salt
         clock = self.stage
         if clock.windows and clock.windows[-1].end_s < 0:
             last = clock.windows[-1]
@@ -288,7 +303,7 @@ class Runtime:
 
     def worker_payload(self) -> dict[str, Any]:
         payload: dict[str, Any] = {"delta": self.recorder.take_delta(), "users": dict(self.users_by_model),
-                                   "cpu": self.cpu.peak()}
+                                   "cpu": self.cpu.peak(), "context": self.context.take_delta()}
         if self.paired is not None:
             payload["paired"] = self.paired.take_delta()
         return payload
@@ -297,6 +312,7 @@ class Runtime:
         self.workers_seen.add(worker_id)
         self._merged_at[worker_id] = time.perf_counter()
         self.recorder.merge_delta(payload.get("delta") or {})
+        self.context.merge_delta(payload.get("context") or {})
         if self.paired is not None and payload.get("paired"):
             self.paired.merge_delta(payload["paired"])
         if "cpu" in payload:
@@ -335,9 +351,25 @@ class Runtime:
         return build_results(self.config, self.recorder, started_at=started, ended_at=ended, stages=windows,
                              client=client_info(workers, len(self.workers_lost), self.cpu_max_ratio, self.recorder),
                              run_info=run_info, attention_info=info, paired=self.paired, sweep=sweep,
-                             in_flight=dict(self.fleet.users) if self.running else None,
+                             in_flight=dict(self.fleet.users) if self.running else None, context=self.context,
+                             trace_rate_per_s=self.trace_rate_per_s,
                              server=self.server_view.results(self.stage.index if self.running else None)
                              if self.server_view is not None else None)
+
+    @property
+    def trace_rate_per_s(self) -> float | None:
+        """A replay's own arrival rate at its speed (None for other shapes)."""
+        shape = self.options.shape
+        return shape.arrival_rate_per_s * shape.speed if isinstance(shape, ReplaySpec) else None
+
+    def replay_done(self) -> bool:
+        """Replay: every trace line has an outcome for every model (the stage may end before its allowance)."""
+        shape = self.options.shape
+        if not isinstance(shape, ReplaySpec):
+            return False
+        counts = self.recorder.combined().counts
+        finished = counts.get("ok", 0) + counts.get("failed", 0) + counts.get("cancelled", 0)
+        return finished >= shape.requests * len(self.config.models)
 
     @property
     def arrivals(self) -> str:

@@ -13,7 +13,14 @@ from attnload.errors import UsageError
 from attnload.runner.fleet import stop_users
 from attnload.runner.options import env_value, exit_usage
 from attnload.runner.runtime import Runtime
-from attnload.workload.shapes import ShapeSpec, SweepSpec, parse_duration, parse_shape
+from attnload.workload.shapes import (
+    ReplaySpec,
+    ShapeSpec,
+    SweepSpec,
+    parse_duration,
+    parse_shape,
+    with_replay_speed,
+)
 from attnload.workload.sweep import Slo, SweepPlan, SweepStage
 
 log = logging.getLogger(__name__)
@@ -31,6 +38,8 @@ class StageMessage:
     rate: float | None = None
     rates: dict[str, float] | None = None
     workers: int | None = None
+    salt: str | None = None
+    """The master's run salt: replayed prefixes must be identical text on every worker."""
 
     def to_data(self) -> dict[str, object]:
         return asdict(self)
@@ -40,7 +49,7 @@ class StageMessage:
         return cls(**{f.name: data.get(f.name) for f in fields(cls)})  # type: ignore[arg-type]
 
     def enter(self, runtime: Runtime) -> None:
-        runtime.enter_stage(self.index, self.users, self.rate, rates=self.rates, workers=self.workers)
+        runtime.enter_stage(self.index, self.users, self.rate, rates=self.rates, workers=self.workers, salt=self.salt)
 STOP_RATE_PER_WORKER = 100.0
 """Users stopped per second and worker when a rate stage follows a closed-loop one (Locust warns above 100)."""
 
@@ -51,7 +60,8 @@ def shape_spec_from_env() -> ShapeSpec | None:
     if not text:
         return None
     try:
-        return parse_shape(text, parse_duration(env_value("stage-duration"), "stage duration"))
+        spec = parse_shape(text, parse_duration(env_value("stage-duration"), "stage duration"))
+        return with_replay_speed(spec, env_value("replay-speed"))
     except UsageError as exc:
         exit_usage(exc)
         raise
@@ -82,9 +92,12 @@ class StagedShape(LoadTestShape):
         runtime = self._runtime()
         if runtime is None:
             return None
-        stage = self.spec.stage_at(self.get_run_time())
+        elapsed_s = self.get_run_time()
+        stage = self.spec.stage_at(elapsed_s)
         if stage is None:
             return None
+        if isinstance(self.spec, ReplaySpec) and elapsed_s >= self.spec.replay_s and runtime.replay_done():
+            return None  # every line answered by every model: no need to wait out the drain allowance
         if stage.index != runtime.stage.index:
             rates = {m.key: stage.rate for m in runtime.config.models} if stage.rate is not None else None
             self._enter(runtime, stage.index, stage.users, stage.rate, rates)
@@ -109,7 +122,8 @@ class StagedShape(LoadTestShape):
         workers = self.runner.worker_count if isinstance(self.runner, MasterRunner) else 1
         runtime.enter_stage(index, users, rate, rates=rates, workers=workers)
         if isinstance(self.runner, MasterRunner):
-            message = StageMessage(index=index, users=users, rate=rate, rates=rates, workers=workers)
+            message = StageMessage(index=index, users=users, rate=rate, rates=rates, workers=workers,
+                                   salt=runtime.run_salt)
             self.runner.send_message(STAGE_MESSAGE, message.to_data())
 
 

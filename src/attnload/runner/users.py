@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Mapping
 from dataclasses import replace
 
 import gevent
@@ -15,6 +16,8 @@ from attnload.client.chat import Cancelled, ChatClient, chat_body
 from attnload.config.model import ModelTarget
 from attnload.measure.paired import send_together
 from attnload.measure.recorder import RequestRecord
+from attnload.runner.dialogs import Session, with_reply_tokens
+from attnload.runner.openloop import PAIR_STREAM, ClientPool
 from attnload.runner.runtime import Runtime
 from attnload.workload.prompts import PlannedRequest
 
@@ -47,9 +50,11 @@ class ChatUser(User):
         if runtime.paired is not None:
             self.targets = runtime.assign_all()
             self.chats = {t.key: chat_client(runtime, t) for t in self.targets}
-            return
-        self.target = runtime.assign_model()
-        self.chat = chat_client(runtime, self.target)
+        else:
+            self.target = runtime.assign_model()
+            self.chat = chat_client(runtime, self.target)
+        keys = [t.key for t in self.targets] if runtime.paired is not None else [self.target.key]
+        self.session = runtime.traffic.session(keys) if runtime.traffic.conversational else None
 
     def on_stop(self) -> None:
         if self.runtime.paired is not None:
@@ -66,12 +71,57 @@ class ChatUser(User):
         if runtime.stage.rates is not None:
             gevent.sleep(OPEN_LOOP_IDLE_S)  # an open-loop stage: the scheduler sends, users being stopped idle
             return
+        if self.session is not None:
+            self._converse(self.session)
+            return
         plan = runtime.workload.next()
         stage = runtime.stage_for(time.perf_counter())
         if runtime.paired is not None:
             send_pair(self.environment, runtime, self.chats, plan, stage, None)
             return
         send_plan(self.environment, runtime, self.chat, self.target, plan, stage, None)
+
+
+    def _converse(self, session: Session) -> None:
+        """One step of this user's conversation: think (after the previous answer), send, keep the reply."""
+        runtime = self.runtime
+        step = session.next()
+        if step.think_s > 0:
+            gevent.sleep(step.think_s)
+        stage = runtime.stage_for(time.perf_counter())
+        if runtime.paired is not None:
+            session.replied(send_pair(self.environment, runtime, self.chats, step.plans, stage, None))
+            return
+        key = self.target.key
+        session.replied({key: send_plan(self.environment, runtime, self.chat, self.target, step.plans[key], stage,
+                                        None)})
+
+
+def converse_open(environment: Environment, runtime: Runtime, pool: ClientPool, stream: str, intended: float,
+                  stage: int) -> None:
+    """Open loop: one arrival starts a conversation; each next turn is due its think time after the last answer."""
+    targets = {t.key: t for t in runtime.config.models}
+    keys = list(targets) if stream == PAIR_STREAM else [stream]
+    session = runtime.traffic.session(keys)
+    step = session.next()
+    while True:
+        clients = {key: pool.acquire(key) for key in keys}
+        try:
+            if stream == PAIR_STREAM:
+                records = send_pair(environment, runtime, clients, step.plans, stage, intended)
+            else:
+                records = {stream: send_plan(environment, runtime, clients[stream], targets[stream],
+                                             step.plans[stream], stage, intended)}
+        finally:
+            for key, client in clients.items():
+                pool.release(key, client)
+        session.replied(records)
+        if not session.continues():
+            return
+        step = session.next()
+        intended = time.perf_counter() + step.think_s  # due after the answer + think time; lateness counts
+        if step.think_s > 0:
+            gevent.sleep(step.think_s)
 
 
 def chat_client(runtime: Runtime, target: ModelTarget) -> ChatClient:
@@ -85,23 +135,46 @@ def send_plan(environment: Environment, runtime: Runtime, client: ChatClient, ta
     request = runtime.config.request
     body = chat_body(target.id, plan.messages, max_tokens=plan.max_tokens, temperature=request.temperature,
                      stream=request.stream, ignore_eos=plan.ignore_eos)
+    capture = plan.turn is not None or target.tokenizer is not None  # only then is the text kept
     try:
         record = client.send(body, model_key=target.key, profile=plan.profile, stage=stage,
-                             intended_start=intended_start)
+                             intended_start=intended_start, capture_text=capture)
     except Cancelled as cancelled:
-        _report(environment, runtime, cancelled.record)
+        _report(environment, runtime, _annotated(runtime, cancelled.record, plan, target, intended_start))
         raise GreenletExit() from None
-    return _report(environment, runtime, record)
+    return _report(environment, runtime, _annotated(runtime, record, plan, target, intended_start))
 
 
-def send_pair(environment: Environment, runtime: Runtime, clients: dict[str, ChatClient], plan: PlannedRequest,
-              stage: int, intended_start: float | None) -> None:
-    """The same prompt to every model at once; the pair's differences go to the paired recorder."""
+def _annotated(runtime: Runtime, record: RequestRecord, plan: PlannedRequest, target: ModelTarget,
+               intended_start: float | None) -> RequestRecord:
+    """Turn index, open-loop send time and tokenizer counts, only where they apply (the common case is as-is)."""
+    if plan.turn is None and intended_start is None and target.tokenizer is None:
+        return record
+    sent_at = None
+    if intended_start is not None:
+        started = intended_start + (record.dispatch_lag_s or 0.0)
+        sent_at = time.time() - (time.perf_counter() - started)
+    record = replace(record, turn=plan.turn, sent_at=sent_at)
+    if target.tokenizer is not None:
+        record = with_reply_tokens(record, runtime.traffic.tokens[target.key], plan.messages)
+    return record
+
+
+def send_pair(environment: Environment, runtime: Runtime, clients: dict[str, ChatClient],
+              plan: PlannedRequest | Mapping[str, PlannedRequest], stage: int, intended_start: float | None
+              ) -> dict[str, RequestRecord]:
+    """The same prompt to every model at once; the pair's differences go to the paired recorder.
+
+    A conversation turn gives each model its own plan: the same script, each with its own history.
+    """
     targets = {t.key: t for t in runtime.config.models}
+    plans = plan if isinstance(plan, Mapping) else dict.fromkeys(clients, plan)
     records = send_together(list(clients), lambda key: send_plan(
-        environment, runtime, clients[key], targets[key], plan, stage, intended_start))
+        environment, runtime, clients[key], targets[key], plans[key], stage, intended_start))
+    done = {k: r for k, r in records.items() if isinstance(r, RequestRecord)}
     if runtime.paired is not None:
-        runtime.paired.add(stage, {k: r for k, r in records.items() if isinstance(r, RequestRecord)})
+        runtime.paired.add(stage, done)
+    return done
 
 
 def _report(environment: Environment, runtime: Runtime, record: RequestRecord) -> RequestRecord:

@@ -12,16 +12,19 @@ no I/O: callers sleep ``next_delay_s()`` (the think time) and send.
 
 from __future__ import annotations
 
-import math
 import random
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from pydantic import Field, NonNegativeFloat, model_validator
-
-from attnload.config.model import Distribution, StrictModel, TokenCount, sample_count
+from attnload.config.model import (
+    ConversationSpec,
+    Distribution,
+    DurationDistribution,
+    sample_count,
+    sample_seconds,
+)
 from attnload.measure.tokens import MESSAGE_OVERHEAD_TOKENS, prompt_tokens
 from attnload.workload.dataset import DatasetRecord, resolve_output_tokens, user_turns
 from attnload.workload.tokenizer import EstimatorTokens, TextTokens
@@ -34,73 +37,6 @@ EndReason = Literal["turns", "context", "failed"]
 def new_salt() -> str:
     """A random salt in the prompt builder's format: random per run, so no run meets another's cache."""
     return f"[{uuid.uuid4().hex[:16]}] "
-
-
-class DurationDistribution(StrictModel):
-    """Seconds drawn per use (think time): ``fixed``, ``uniform``, ``normal``, ``lognormal``, ``exponential``.
-
-    ``Distribution`` counts whole tokens from 1 up; a think time is fractional seconds from
-    0, so it has its own model. Draws are clamped to [min, max].
-    """
-
-    dist: Literal["fixed", "uniform", "normal", "lognormal", "exponential"]
-    value: NonNegativeFloat | None = None
-    mean: float | None = Field(default=None, gt=0)
-    stddev: NonNegativeFloat | None = None
-    min: NonNegativeFloat = 0.0
-    max: NonNegativeFloat = 3600.0
-
-    @model_validator(mode="after")
-    def _consistent(self) -> DurationDistribution:
-        if self.min > self.max:
-            raise ValueError(f"distribution min {self.min} > max {self.max}; swap them")
-        needs = {"fixed": ("value",), "uniform": (), "normal": ("mean", "stddev"),
-                 "lognormal": ("mean", "stddev"), "exponential": ("mean",)}[self.dist]
-        missing = [name for name in needs if getattr(self, name) is None]
-        if missing:
-            raise ValueError(f"a {self.dist} think time needs {' and '.join(missing)}")
-        if self.dist == "uniform" and "max" not in self.model_fields_set:
-            raise ValueError("a uniform think time needs min and max")
-        return self
-
-    def sample(self, rng: random.Random) -> float:
-        if self.dist == "fixed":
-            value = self.value or 0.0
-        elif self.dist == "uniform":
-            value = rng.uniform(self.min, self.max)
-        elif self.dist == "normal":
-            value = rng.gauss(self.mean or 0.0, self.stddev or 0.0)
-        elif self.dist == "exponential":
-            value = rng.expovariate(1.0 / (self.mean or 1.0))
-        else:
-            mean, stddev = self.mean or 1.0, self.stddev or 0.0
-            sigma2 = math.log(1.0 + (stddev / mean) ** 2)
-            value = rng.lognormvariate(math.log(mean) - sigma2 / 2.0, math.sqrt(sigma2))
-        return min(max(value, self.min), self.max)
-
-
-def sample_seconds(value: float | DurationDistribution, rng: random.Random) -> float:
-    return float(value) if isinstance(value, int | float) else value.sample(rng)
-
-
-class ConversationSpec(StrictModel):
-    """The profile key ``conversation``: turns per conversation, think time, user message size.
-
-    ``user_tokens`` sizes every user message, the first (salt included) too; None leaves
-    the messages to a dataset.
-    """
-
-    turns: TokenCount
-    think_time_s: NonNegativeFloat | DurationDistribution = 0.0
-    user_tokens: TokenCount | None = None
-
-    @model_validator(mode="after")
-    def _positive(self) -> ConversationSpec:
-        for name in ("turns", "user_tokens"):
-            value = getattr(self, name)
-            if isinstance(value, int) and value < 1:
-                raise ValueError(f"conversation.{name} must be at least 1, not {value}")
-        return self
 
 
 @dataclass(frozen=True)

@@ -27,9 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Literal
 
-from pydantic import Field
-
-from attnload.config.model import Distribution, StrictModel, TokenCount, sample_count
+from attnload.config.model import DatasetSpec as DatasetSpec  # re-exported: the dataset key's model
+from attnload.config.model import Distribution, sample_count
 from attnload.errors import UsageError
 from attnload.measure.tokens import text_tokens
 from attnload.workload.jsonscan import Span, iter_array_elements, iter_json_lines, read_span
@@ -38,17 +37,6 @@ DatasetFormat = Literal["sharegpt", "jsonl"]
 _USER_ROLES = frozenset({"human", "user"})
 _SYSTEM_ROLES = frozenset({"system"})
 _SNIFF_BYTES = 1 << 16
-
-
-class DatasetSpec(StrictModel):
-    """The profile key ``dataset``: where the prompts come from and how long the answers are."""
-
-    path: str = Field(min_length=1)
-    format: Literal["sharegpt", "jsonl", "auto"] = "auto"
-    output_tokens: Literal["dataset"] | TokenCount = "dataset"
-    """``dataset``: the record's ``max_tokens``, else its recorded reply's estimated length."""
-    turns: Literal["first", "all"] = "first"
-    """``all`` replays a record's human turns as one conversation."""
 
 
 @dataclass(frozen=True)

@@ -28,6 +28,8 @@ class PlannedRequest:
     messages: list[dict[str, str]]
     max_tokens: int
     ignore_eos: bool = False
+    turn: int | None = None
+    """1-based turn of a conversation request; None for a single-turn one (no reply text is kept)."""
 
 
 def filler_text(n_bytes: int, seed: int) -> str:
@@ -58,7 +60,14 @@ class Workload:
         self._prefixes: dict[str, list[str]] = {}
 
     def next(self) -> PlannedRequest:
-        profile = self.rng.choices(self.profiles, self.weights)[0] if len(self.profiles) > 1 else self.profiles[0]
+        return self.plan(self.choose())
+
+    def choose(self) -> Profile:
+        """A profile by weight (a conversation's profile is chosen once, for all its turns)."""
+        return self.rng.choices(self.profiles, self.weights)[0] if len(self.profiles) > 1 else self.profiles[0]
+
+    def plan(self, profile: Profile) -> PlannedRequest:
+        """One single-turn request of ``profile``."""
         max_tokens = sample_count(profile.max_tokens, self.rng) if profile.max_tokens is not None else None
         ignore_eos = self.default_ignore_eos if profile.ignore_eos is None else profile.ignore_eos
         return PlannedRequest(profile=profile.name, messages=[{"role": "user", "content": self._content(profile)}],

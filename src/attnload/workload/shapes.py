@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import ClassVar
 
 from attnload.config.limits import MAX_DURATION_S, MAX_RATE, MAX_USERS
 from attnload.errors import UsageError
+from attnload.workload.trace import load_trace
 
 _DURATION = re.compile(r"^\s*(?:(\d+(?:\.\d+)?)h)?\s*(?:(\d+(?:\.\d+)?)m(?!s))?\s*(?:(\d+(?:\.\d+)?)s?)?\s*$")
 
@@ -166,16 +167,94 @@ class SweepSpec(StagedSpec):
         return cls(levels=(float(cap),), stage_duration_s=stage_duration_s)
 
 
-ShapeSpec = ConcurrencySpec | RateSpec | SweepSpec
+REPLAY_LEAD_S = 0.5
+"""A replay's first line is due this long after its stage starts: every worker has had the stage
+message and built its first prompt by then, so no line is late because the replay just began."""
+
+
+@dataclass(frozen=True)
+class ReplaySpec(StagedSpec):
+    """``replay:PATH``: one open-loop stage sending a trace's requests at their own offsets (÷ ``speed``).
+
+    ``levels`` holds the speed. The stage lasts the trace's span at that speed plus a drain
+    allowance (``stage_duration_s``, the ``--stage-duration``): the run ends once every
+    request has finished, or when the allowance is spent (what is still in flight is then
+    cancelled). The trace is read (and checked) when the shape is parsed, so a bad trace
+    is a usage error before any load starts.
+    """
+
+    kind: ClassVar[str] = "replay"
+    open_loop: ClassVar[bool] = True
+    path: str = ""
+    span_s: float = 0.0
+    """Offset of the trace's last request at speed 1."""
+    requests: int = 0
+    arrival_rate_per_s: float = 0.0
+    """The trace's own arrival rate at speed 1."""
+
+    @property
+    def speed(self) -> float:
+        return self.levels[0]
+
+    @property
+    def replay_s(self) -> float:
+        """When the last request is due, from the stage start."""
+        return REPLAY_LEAD_S + self.span_s / self.speed
+
+    @property
+    def duration_s(self) -> float:
+        return self.replay_s + self.stage_duration_s
+
+    @property
+    def stages(self) -> tuple[Stage, ...]:
+        return (Stage(0, 0.0, self.duration_s, rate=self.arrival_rate_per_s * self.speed),)
+
+    def stage_at(self, elapsed_s: float) -> Stage | None:
+        return self.stages[0] if 0 <= elapsed_s < self.duration_s else None
+
+    def to_text(self) -> str:
+        return f"replay:{self.path}"
+
+    def with_speed(self, speed: float) -> ReplaySpec:
+        if not speed > 0:
+            raise UsageError(f"--replay-speed {speed:g}: must be above 0 (2 replays twice as fast)")
+        return replace(self, levels=(float(speed),))
+
+    @classmethod
+    def parse(cls, text: str, values: str, stage_duration_s: float) -> ReplaySpec:
+        path = values.strip()
+        if not path:
+            raise UsageError(f"shape {text!r} names no trace: use replay:PATH (a Mooncake .jsonl or Azure .csv)")
+        trace = load_trace(path)
+        return cls(levels=(1.0,), stage_duration_s=stage_duration_s, path=path, span_s=trace.duration_s,
+                   requests=len(trace.requests), arrival_rate_per_s=trace.arrival_rate_per_s)
+
+
+ShapeSpec = ConcurrencySpec | RateSpec | SweepSpec | ReplaySpec
 """A parsed shape: one class per kind (``kind`` is the tag), each with the same protocol."""
-SHAPE_KINDS: dict[str, type[StagedSpec]] = {cls.kind: cls for cls in (ConcurrencySpec, RateSpec, SweepSpec)}
+SHAPE_KINDS: dict[str, type[StagedSpec]] = {cls.kind: cls
+                                            for cls in (ConcurrencySpec, RateSpec, SweepSpec, ReplaySpec)}
 
 
 def parse_shape(text: str, stage_duration_s: float) -> ShapeSpec:
-    """Parse ``concurrency:1,8,64``, ``rate:0.5,1,2`` or ``sweep[:CAP]``; errors say what a valid spec looks like."""
+    """Parse ``concurrency:1,8,64``, ``rate:0.5,1,2``, ``sweep[:CAP]`` or ``replay:PATH``; errors say what a valid
+    spec looks like."""
     kind, _colon, values = text.partition(":")
     spec_class = SHAPE_KINDS.get(kind.strip().lower())
     if spec_class is None:
         raise UsageError(f"unknown shape {text!r}: use concurrency:1,8,64 (users), rate:0.5,1,2 (req/s per model) "
-                         "or sweep")
+                         "sweep or replay:TRACE")
     return spec_class.parse(text, values, stage_duration_s)  # type: ignore[return-value]
+
+
+def with_replay_speed(spec: ShapeSpec, speed: str | float | None) -> ShapeSpec:
+    """``--replay-speed`` applied to a replay shape; other shapes take none (a usage error if given)."""
+    if speed is None or str(speed).strip() in ("", "1"):
+        return spec
+    try:
+        value = float(speed)
+    except ValueError:
+        raise UsageError(f"--replay-speed {speed!r} is not a number: e.g. 2 (twice as fast) or 0.5") from None
+    if not isinstance(spec, ReplaySpec):
+        raise UsageError("--replay-speed applies to --shape replay:PATH only")
+    return spec.with_speed(value)

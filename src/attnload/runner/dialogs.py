@@ -1,0 +1,196 @@
+"""Conversations and dataset prompts at run time: what a sender says next, turn by turn.
+
+The state machines live in ``workload.conversation``; this module binds them to a run. A
+sender (a closed-loop user, or one open-loop arrival) holds a :class:`Session`: at most one
+conversation at a time, kept per model because each model's replies differ. In paired mode
+every model gets the same script (same salt, same user messages, same ``max_tokens``), each
+with its own history, and turn *k* goes to all models together; the conversation ends for
+all as soon as one model's ends (a failure or its context window), so pairs always compare
+the same turn of the same script.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from attnload.config.model import ModelTarget, Profile, TestConfig, sample_count, sample_seconds
+from attnload.measure.recorder import RequestRecord
+from attnload.measure.tokens import MESSAGE_OVERHEAD_TOKENS
+from attnload.workload.conversation import (
+    Conversation,
+    ConversationScript,
+    dataset_script,
+    new_salt,
+    synthetic_script,
+)
+from attnload.workload.dataset import Dataset, DatasetSampler, open_dataset
+from attnload.workload.prompts import PlannedRequest, Workload
+from attnload.workload.tokenizer import EstimatorTokens, TextTokens, load_tokenizer
+
+
+def dataset_path(path: str, config_source: str) -> Path:
+    """A dataset path as given (relative to the working directory), else relative to the config file."""
+    given = Path(path).expanduser()
+    if given.is_absolute() or given.exists():
+        return given
+    beside = Path(config_source).parent / given
+    return beside if beside.exists() else given
+
+
+def open_datasets(config: TestConfig, profiles: Sequence[Profile]) -> dict[str, Dataset]:
+    """Every dataset the profiles name, opened and validated (a bad file is a UsageError, before any load)."""
+    return {p.name: open_dataset(dataset_path(p.dataset.path, config.source), p.dataset.format)
+            for p in profiles if p.dataset is not None}
+
+
+def check_traffic(config: TestConfig, profiles: Sequence[Profile] | None = None) -> None:
+    """Open every dataset and tokenizer once, so a bad file is one line and exit 2 before any process starts."""
+    for dataset in open_datasets(config, profiles if profiles is not None else config.profiles).values():
+        dataset.close()
+    for target in config.models:
+        load_tokenizer(target.tokenizer)
+
+
+@dataclass(frozen=True)
+class Step:
+    """What a sender does next: wait ``think_s`` (from the end of the previous answer), then send ``plans``."""
+
+    plans: dict[str, PlannedRequest]
+    think_s: float = 0.0
+
+
+class Traffic:
+    """Per process: the workload, the opened datasets (samplers sharded by worker) and each model's tokenizer."""
+
+    def __init__(self, config: TestConfig, workload: Workload, shard: Callable[[], tuple[int, int]]) -> None:
+        self.config = config
+        self.workload = workload
+        self.datasets = open_datasets(config, workload.profiles)
+        self.tokens: dict[str, TextTokens] = {m.key: load_tokenizer(m.tokenizer) for m in config.models}
+        self.targets: dict[str, ModelTarget] = {m.key: m for m in config.models}
+        self.rng = random.Random(f"attnload.traffic:{config.seed}")
+        self._shard = shard
+        self._samplers: dict[str, tuple[tuple[int, int], DatasetSampler]] = {}
+
+    @property
+    def conversational(self) -> bool:
+        return any(p.conversational for p in self.workload.profiles)
+
+    def sampler(self, profile: str) -> DatasetSampler:
+        """This worker's sampler of ``profile``'s dataset; rebuilt if the fleet's size changed."""
+        shard = self._shard()
+        index, count = shard[0] % max(shard[1], 1), max(shard[1], 1)
+        held = self._samplers.get(profile)
+        if held is None or held[0] != (index, count):
+            held = (index, count), DatasetSampler(self.datasets[profile], self.config.seed, shard=index, shards=count)
+            self._samplers[profile] = held
+        return held[1]
+
+    def script(self, profile: Profile, salt: str, tokens: TextTokens) -> ConversationScript:
+        if profile.dataset is not None:
+            record = self.sampler(profile.name).next()
+            return dataset_script(record, salt, self.rng, turns=profile.dataset.turns,
+                                  output_tokens=profile.dataset.output_tokens)
+        assert profile.conversation is not None
+        return synthetic_script(profile.conversation, salt, self.rng, tokens)
+
+    def counter(self, key: str) -> Callable[[Sequence[Mapping[str, object]]], int] | None:
+        """A prompt counter by the model's tokenizer (None: the estimator, the Conversation's default)."""
+        tokens = self.tokens[key]
+        if isinstance(tokens, EstimatorTokens):
+            return None
+        return lambda messages: sum(tokens.count(str(m.get("content", ""))) + MESSAGE_OVERHEAD_TOKENS
+                                    for m in messages)
+
+    def session(self, keys: Sequence[str]) -> Session:
+        return Session(self, list(keys))
+
+
+class Session:
+    """One sender's traffic for ``keys`` (one model, or every model when paired)."""
+
+    def __init__(self, traffic: Traffic, keys: list[str]) -> None:
+        self.traffic = traffic
+        self.keys = keys
+        self.profile: Profile | None = None
+        self.dialog: dict[str, Conversation] | None = None
+        self.conversations = 0
+
+    def next(self) -> Step:
+        """The next request(s): the current conversation's next turn, else a new conversation or request."""
+        if self.dialog is not None:
+            plans = self._turn()
+            if plans is not None:
+                profile = self.profile
+                think = profile.conversation.think_time_s if profile and profile.conversation else 0.0
+                return Step(plans, sample_seconds(think, self.traffic.rng))
+            self.dialog = None
+        workload = self.traffic.workload
+        profile = workload.choose()
+        if not profile.conversational:
+            plan = workload.plan(profile)
+            return Step(dict.fromkeys(self.keys, plan))
+        self._open(profile)
+        plans = self._turn()
+        assert plans is not None  # turn 1 always goes
+        return Step(plans)
+
+    def continues(self) -> bool:
+        """Whether the current conversation has another turn for every model."""
+        return self.dialog is not None and all(c.peek() is not None for c in self.dialog.values())
+
+    def replied(self, records: Mapping[str, RequestRecord | object]) -> None:
+        """Feed each model's answer back: the streamed text extends its history; a failure ends the conversation."""
+        if self.dialog is None:
+            return
+        for key, conversation in self.dialog.items():
+            record = records.get(key)
+            if isinstance(record, RequestRecord) and record.outcome == "ok" and record.reply_text is not None:
+                conversation.record_reply(record.reply_text)
+            else:
+                conversation.fail()
+
+    def _open(self, profile: Profile) -> None:
+        traffic = self.traffic
+        first = self.keys[0]
+        script = traffic.script(profile, new_salt(), traffic.tokens[first])
+        default_max = profile.max_tokens if isinstance(profile.max_tokens, int) else traffic.config.request.max_tokens
+        self.profile = profile
+        self.dialog = {}
+        for key in self.keys:
+            counter = traffic.counter(key)
+            extra = {"count_prompt": counter} if counter is not None else {}
+            self.dialog[key] = Conversation(script, context_window_tokens=traffic.targets[key].max_context,
+                                            default_max_tokens=default_max, **extra)
+        self.conversations += 1
+
+    def _turn(self) -> dict[str, PlannedRequest] | None:
+        dialog, profile = self.dialog, self.profile
+        assert dialog is not None and profile is not None
+        if not all(c.peek() is not None for c in dialog.values()):
+            return None
+        workload = self.traffic.workload
+        drawn = sample_count(profile.max_tokens, workload.rng) if profile.max_tokens is not None else None
+        ignore_eos = workload.default_ignore_eos if profile.ignore_eos is None else profile.ignore_eos
+        plans = {}
+        for key, conversation in dialog.items():
+            taken = conversation.next_request()
+            assert taken is not None
+            messages, max_tokens, _tokens = taken
+            plans[key] = PlannedRequest(profile=profile.name, messages=messages,
+                                        max_tokens=max_tokens or drawn or workload.default_max_tokens,
+                                        ignore_eos=ignore_eos, turn=conversation.turn)
+        return plans
+
+
+def with_reply_tokens(record: RequestRecord, tokens: TextTokens, messages: Sequence[Mapping[str, object]]
+                      ) -> RequestRecord:
+    """A server sent no usage: count prompt and completion with the model's tokenizer instead of the estimator."""
+    if not record.tokens_estimated or isinstance(tokens, EstimatorTokens):
+        return record
+    prompt = sum(tokens.count(str(m.get("content", ""))) + MESSAGE_OVERHEAD_TOKENS for m in messages)
+    completion = tokens.count(record.reply_text) if record.reply_text is not None else record.completion_tokens
+    return replace(record, prompt_tokens=prompt, completion_tokens=completion)
