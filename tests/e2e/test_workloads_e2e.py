@@ -215,7 +215,7 @@ def test_seed_script_prints_the_seed_format(tmp_path: Path, processes: Processes
 
 @pytest.mark.parametrize(("args", "expected"), [
     (["--shape", "concurrency:"], "lists no levels"),
-    (["--shape", "rate:-1"], "positive rate"),
+    (["--shape", "rate:-1"], "finite rate in req/s above 0"),
     (["--shape", "sweep:x"], "sweep takes one whole number"),
     (["--profile", "nosuch"], "unknown profile 'nosuch'"),
     (["--paired", "--shape", "sweep"], "--paired cannot run a sweep"),
