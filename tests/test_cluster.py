@@ -147,8 +147,11 @@ def _apply_path(obj: dict[str, Any]) -> str:
     if kind == "Namespace":
         return f"/api/v1/namespaces/{name}{APPLY_QUERY}"
     plural = {"ConfigMap": "configmaps", "Service": "services", "Deployment": "deployments",
-              "Secret": "secrets", "NetworkPolicy": "networkpolicies"}[kind]
-    prefix = {"Deployment": "/apis/apps/v1", "NetworkPolicy": "/apis/networking.k8s.io/v1"}.get(kind, "/api/v1")
+              "Secret": "secrets", "NetworkPolicy": "networkpolicies", "ServiceAccount": "serviceaccounts",
+              "Role": "roles", "RoleBinding": "rolebindings"}[kind]
+    prefix = {"Deployment": "/apis/apps/v1", "NetworkPolicy": "/apis/networking.k8s.io/v1",
+              "Role": "/apis/rbac.authorization.k8s.io/v1",
+              "RoleBinding": "/apis/rbac.authorization.k8s.io/v1"}.get(kind, "/api/v1")
     return f"{prefix}/namespaces/attnload/{plural}/{name}{APPLY_QUERY}"
 
 
@@ -291,6 +294,8 @@ def test_up_admits_only_the_api_server_to_the_web_ports(fake: FakeKube, capsys: 
     assert rule["from"] == [{"ipBlock": {"cidr": "172.18.0.2/32"}}, {"ipBlock": {"cidr": "172.18.0.3/32"}},
                             {"ipBlock": {"cidr": "fd00::2/128"}}]
     assert rule["ports"] == [{"protocol": "TCP", "port": 8089}, {"protocol": "TCP", "port": 8090}]
+    egress = fake.objects[APISERVER_POLICY.replace("attnload-master-apiserver", "attnload-prometheus-apiserver")]
+    assert egress["spec"]["egress"][0]["to"] == rule["from"]  # Prometheus watches pods through the same addresses
     assert "warning" not in capsys.readouterr().out
 
 

@@ -159,9 +159,11 @@ def test_configs_named_by_env_exist_and_point_at_the_sim_service() -> None:
 
 def test_prometheus_scrapes_the_services() -> None:
     config = yaml.safe_load(CONFIG_MAPS[names.PROMETHEUS_CONFIG_MAP]["data"]["prometheus.yml"])
-    targets = {t for job in config["scrape_configs"] for s in job["static_configs"] for t in s["targets"]}
+    targets = {t for job in config["scrape_configs"] for s in job.get("static_configs") or [] for t in s["targets"]}
     assert f"{names.MASTER_SERVICE}:{_service_port(names.MASTER_SERVICE, 'metrics')}" in targets
-    assert f"{names.SIM_SERVICE}:{_service_port(names.SIM_SERVICE, 'http')}" in targets
+    # The simulator is found by pod discovery (job model-servers, tests/test_deploy_discovery.py).
+    sim_pod = DEPLOYMENTS[names.SIM_DEPLOYMENT]["spec"]["template"]["metadata"]["annotations"]
+    assert int(sim_pod["prometheus.io/port"]) == _service_port(names.SIM_SERVICE, "http")
     for target in targets - {f"localhost:{names.PROMETHEUS_PORT}"}:
         host, port = target.rsplit(":", 1)
         assert host in SERVICES and int(port) in {p["port"] for p in SERVICES[host]["spec"]["ports"]}, target

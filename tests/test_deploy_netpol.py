@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from attnload.cluster import manifests, names
+from attnload.cluster import generate, manifests, names
 
 ROOT = Path(__file__).resolve().parents[1]
 DEPLOY = ROOT / "deploy"
@@ -60,6 +60,9 @@ def _peers(rule_peers: list[dict[str, Any]] | None, pods: dict[str, dict[str, st
             out.add("api-server" if cidr == names.APISERVER_PLACEHOLDER_CIDR else cidr)
         elif "namespaceSelector" in peer:
             namespace = peer["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"]
+            if "podSelector" not in peer:  # every pod of that namespace
+                out.add(f"{namespace}/*")
+                continue
             pod = peer["podSelector"]["matchLabels"]
             out.add(f"{namespace}/{pod.get('k8s-app') or pod['app.kubernetes.io/name']}")
         else:
@@ -127,6 +130,17 @@ def test_deploy_policies_allow_exactly_the_documented_flows() -> None:
 def test_extras_add_exactly_their_documented_flows() -> None:
     table = documented("deploy") | documented("extras")
     _check(manifests.load(DEPLOY) + _extras(), table)
+
+
+def test_model_server_namespaces_add_exactly_their_documented_flows() -> None:
+    """`generate --model-server-namespace vllm`: Prometheus may reach every pod there (the docs' example)."""
+    text = generate.render(ROOT, (names.NAMESPACE, "vllm"))[names.GENERATED_PROMETHEUS_FILE]
+    generated = [doc for doc in yaml.safe_load_all(text) if doc]
+    objects = [o for o in manifests.load(DEPLOY) if o["metadata"]["name"] != names.PROMETHEUS_CONFIG_MAP
+               or o["kind"] != "ConfigMap"] + generated
+    table = documented("deploy") | documented("model-servers")
+    assert ("prometheus", "vllm/*", "any") in table
+    _check(objects, table)
 
 
 def test_in_cluster_flows_target_ports_the_pods_expose() -> None:

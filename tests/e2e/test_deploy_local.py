@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from attnload.cluster import manifests, names
 
@@ -78,6 +79,31 @@ class Cluster:
             text = re.sub(r"(?<![\w/.-])(" + alternation + r")(?=/|$|\s|\")", lambda m: paths[m.group(1)], text)
         return text
 
+    def pod_discovery(self, text: str) -> str:
+        """Stand in for the API server: Kubernetes SD (role: pod) becomes static targets, one per
+        declared container port of every Deployment's pod, with the labels SD would attach
+        (the system's Prometheus may be built without Kubernetes SD, as Debian's is)."""
+        config = yaml.safe_load(text)
+        for job in config["scrape_configs"]:
+            for sd in job.pop("kubernetes_sd_configs", []):
+                assert sd["role"] == "pod"
+                job.setdefault("static_configs", []).extend(
+                    self._pod_target(o, int(p["containerPort"])) for o in self.objects if o["kind"] == "Deployment"
+                    and o["metadata"]["namespace"] in sd["namespaces"]["names"]
+                    for c in o["spec"]["template"]["spec"]["containers"] for p in c.get("ports", []))
+        return str(yaml.safe_dump(config, sort_keys=False))
+
+    @staticmethod
+    def _pod_target(dep: dict[str, Any], port: int) -> dict[str, Any]:
+        meta = dep["spec"]["template"]["metadata"]
+        labels = {"__meta_kubernetes_namespace": dep["metadata"]["namespace"],
+                  "__meta_kubernetes_pod_name": f"{dep['metadata']['name']}-0",
+                  "__meta_kubernetes_pod_ip": "127.0.0.1", "__meta_kubernetes_pod_phase": "Running"}
+        for prefix, items in (("label", meta.get("labels") or {}), ("annotation", meta.get("annotations") or {})):
+            for key, value in items.items():
+                labels[f"__meta_kubernetes_pod_{prefix}_" + re.sub(r"[^a-zA-Z0-9_]", "_", key)] = str(value)
+        return {"targets": [f"127.0.0.1:{port}"], "labels": labels}
+
     def config_map(self, name: str) -> dict[str, str]:
         obj = next(o for o in self.objects if o["kind"] == "ConfigMap" and o["metadata"]["name"] == name)
         return dict(obj["data"])
@@ -92,6 +118,8 @@ class Cluster:
             path.mkdir(parents=True)
             if "configMap" in vol:
                 for key, value in self.config_map(vol["configMap"]["name"]).items():
+                    if key == "prometheus.yml":
+                        value = self.pod_discovery(value)
                     (path / key).write_text(self.rewrite(value), encoding="utf-8")
             volumes[vol["name"]] = path
         paths = dict(IMAGE_PATHS)
@@ -220,6 +248,11 @@ def test_deploy_pods_as_local_processes_form_a_working_system(cluster: Cluster) 
         return all(v.startswith("up") for v in seen.values()) and len(seen) >= 3
 
     wait_for(f"every scrape target up (last: {seen})", targets_up, cluster, timeout_s=60)
+    # The sim is found by pod discovery, and scraped once. (Its job label reads 127.0.0.1 here: the
+    # Service-name rewrite above also hits the relabel rule's replacement "attnload-sim".)
+    for expr in (f'count(up{{pod="{names.SIM_DEPLOYMENT}-0"}} == 1)',
+                 f'count(up{{instance="127.0.0.1:{cluster.ports[names.SIM_PORT]}"}})'):
+        assert get_json(f"{prom}/query?query={urllib.parse.quote(expr)}")["data"]["result"][0]["value"][1] == "1"
     query = urllib.parse.quote("sum(attnload_requests_total)")
     wait_for("attnload_requests_total scraped from the master",
              lambda: float(get_json(f"{prom}/query?query={query}")["data"]["result"][0]["value"][1]) > 0,

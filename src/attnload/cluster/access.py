@@ -9,7 +9,8 @@
   results listing (8090) only from the API server, whose service proxy carries
   ``attnload cluster run|stop|results``. The API server's addresses come from the
   ``kubernetes`` Service's EndpointSlices; without them the placeholder (which admits
-  nobody) stays and a line says how to set it.
+  nobody) stays and a line says how to set it. ``attnload-prometheus-apiserver`` gets the same
+  addresses as its egress peers: Prometheus watches pods through the API server (discovery.py).
 """
 
 from __future__ import annotations
@@ -61,13 +62,22 @@ def apiserver_cidrs(kube: Kube) -> list[str]:
     return sorted(cidrs)
 
 
+# NetworkPolicy -> the direction and peer field that holds the API server placeholder: the master
+# admits the API server's service proxy; Prometheus reaches the API server to discover pods.
+_APISERVER_PEERS = {names.APISERVER_POLICY: ("ingress", "from"),
+                    names.PROMETHEUS_APISERVER_POLICY: ("egress", "to")}
+
+
 def point_policy_at_apiserver(objects: list[dict[str, Any]], cidrs: list[str]) -> bool:
-    """Replace the placeholder peer of ``attnload-master-apiserver``; False if it is not there."""
-    if not cidrs:  # an empty `from` would admit every source
+    """Replace the placeholder peers of the API server policies; False if the master's is not there."""
+    if not cidrs:  # an empty `from`/`to` would allow every peer
         raise ValueError("no API server address to admit")
+    found = False
     for obj in objects:
-        if obj.get("kind") == "NetworkPolicy" and obj["metadata"]["name"] == names.APISERVER_POLICY:
-            for rule in obj["spec"].get("ingress") or []:
-                rule["from"] = [{"ipBlock": {"cidr": cidr}} for cidr in cidrs]
-            return True
-    return False
+        if obj.get("kind") != "NetworkPolicy" or obj["metadata"]["name"] not in _APISERVER_PEERS:
+            continue
+        direction, peers = _APISERVER_PEERS[obj["metadata"]["name"]]
+        for rule in obj["spec"].get(direction) or []:
+            rule[peers] = [{"ipBlock": {"cidr": cidr}} for cidr in cidrs]
+        found = found or obj["metadata"]["name"] == names.APISERVER_POLICY
+    return found

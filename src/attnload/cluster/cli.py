@@ -102,8 +102,9 @@ def up(kube: Kube, args: argparse.Namespace) -> int:
     if cidrs:
         access.point_policy_at_apiserver(objects, cidrs)
     else:
-        print(f"warning: cannot read the API server's addresses; NetworkPolicy {names.APISERVER_POLICY} "
-              "keeps its placeholder, so `attnload cluster run` may be refused (docs/kubernetes.md, NetworkPolicy)")
+        print(f"warning: cannot read the API server's addresses; NetworkPolicies {names.APISERVER_POLICY} and "
+              f"{names.PROMETHEUS_APISERVER_POLICY} keep their placeholder, so `attnload cluster run` may be refused "
+              "and Prometheus may not discover the model servers (docs/kubernetes.md, NetworkPolicy)")
     for obj in objects:
         kube.apply(obj)
         print(f"applied {obj['kind'].lower()}/{obj['metadata']['name']}")

@@ -20,14 +20,15 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import re
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from attnload.cluster import extras, names, packaged
+from attnload.cluster import discovery, extras, names, packaged
 
 log = logging.getLogger(__name__)
 
@@ -40,14 +41,15 @@ MAX_CONFIGMAP_BYTES = 250_000
 # Local port -> in-cluster target, for rewriting the local prometheus.yml.
 _PORT_TARGETS = {
     str(names.METRICS_PORT): f"{names.MASTER_SERVICE}:{names.METRICS_PORT}",
-    str(names.SIM_PORT): f"{names.SIM_SERVICE}:{names.SIM_PORT}",
     str(names.PROMETHEUS_PORT): f"localhost:{names.PROMETHEUS_PORT}",
 }
 _DEFAULT_JOBS = {  # job name when the local config has no job for that port
     str(names.METRICS_PORT): "attnload",
-    str(names.SIM_PORT): "attnload-sim",
     str(names.PROMETHEUS_PORT): "prometheus",
 }
+# Local targets the cluster finds by pod discovery instead (discovery.py): the simulator's port.
+# A static twin would scrape the sim twice and double every sum over its series.
+_DISCOVERED_PORTS = {str(names.SIM_PORT)}
 
 
 # --------------------------------------------------------------------------- YAML output
@@ -125,6 +127,8 @@ def _rewrite_job(job: dict[str, Any]) -> tuple[dict[str, Any] | None, set[str]]:
             if port in _PORT_TARGETS:
                 targets.append(_PORT_TARGETS[port])
                 seen.add(port)
+            elif port in _DISCOVERED_PORTS:
+                log.debug("prometheus job %s: %s is found by pod discovery in the cluster", job.get("job_name"), target)
             else:
                 log.warning("prometheus job %s: target %s has no in-cluster Service; dropped",
                             job.get("job_name"), target)
@@ -135,12 +139,16 @@ def _rewrite_job(job: dict[str, Any]) -> tuple[dict[str, Any] | None, set[str]]:
     return {**job, "static_configs": statics}, seen
 
 
-def prometheus_config(local: Mapping[str, Any] | None) -> dict[str, Any]:
-    """The in-cluster scrape config: the local one's jobs and intervals, static Service targets."""
+def prometheus_config(local: Mapping[str, Any] | None,
+                      namespaces: Sequence[str] = names.MODEL_SERVER_NAMESPACES) -> dict[str, Any]:
+    """The in-cluster scrape config: the local one's jobs and intervals, static Service targets,
+    and pod discovery of the model servers (the simulator included) in ``namespaces``."""
     local = dict(local or {})
     jobs: list[dict[str, Any]] = []
     covered: set[str] = set()
     for job in local.get("scrape_configs") or []:
+        if job.get("job_name") == names.MODEL_SERVERS_JOB:  # the local static slot; here: discovery
+            continue
         rewritten, seen = _rewrite_job(dict(job))
         if rewritten is not None:
             jobs.append(rewritten)
@@ -148,18 +156,20 @@ def prometheus_config(local: Mapping[str, Any] | None) -> dict[str, Any]:
     for port, job_name in _DEFAULT_JOBS.items():
         if port not in covered:
             jobs.append({"job_name": job_name, "static_configs": [{"targets": [_PORT_TARGETS[port]]}]})
+    jobs.append(discovery.scrape_job(namespaces))
     glob = dict(local.get("global") or {})
     glob.setdefault("scrape_interval", "5s")
     glob.setdefault("evaluation_interval", "5s")
     return {"global": glob, "rule_files": [f"{names.PROMETHEUS_CONFIG_DIR}/rules.yml"], "scrape_configs": jobs}
 
 
-def prometheus_config_map(root: Path) -> tuple[dict[str, Any], list[str]]:
+def prometheus_config_map(root: Path, namespaces: Sequence[str] = names.MODEL_SERVER_NAMESPACES,
+                          ) -> tuple[dict[str, Any], list[str]]:
     src = root / "grafana" / "prometheus"
     local_path, rules_path = src / "prometheus.yml", src / "rules.yml"
     local = _read_yaml(local_path) if local_path.is_file() else None
     rules = rules_path.read_text(encoding="utf-8") if rules_path.is_file() else "groups: []\n"
-    prom = yaml.dump(prometheus_config(local), Dumper=_Dumper, sort_keys=False, allow_unicode=True)
+    prom = yaml.dump(prometheus_config(local, namespaces), Dumper=_Dumper, sort_keys=False, allow_unicode=True)
     data = {"prometheus.yml": prom, "rules.yml": rules}
     sources = _rel(root, [p for p in (local_path, rules_path) if p.is_file()]) or ["defaults"]
     return config_map(names.PROMETHEUS_CONFIG_MAP, "prometheus", data), sources
@@ -213,55 +223,75 @@ def grafana_config_maps(root: Path) -> tuple[list[dict[str, Any]], list[str]]:
     return maps, _rel(root, [*ds_files, *provider_files, *dashboards]) or ["defaults"]
 
 
-def render(root: Path) -> dict[str, str]:
-    """File name in deploy/ -> full generated text."""
+def render(root: Path, namespaces: Sequence[str] = names.MODEL_SERVER_NAMESPACES) -> dict[str, str]:
+    """File name in deploy/ -> full generated text; ``namespaces``: where Prometheus discovers model servers."""
     cfg, cfg_src = test_config_map(root)
-    prom, prom_src = prometheus_config_map(root)
+    prom, prom_src = prometheus_config_map(root, namespaces)
     grafana, grafana_src = grafana_config_maps(root)
     rule, rule_src = extras.prometheus_rule(root)
     boards, boards_src = extras.dashboard_config_maps(root)
     return {
         names.GENERATED_CONFIG_FILE: HEADER.format(sources=", ".join(cfg_src)) + dump_documents([cfg]),
-        names.GENERATED_PROMETHEUS_FILE: HEADER.format(sources=", ".join(prom_src)) + dump_documents([prom]),
+        names.GENERATED_PROMETHEUS_FILE: HEADER.format(sources=", ".join(prom_src))
+        + dump_documents([prom, *discovery.objects(namespaces)]),
         names.GENERATED_GRAFANA_FILE: HEADER.format(sources=", ".join(grafana_src)) + dump_documents(grafana),
         names.GENERATED_RULES_FILE: HEADER.format(sources=", ".join(rule_src)) + dump_documents([rule]),
         names.GENERATED_DASHBOARDS_FILE: HEADER.format(sources=", ".join(boards_src)) + dump_documents(boards),
     }
 
 
-def stale(root: Path) -> list[str]:
+def stale(root: Path, namespaces: Sequence[str] = names.MODEL_SERVER_NAMESPACES) -> list[str]:
     """Generated files in deploy/ whose content differs from what the sources give now."""
     deploy = root / "deploy"
-    return [name for name, text in render(root).items()
+    return [name for name, text in render(root, namespaces).items()
             if not (deploy / name).is_file() or (deploy / name).read_text(encoding="utf-8") != text]
 
 
-def write(root: Path) -> list[str]:
+def write(root: Path, namespaces: Sequence[str] = names.MODEL_SERVER_NAMESPACES) -> list[str]:
     deploy = root / "deploy"
     deploy.mkdir(exist_ok=True)
-    changed = stale(root)
-    for name, text in render(root).items():
+    changed = stale(root, namespaces)
+    for name, text in render(root, namespaces).items():
         if name in changed:
             (deploy / name).parent.mkdir(exist_ok=True)
             (deploy / name).write_text(text, encoding="utf-8")
     return changed
 
 
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+
+
+def _namespaces(given: list[str] | None) -> tuple[str, ...]:
+    """The listed namespaces in order, once each; a name Kubernetes would refuse is a usage error."""
+    if not given:
+        return names.MODEL_SERVER_NAMESPACES
+    for name in given:
+        if not _DNS_LABEL.fullmatch(name):
+            print(f"python -m attnload.cluster.generate: error: --model-server-namespace {name!r}: "
+                  "not a Kubernetes namespace name (lowercase letters, digits, '-'; at most 63)", file=sys.stderr)
+            raise SystemExit(2)
+    return tuple(dict.fromkeys(given))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m attnload.cluster.generate", description=__doc__.split("\n")[0])
     parser.add_argument("--root", type=Path, default=Path.cwd(), help="repository root (default: cwd)")
     parser.add_argument("--check", action="store_true", help="exit 1 if a generated file is stale")
+    parser.add_argument("--model-server-namespace", action="append", metavar="NS", dest="namespaces",
+                        help="a namespace where Prometheus discovers annotated model-server pods (repeatable; "
+                             f"default: {', '.join(names.MODEL_SERVER_NAMESPACES)}; give it too to keep that one)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
     root = args.root.resolve()
+    namespaces = _namespaces(args.namespaces)
     if args.check:
-        drift = [f"deploy/{n}" for n in stale(root)] + [f"{packaged.PACKAGE_DIR}/{n}" for n in packaged.stale(root)]
+        drift = [f"deploy/{n}" for n in stale(root, namespaces)] + [f"{packaged.PACKAGE_DIR}/{n}" for n in packaged.stale(root)]
         if drift:
             print(f"stale generated manifests: {', '.join(drift)}; "
                   "run `python -m attnload.cluster.generate` (make deploy-gen)", file=sys.stderr)
             return 1
         return 0
-    changed = [f"deploy/{n}" for n in write(root)]
+    changed = [f"deploy/{n}" for n in write(root, namespaces)]
     changed += [f"{packaged.PACKAGE_DIR}/{n}" for n in packaged.write(root)]  # after deploy/ is current
     print("regenerated: " + ", ".join(changed) if changed else "deploy/ is up to date")
     return 0

@@ -42,6 +42,8 @@ _RESOURCES = {
     "ServiceAccount": ("/api/v1", "serviceaccounts"),
     "Deployment": ("/apis/apps/v1", "deployments"),
     "NetworkPolicy": ("/apis/networking.k8s.io/v1", "networkpolicies"),
+    "Role": ("/apis/rbac.authorization.k8s.io/v1", "roles"),
+    "RoleBinding": ("/apis/rbac.authorization.k8s.io/v1", "rolebindings"),
 }
 
 

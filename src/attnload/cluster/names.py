@@ -25,6 +25,17 @@ GRAFANA_SECRET = "attnload-grafana"          # key admin-password; `cluster up` 
 GRAFANA_SECRET_KEY = "admin-password"
 APISERVER_POLICY = "attnload-master-apiserver"  # the NetworkPolicy `cluster up` points at the API server
 APISERVER_PLACEHOLDER_CIDR = "192.0.2.1/32"  # TEST-NET-1: admits nobody until `cluster up` or you set it
+# Prometheus's pod discovery of model servers (issue 16): its ServiceAccount may get/list/watch pods
+# in these namespaces, its scrape job `model-servers` looks only there, and its NetworkPolicies let it
+# reach them. The slot for real vLLM/SGLang namespaces: `python -m attnload.cluster.generate
+# --model-server-namespace NS` (docs/kubernetes.md, "Model servers by pod discovery").
+MODEL_SERVER_NAMESPACES: tuple[str, ...] = (NAMESPACE,)
+MODEL_SERVERS_JOB = "model-servers"
+PROMETHEUS_SERVICE_ACCOUNT = "attnload-prometheus"
+PROMETHEUS_DISCOVERY_ROLE = "attnload-prometheus-discovery"   # Role + RoleBinding, one per namespace
+PROMETHEUS_APISERVER_POLICY = "attnload-prometheus-apiserver"  # egress to the API server; `cluster up` fills it
+PROMETHEUS_MODEL_SERVERS_POLICY = "attnload-prometheus-model-servers"  # egress to the other namespaces' pods
+APISERVER_PORTS = (443, 6443)  # the API server's own port behind the `kubernetes` Service (managed; kubeadm/kind)
 
 GENERATED_CONFIG_FILE = "10-config.generated.yaml"
 GENERATED_PROMETHEUS_FILE = "40-prometheus-config.generated.yaml"
