@@ -6,8 +6,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from attnload.runner.launch import execute, plan_from_args
+from attnload.runner.launch import execute_run, plan_from_args
 from attnload.runner.options import add_load_arguments
+from attnload.runner.outcome import exit_status
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -24,9 +25,8 @@ def run(args: argparse.Namespace) -> int:
 
         return run_seed_script(Path(args.config), profiles=args.profile, results_dir=Path(args.results))
     plan = plan_from_args(args, Path(args.config))
-    results = execute(plan)
-    if results is None:
-        print("attnload run: error: the Locust master exited without writing results; see its log above",
-              file=sys.stderr)
-        return 1
-    return 0
+    outcome = execute_run(plan)
+    code, message = exit_status(outcome.results, outcome.signal_received)
+    if message is not None:
+        print(f"attnload run: {'error: ' if outcome.signal_received is None else ''}{message}", file=sys.stderr)
+    return code

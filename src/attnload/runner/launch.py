@@ -9,6 +9,7 @@ Bad input is caught here, before any process starts, as one line with exit statu
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import resource
 import signal
@@ -26,6 +27,7 @@ from attnload.config.seed import load_config
 from attnload.errors import UsageError
 from attnload.results.model import Results, load_results
 from attnload.runner.options import environment
+from attnload.runner.stops import INTERRUPT_GRACE_S, PARENT_PID_ENV, die_with_parent
 from attnload.workload.shapes import ShapeSpec, SweepSpec, parse_duration, parse_shape
 
 LOCUSTFILE = Path(__file__).parents[1] / "commands" / "locustfile.py"
@@ -53,6 +55,15 @@ class LoadPlan:
     max_in_flight: int | None = None
     prometheus_port: int | None = None
     stop_timeout_s: float = 0.0
+    snapshot_interval_s: float | None = None
+
+
+@dataclass(frozen=True)
+class RunOutcome:
+    """What :func:`execute_run` saw: the results (None: none written) and the signal that stopped it."""
+
+    results: Results | None
+    signal_received: int | None = None
 
 
 def plan_from_args(args: argparse.Namespace, config_path: Path) -> LoadPlan:
@@ -89,8 +100,11 @@ def plan_from_args(args: argparse.Namespace, config_path: Path) -> LoadPlan:
     max_in_flight = getattr(args, "max_in_flight", None)
     if max_in_flight is not None and max_in_flight < 1:
         raise UsageError(f"--max-in-flight {max_in_flight} must be at least 1")
+    snapshot_s = getattr(args, "snapshot_interval", None)
+    if snapshot_s is not None and not (math.isfinite(snapshot_s) and (snapshot_s == 0 or 1 <= snapshot_s <= 86400)):
+        raise UsageError(f"--snapshot-interval {snapshot_s:g}: use 0 (off) or 1 to 86400 seconds")
     check_reachable(config)
-    return LoadPlan(config=config, config_path=config_path, shape=shape, spawn_rate=args.spawn_rate,
+    return LoadPlan(snapshot_interval_s=snapshot_s, config=config, config_path=config_path, shape=shape, spawn_rate=args.spawn_rate,
                     workers=args.workers, results_dir=Path(args.results), metrics_port=args.metrics_port,
                     headless=args.headless, web_port=args.web_port, profiles=args.profile, warmup=args.warmup,
                     paired=paired, arrivals=getattr(args, "arrivals", None), max_in_flight=max_in_flight,
@@ -100,6 +114,11 @@ def plan_from_args(args: argparse.Namespace, config_path: Path) -> LoadPlan:
 
 def execute(plan: LoadPlan, *, quiet: bool = False) -> Results | None:
     """Start master and workers (and Prometheus if asked), wait, print and return the results."""
+    return execute_run(plan, quiet=quiet).results
+
+
+def execute_run(plan: LoadPlan, *, quiet: bool = False) -> RunOutcome:
+    """:func:`execute`, also saying which signal (SIGTERM, SIGINT) stopped the run, if one did."""
     started = time.time()
     _raise_fd_limit(plan)
     env = _environment(plan)
@@ -109,19 +128,13 @@ def execute(plan: LoadPlan, *, quiet: bool = False) -> Results | None:
     for _ in range(plan.workers):
         processes.append(_spawn([*_base_command(), "--worker", "--master-host", "127.0.0.1",
                                  "--master-port", str(master_port)], env))
-    master = processes[0]
-    # The children run in their own sessions (a terminal's Ctrl-C must not kill workers before the
-    # master has their final counts), so forward SIGTERM/SIGINT to the master and let it stop the test.
-    previous = signal.signal(signal.SIGTERM, lambda *_: master.send_signal(signal.SIGTERM))
+    stop = _Forwarder(processes[0], plan.stop_timeout_s)
+    previous = signal.signal(signal.SIGTERM, lambda *_: stop.received(signal.SIGTERM))
     try:
-        while master.poll() is None:
-            try:
-                master.wait()
-            except KeyboardInterrupt:
-                master.send_signal(signal.SIGTERM)
+        stop.wait()
     finally:
         signal.signal(signal.SIGTERM, previous)
-        _stop(processes[1:])
+        _stop(processes[1:], 2.0 if stop.signal_received else 10.0)
         if prometheus is not None:
             from attnload.observe.prometheus import stop_prometheus
 
@@ -129,7 +142,39 @@ def execute(plan: LoadPlan, *, quiet: bool = False) -> Results | None:
     results = _latest_results(plan.results_dir, started)
     if results is not None and not quiet:
         _print_summary(results[0], results[1])
-    return results[0] if results else None
+    return RunOutcome(results[0] if results else None, stop.signal_received)
+
+
+class _Forwarder:
+    """Waits for the master; forwards SIGTERM/SIGINT to it and bounds how long its stop may take.
+
+    The children run in their own sessions (a terminal's Ctrl-C must not kill workers before the
+    master has their final counts), so the master hears of a stop from here. It ends itself within
+    ``--stop-timeout`` + :data:`INTERRUPT_GRACE_S`; two seconds later it is killed (its last snapshot stays).
+    """
+
+    def __init__(self, master: subprocess.Popen[bytes], stop_timeout_s: float) -> None:
+        self.master = master
+        self.limit_s = stop_timeout_s + INTERRUPT_GRACE_S + 2.0
+        self.signal_received: int | None = None
+        self._deadline: float | None = None
+
+    def received(self, signum: int) -> None:
+        if self.signal_received is None:
+            self.signal_received = signum
+            self._deadline = time.monotonic() + self.limit_s
+        if self.master.poll() is None:
+            self.master.send_signal(signal.SIGTERM)
+
+    def wait(self) -> None:
+        while self.master.poll() is None:
+            try:
+                self.master.wait(timeout=0.5)
+            except subprocess.TimeoutExpired:
+                if self._deadline is not None and time.monotonic() > self._deadline:
+                    self.master.kill()
+            except KeyboardInterrupt:
+                self.received(signal.SIGINT)
 
 
 def _raise_fd_limit(plan: LoadPlan) -> None:
@@ -175,6 +220,9 @@ def _environment(plan: LoadPlan) -> dict[str, str]:
         "warmup": plan.warmup or "0", "spawn-rate": f"{plan.spawn_rate:g}" if plan.spawn_rate else None,
         "paired": "1" if plan.paired else "0", "arrivals": plan.arrivals or "",
         "max-in-flight": str(plan.max_in_flight) if plan.max_in_flight else None}))
+    if plan.snapshot_interval_s is not None:
+        env.update(environment({"snapshot-interval": f"{plan.snapshot_interval_s:g}"}))
+    env[PARENT_PID_ENV] = str(os.getpid())  # the children stop when this process is gone
     env["PYTHONUNBUFFERED"] = "1"
     return env
 
@@ -198,11 +246,11 @@ def _master_command(plan: LoadPlan, master_port: int) -> list[str]:
 
 
 def _spawn(command: Sequence[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(list(command), env=env, start_new_session=True)
+    return subprocess.Popen(list(command), env=env, start_new_session=True, preexec_fn=die_with_parent(os.getpid()))
 
 
-def _stop(processes: Sequence[subprocess.Popen[bytes]]) -> None:
-    deadline = time.monotonic() + 10
+def _stop(processes: Sequence[subprocess.Popen[bytes]], timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
     for process in processes:
         try:
             process.wait(timeout=max(0.1, deadline - time.monotonic()))

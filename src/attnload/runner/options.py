@@ -81,6 +81,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("results", "directory for results JSON + HTML", "results", run={"default": "results"}),
     Option("metrics-port", "master's Prometheus /metrics port (0 = off)", 9646, int,
            run={"type": int, "default": 9646}),
+    Option("snapshot-interval", "seconds between atomic snapshots of the results during the run, so a killed "
+           "master loses at most that (0 = off)", 30.0, float, run={"type": float, "default": None, "metavar": "S"}),
 )
 """Every option the launcher passes to Locust processes; the order is ``attnload run --help``'s."""
 

@@ -26,6 +26,7 @@ from attnload.report.html import write_html
 from attnload.results.model import Results
 from attnload.results.summarize import StageWindow, build_results, client_info
 from attnload.results.write import write_results
+from attnload.runner.health import RunHealth
 from attnload.runner.openloop import PAIR_STREAM, OpenLoop, OpenStage
 from attnload.runner.options import RunOptions
 from attnload.workload.prompts import Workload
@@ -128,6 +129,9 @@ class Runtime:
         self.sweep_report: dict[str, dict[str, Any]] | None = None
         self.sweep_final: Any = None
         """Callable giving the sweep report from final stats (set by the sweep shape)."""
+        self.interrupted = False
+        """SIGTERM/SIGINT (or the death of ``attnload run``) ended the run early: results say so."""
+        self.health = RunHealth()
 
     # ------------------------------------------------------------------ users
 
@@ -277,7 +281,7 @@ class Runtime:
 
     def worker_payload(self) -> dict[str, Any]:
         payload: dict[str, Any] = {"delta": self.recorder.take_delta(), "users": dict(self.users_by_model),
-                                   "cpu": self.cpu.peak()}
+                                   "cpu": self.cpu.peak(), "health": self.health.payload(self.spawned)}
         if self.paired is not None:
             payload["paired"] = self.paired.take_delta()
         return payload
@@ -288,6 +292,8 @@ class Runtime:
         self.recorder.merge_delta(payload.get("delta") or {})
         if self.paired is not None and payload.get("paired"):
             self.paired.merge_delta(payload["paired"])
+        if "health" in payload:
+            self.health.merge(worker_id, payload["health"])
         if "cpu" in payload:
             self.note_cpu(worker_id, float(payload["cpu"]))
         if "users" in payload:
@@ -321,10 +327,12 @@ class Runtime:
                                for m in self.config.models}}
         workers = max(len(self.workers_seen), 1 if self.role == "local" else 0)
         sweep = self.sweep_final() if callable(self.sweep_final) else self.sweep_report
-        return build_results(self.config, self.recorder, started_at=started, ended_at=ended, stages=windows,
-                             client=client_info(workers, len(self.workers_lost), self.cpu_max_ratio, self.recorder),
-                             run_info=run_info, attention_info=info, paired=self.paired, sweep=sweep,
-                             in_flight=dict(self.fleet.users) if self.running else None)
+        results = build_results(self.config, self.recorder, started_at=started, ended_at=ended, stages=windows,
+                                client=client_info(workers, len(self.workers_lost), self.cpu_max_ratio, self.recorder),
+                                run_info=run_info, attention_info=info, paired=self.paired, sweep=sweep,
+                                in_flight=dict(self.fleet.users) if self.running else None)
+        client = results.client.model_copy(update=self.health.client_fields(self.spawned))
+        return results.model_copy(update={"client": client, "interrupted": self.interrupted})
 
     @property
     def arrivals(self) -> str:
