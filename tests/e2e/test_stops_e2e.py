@@ -108,14 +108,32 @@ def test_sigkill_of_the_master_leaves_a_snapshot_that_parses(processes: Processe
     env = {"ATTNLOAD_CONFIG": str(config), "ATTNLOAD_RESULTS": str(results), "ATTNLOAD_METRICS_PORT": "0",
            "ATTNLOAD_SHAPE": "concurrency:4", "ATTNLOAD_STAGE_DURATION": "60s", "ATTNLOAD_SNAPSHOT_INTERVAL": "2"}
     master = processes.start([*LOCUST, "--headless"], env=env, name="locust")
-    wait_until(lambda: (results / "latest.txt").exists() and served(sim) > 20, 60, "a snapshot")
+    wait_until(lambda: results.is_dir() and any(results.glob("*.json")) and served(sim) > 20, 60, "a snapshot")
     time.sleep(2.5)  # at least one snapshot taken with requests in it
     os.kill(master.pid, signal.SIGKILL)
     master.wait(timeout=10)
-    data = latest_results(results)
+    (snapshot,) = results.glob("*.json")
+    data = json.loads(snapshot.read_text())
     assert data["interrupted"] is True and data["schema"] == "attnload.results/v1"
     assert 0 < data["models"][0]["requests"]["ok"] <= served(sim)
-    assert not [p for p in results.iterdir() if p.name.endswith(".tmp")]  # no temporary left beside it
+    assert sorted(p.name for p in results.iterdir()) == [snapshot.name]  # no temporary, no marker: not ended
+
+
+def test_attnload_run_whose_master_is_killed_reports_the_snapshot_and_exits_1(processes: Processes,
+                                                                             tmp_path: Path) -> None:
+    sim, config = fixed_sim(processes, tmp_path)
+    results = tmp_path / "results"
+    run = processes.start(attnload("run", "-c", str(config), "--users", "4", "--duration", "60s", "--workers", "1",
+                                   "--snapshot-interval", "2", "--results", str(results), "--metrics-port", "0"),
+                          name="run")
+    wait_until(lambda: results.is_dir() and any(results.glob("*.json")) and served(sim) > 20, 60, "a snapshot")
+    (master,) = [pid for pid in children_of(run.pid)
+                 if b"--worker" not in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")]
+    os.kill(master, signal.SIGKILL)
+    assert run.wait(timeout=30) == 1, processes.log_of(run)[-3000:]
+    log = processes.log_of(run)
+    assert "attnload run: error: the run ended before its end (the master was killed)" in log
+    assert "Traceback" not in log
 
 
 def test_sigkill_of_attnload_run_ends_its_master_and_workers(processes: Processes, tmp_path: Path) -> None:

@@ -3,7 +3,8 @@
 Every file is written atomically (a temporary file in the same directory, then ``os.replace``):
 a reader, or a master killed mid-write, never sees half a file. The same ``STAMP.json`` is first
 written as a periodic snapshot during the run (marked ``interrupted``) and at the end replaced by
-the final results, so a SIGKILL loses at most one snapshot interval.
+the final results, so a SIGKILL loses at most one snapshot interval; only the final write (or the
+write at a signal) updates ``latest.txt``.
 """
 
 from __future__ import annotations
@@ -40,11 +41,11 @@ def write_results(results: Results, directory: str | Path, started_at: float,
 
 
 def write_snapshot(results: Results, directory: str | Path, started_at: float) -> Path:
-    """A mid-run snapshot: the JSON only (no HTML, it is cheap enough to repeat), marked ``interrupted``
-    until the final write replaces it; ``latest.txt`` names it so a killed run's results are found."""
+    """A mid-run snapshot: the JSON only (no HTML, so it is cheap enough to repeat), marked ``interrupted``
+    until the final write replaces it. ``latest.txt`` is left alone: it means "a run ended" (tests and
+    scripts wait for it), and ``attnload run`` finds a killed master's snapshot by its start time."""
     path = results_path(directory, started_at)
     atomic_write_text(path, results.model_copy(update={"interrupted": True}).to_json())
-    atomic_write_text(path.parent / "latest.txt", path.name + "\n")
     return path
 
 

@@ -266,10 +266,17 @@ def free_port() -> int:
 
 
 def _latest_results(directory: Path, not_before: float) -> tuple[Results, Path] | None:
+    """The results this run wrote: those ``latest.txt`` names, else (a master killed before its final
+    write) the newest snapshot written since the start, which says ``interrupted``."""
     marker = directory / "latest.txt"
-    if not marker.is_file() or marker.stat().st_mtime < not_before - 1:
+    if marker.is_file() and marker.stat().st_mtime >= not_before - 1:
+        path = directory / marker.read_text(encoding="utf-8").strip()
+        return load_results(path), path
+    snapshots = [p for p in directory.glob("*.json") if p.stat().st_mtime >= not_before - 1] \
+        if directory.is_dir() else []
+    if not snapshots:
         return None
-    path = directory / marker.read_text(encoding="utf-8").strip()
+    path = max(snapshots, key=lambda p: p.stat().st_mtime)
     return load_results(path), path
 
 
