@@ -134,7 +134,7 @@ def execute_run(plan: LoadPlan, *, quiet: bool = False) -> RunOutcome:
         stop.wait()
     finally:
         signal.signal(signal.SIGTERM, previous)
-        _stop(processes[1:], 2.0 if stop.signal_received else 10.0)
+        _stop(processes[1:], 1.0 if stop.signal_received else 10.0)
         if prometheus is not None:
             from attnload.observe.prometheus import stop_prometheus
 
@@ -150,12 +150,13 @@ class _Forwarder:
 
     The children run in their own sessions (a terminal's Ctrl-C must not kill workers before the
     master has their final counts), so the master hears of a stop from here. It ends itself within
-    ``--stop-timeout`` + :data:`INTERRUPT_GRACE_S`; two seconds later it is killed (its last snapshot stays).
+    ``--stop-timeout`` + :data:`INTERRUPT_GRACE_S` (7 s); two seconds later it is killed (its last snapshot
+    stays), and workers get one more second: the whole stop fits in ``--stop-timeout`` + 10 s.
     """
 
     def __init__(self, master: subprocess.Popen[bytes], stop_timeout_s: float) -> None:
         self.master = master
-        self.limit_s = stop_timeout_s + INTERRUPT_GRACE_S + 2.0
+        self.limit_s = stop_timeout_s + INTERRUPT_GRACE_S + 2.0  # + 1 s for the workers: + 10 s in all
         self.signal_received: int | None = None
         self._deadline: float | None = None
 

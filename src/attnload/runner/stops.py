@@ -28,7 +28,7 @@ from attnload.results.write import write_snapshot
 
 log = logging.getLogger(__name__)
 
-INTERRUPT_GRACE_S = 6.0
+INTERRUPT_GRACE_S = 7.0
 """Beyond ``--stop-timeout``: how long an interrupted master waits for workers before writing anyway."""
 DEFAULT_SNAPSHOT_INTERVAL_S = 30.0
 PARENT_PID_ENV = "ATTNLOAD_PARENT_PID"
