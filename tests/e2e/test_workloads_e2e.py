@@ -83,13 +83,17 @@ def test_rate_mode_hits_the_target_and_a_stall_is_lag_not_fewer_sends(processes:
             assert stage["rate"] == 10.0
             assert stage["achieved_rate_rps"] == pytest.approx(10.0, rel=0.05), stage  # not a lower send rate
         assert truth[model_id]["received"] == pytest.approx(200, abs=6)
-        # The calm stage keeps its schedule (its p99 can catch a start-up hiccup on a loaded host).
-        assert calm["dispatch_lag_s"]["p90"] < 0.05, calm["dispatch_lag_s"]
         # The stall: half the stage-2 arrivals of one worker left ~2 s late, and latency counts from
-        # the intended time, so TTFT and e2e carry it too.
+        # the intended time, so TTFT and e2e carry it too. (A lower bound: the 2 s SIGSTOP imposes it,
+        # and a loaded machine can only add to it.)
         assert stalled["dispatch_lag_s"]["max"] > 1.0, stalled["dispatch_lag_s"]
         assert "client_behind" in stalled["flags"]
-        assert stalled["ttft_s"]["max"] > 1.0 and calm["ttft_s"]["max"] < 0.5
+        assert stalled["ttft_s"]["max"] > 1.0, stalled["ttft_s"]
+        # The calm stage keeps its schedule: measured against the stall in this same run, not against an
+        # absolute bound a busy host can cross (a start-up hiccup once put the calm TTFT max at 0.53 s).
+        assert calm["dispatch_lag_s"]["p90"] < 0.1 * stalled["dispatch_lag_s"]["max"], calm["dispatch_lag_s"]
+        assert calm["ttft_s"]["p90"] < 0.25 * stalled["ttft_s"]["max"], (calm["ttft_s"], stalled["ttft_s"])
+        assert calm["ttft_s"]["max"] < stalled["ttft_s"]["max"], (calm["ttft_s"], stalled["ttft_s"])
 
 
 def _wait_for_stage(metrics_port: int, index: int, timeout_s: float = 60.0) -> None:

@@ -8,8 +8,9 @@ import sys
 from pathlib import Path
 
 from attnload.runner.exitcodes import make_policy, run_status
-from attnload.runner.launch import execute, plan_from_args
+from attnload.runner.launch import execute_run, plan_from_args
 from attnload.runner.options import add_load_arguments
+from attnload.runner.outcome import exit_status
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -29,12 +30,13 @@ def run(args: argparse.Namespace) -> int:
         args.workers = os.cpu_count() or 1
     plan = plan_from_args(args, Path(args.config))
     policy = make_policy(args.exit_code_on_error, args.fail_on, plan.config.slo)
-    results = execute(plan)
-    if results is None:
-        print("attnload run: error: the Locust master exited without writing results; see its log above",
-              file=sys.stderr)
-        return 1
-    code, reasons = run_status(results, policy)
+    outcome = execute_run(plan)
+    code, message = exit_status(outcome.results, outcome.signal_received)
+    if message is not None:
+        print(f"attnload run: {'error: ' if outcome.signal_received is None else ''}{message}", file=sys.stderr)
+    if code != 0 or outcome.results is None:
+        return code
+    code, reasons = run_status(outcome.results, policy)  # the request-failure policy: --exit-code-on-error, --fail-on
     for reason in reasons:
         print(f"attnload run: {reason}", file=sys.stderr)
     return code

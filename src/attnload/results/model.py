@@ -198,6 +198,12 @@ class ClientInfo(_Model):
     cpu_max_ratio: float = 0.0
     client_saturated: bool = False
     saturation_reasons: list[str] = []
+    users_started: int = 0
+    """Closed-loop users started, over all workers (with ``users_crashed``: did every user crash?)."""
+    users_crashed: int = 0
+    """Users that raised instead of sending (a bug or a config value no request can be built from)."""
+    scheduler_error: str | None = None
+    """Open loop: why a worker's arrival scheduler died (the first one seen); None when none did."""
 
 
 class Results(_Model):
@@ -212,6 +218,9 @@ class Results(_Model):
     """What was run: source file, shape, users, profiles (never keys)."""
     client: ClientInfo = ClientInfo()
     models: list[ModelSummary]
+    interrupted: bool = False
+    """True when the run did not reach its end: stopped by SIGTERM/SIGINT, or a periodic snapshot
+    (``STAMP.json`` rewritten every ``--snapshot-interval``) left behind by a master that was killed."""
 
     model_config = ConfigDict(frozen=True, extra="ignore", populate_by_name=True)
 

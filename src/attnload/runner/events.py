@@ -3,7 +3,6 @@ master, ship deltas from workers, tell workers each stage, write results when a 
 
 from __future__ import annotations
 
-import signal
 from typing import Any
 
 import gevent
@@ -31,6 +30,12 @@ from attnload.runner.replay import ReplaySchedule
 from attnload.runner.runtime import Runtime
 from attnload.runner.serverview import ServerView, scrape_targets
 from attnload.runner.shape import STAGE_MESSAGE, StageMessage
+from attnload.runner.stops import (
+    install_stop_handlers,
+    snapshot_interval,
+    snapshot_loop,
+    watch_parent_from_env,
+)
 from attnload.runner.users import chat_client, converse_open, send_pair, send_plan
 from attnload.workload.prompts import PlannedRequest
 from attnload.workload.shapes import ReplaySpec
@@ -57,8 +62,11 @@ def _on_init(environment: Environment, attention_facts: FactsLookup, **_: Any) -
         return
     environment.attnload = runtime  # type: ignore[attr-defined]
     events = environment.events
+    watch_parent_from_env()  # started by `attnload run`: stop when it is gone
     if not isinstance(runner, MasterRunner):
         runtime.open_loop = _open_loop(environment, runtime)
+        runtime.open_loop.on_error = runtime.health.scheduler_died
+        events.user_error.add_listener(lambda user_instance, **_: runtime.health.user_error(user_instance))
         quiet_full_collections()
     if isinstance(runner, WorkerRunner):
         runtime.worker_index = max(runner.worker_index, 0)
@@ -138,10 +146,10 @@ def _init_collector(environment: Environment, runtime: Runtime) -> None:
     events.test_stop.add_listener(stopped)
     events.quitting.add_listener(lambda **_: runtime.write_results())
     events.quitting.add_listener(lambda **_: stop_users(runner))  # fires before the write: reverse order
-    if environment.shape_class is not None and getattr(environment.parsed_options, "headless", False):
-        # Locust installs its SIGTERM handler only after a headless shape test ends; until then SIGTERM
-        # (Ctrl-C in `attnload run`, a pod being deleted) would kill the master without results.
-        gevent.signal_handler(signal.SIGTERM, lambda: setattr(runtime, "stop_requested", True))
+    # Locust installs its SIGTERM handler only after a headless shape test ends; until then SIGTERM
+    # (Ctrl-C in `attnload run`, a pod being deleted) would kill the master without results.
+    install_stop_handlers(environment, runtime)
+    gevent.spawn(snapshot_loop, runtime, snapshot_interval(environment.parsed_options))
     gevent.spawn(watch_fleet, environment, runtime)
     web_ui = environment.web_ui
     if web_ui is not None:

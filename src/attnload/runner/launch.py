@@ -9,6 +9,7 @@ Bad input is caught here, before any process starts, as one line with exit statu
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import resource
 import signal
@@ -28,6 +29,7 @@ from attnload.results.model import Results, load_results
 from attnload.runner.dialogs import check_traffic
 from attnload.runner.flagcheck import check_flag_limits
 from attnload.runner.options import environment, server_metrics_interval, server_metrics_mode
+from attnload.runner.stops import INTERRUPT_GRACE_S, PARENT_PID_ENV, die_with_parent
 from attnload.workload.shapes import (
     ReplaySpec,
     ShapeSpec,
@@ -66,6 +68,15 @@ class LoadPlan:
     server_metrics_interval: str = "2"
     csv_prefix: str | None = None
     """``--csv PREFIX``: handed to the Locust master, which writes Locust's CSVs and ``PREFIX_llm.csv``."""
+    snapshot_interval_s: float | None = None
+
+
+@dataclass(frozen=True)
+class RunOutcome:
+    """What :func:`execute_run` saw: the results (None: none written) and the signal that stopped it."""
+
+    results: Results | None
+    signal_received: int | None = None
 
 
 def plan_from_args(args: argparse.Namespace, config_path: Path) -> LoadPlan:
@@ -99,6 +110,9 @@ def plan_from_args(args: argparse.Namespace, config_path: Path) -> LoadPlan:
     server_metrics = server_metrics_mode(getattr(args, "server_metrics", "auto"))
     interval = str(getattr(args, "server_metrics_interval", "2") or "2")
     server_metrics_interval(interval)
+    snapshot_s = getattr(args, "snapshot_interval", None)
+    if snapshot_s is not None and not (math.isfinite(snapshot_s) and (snapshot_s == 0 or 1 <= snapshot_s <= 86400)):
+        raise UsageError(f"--snapshot-interval {snapshot_s:g}: use 0 (off) or 1 to 86400 seconds")
     check_reachable(config)
     return LoadPlan(config=config, config_path=config_path, shape=shape, spawn_rate=args.spawn_rate,
                     workers=args.workers, results_dir=Path(args.results), metrics_port=args.metrics_port,
@@ -107,11 +121,16 @@ def plan_from_args(args: argparse.Namespace, config_path: Path) -> LoadPlan:
                     prometheus_port=getattr(args, "prometheus", None),
                     stop_timeout_s=float(getattr(args, "stop_timeout", 0.0) or 0.0),
                     server_metrics=server_metrics, server_metrics_interval=interval,
-                    csv_prefix=getattr(args, "csv", None) or None)
+                    csv_prefix=getattr(args, "csv", None) or None, snapshot_interval_s=snapshot_s)
 
 
 def execute(plan: LoadPlan, *, quiet: bool = False) -> Results | None:
     """Start master and workers (and Prometheus if asked), wait, print and return the results."""
+    return execute_run(plan, quiet=quiet).results
+
+
+def execute_run(plan: LoadPlan, *, quiet: bool = False) -> RunOutcome:
+    """:func:`execute`, also saying which signal (SIGTERM, SIGINT) stopped the run, if one did."""
     started = time.time()
     _raise_fd_limit(plan)
     env = _environment(plan)
@@ -121,19 +140,13 @@ def execute(plan: LoadPlan, *, quiet: bool = False) -> Results | None:
     for _ in range(plan.workers):
         processes.append(_spawn([*_base_command(), "--worker", "--master-host", "127.0.0.1",
                                  "--master-port", str(master_port)], env))
-    master = processes[0]
-    # The children run in their own sessions (a terminal's Ctrl-C must not kill workers before the
-    # master has their final counts), so forward SIGTERM/SIGINT to the master and let it stop the test.
-    previous = signal.signal(signal.SIGTERM, lambda *_: master.send_signal(signal.SIGTERM))
+    stop = _Forwarder(processes[0], plan.stop_timeout_s)
+    previous = signal.signal(signal.SIGTERM, lambda *_: stop.received(signal.SIGTERM))
     try:
-        while master.poll() is None:
-            try:
-                master.wait()
-            except KeyboardInterrupt:
-                master.send_signal(signal.SIGTERM)
+        stop.wait()
     finally:
         signal.signal(signal.SIGTERM, previous)
-        _stop(processes[1:])
+        _stop(processes[1:], 1.0 if stop.signal_received else 10.0)
         if prometheus is not None:
             from attnload.observe.prometheus import stop_prometheus
 
@@ -141,7 +154,40 @@ def execute(plan: LoadPlan, *, quiet: bool = False) -> Results | None:
     results = _latest_results(plan.results_dir, started)
     if results is not None and not quiet:
         _print_summary(results[0], results[1])
-    return results[0] if results else None
+    return RunOutcome(results[0] if results else None, stop.signal_received)
+
+
+class _Forwarder:
+    """Waits for the master; forwards SIGTERM/SIGINT to it and bounds how long its stop may take.
+
+    The children run in their own sessions (a terminal's Ctrl-C must not kill workers before the
+    master has their final counts), so the master hears of a stop from here. It ends itself within
+    ``--stop-timeout`` + :data:`INTERRUPT_GRACE_S` (7 s); two seconds later it is killed (its last snapshot
+    stays), and workers get one more second: the whole stop fits in ``--stop-timeout`` + 10 s.
+    """
+
+    def __init__(self, master: subprocess.Popen[bytes], stop_timeout_s: float) -> None:
+        self.master = master
+        self.limit_s = stop_timeout_s + INTERRUPT_GRACE_S + 2.0  # + 1 s for the workers: + 10 s in all
+        self.signal_received: int | None = None
+        self._deadline: float | None = None
+
+    def received(self, signum: int) -> None:
+        if self.signal_received is None:
+            self.signal_received = signum
+            self._deadline = time.monotonic() + self.limit_s
+        if self.master.poll() is None:
+            self.master.send_signal(signal.SIGTERM)
+
+    def wait(self) -> None:
+        while self.master.poll() is None:
+            try:
+                self.master.wait(timeout=0.5)
+            except subprocess.TimeoutExpired:
+                if self._deadline is not None and time.monotonic() > self._deadline:
+                    self.master.kill()
+            except KeyboardInterrupt:
+                self.received(signal.SIGINT)
 
 
 def _raise_fd_limit(plan: LoadPlan) -> None:
@@ -189,6 +235,9 @@ def _environment(plan: LoadPlan) -> dict[str, str]:
         "paired": "1" if plan.paired else "0", "arrivals": plan.arrivals or "",
         "max-in-flight": str(plan.max_in_flight) if plan.max_in_flight else None,
         "server-metrics": plan.server_metrics, "server-metrics-interval": plan.server_metrics_interval}))
+    if plan.snapshot_interval_s is not None:
+        env.update(environment({"snapshot-interval": f"{plan.snapshot_interval_s:g}"}))
+    env[PARENT_PID_ENV] = str(os.getpid())  # the children stop when this process is gone
     env["PYTHONUNBUFFERED"] = "1"
     return env
 
@@ -214,11 +263,11 @@ def _master_command(plan: LoadPlan, master_port: int) -> list[str]:
 
 
 def _spawn(command: Sequence[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(list(command), env=env, start_new_session=True)
+    return subprocess.Popen(list(command), env=env, start_new_session=True, preexec_fn=die_with_parent(os.getpid()))
 
 
-def _stop(processes: Sequence[subprocess.Popen[bytes]]) -> None:
-    deadline = time.monotonic() + 10
+def _stop(processes: Sequence[subprocess.Popen[bytes]], timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
     for process in processes:
         try:
             process.wait(timeout=max(0.1, deadline - time.monotonic()))
@@ -234,10 +283,17 @@ def free_port() -> int:
 
 
 def _latest_results(directory: Path, not_before: float) -> tuple[Results, Path] | None:
+    """The results this run wrote: those ``latest.txt`` names, else (a master killed before its final
+    write) the newest snapshot written since the start, which says ``interrupted``."""
     marker = directory / "latest.txt"
-    if not marker.is_file() or marker.stat().st_mtime < not_before - 1:
+    if marker.is_file() and marker.stat().st_mtime >= not_before - 1:
+        path = directory / marker.read_text(encoding="utf-8").strip()
+        return load_results(path), path
+    snapshots = [p for p in directory.glob("*.json") if p.stat().st_mtime >= not_before - 1] \
+        if directory.is_dir() else []
+    if not snapshots:
         return None
-    path = directory / marker.read_text(encoding="utf-8").strip()
+    path = max(snapshots, key=lambda p: p.stat().st_mtime)
     return load_results(path), path
 
 

@@ -137,11 +137,16 @@ class OpenLoop:
         """Replay: the stage's arrivals with their requests fixed in advance (instead of rate × next_plan)."""
         self.arrival: Callable[[str, float, int], object] | None = None
         """Conversations: ``(stream, intended, stage)`` runs what one arrival starts (all its turns)."""
+        self.on_error: Callable[[BaseException | None], object] | None = None
+        """Told when a schedule greenlet raises (every later arrival of the stage is lost)."""
 
     def start_stage(self, stage: OpenStage) -> None:
         """Replace the running schedule (requests in flight keep going, tagged with their stage)."""
         self.stop_schedule()
         self._scheduler = gevent.spawn(self._run, stage)
+        if self.on_error is not None:
+            on_error = self.on_error
+            self._scheduler.link_exception(lambda greenlet: on_error(greenlet.exception))
 
     def stop_schedule(self) -> None:
         if self._scheduler is not None:

@@ -111,6 +111,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("csv", "write Locust's CSV stats (PREFIX_stats.csv, _stats_history.csv, _failures.csv, "
            "_exceptions.csv) plus PREFIX_llm.csv (TTFT/ITL/TPOT/tok/s per model and stage)",
            run={"default": None, "metavar": "PREFIX"}, locust=False),
+    Option("snapshot-interval", "seconds between atomic snapshots of the results during the run, so a killed "
+           "master loses at most that (0 = off)", 30.0, float, run={"type": float, "default": None, "metavar": "S"}),
 )
 """Every option the launcher passes to Locust processes; the order is ``attnload run --help``'s."""
 

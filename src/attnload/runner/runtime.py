@@ -29,6 +29,7 @@ from attnload.results.model import Results
 from attnload.results.summarize import StageWindow, build_results, client_info
 from attnload.results.write import write_results
 from attnload.runner.dialogs import Traffic
+from attnload.runner.health import RunHealth
 from attnload.runner.openloop import PAIR_STREAM, OpenLoop, OpenStage
 from attnload.runner.options import RunOptions
 from attnload.runner.serverview import ServerView
@@ -142,6 +143,9 @@ class Runtime:
         """Callable giving the sweep report from final stats (set by the sweep shape)."""
         self.server_view: ServerView | None = None
         """The model servers' /metrics, scraped by the master (or single process) unless --server-metrics off."""
+        self.interrupted = False
+        """SIGTERM/SIGINT (or the death of ``attnload run``) ended the run early: results say so."""
+        self.health = RunHealth()
 
     # ------------------------------------------------------------------ users
 
@@ -303,7 +307,7 @@ class Runtime:
 
     def worker_payload(self) -> dict[str, Any]:
         payload: dict[str, Any] = {"delta": self.recorder.take_delta(), "users": dict(self.users_by_model),
-                                   "cpu": self.cpu.peak(), "context": self.context.take_delta()}
+                                   "cpu": self.cpu.peak(), "context": self.context.take_delta(), "health": self.health.payload(self.spawned)}
         if self.paired is not None:
             payload["paired"] = self.paired.take_delta()
         return payload
@@ -315,6 +319,8 @@ class Runtime:
         self.context.merge_delta(payload.get("context") or {})
         if self.paired is not None and payload.get("paired"):
             self.paired.merge_delta(payload["paired"])
+        if "health" in payload:
+            self.health.merge(worker_id, payload["health"])
         if "cpu" in payload:
             self.note_cpu(worker_id, float(payload["cpu"]))
         if "users" in payload:
@@ -348,13 +354,16 @@ class Runtime:
                                for m in self.config.models}}
         workers = max(len(self.workers_seen), 1 if self.role == "local" else 0)
         sweep = self.sweep_final() if callable(self.sweep_final) else self.sweep_report
-        return build_results(self.config, self.recorder, started_at=started, ended_at=ended, stages=windows,
-                             client=client_info(workers, len(self.workers_lost), self.cpu_max_ratio, self.recorder),
-                             run_info=run_info, attention_info=info, paired=self.paired, sweep=sweep,
-                             in_flight=dict(self.fleet.users) if self.running else None, context=self.context,
-                             trace_rate_per_s=self.trace_rate_per_s,
-                             server=self.server_view.results(self.stage.index if self.running else None)
-                             if self.server_view is not None else None)
+        results = build_results(self.config, self.recorder, started_at=started, ended_at=ended, stages=windows,
+                                client=client_info(workers, len(self.workers_lost), self.cpu_max_ratio,
+                                                   self.recorder),
+                                run_info=run_info, attention_info=info, paired=self.paired, sweep=sweep,
+                                in_flight=dict(self.fleet.users) if self.running else None, context=self.context,
+                                trace_rate_per_s=self.trace_rate_per_s,
+                                server=self.server_view.results(self.stage.index if self.running else None)
+                                if self.server_view is not None else None)
+        client = results.client.model_copy(update=self.health.client_fields(self.spawned))
+        return results.model_copy(update={"client": client, "interrupted": self.interrupted})
 
     @property
     def trace_rate_per_s(self) -> float | None:

@@ -1,0 +1,137 @@
+"""Stops that always work: signals end a run with results marked ``interrupted``, a periodic
+snapshot survives a SIGKILL, and the death of ``attnload run`` ends the Locust processes it started.
+
+- SIGTERM/SIGINT on a master (or single process) mark the run interrupted, end the test the way a
+  finished shape does (users stop, workers send their final counts, results are written) and make
+  Locust exit 143/130. If that takes longer than ``--stop-timeout`` + :data:`INTERRUPT_GRACE_S`
+  (a wedged worker, a server that never lets go), the master writes what it has and exits anyway.
+- Every ``--snapshot-interval`` seconds the master rewrites ``STAMP.json`` atomically, marked
+  ``interrupted``; the final write replaces it. A SIGKILL (OOM killer, ``kubectl delete --force``)
+  therefore loses at most one interval.
+- A child of ``attnload run`` gets SIGTERM when its parent dies (``PR_SET_PDEATHSIG``) and also polls
+  ``os.getppid()`` (the death signal is lost if the parent dies before it is set): load never
+  outlives the command that started it.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+import signal
+from collections.abc import Callable
+from typing import Any
+
+import gevent
+
+from attnload.results.write import write_snapshot
+
+log = logging.getLogger(__name__)
+
+INTERRUPT_GRACE_S = 7.0
+"""Beyond ``--stop-timeout``: how long an interrupted master waits for workers before writing anyway."""
+DEFAULT_SNAPSHOT_INTERVAL_S = 30.0
+PARENT_PID_ENV = "ATTNLOAD_PARENT_PID"
+"""Set by ``attnload run`` for its children: the pid whose death ends them."""
+PARENT_POLL_S = 0.5
+_PR_SET_PDEATHSIG = 1
+
+
+def signal_exit_code(signum: int) -> int:
+    """The shell's convention: 128 + the signal number (130 for SIGINT, 143 for SIGTERM)."""
+    return 128 + signum
+
+
+def install_stop_handlers(environment: Any, runtime: Any) -> None:
+    """SIGTERM/SIGINT on a master or single process: an interrupted run that still writes results.
+
+    With a shape (every ``attnload run``) the shape ends the test at its next tick. Without one
+    (plain ``locust --headless -u N``) Locust's own SIGTERM handler shuts down; a SIGINT is turned
+    into that SIGTERM. Either way the exit code is set before Locust computes its own.
+    """
+
+    def on_signal(signum: int) -> None:
+        first = not runtime.interrupted
+        runtime.interrupted = True
+        runtime.stop_requested = True
+        if getattr(environment, "process_exit_code", None) is None:
+            environment.process_exit_code = signal_exit_code(signum)
+        if not first:
+            return
+        log.warning("%s: stopping the run; results will be marked interrupted", signal.Signals(signum).name)
+        deadline_s = float(getattr(environment, "stop_timeout", 0) or 0) + INTERRUPT_GRACE_S
+        gevent.spawn_later(deadline_s, _write_and_exit, environment, runtime)
+        if signum == signal.SIGINT and not _shape_ends_it(environment):
+            os.kill(os.getpid(), signal.SIGTERM)  # Locust's own shutdown (quitting writes the results)
+
+    gevent.signal_handler(signal.SIGTERM, on_signal, signal.SIGTERM)
+    gevent.signal_handler(signal.SIGINT, on_signal, signal.SIGINT)
+
+
+def _shape_ends_it(environment: Any) -> bool:
+    """A headless shape test ends on ``stop_requested``; anything else needs Locust's shutdown."""
+    return environment.shape_class is not None and bool(getattr(environment.parsed_options, "headless", False))
+
+
+def _write_and_exit(environment: Any, runtime: Any) -> None:
+    """The interrupted stop overran its deadline: keep what the master has merged, and exit."""
+    log.warning("the stop did not finish within --stop-timeout + %.0f s: writing the counts merged so far",
+                INTERRUPT_GRACE_S)
+    try:
+        runtime.write_results()
+    finally:
+        code = getattr(environment, "process_exit_code", None)
+        os._exit(code if code is not None else signal_exit_code(signal.SIGTERM))
+
+
+def snapshot_loop(runtime: Any, interval_s: float) -> None:
+    """Every ``interval_s``: the results so far, atomically, marked interrupted (replaced at the end)."""
+    if interval_s <= 0:
+        return
+    while True:
+        gevent.sleep(interval_s)
+        if not runtime.running or runtime.started_at is None:
+            continue
+        try:
+            write_snapshot(runtime.results(), runtime.options.results_dir, runtime.started_at)
+        except OSError as exc:
+            log.warning("could not write a results snapshot: %s", exc)
+
+
+def snapshot_interval(parsed_options: Any) -> float:
+    """``--attnload-snapshot-interval`` (env ``ATTNLOAD_SNAPSHOT_INTERVAL``); a bad value keeps the default."""
+    raw = getattr(parsed_options, "attnload_snapshot_interval", "") or ""
+    try:
+        value = float(raw) if str(raw).strip() else DEFAULT_SNAPSHOT_INTERVAL_S
+    except ValueError:
+        return DEFAULT_SNAPSHOT_INTERVAL_S
+    return value if value == value and value >= 0 and value != float("inf") else DEFAULT_SNAPSHOT_INTERVAL_S
+
+
+def watch_parent_from_env() -> None:
+    """In a child of ``attnload run``: SIGTERM ourselves once that parent is gone (our normal stop path)."""
+    expected = os.environ.get(PARENT_PID_ENV, "").strip()
+    if expected.isdigit():
+        gevent.spawn(_watch_parent, int(expected), lambda: os.kill(os.getpid(), signal.SIGTERM))
+
+
+def _watch_parent(parent_pid: int, on_orphaned: Callable[[], None]) -> None:
+    while os.getppid() == parent_pid:
+        gevent.sleep(PARENT_POLL_S)
+    log.warning("attnload run (pid %d) is gone: stopping", parent_pid)
+    on_orphaned()
+
+
+def die_with_parent(parent_pid: int) -> Callable[[], None]:
+    """A ``preexec_fn``: the child gets SIGTERM when ``parent_pid`` dies, even by SIGKILL (Linux)."""
+
+    def preexec() -> None:
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+        except (OSError, AttributeError):
+            pass  # not Linux: the getppid watch in the child still ends it
+        if os.getppid() != parent_pid:
+            os._exit(1)  # the parent died before the death signal was armed
+
+    return preexec
