@@ -126,6 +126,9 @@ class ModelSummary(Totals):
     sweep: SweepSummary | None = None
     in_flight: int | None = None
     """Users running against this model when the summary was taken (live snapshots; 0 once stopped)."""
+    target: str = ""
+    """The config key again, named as the Prometheus ``target`` label: what tells apart two entries
+    with one model id (e.g. the same model on vLLM and on SGLang)."""
 
 
 class ClientInfo(_Model):

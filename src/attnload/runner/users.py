@@ -98,7 +98,8 @@ def send_pair(environment: Environment, runtime: Runtime, clients: dict[str, Cha
               stage: int, intended_start: float | None) -> None:
     """The same prompt to every model at once; the pair's differences go to the paired recorder."""
     targets = {t.key: t for t in runtime.config.models}
-    records = send_together(list(clients), lambda key: send_plan(
+    keys = runtime.paired.send_order(list(clients)) if runtime.paired is not None else list(clients)
+    records = send_together(keys, lambda key: send_plan(
         environment, runtime, clients[key], targets[key], plan, stage, intended_start))
     if runtime.paired is not None:
         runtime.paired.add(stage, {k: r for k, r in records.items() if isinstance(r, RequestRecord)})
