@@ -30,22 +30,32 @@ MASTER_METRICS = {
     "attnload_dispatch_lag_seconds", "attnload_requests_total", "attnload_request_errors_total",
     "attnload_prompt_tokens_total", "attnload_completion_tokens_total", "attnload_cached_prompt_tokens_total",
     "attnload_goodput_requests_total", "attnload_users", "attnload_target_users", "attnload_target_rate",
-    "attnload_stage", "attnload_workers", "attnload_worker_cpu_ratio", "attnload_client_saturated",
+    "attnload_stage", "attnload_stage_info", "attnload_workers", "attnload_worker_cpu_ratio",
+    "attnload_client_saturated",
 }
 SIM_METRICS = {
     "attnload_sim_requests_running", "attnload_sim_requests_waiting", "attnload_sim_kv_usage_ratio",
     "attnload_sim_step_seconds", "attnload_sim_requests_total", "attnload_sim_prompt_tokens_total",
     "attnload_sim_completion_tokens_total", "attnload_sim_preemptions_total",
 }
+SERVER_METRICS = {
+    "vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc",
+    "vllm:num_preemptions_total", "vllm:prefix_cache_queries_total", "vllm:prefix_cache_hits_total",
+    "sglang:num_running_reqs", "sglang:num_queue_reqs", "sglang:token_usage", "sglang:num_retracted_requests_total",
+    "sglang:prompt_tokens_total", "sglang:cached_tokens_total",
+}
+"""The server view's names (docs/server-metrics.md's table)."""
 HISTOGRAMS = {"attnload_time_to_first_token_seconds", "attnload_inter_token_latency_seconds",
               "attnload_time_per_output_token_seconds", "attnload_request_duration_seconds",
               "attnload_dispatch_lag_seconds", "attnload_sim_step_seconds"}
 SERVER_LATENCY = ("attnload_time_to_first_token", "attnload_inter_token", "attnload_time_per_output",
                   "attnload_request_duration", "attnload_sim_")
 """Series whose values are simulated when the target is the simulator."""
-ALLOWED_LABELS = {"model", "attention", "profile", "outcome", "error", "worker", "le"}
+ALLOWED_LABELS = {"model", "attention", "profile", "target", "outcome", "error", "worker", "le", "model_name",
+                  "namespace", "job"}
 """Bounded labels only: no request id, prompt, user or timestamp label may appear in a query."""
-UNITS = {"s", "tokens/s", "reqps", "percentunit", "short"}
+UNITS = {"s", "suffix: tok/s", "reqps", "percentunit", "short", "none"}
+"""Grafana unit ids (``suffix:<text>`` is Grafana's custom-unit form); ``tokens/s`` is not one."""
 DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
 
 # A JSON Schema for the parts of Grafana's dashboard model (schemaVersion 39) we rely on;
@@ -76,7 +86,7 @@ GRAFANA_DASHBOARD_SCHEMA: dict[str, Any] = {
             "type": "object", "required": ["id", "type", "title", "gridPos", "datasource", "targets", "fieldConfig"],
             "properties": {
                 "id": {"type": "integer", "minimum": 1},
-                "type": {"enum": ["timeseries", "stat", "gauge", "bargauge", "table", "xychart"]},
+                "type": {"enum": ["timeseries", "stat", "gauge", "bargauge", "table", "xychart", "row"]},
                 "title": {"type": "string", "minLength": 1},
                 "datasource": _DS,
                 "gridPos": {"type": "object", "required": ["h", "w", "x", "y"], "properties": {
@@ -98,7 +108,12 @@ def _load(name: str) -> dict[str, Any]:
 
 
 def _exprs(dashboard: dict[str, Any]) -> list[tuple[dict[str, Any], str]]:
-    return [(p, t["expr"]) for p in dashboard["panels"] for t in p["targets"]]
+    return [(p, t["expr"]) for p in _data_panels(dashboard) for t in p["targets"]]
+
+
+def _data_panels(dashboard: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every panel but the row headers (which hold no query)."""
+    return [p for p in dashboard["panels"] if p["type"] != "row"]
 
 
 @pytest.fixture(params=FILES)
@@ -118,7 +133,9 @@ def test_generator_check_mode(tmp_path: Path) -> None:
 
 
 def test_valid_against_the_dashboard_model(dashboard: dict[str, Any]) -> None:
-    jsonschema.validate(dashboard, GRAFANA_DASHBOARD_SCHEMA)
+    jsonschema.validate({**dashboard, "panels": _data_panels(dashboard)}, GRAFANA_DASHBOARD_SCHEMA)
+    for row in (p for p in dashboard["panels"] if p["type"] == "row"):
+        assert row["gridPos"]["w"] == 24 and row["title"] and row["panels"] == [] and not row["collapsed"]
     assert dashboard["schemaVersion"] == gen.SCHEMA_VERSION
 
 
@@ -133,7 +150,7 @@ def test_panel_ids_and_ref_ids_unique_and_layout_fits(dashboard: dict[str, Any])
     assert len(ids) == len(set(ids))
     cells: set[tuple[int, int]] = set()
     for panel in dashboard["panels"]:
-        ref_ids = [t["refId"] for t in panel["targets"]]
+        ref_ids = [t["refId"] for t in panel.get("targets", [])]
         assert len(ref_ids) == len(set(ref_ids)), panel["title"]
         g = panel["gridPos"]
         assert g["x"] + g["w"] <= 24, panel["title"]
@@ -144,7 +161,7 @@ def test_panel_ids_and_ref_ids_unique_and_layout_fits(dashboard: dict[str, Any])
 
 
 def test_every_panel_sets_a_unit(dashboard: dict[str, Any]) -> None:
-    for panel in dashboard["panels"]:
+    for panel in _data_panels(dashboard):
         unit = panel["fieldConfig"]["defaults"].get("unit")
         assert unit in UNITS, f"{panel['title']}: unit {unit!r}"
         for override in panel["fieldConfig"]["overrides"]:
@@ -156,12 +173,14 @@ def test_every_panel_sets_a_unit(dashboard: dict[str, Any]) -> None:
 def test_units_match_the_quantity(dashboard: dict[str, Any]) -> None:
     for panel, expr in _exprs(dashboard):
         unit = panel["fieldConfig"]["defaults"]["unit"]
-        if expr.startswith("histogram_quantile("):
-            assert unit == "s", panel["title"]
-        if "tokens_total" in expr and "attnload_sim_" not in expr:
-            assert unit == "tokens/s", panel["title"]
-        if "/" in expr.replace("tokens/s", ""):
+        if "/ on()" in expr:
+            assert unit == "none" and panel["type"] == "stat", panel["title"]  # MLA/GQA: a plain number
+        elif " / " in expr:
             assert unit == "percentunit", panel["title"]
+        elif expr.startswith("histogram_quantile("):
+            assert unit == "s", panel["title"]
+        elif "tokens_total" in expr:
+            assert unit == "suffix: tok/s", panel["title"]
 
 
 def test_datasource_is_the_uid_variable(dashboard: dict[str, Any]) -> None:
@@ -169,7 +188,7 @@ def test_datasource_is_the_uid_variable(dashboard: dict[str, Any]) -> None:
     ds = variables["datasource"]
     assert ds["type"] == "datasource" and ds["query"] == "prometheus"
     assert ds["current"]["value"] == gen.DATASOURCE_UID
-    for panel in dashboard["panels"]:
+    for panel in _data_panels(dashboard):
         assert panel["datasource"] == DATASOURCE, panel["title"]
         for target in panel["targets"]:
             assert target["datasource"] == DATASOURCE
@@ -180,16 +199,27 @@ def test_datasource_is_the_uid_variable(dashboard: dict[str, Any]) -> None:
 
 def test_model_attention_profile_variables(dashboard: dict[str, Any]) -> None:
     variables = {v["name"]: v for v in dashboard["templating"]["list"]}
-    for name in ("model", "attention", "profile"):
+    for name in ("model", "attention", "profile", "target", "namespace", "job"):
         var = variables[name]
         assert var["type"] == "query" and var["includeAll"] and var["multi"] and var["allValue"] == ".*"
-        assert var["definition"] == f"label_values(attnload_requests_total, {name})"
+        source = "up" if name in ("namespace", "job") else "attnload_requests_total"
+        assert var["definition"] == f"label_values({source}, {name})"
+
+
+def test_every_query_is_scoped_to_namespace_and_job(dashboard: dict[str, Any]) -> None:
+    """Two stacks in one Prometheus never mix: each selector in each query carries both variables."""
+    exprs = [e for _, e in _exprs(dashboard)] + [a["expr"] for a in dashboard["annotations"]["list"] if a.get("expr")]
+    for expr in exprs:
+        selectors = re.findall(r"\b[a-z_:]+\{([^}]*)\}", expr)
+        assert selectors, expr
+        for selector in selectors:
+            assert 'namespace=~"$namespace"' in selector and 'job=~"$job"' in selector, expr
 
 
 def test_per_model_queries_honour_the_variables(dashboard: dict[str, Any]) -> None:
     for panel, expr in _exprs(dashboard):
         split = re.search(r"\bby \(([^)]*)\)", expr)
-        if split and "model" in split.group(1):
+        if split and "model" in {label.strip() for label in split.group(1).split(",")}:
             assert 'model=~"$model"' in expr and 'attention=~"$attention"' in expr, panel["title"]
             if "attnload_users" not in expr and "attnload_sim_" not in expr:
                 assert 'profile=~"$profile"' in expr, panel["title"]
@@ -200,6 +230,8 @@ def test_queries_use_only_design_names_and_bounded_labels(dashboard: dict[str, A
     for panel, expr in _exprs(dashboard):
         for name in re.findall(r"\battnload_[a-z0-9_]+", expr):
             assert name in known, f"{panel['title']}: {name} is not a DESIGN.md series"
+        for name in re.findall(r"\b(?:vllm|sglang):[a-z0-9_:]+", expr):
+            assert name in SERVER_METRICS, f"{panel['title']}: {name} is not in docs/server-metrics.md"
         for group in re.findall(r"\b(?:by|ignoring|on) \(([^)]*)\)", expr):
             labels = {label.strip() for label in group.split(",") if label.strip()}
             assert labels <= ALLOWED_LABELS, f"{panel['title']}: {labels - ALLOWED_LABELS}"
@@ -211,30 +243,83 @@ def test_quantiles_sum_buckets_by_le(dashboard: dict[str, Any]) -> None:
     """Percentiles merge buckets (sum by le) before histogram_quantile; never average percentiles."""
     for panel, expr in _exprs(dashboard):
         if "histogram_quantile" in expr:
-            assert re.match(r"histogram_quantile\(0\.\d+, sum by \(le, ", expr), panel["title"]
+            assert re.match(r"histogram_quantile\(0\.\d+, sum by \(le[,)]", expr), panel["title"]
             assert "avg" not in expr
 
 
 def test_overview_covers_the_issue_panels() -> None:
     exprs = " ".join(e for _, e in _exprs(_load("attnload-overview.json")))
-    for needle in ("histogram_quantile(0.5, sum by (le, model, attention) (rate(attnload_time_to_first_token",
-                   "histogram_quantile(0.95, sum by (le, model, attention) (rate(attnload_time_to_first_token",
-                   "histogram_quantile(0.99, sum by (le, model, attention) (rate(attnload_time_to_first_token",
-                   "histogram_quantile(0.5, sum by (le, model, attention) (rate(attnload_inter_token",
-                   "histogram_quantile(0.99, sum by (le, model, attention) (rate(attnload_inter_token",
+    for needle in ("histogram_quantile(0.5, sum by (le, target, model, attention) (rate(attnload_time_to_first_token",
+                   "histogram_quantile(0.99, sum by (le, target, model, attention) (rate(attnload_time_to_first_token",
+                   "histogram_quantile(0.5, sum by (le, target, model, attention) (rate(attnload_inter_token",
+                   "histogram_quantile(0.99, sum by (le, target, model, attention) (rate(attnload_inter_token",
                    "attnload_time_per_output_token_seconds", "rate(attnload_completion_tokens_total",
                    "rate(attnload_requests_total", "attnload_request_errors_total", "attnload_users"):
         assert needle in exprs, needle
 
 
-def test_sweep_is_time_aligned_with_the_shape_and_shows_sim_series() -> None:
+def test_p50_and_p99_never_share_a_colour_alone(dashboard: dict[str, Any]) -> None:
+    """Colour means attention type; a panel with two percentiles draws one of them dashed."""
+    for panel in _data_panels(dashboard):
+        qs = {m for t in panel["targets"] for m in re.findall(r"histogram_quantile\((0\.\d+)", t["expr"])}
+        if len(qs) > 1:
+            dashed = [o for o in panel["fieldConfig"]["overrides"] if o["matcher"]["options"] == "/^p99/"]
+            assert dashed and dashed[0]["properties"][0]["value"]["fill"] == "dash", panel["title"]
+
+
+def test_fixed_colour_per_attention_type(dashboard: dict[str, Any]) -> None:
+    for panel in _data_panels(dashboard):
+        if panel["type"] != "timeseries":
+            continue
+        colours = {o["matcher"]["options"]: o["properties"][0]["value"]["fixedColor"]
+                   for o in panel["fieldConfig"]["overrides"] if o["properties"][0]["id"] == "color"}
+        assert colours["/^(p\\d+ )?GQA\\b/i"] == "blue" and colours["/^(p\\d+ )?MLA\\b/i"] == "orange"
+        legends = [t["legendFormat"] for t in panel["targets"] if "{{attention}}" in t["legendFormat"]]
+        for legend in legends:  # the regexes match what Grafana will display
+            shown = legend.replace("{{attention}}", "MLA").replace("{{model}}", "m").replace("{{target}}", "mla_k")
+            assert re.match(r"^(p\d+ )?MLA\b", shown, re.IGNORECASE), legend
+
+
+def test_mla_over_gqa_ratio_stats() -> None:
+    overview = _load("attnload-overview.json")
+    stats = {p["title"]: p for p in overview["panels"] if p["type"] == "stat"}
+    assert set(stats) == {"MLA / GQA: ITL p50", "MLA / GQA: TTFT p99", "MLA / GQA: output tokens/s"}
+    for panel in stats.values():
+        (target,) = panel["targets"]
+        mla, gqa = target["expr"].split(" / on() ")
+        assert 'attention=~"(?i)MLA"' in mla and 'attention=~"(?i)GQA"' in gqa
+        assert panel["fieldConfig"]["defaults"]["unit"] == "none"
+
+
+def test_server_view_rows_query_both_engines() -> None:
+    for name in ("attnload-overview.json", "attnload-sweep.json"):
+        dashboard = _load(name)
+        titles = [p["title"] for p in dashboard["panels"]]
+        start = next(i for i, p in enumerate(dashboard["panels"]) if p["type"] == "row" and "Server view" in p["title"])
+        server = dashboard["panels"][start + 1:start + 5]
+        assert [p["title"] for p in server] == ["Server: KV cache usage", "Server: requests running / waiting",
+                                                "Server: preemptions/s", "Server: prefix cache hit ratio"], titles
+        for panel in server:
+            exprs = [t["expr"] for t in panel["targets"]]
+            assert any("vllm:" in e for e in exprs) and any("sglang:" in e for e in exprs), panel["title"]
+        assert not any("attnload_sim_" in e for _, e in _exprs(dashboard)), name
+
+
+def test_stage_annotation_names_stage_and_target() -> None:
+    for name in FILES:
+        (stage,) = [a for a in _load(name)["annotations"]["list"] if a["name"] == "Stage changes"]
+        assert "changes(attnload_stage{" in stage["expr"] and "attnload_stage_info{" in stage["expr"]
+        assert "{{stage}}" in stage["titleFormat"] and "{{target_users}}" in stage["textFormat"]
+        assert "{{target_rate}}" in stage["textFormat"]
+
+
+def test_sweep_is_time_aligned_with_the_shape() -> None:
     sweep = _load("attnload-sweep.json")
     exprs = [e for _, e in _exprs(sweep)]
-    assert "attnload_stage" in exprs and "attnload_target_users" in exprs
-    for metric in ("attnload_sim_requests_running", "attnload_sim_requests_waiting", "attnload_sim_kv_usage_ratio"):
-        assert any(metric in e for e in exprs), metric
+    assert any("attnload_stage{" in e for e in exprs) and any("attnload_target_users{" in e for e in exprs)
     latency = [p for p in sweep["panels"] if "vs target users" in p["title"]]
-    assert latency and all(any(t["expr"] == "attnload_target_users" for t in p["targets"]) for p in latency)
+    assert latency and all(any(t["expr"].startswith("max(attnload_target_users{") for t in p["targets"])
+                           for p in latency)
 
 
 def test_health_shows_workers_cpu_lag_and_errors() -> None:
@@ -256,6 +341,9 @@ def test_requirements_classify_conditional_queries() -> None:
     assert gen.expr_requirements("rate(attnload_request_errors_total[1m])") == {"errors"}
     assert gen.expr_requirements(gen.quantile(0.5, "attnload_dispatch_lag_seconds")) == {"open_loop"}
     assert gen.expr_requirements("attnload_sim_kv_usage_ratio") == {"sim"}
+    assert gen.expr_requirements("vllm:kv_cache_usage_perc") == {"sim"}
+    assert gen.expr_requirements("rate(vllm:prefix_cache_hits_total[1m])") == {"sim", "prefix_cache"}
+    assert gen.expr_requirements("sglang:token_usage") == {"sglang"}
     assert gen.expr_requirements("attnload_users") == frozenset()
 
 

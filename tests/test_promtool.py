@@ -7,6 +7,7 @@ with that reason rather than pass silently.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -54,7 +55,8 @@ def test_rules_have_the_three_alerts() -> None:
     alerts = {r["alert"] for g in rules["groups"] for r in g["rules"] if "alert" in r}
     assert alerts == {"AttnloadClientSaturated", "AttnloadErrorRateHigh", "AttnloadTTFTSLOBreached"}
     records = {r["record"] for g in rules["groups"] for r in g["rules"] if "record" in r}
-    assert "attnload:time_to_first_token_seconds:quantile_rate1m" in records
+    assert "target_profile:attnload_time_to_first_token_seconds:p99_rate1m" in records
+    assert all(re.fullmatch(r"[a-z_]+:attnload_[a-z_]+:[a-z0-9_]+", r) for r in records), records
 
 
 def test_rule_unit_tests() -> None:
@@ -76,11 +78,11 @@ def test_dashboard_exprs_parse(tmp_path: Path) -> None:
     rules = []
     for path in sorted(DASHBOARD_DIR.glob("*.json")):
         dashboard = json.loads(path.read_text(encoding="utf-8"))
-        exprs = [t["expr"] for p in dashboard["panels"] for t in p["targets"]]
+        exprs = [t["expr"] for p in dashboard["panels"] for t in p.get("targets", [])]
         exprs += [a["expr"] for a in dashboard["annotations"]["list"] if a.get("expr")]
         for i, expr in enumerate(exprs):
             expanded = expr.replace("$__rate_interval", "1m")
-            for var in ("model", "attention", "profile"):
+            for var in ("model", "attention", "profile", "target", "namespace", "job"):
                 expanded = expanded.replace(f"${var}", ".*")
             rules.append({"record": f"dashboard:{path.stem.replace('-', '_')}:expr{i}", "expr": expanded})
     file = tmp_path / "dashboard_exprs.yml"

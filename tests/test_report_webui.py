@@ -96,3 +96,30 @@ def test_install_without_web_ui_is_a_no_op() -> None:
         web_ui = None
 
     webui.install(Headless(), lambda: results())
+
+
+def test_live_charts_script_injected_and_served_same_origin(env: Environment) -> None:
+    snap = results(gqa_model(), mla_model())
+    webui.install(env, lambda: snap)
+    client = _client(env)
+    page = client.get("/").get_data(as_text=True)
+    assert page.count(webui.LIVE_TAG) == 1 and page.index(webui.LIVE_TAG) < page.index("</body>")
+    assert "http" not in webui.LIVE_TAG  # relative: same origin as Locust's page, no CDN
+    script = client.get(webui.LIVE_SCRIPT_ROUTE)
+    assert script.status_code == 200 and script.mimetype == "text/javascript"
+    assert "attnload-live-chart" in script.get_data(as_text=True)
+    body = client.get(webui.LIVE_ROUTE).get_json()
+    assert body["running"] is False  # not started: the page adds no points
+    points = {p["key"]: p for p in body["models"]}
+    gqa = snap.model("llama-3-70b").stages[-1]
+    assert points["llama-3-70b"]["attention"] == "gqa" and points["deepseek-v3"]["attention"] == "mla"
+    assert points["llama-3-70b"]["ttft_p99_ms"] == pytest.approx(gqa.ttft_s.p99 * 1000)
+    assert points["llama-3-70b"]["itl_p50_ms"] == pytest.approx(gqa.itl_s.p50 * 1000)
+    assert points["llama-3-70b"]["output_tok_s"] == gqa.output_tokens_per_s
+    assert points["deepseek-v3"]["stage"].startswith("4: 256 users")
+
+
+def test_inject_is_idempotent_and_leaves_other_bodies_alone() -> None:
+    once = webui.inject_live_script("<html><body>x</body></html>")
+    assert webui.inject_live_script(once) == once
+    assert webui.inject_live_script('{"json": true}') == '{"json": true}'

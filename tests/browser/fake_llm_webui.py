@@ -22,6 +22,7 @@ from attnload.results.model import Results, Summary
 from test_report_factory import gqa_model, mla_model, results  # noqa: E402
 
 TTFT_S = 0.050
+STAGE_S = 5.0
 
 
 class Idle(User):
@@ -40,6 +41,7 @@ def snapshot(environment: Environment, started: float) -> Results:
     models = []
     for base in (gqa_model(), mla_model()):
         stage = base.stages[-1].model_copy(update={
+            "index": int(elapsed // STAGE_S),  # a new stage every STAGE_S: the live charts mark each change
             "users": users, "ttft_s": Summary(count=10, p50=TTFT_S, p99=TTFT_S * 1.2, max=TTFT_S * 1.3),
             "output_tokens_per_s": 10.0 * users + elapsed, "errors": {}})
         models.append(base.model_copy(update={"stages": [stage]}))

@@ -144,3 +144,34 @@ def test_llm_tab_shows_sim_ttft_live(browser: Any, live_master: str, tmp_path: P
     page.get_by_role("tab", name="Statistics").click()
     assert page.locator("table tbody tr").count() > 0, "Locust's statistics table must keep working"
     assert errors == []
+
+
+SERIES_POINTS = """() => Object.fromEntries(Array.from(document.querySelectorAll('svg.attnload-live-chart')).map(svg =>
+    [svg.dataset.metric, Object.fromEntries(Array.from(svg.querySelectorAll('polyline.attnload-live-series'))
+        .map(p => [p.dataset.model, Number(p.dataset.points)]))]))"""
+
+
+@pytest.mark.timeout(180)
+def test_llm_tab_live_charts_grow_with_the_real_run(browser: Any, live_master: str, tmp_path: Path) -> None:
+    """Real master, workers and simulator: a chart per metric, a series per model, more points each poll."""
+    page = browser.new_page(viewport={"width": 1400, "height": 1200})
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.on("request", lambda r: errors.append(f"network: {r.url}")
+            if not r.url.startswith(live_master) else None)
+    page.goto(live_master)
+    start_from_ui(page, users=2, spawn_rate=2)
+    open_llm_tab(page)
+    page.wait_for_function("() => Array.from(document.querySelectorAll('polyline.attnload-live-series'))"
+                           ".filter(p => Number(p.dataset.points) >= 2).length >= 8", timeout=30000)
+    first = page.evaluate(SERIES_POINTS)
+    assert sorted(first) == ["itl_p50_ms", "output_tok_s", "ttft_p50_ms", "ttft_p99_ms"], first
+    assert all(set(series) == {"llama-3-70b", "deepseek-v3"} for series in first.values()), first
+    page.wait_for_timeout(5000)  # two more polls
+    later = page.evaluate(SERIES_POINTS)
+    for metric, series in first.items():
+        for model, points in series.items():
+            assert later[metric][model] > points, (metric, model, first, later, _logs(tmp_path))
+    page.screenshot(path=str(tmp_path / "llm_live_real.png"), full_page=True)
+    stop_from_ui(page)
+    assert errors == []

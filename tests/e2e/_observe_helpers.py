@@ -21,10 +21,11 @@ import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest, start_http_server
 
 from attnload.observe.prometheus import start_local_prometheus, stop_prometheus
 
@@ -32,7 +33,7 @@ REPO = Path(__file__).resolve().parents[2]
 DASHBOARD_DIR = REPO / "grafana" / "dashboards"
 RULES = REPO / "grafana" / "prometheus" / "rules.yml"
 
-LABELS = ("model", "attention", "profile")
+LABELS = ("model", "attention", "profile", "target")
 BUCKETS_S = tuple(round(0.001 * 1.25**i, 9) for i in range(54) if 0.001 * 1.25**i <= 120 * 1.25)
 """1 ms … 120 s, factor 1.25 (DESIGN.md; the master's buckets)."""
 ERROR_CLASSES = ("auth", "not_found", "rate_limited", "quota", "context_length", "bad_request", "server",
@@ -174,7 +175,7 @@ def substitute(expr: str, rate_interval: str = "1m") -> str:
     """Grafana's template expansion with every variable on "All" (regex ``.*``)."""
     out = expr.replace("$__rate_interval", rate_interval).replace("$__interval", "5s")
     out = out.replace("$__range", "10m")
-    for var in ("model", "attention", "profile"):
+    for var in ("model", "attention", "profile", "target", "namespace", "job"):
         out = out.replace(f"${{{var}}}", ".*").replace(f"${var}", ".*")
     assert "$" not in out, f"unsubstituted variable in {out}"
     return out
@@ -227,6 +228,8 @@ def _master_registry() -> tuple[CollectorRegistry, dict[str, Any]]:
                  "attnload_client_saturated"):
         metrics[name] = Gauge(name, name, registry=reg)
     metrics["cpu"] = Gauge("attnload_worker_cpu_ratio", "worker cpu", ("worker",), registry=reg)
+    metrics["stage_info"] = Gauge("attnload_stage_info", "stage info", ("stage", "target_users", "target_rate"),
+                                  registry=reg)
     return reg, metrics
 
 
@@ -240,20 +243,37 @@ def _sim_registry() -> tuple[CollectorRegistry, dict[str, Any]]:
     metrics["step"] = Histogram("attnload_sim_step_seconds", "step", sim_labels, registry=reg, buckets=BUCKETS_S)
     for name in ("requests", "prompt_tokens", "completion_tokens", "preemptions"):
         metrics[name] = Counter(f"attnload_sim_{name}", name, sim_labels, registry=reg)
+    # The server view's names: vLLM's (the simulator exports them too) and SGLang's, labelled model_name.
+    for name in SERVER_GAUGES:
+        metrics[name] = Gauge(name, name, ("model_name",), registry=reg)
+    for name in SERVER_COUNTERS:
+        metrics[name] = Counter(name.removesuffix("_total"), name, ("model_name",), registry=reg)
     return reg, metrics
+
+
+SERVER_GAUGES = ("vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc",
+                 "sglang:num_running_reqs", "sglang:num_queue_reqs", "sglang:token_usage")
+SERVER_COUNTERS = ("vllm:num_preemptions_total", "vllm:prefix_cache_queries_total", "vllm:prefix_cache_hits_total",
+                   "sglang:num_retracted_requests_total", "sglang:prompt_tokens_total", "sglang:cached_tokens_total")
 
 
 def _tick(master: dict[str, Any], sim: dict[str, Any], rng: random.Random, errors: bool, stage: int) -> None:
     master["attnload_target_users"].set(8 * (stage + 1))
     master["attnload_target_rate"].set(0)
     master["attnload_stage"].set(stage)
+    master["stage_info"].clear()
+    master["stage_info"].labels(str(stage + 1), str(8 * (stage + 1)), "0").set(1)
     master["attnload_workers"].set(2)
     master["attnload_client_saturated"].set(0)
     for w in ("w0", "w1"):
         master["cpu"].labels(worker=w).set(0.3 + 0.1 * rng.random())
     for model, attention in FIXTURE_MODELS:
         slow = 2.0 if attention == "GQA" else 1.0
-        master["users"].labels(model, attention, "").set(8 * (stage + 1) / len(FIXTURE_MODELS))
+        master["users"].labels(model, attention, "all", model).set(8 * (stage + 1) / len(FIXTURE_MODELS))
+        for name in SERVER_GAUGES:
+            sim[name].labels(model).set(0.1 * (stage + 1))
+        for name in SERVER_COUNTERS:
+            sim[name].labels(model).inc(50 if "queries" in name or "prompt" in name else 10)
         sim["attnload_sim_requests_running"].labels(model, attention).set(5 + stage)
         sim["attnload_sim_requests_waiting"].labels(model, attention).set(stage)
         sim["attnload_sim_kv_usage_ratio"].labels(model, attention).set(min(1.0, 0.2 * (stage + 1)))
@@ -263,7 +283,7 @@ def _tick(master: dict[str, Any], sim: dict[str, Any], rng: random.Random, error
         sim["completion_tokens"].labels(model, attention).inc(96)
         sim["preemptions"].labels(model, attention).inc(0)
         for profile in FIXTURE_PROFILES:
-            key = (model, attention, profile)
+            key = (model, attention, profile, model)
             master["hist"]["attnload_time_to_first_token_seconds"].labels(*key).observe(0.05 * slow * rng.uniform(0.8, 1.5))
             master["hist"]["attnload_request_duration_seconds"].labels(*key).observe(0.4 * slow)
             master["hist"]["attnload_time_per_output_token_seconds"].labels(*key).observe(0.01 * slow)
@@ -282,6 +302,30 @@ def _tick(master: dict[str, Any], sim: dict[str, Any], rng: random.Random, error
                 master["errors"].labels(*key, "timeout").inc(rng.randint(0, 1))
 
 
+def _text_format_server(port: int, registry: CollectorRegistry) -> tuple[ThreadingHTTPServer, threading.Thread]:
+    """Always the 0.0.4 text format, as vLLM and SGLang serve it.
+
+    prometheus_client 0.26 turns ``vllm:x`` into ``vllm_x`` on its OpenMetrics path (which
+    Prometheus 3 asks for), so its own server would rename the server-view series.
+    """
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+            body = generate_latest(registry)
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+    thread = threading.Thread(target=server.serve_forever, name="fixture-sim", daemon=True)
+    thread.start()
+    return server, thread
+
+
 @contextlib.contextmanager
 def fixture_exporter(errors: bool = True, period_s: float = 0.2) -> Iterator[FixtureExporter]:
     """Serve the fixture series on two free ports; values move every ``period_s``; stage steps every 3 s."""
@@ -289,7 +333,7 @@ def fixture_exporter(errors: bool = True, period_s: float = 0.2) -> Iterator[Fix
     sim_reg, sim = _sim_registry()
     master_port, sim_port = free_port(), free_port()
     servers = [start_http_server(master_port, "127.0.0.1", registry=master_reg),
-               start_http_server(sim_port, "127.0.0.1", registry=sim_reg)]
+               _text_format_server(sim_port, sim_reg)]
     stop = threading.Event()
     rng = random.Random(0)
     started = time.monotonic()

@@ -4,7 +4,8 @@ The master (or a single-process run) registers :class:`FleetCollector` on its ow
 ``CollectorRegistry``; at scrape time it folds the recorder's series across stages and
 renders histograms from already-merged bucket counts (``HistogramMetricFamily``), so
 one scrape target holds the fleet's exact totals without replaying samples. Labels are
-bounded: model, attention and profile (plus outcome/error/worker where named).
+bounded: model, attention, profile and target, the config key (plus outcome/error/worker
+where named).
 """
 
 from __future__ import annotations
@@ -74,17 +75,17 @@ class FleetCollector(Collector):
         yield from self._counters(merged)
         yield from self._gauges()
 
-    def _by_labels(self) -> dict[tuple[str, str, str], Series]:
-        merged: dict[tuple[str, str, str], Series] = {}
+    def _by_labels(self) -> dict[tuple[str, ...], Series]:
+        merged: dict[tuple[str, ...], Series] = {}
         for (model_key, profile, _stage), series in list(self.recorder.series.items()):
             model_id, attention = self.state.model_labels.get(model_key, (model_key, "unknown"))
-            key = (model_id, attention, profile)
+            key = (model_id, attention, profile, model_key)
             if key not in merged:
                 merged[key] = Series()
             merged[key].merge(series)
         return merged
 
-    def _histograms(self, merged: dict[tuple[str, str, str], Series]) -> Iterator[HistogramMetricFamily]:
+    def _histograms(self, merged: dict[tuple[str, ...], Series]) -> Iterator[HistogramMetricFamily]:
         for name, metric, help_text in _HISTOGRAMS:
             family = HistogramMetricFamily(metric, help_text, labels=LABELS)
             for labels, series in merged.items():
@@ -92,7 +93,7 @@ class FleetCollector(Collector):
                 family.add_metric(list(labels), _buckets(hist), hist.total)
             yield family
 
-    def _counters(self, merged: dict[tuple[str, str, str], Series]) -> Iterator[CounterMetricFamily]:
+    def _counters(self, merged: dict[tuple[str, ...], Series]) -> Iterator[CounterMetricFamily]:
         requests = CounterMetricFamily(REQUESTS, "Finished requests by outcome.", labels=(*LABELS, "outcome"))
         errors = CounterMetricFamily(REQUEST_ERRORS, "Failed or cancelled requests by error class.",
                                      labels=(*LABELS, "error"))
@@ -121,13 +122,18 @@ class FleetCollector(Collector):
         state = self.state
         users = GaugeMetricFamily(names.USERS, "Running users per model across the fleet.", labels=LABELS)
         for model_key, (model_id, attention) in state.model_labels.items():
-            users.add_metric([model_id, attention, "all"], state.users.get(model_key, 0))
+            users.add_metric([model_id, attention, "all", model_key], state.users.get(model_key, 0))
         yield users
         yield GaugeMetricFamily(names.TARGET_USERS, "Users the current stage asks for.", value=state.target_users)
         yield GaugeMetricFamily(names.TARGET_RATE, "Open-loop arrival rate (req/s per model) of the stage.",
                                 value=state.target_rate)
         yield GaugeMetricFamily(names.STAGE, "Current stage index (0-based; -1 before the test).",
                                 value=state.stage)
+        # The stage's number and load as labels, so a Grafana annotation can say "stage 3: 64 users".
+        info = GaugeMetricFamily(names.STAGE_INFO, "1, labelled with the current stage number and its target load.",
+                                 labels=("stage", "target_users", "target_rate"))
+        info.add_metric([str(state.stage + 1), str(state.target_users), f"{state.target_rate:g}"], 1.0)
+        yield info
         yield GaugeMetricFamily(names.WORKERS, "Connected load-generating workers.", value=state.workers)
         cpu = GaugeMetricFamily(names.WORKER_CPU_RATIO, "Worker CPU use, 1.0 = one core.", labels=("worker",))
         for worker, ratio in state.worker_cpu_ratio.items():

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-LABELS = ("model", "attention", "profile")
+LABELS = ("model", "attention", "profile", "target")
+"""``target`` is the config's model key: two entries with one model id (one model on vLLM and on
+SGLang, per-model ``base_url``) stay two series instead of merging (issue 19)."""
 BUCKETS_S = tuple(round(0.001 * 1.25**i, 6) for i in range(53)) + (120.0,)  # 1 ms … 120 s, log-spaced
 
 TTFT_SECONDS = "attnload_time_to_first_token_seconds"
@@ -20,6 +22,7 @@ USERS = "attnload_users"
 TARGET_USERS = "attnload_target_users"
 TARGET_RATE = "attnload_target_rate"
 STAGE = "attnload_stage"
+STAGE_INFO = "attnload_stage_info"
 WORKERS = "attnload_workers"
 WORKER_CPU_RATIO = "attnload_worker_cpu_ratio"
 CLIENT_SATURATED = "attnload_client_saturated"

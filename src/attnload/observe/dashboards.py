@@ -8,10 +8,12 @@ generated JSON, and :func:`expr_requirements` says what a query needs to show da
 ``python -m attnload.observe.dashboards`` rewrites the files; ``--check`` exits 1 on
 drift (the test suite does the same comparison).
 
-Queries are plain PromQL over the master's and the simulator's series (no recording
-rules), so a dashboard works against any Prometheus that scrapes them. Every panel
-sets a unit; simulator panels say "simulated" because the simulator is a model, not
-a measurement of a real server (ATTENTION_MODEL.md §0).
+Queries are plain PromQL over the master's series and the server's own (vLLM/SGLang
+names, which the simulator also exports), with no recording rules, so a dashboard works
+against any Prometheus that scrapes them. Every panel sets a Grafana unit id; a colour
+means one attention type everywhere (GQA blue, MLA orange), so percentiles get their own
+panels (or dashed lines) rather than their own colours. Stage changes are annotations
+that name the stage and its target load.
 """
 
 from __future__ import annotations
@@ -20,29 +22,36 @@ import argparse
 import json
 import sys
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from attnload.metrics import names
+from attnload.observe.panels import (
+    ATTENTION_COLORS,
+    RATE,
+    SCOPE,
+    SEL,
+    SEL_USERS,
+    SPLIT,
+    TOKENS_PER_S,
+    Dashboard,
+    Panel,
+    Target,
+    expr_requirements,
+    latency_pair,
+    quantile,
+    rate_sum,
+    ratio_panels,
+    server_view,
+)
+
+__all__ = ["Dashboard", "Panel", "Target", "expr_requirements", "quantile", "rate_sum", "rendered", "main"]
 
 DATASOURCE_UID = "attnload-prometheus"
 DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
 SCHEMA_VERSION = 39
 """Grafana 10.4/11 dashboard model; older Grafana migrates down-level JSON, not up-level."""
 
-SEL = 'model=~"$model", attention=~"$attention", profile=~"$profile"'
-"""Every per-model series carries these labels (DESIGN.md "Prometheus metrics")."""
-SEL_USERS = 'model=~"$model", attention=~"$attention"'
-"""``attnload_users`` counts users per model; it may not carry ``profile``, so it is not filtered on it."""
-SEL_SIM = 'model=~"$model", attention=~"$attention"'
-"""The simulator's own series have ``model`` and ``attention`` only (ATTENTION_MODEL.md §4.6)."""
-SPLIT = "model, attention"
-RATE = "$__rate_interval"
-LEGEND = "{{attention}} {{model}}"
-
-SIMULATED_NOTE = ("Simulated: these series come from attnload's simulator, a cost model "
-                  "(ATTENTION_MODEL.md), not from a real inference server.")
 CLIENT_NOTE = ("Measured by the load generator (client side). When the target is attnload's simulator, "
                "the latencies are simulated, not a claim about a real server.")
 
@@ -53,75 +62,13 @@ DASHBOARD_FILES = {
 }
 
 
-def quantile(q: float, metric: str, sel: str = SEL, by: str = SPLIT) -> str:
-    """Percentile from summed bucket rates: mergeable across workers and series, never averaged."""
-    return f"histogram_quantile({q}, sum by (le, {by}) (rate({metric}_bucket{{{sel}}}[{RATE}])))"
-
-
-def rate_sum(metric: str, sel: str = SEL, by: str = SPLIT) -> str:
-    return f"sum by ({by}) (rate({metric}{{{sel}}}[{RATE}]))"
-
-
-def expr_requirements(expr: str) -> frozenset[str]:
-    """What a query needs before it can return data, for the non-empty test.
-
-    ``errors``: only failing requests create error series. ``open_loop``: dispatch lag is
-    measured against a fixed schedule (``--shape rate:``). ``sim``: the simulator is scraped.
-    """
-    needs: set[str] = set()
-    if f"{names.REQUEST_ERRORS}_total" in expr or 'outcome="failed"' in expr:
-        needs.add("errors")
-    if names.DISPATCH_LAG_SECONDS in expr:
-        needs.add("open_loop")
-    if names.SIM_PREFIX in expr:
-        needs.add("sim")
-    return frozenset(needs)
-
-
-@dataclass(frozen=True)
-class Target:
-    expr: str
-    legend: str = LEGEND
-
-
-@dataclass(frozen=True)
-class Panel:
-    """One panel; ``unit`` applies to all its series unless ``right_unit`` moves some to a right axis."""
-
-    title: str
-    unit: str
-    targets: tuple[Target, ...]
-    description: str = ""
-    kind: str = "timeseries"
-    width: int = 12
-    height: int = 8
-    right_axis_legend: str | None = None
-    """Legend regex of series drawn on a right axis (e.g. target users under a latency)."""
-    right_unit: str = "short"
-    thresholds: tuple[tuple[str, float | None], ...] = ()
-    max_value: float | None = None
-
-
-@dataclass(frozen=True)
-class Dashboard:
-    uid: str
-    title: str
-    description: str
-    panels: tuple[Panel, ...]
-    tags: tuple[str, ...] = field(default=("attnload",))
-
-
 # -- dashboard 1: GQA vs MLA overview ------------------------------------------------------
 
 TTFT = names.TTFT_SECONDS
 ITL = names.ITL_SECONDS
 TPOT = names.TPOT_SECONDS
 E2E = names.REQUEST_DURATION_SECONDS
-TARGET_USERS = Target(names.TARGET_USERS, "target users")
-
-
-def _quantiles(metric: str, qs: Sequence[float]) -> tuple[Target, ...]:
-    return tuple(Target(quantile(q, metric), f"p{round(q * 100)} {LEGEND}") for q in qs)
+TARGET_USERS = Target(f'max({names.TARGET_USERS}{{{SCOPE}}})', "target users")
 
 
 def overview() -> Dashboard:
@@ -131,60 +78,69 @@ def overview() -> Dashboard:
     failed_ratio = (f'sum by ({SPLIT}) (rate(attnload_requests_total{{outcome="failed", {SEL}}}[{RATE}]))'
                     f" / sum by ({SPLIT}) (rate(attnload_requests_total{{{SEL}}}[{RATE}]))")
     panels = (
-        Panel("TTFT p50 / p95 / p99", "s", _quantiles(TTFT, (0.5, 0.95, 0.99)),
-              "Request start to first content chunk (role-only chunks do not count). " + CLIENT_NOTE),
-        Panel("ITL p50 / p99", "s", _quantiles(ITL, (0.5, 0.99)),
-              "Gap between content chunks per token, one sample per token. A p50 near 0 with a high p99 "
-              "is the client-saturation signature: see the load generator health dashboard."),
-        Panel("TPOT p50 / p99", "s", _quantiles(TPOT, (0.5, 0.99)),
-              "(end-to-end - TTFT) / (output tokens - 1), per request."),
-        Panel("End-to-end request duration p50 / p99", "s", _quantiles(E2E, (0.5, 0.99)),
-              "Whole request, from the intended send time in open-loop runs."),
-        Panel("Output tokens/s", "tokens/s",
+        *ratio_panels(),
+        *latency_pair("TTFT", TTFT, "Request start to first content chunk (role-only chunks do not count). "
+                      + CLIENT_NOTE),
+        *latency_pair("ITL", ITL, "Gap between content chunks per token, one sample per token. A p50 near 0 "
+                      "with a high p99 is the client-saturation signature: see the load generator health dashboard."),
+        *latency_pair("TPOT", TPOT, "(end-to-end - TTFT) / (output tokens - 1), per request."),
+        *latency_pair("End-to-end request duration", E2E,
+                      "Whole request, from the intended send time in open-loop runs."),
+        Panel("Output tokens/s", TOKENS_PER_S,
               (Target(rate_sum(f"{names.COMPLETION_TOKENS}_total")),),
               "Completion tokens per second (server usage when reported)."),
-        Panel("Prompt tokens/s", "tokens/s",
+        Panel("Prompt tokens/s", TOKENS_PER_S,
               (Target(rate_sum(f"{names.PROMPT_TOKENS}_total")),),
               "Prompt tokens per second sent to each model."),
         Panel("Requests/s by outcome", "reqps",
-              (Target(rate_sum(f"{names.REQUESTS}_total", by=f"{SPLIT}, outcome"), f"{{{{outcome}}}} {LEGEND}"),),
-              "Finished requests per second: ok, failed, cancelled."),
+              (Target(rate_sum(f"{names.REQUESTS}_total", by=f"{SPLIT}, outcome"),
+                      "{{attention}} {{model}} [{{target}}] {{outcome}}"),),
+              "Finished requests per second: ok, failed, cancelled (cancelled dashed).",
+              dashed_legend="(failed|cancelled)$"),
         Panel("Goodput (requests/s meeting SLOs)", "reqps",
               (Target(rate_sum(f"{names.GOODPUT_REQUESTS}_total")),),
               "Requests per second that met every SLO in the config's `slo` section."),
-        Panel("Error rate by class", "percentunit", (Target(error_ratio, f"{{{{error}}}} {LEGEND}"),),
+        Panel("Error rate by class", "percentunit",
+              (Target(error_ratio, "{{attention}} {{model}} [{{target}}] {{error}}"),),
               "Share of finished requests failing with each DESIGN.md error class."),
         Panel("Failed request ratio", "percentunit", (Target(failed_ratio),),
               "Failed / all finished requests."),
         Panel("In-flight users", "short",
               (Target(f"sum by ({SPLIT}) (attnload_users{{{SEL_USERS}}})"), TARGET_USERS),
-              "Running users per model against the target user count."),
+              "Running users per model against the target user count (dashed).", dashed_legend="^target users$"),
+        *server_view(),
     )
     return Dashboard("attnload-overview", "attnload: GQA vs MLA overview",
-                     "Client-side latency and throughput per model, split by attention type. " + CLIENT_NOTE,
-                     panels, ("attnload", "gqa-vs-mla"))
+                     "Client-side latency and throughput per model, split by attention type, and the server's own "
+                     "state. " + CLIENT_NOTE, panels, ("attnload", "gqa-vs-mla"))
 
 
 # -- dashboard 2: concurrency sweep ---------------------------------------------------------
 
-def _against_users(title: str, unit: str, targets: tuple[Target, ...], description: str) -> Panel:
+def _against_users(title: str, unit: str, targets: tuple[Target, ...], description: str,
+                   dashed: str | None = None) -> Panel:
     """Time-aligned with the sweep: the target user count rides on the right axis."""
     return Panel(title, unit, (*targets, TARGET_USERS),
                  description + " Target users (right axis) mark each concurrency step.",
-                 right_axis_legend="target users")
+                 right_axis_legend="target users", dashed_legend=dashed)
+
+
+def _p50_p99(metric: str) -> tuple[Target, ...]:
+    return tuple(Target(quantile(q, metric), f"p{round(q * 100)} {{{{attention}}}} {{{{model}}}} [{{{{target}}}}]")
+                 for q in (0.5, 0.99))
 
 
 def sweep() -> Dashboard:
     panels = (
         Panel("Stage, target users and target rate", "short",
-              (Target(names.STAGE, "stage index"), TARGET_USERS,
-               Target(names.TARGET_RATE, "target rate (req/s per model)")),
-              "The shape's current step: stage index (-1 before start), closed-loop users, open-loop rate."),
-        _against_users("TTFT p50 / p99 vs target users", "s", _quantiles(TTFT, (0.5, 0.99)),
-                       "Where TTFT climbs marks the knee: queueing once KV capacity is full."),
-        _against_users("ITL p50 / p99 vs target users", "s", _quantiles(ITL, (0.5, 0.99)),
-                       "Decode step time grows with the batch; bounded once capacity caps the batch."),
-        _against_users("Output tokens/s vs target users", "tokens/s",
+              (Target(f"max({names.STAGE}{{{SCOPE}}}) + 1", "stage number"), TARGET_USERS,
+               Target(f"max({names.TARGET_RATE}{{{SCOPE}}})", "target rate (req/s per model)")),
+              "The shape's current step: stage number (0 before start), closed-loop users, open-loop rate."),
+        _against_users("TTFT vs target users (p99 dashed)", "s", _p50_p99(TTFT),
+                       "Where TTFT climbs marks the knee: queueing once KV capacity is full.", dashed="^p99"),
+        _against_users("ITL vs target users (p99 dashed)", "s", _p50_p99(ITL),
+                       "Decode step time grows with the batch; bounded once capacity caps the batch.", dashed="^p99"),
+        _against_users("Output tokens/s vs target users", TOKENS_PER_S,
                        (Target(rate_sum(f"{names.COMPLETION_TOKENS}_total")),),
                        "Throughput flattens where the server saturates."),
         _against_users("Requests/s vs target users", "reqps",
@@ -192,46 +148,35 @@ def sweep() -> Dashboard:
         _against_users("Users per model vs target users", "short",
                        (Target(f"sum by ({SPLIT}) (attnload_users{{{SEL_USERS}}})"),),
                        "Running users per model."),
-        Panel("Simulated: requests running / waiting", "short",
-              (Target(f"sum by ({SPLIT}) (attnload_sim_requests_running{{{SEL_SIM}}})", f"running {LEGEND}"),
-               Target(f"sum by ({SPLIT}) (attnload_sim_requests_waiting{{{SEL_SIM}}})", f"waiting {LEGEND}")),
-              SIMULATED_NOTE + " Waiting > 0 means admission is KV-capacity bound."),
-        Panel("Simulated: KV cache usage", "percentunit",
-              (Target(f"max by ({SPLIT}) (attnload_sim_kv_usage_ratio{{{SEL_SIM}}})"),),
-              SIMULATED_NOTE + " Share of KV blocks in use over all attention groups.", max_value=1.0),
-        Panel("Simulated: engine step time p50 / p99", "s",
-              tuple(Target(quantile(q, "attnload_sim_step_seconds", SEL_SIM), f"p{round(q * 100)} {LEGEND}")
-                    for q in (0.5, 0.99)),
-              SIMULATED_NOTE),
-        Panel("Simulated: preemptions/s", "short",
-              (Target(rate_sum("attnload_sim_preemptions_total", SEL_SIM)),),
-              SIMULATED_NOTE + " Recompute preemptions when a decode needs a block and none is free."),
+        *server_view(),
     )
     return Dashboard("attnload-sweep", "attnload: concurrency sweep",
-                     "Latency, throughput and the simulator's KV/queue state, time-aligned with the "
-                     "shape's steps (attnload_stage, attnload_target_users). " + SIMULATED_NOTE, panels,
-                     ("attnload", "sweep"))
+                     "Latency, throughput and the server's KV/queue state, time-aligned with the shape's steps "
+                     "(attnload_stage, attnload_target_users). " + CLIENT_NOTE, panels, ("attnload", "sweep"))
 
 
 # -- dashboard 3: load generator health -----------------------------------------------------
 
 def health() -> Dashboard:
     panels = (
-        Panel("Workers", "short", (Target(names.WORKERS, "workers"),),
+        Panel("Workers", "short", (Target(f"max({names.WORKERS}{{{SCOPE}}})", "workers"),),
               "Locust workers connected to the master.", kind="stat", width=6, height=6),
-        Panel("Client saturated", "short", (Target(names.CLIENT_SATURATED, "saturated"),),
-              "1 when a worker's CPU is above 90%: results are flagged client_saturated.",
+        Panel("Client saturated", "short", (Target(f"max({names.CLIENT_SATURATED}{{{SCOPE}}})", "saturated"),),
+              "1 when a worker's CPU is above 90% or its cgroup throttled it more than 10% of the time: "
+              "results are flagged client_saturated.",
               kind="stat", width=6, height=6, thresholds=(("green", None), ("red", 1.0))),
         Panel("Users vs target", "short",
               (Target(f"sum(attnload_users{{{SEL_USERS}}})", "users"), TARGET_USERS),
-              "Spawned users against the shape's target.", width=12, height=6),
-        Panel("Worker CPU", "percentunit", (Target(names.WORKER_CPU_RATIO, "{{worker}}"),),
+              "Spawned users against the shape's target (dashed).", width=12, height=6,
+              dashed_legend="^target users$"),
+        Panel("Worker CPU", "percentunit", (Target(f"{names.WORKER_CPU_RATIO}{{{SCOPE}}}", "{{worker}}"),),
               "Per-worker CPU share. Above 90% the client, not the server, sets the latency: add workers.",
               thresholds=(("green", None), ("red", 0.9)), max_value=1.0),
-        Panel("Dispatch lag p50 / p99", "s",
-              tuple(Target(quantile(q, names.DISPATCH_LAG_SECONDS), f"p{round(q * 100)} {LEGEND}")
-                    for q in (0.5, 0.99)),
-              "Open-loop runs: intended minus actual send time (coordinated omission made visible)."),
+        Panel("Dispatch lag (p99 dashed)", "s",
+              tuple(Target(quantile(q, names.DISPATCH_LAG_SECONDS),
+                           f"p{round(q * 100)} {{{{attention}}}} {{{{model}}}} [{{{{target}}}}]") for q in (0.5, 0.99)),
+              "Open-loop runs: intended minus actual send time (coordinated omission made visible).",
+              dashed_legend="^p99"),
         Panel("Errors/s by class", "reqps",
               (Target(f"sum by (error) (rate(attnload_request_errors_total{{{SEL}}}[{RATE}]))", "{{error}}"),),
               "DESIGN.md error classes; `attnload check` prints the fix for each."),
@@ -249,8 +194,8 @@ DASHBOARDS = (overview, sweep, health)
 
 # -- rendering ------------------------------------------------------------------------------
 
-def _variable(name: str, label: str) -> dict[str, Any]:
-    definition = f"label_values(attnload_requests_total, {name})"
+def _variable(name: str, label: str, source: str = "attnload_requests_total") -> dict[str, Any]:
+    definition = f"label_values({source}, {name})"
     return {
         "name": name, "label": label, "type": "query", "datasource": dict(DATASOURCE),
         "definition": definition,
@@ -267,14 +212,27 @@ def _templating() -> dict[str, Any]:
         "current": {"selected": True, "text": "attnload Prometheus", "value": DATASOURCE_UID},
         "options": [], "refresh": 1, "regex": "", "hide": 0,
     }
-    return {"list": [datasource, _variable("model", "Model"), _variable("attention", "Attention"),
-                     _variable("profile", "Profile")]}
+    # Namespace and job come from `up`: the scrape targets, the simulator's and the server's included.
+    return {"list": [datasource, _variable("namespace", "Namespace", "up"), _variable("job", "Job", "up"),
+                     _variable("model", "Model"), _variable("attention", "Attention"),
+                     _variable("target", "Target (config key)"), _variable("profile", "Profile")]}
+
+
+def _color_overrides() -> list[dict[str, Any]]:
+    """One colour per attention type, matched on the legend's first word (after a ``p99`` prefix)."""
+    return [{"matcher": {"id": "byRegexp", "options": f"/^(p\\d+ )?{name}\\b/i"},
+             "properties": [{"id": "color", "value": {"mode": "fixed", "fixedColor": color}}]}
+            for name, color in ATTENTION_COLORS]
 
 
 def _field_config(panel: Panel) -> dict[str, Any]:
-    defaults: dict[str, Any] = {"unit": panel.unit, "min": 0}
+    defaults: dict[str, Any] = {"unit": panel.unit}
+    if panel.kind != "stat":
+        defaults["min"] = 0
     if panel.max_value is not None:
         defaults["max"] = panel.max_value
+    if panel.decimals is not None:
+        defaults["decimals"] = panel.decimals
     if panel.kind == "timeseries":
         defaults["custom"] = {"drawStyle": "line", "lineWidth": 1, "fillOpacity": 0, "showPoints": "never",
                               "spanNulls": False, "axisPlacement": "auto"}
@@ -283,7 +241,10 @@ def _field_config(panel: Panel) -> dict[str, Any]:
                                   "steps": [{"color": c, "value": v} for c, v in panel.thresholds]}
         if panel.kind == "timeseries":
             defaults["custom"]["thresholdsStyle"] = {"mode": "line"}
-    overrides: list[dict[str, Any]] = []
+    overrides: list[dict[str, Any]] = _color_overrides() if panel.kind == "timeseries" else []
+    if panel.dashed_legend:
+        overrides.append({"matcher": {"id": "byRegexp", "options": f"/{panel.dashed_legend}/"},
+                          "properties": [{"id": "custom.lineStyle", "value": {"fill": "dash", "dash": [10, 10]}}]})
     if panel.right_axis_legend:
         overrides.append({
             "matcher": {"id": "byName", "options": panel.right_axis_legend},
@@ -315,27 +276,38 @@ def _layout(panels: Sequence[Panel]) -> Iterator[tuple[int, int, int]]:
         row_h = max(row_h, panel.height)
 
 
+def _panel(panel_id: int, panel: Panel, x: int, y: int) -> dict[str, Any]:
+    grid = {"h": panel.height, "w": panel.width, "x": x, "y": y}
+    if panel.kind == "row":
+        return {"id": panel_id, "type": "row", "title": panel.title, "collapsed": False, "panels": [],
+                "gridPos": grid}
+    return {
+        "id": panel_id, "type": panel.kind, "title": panel.title, "description": panel.description,
+        "datasource": dict(DATASOURCE), "gridPos": grid,
+        "fieldConfig": _field_config(panel), "options": _options(panel),
+        "targets": [{"refId": chr(ord("A") + i), "datasource": dict(DATASOURCE), "expr": t.expr,
+                     "legendFormat": t.legend, "range": True, "instant": False, "editorMode": "code"}
+                    for i, t in enumerate(panel.targets)],
+    }
+
+
+STAGE_ANNOTATION = (f'{names.STAGE_INFO}{{{SCOPE}}} and on() (changes({names.STAGE}{{{SCOPE}}}[15s]) > 0)')
+"""A point where the stage changed, carrying the new stage's number and target load as labels."""
+
+
 def render(dashboard: Dashboard) -> dict[str, Any]:
     """The Grafana dashboard model (schemaVersion 39) for one dashboard."""
-    panels = []
-    for panel_id, (panel, (x, y, _)) in enumerate(zip(dashboard.panels, _layout(dashboard.panels),
-                                                      strict=True), start=1):
-        panels.append({
-            "id": panel_id, "type": panel.kind, "title": panel.title, "description": panel.description,
-            "datasource": dict(DATASOURCE),
-            "gridPos": {"h": panel.height, "w": panel.width, "x": x, "y": y},
-            "fieldConfig": _field_config(panel), "options": _options(panel),
-            "targets": [{"refId": chr(ord("A") + i), "datasource": dict(DATASOURCE), "expr": t.expr,
-                         "legendFormat": t.legend, "range": True, "instant": False, "editorMode": "code"}
-                        for i, t in enumerate(panel.targets)],
-        })
+    panels = [_panel(panel_id, panel, x, y) for panel_id, (panel, (x, y, _)) in
+              enumerate(zip(dashboard.panels, _layout(dashboard.panels), strict=True), start=1)]
     annotations = [{
         "builtIn": 1, "datasource": {"type": "grafana", "uid": "-- Grafana --"}, "enable": True, "hide": True,
         "iconColor": "rgba(0, 211, 255, 1)", "name": "Annotations & Alerts", "type": "dashboard",
     }, {
         "name": "Stage changes", "enable": True, "hide": False, "iconColor": "purple",
-        "datasource": dict(DATASOURCE), "expr": "changes(attnload_stage[1m]) > 0", "step": "5s",
-        "titleFormat": "stage change", "textFormat": "", "tagKeys": "",
+        "datasource": dict(DATASOURCE), "expr": STAGE_ANNOTATION, "step": "5s",
+        "titleFormat": "stage {{stage}}",
+        "textFormat": "stage {{stage}}: {{target_users}} users, {{target_rate}} req/s per model",
+        "tagKeys": "stage", "useValueForTime": False,
     }]
     return {
         "uid": dashboard.uid, "title": dashboard.title, "description": dashboard.description,

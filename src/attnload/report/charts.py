@@ -91,9 +91,24 @@ def context_chart(results: Results) -> str:
                       describe=lambda s, x, y: f"{s.name}: {y:,.1f} ms at {x:,.0f} prompt tokens")
 
 
+CANCELLED = "cancelled"
+"""Error class of requests the test's stop interrupted: recorded, but not a failure of the server."""
+
+
+def failures(model: ModelSummary) -> dict[str, int]:
+    """Failed requests by error class, stop-time cancellations left out."""
+    return {name: n for name, n in model.errors.items() if name != CANCELLED and n > 0}
+
+
 def errors_chart(results: Results) -> str:
-    bars = [(series_name(m), dict(m.errors)) for m in results.models]
+    bars = [(series_name(m), failures(m)) for m in results.models]
     return stacked_bars("plot-errors", bars, "failed requests by error class")
+
+
+def cancellations_chart(results: Results) -> str:
+    """Requests in flight when a stage or the test stopped; kept apart from failures, which they are not."""
+    bars = [(series_name(m), {"cancelled at stop": m.requests.cancelled}) for m in results.models]
+    return stacked_bars("plot-cancellations", bars, "requests cancelled at stop (not failures)")
 
 
 def charts(results: Results, baseline: Results | None = None) -> list[tuple[str, str, str]]:
@@ -115,7 +130,10 @@ def charts(results: Results, baseline: Results | None = None) -> list[tuple[str,
         out.append(("TTFT vs context length",
                     "TTFT by prompt-length bucket (powers of two); solid p50, dashed p99. A conversation's prompt "
                     "grows every turn, so this is where KV bytes per token show.", context_chart(results)))
-    if any(m.errors for m in results.models):
-        out.append(("Errors", "Failed requests by class (see the fix hints in `attnload check`).",
-                    errors_chart(results)))
+    if any(failures(m) for m in results.models):
+        out.append(("Failures", "Failed requests by error class (see the fix hints in `attnload check`). "
+                    "Requests cancelled when the test stopped are not counted here.", errors_chart(results)))
+    if any(m.requests.cancelled for m in results.models):
+        out.append(("Cancelled at stop", "Requests still in flight when a stage or the test stopped: "
+                    "not server failures, shown apart from them.", cancellations_chart(results)))
     return out

@@ -27,6 +27,7 @@ from attnload.report.fmt import (
     series_name,
     stage_label,
 )
+from attnload.report.paired import ci_ms, diff_ms, paired_rows
 from attnload.results.model import ModelSummary, Results, StageSummary, Totals
 
 
@@ -103,6 +104,22 @@ def _stage_table(results: Results) -> Table | None:
     return table
 
 
+def _paired_table(results: Results) -> Table | None:
+    """``--paired``: each model minus the baseline, prompt by prompt, with the CI (ms)."""
+    rows = paired_rows(results)
+    if not rows:
+        return None
+    table = Table(title=f"paired differences (model − {rows[0].baseline}, ms, {rows[0].confidence:.0%} CI)",
+                  title_justify="left", header_style="bold", box=box.SIMPLE_HEAD)
+    for title in ("model", "metric", "median diff", "CI", "pairs", ""):
+        table.add_column(title, justify="right" if title in ("median diff", "CI", "pairs") else "left",
+                         no_wrap=True)
+    for row in rows:
+        table.add_row(row.model, row.metric, diff_ms(row.diff.median_diff), ci_ms(row.diff),
+                      f"{row.diff.n:,}", row.verdict)
+    return table
+
+
 def render_table(results: Results) -> RenderableType:
     """The whole terminal summary as one rich renderable (tables plus notes)."""
     parts: list[RenderableType] = [_model_table(results)]
@@ -112,6 +129,9 @@ def render_table(results: Results) -> RenderableType:
     server = server_view.console_table(results)
     if server is not None:
         parts.append(server)
+    paired = _paired_table(results)
+    if paired is not None:
+        parts.append(paired)
     notes: list[str] = []
     if presets_differ(results):
         notes.append(f"note: {MIXED_MODELS_NOTE}")

@@ -18,6 +18,7 @@ from attnload.report.compare import Comparison, compare_results
 from attnload.report.console import errors_text
 from attnload.report.explain import MIXED_MODELS_NOTE, attention_facts, explain, presets_differ
 from attnload.report.fmt import DASH, METRICS, count, error_total, pct, series_name, stage_label
+from attnload.report.paired import ci_ms, diff_ms, paired_rows
 from attnload.report.turns import turn_table
 from attnload.results.model import Results, Totals
 
@@ -160,6 +161,19 @@ def _banners(results: Results) -> str:
     return "".join(out)
 
 
+def _paired_section(results: Results) -> str:
+    """``--paired``: the per-pair differences against the baseline with their CIs (ms)."""
+    rows = paired_rows(results)
+    head = "".join(f"<th>{t}</th>" for t in ("model", "metric", "median diff (ms)", "CI (ms)", "pairs", ""))
+    body = "".join(
+        f"<tr><td>{escape(r.model)}</td><td>{escape(r.metric)}</td>"
+        f"{_num_cell('paired.median_diff', r.diff.median_diff, diff_ms(r.diff.median_diff))}"
+        f"<td>{escape(ci_ms(r.diff))}</td><td>{r.diff.n:,}</td><td>{escape(r.verdict)}</td></tr>" for r in rows)
+    note = (f'<p class="note">Model − {escape(rows[0].baseline)}, prompt by prompt; {rows[0].confidence:.0%} '
+            "bootstrap CI of the median. Which model is sent first alternates at random (seeded).</p>")
+    return f"{note}<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
 def render_html(results: Results, compare: Results | None = None) -> str:
     """The report as one HTML string; ``compare`` is the baseline run shown side by side."""
     figures = "".join(
@@ -176,6 +190,8 @@ def render_html(results: Results, compare: Results | None = None) -> str:
         sections.append(("server", "Server view", server_view.html_section(results)))
     if any(m.turns for m in results.models):
         sections.append(("turns", "Per conversation turn", turn_table(results)))
+    if paired_rows(results):
+        sections.append(("paired", "Paired differences", _paired_section(results)))
     if compare is not None:
         sections.append(("compare", "Compared with baseline", _compare_section(compare_results(results, compare),
                                                                              compare)))

@@ -6,6 +6,11 @@ as tables shaped by ``template_args["extended_tables"]``; their rows come from t
 test runs. We add those three things and nothing else, so Locust's own statistics
 table, charts and controls are untouched and the tab works offline (it is Locust's own
 bundled UI). ``/attnload/stats`` serves the whole live :class:`Results` snapshot.
+
+Live charts: Locust's extended tabs are tables only, so the master also injects one
+script (``live.js``, served from this package at ``/attnload/live.js``) into Locust's
+page; it polls ``/attnload/live`` and draws TTFT p50/p99, ITL p50 and output tok/s per
+model over time under the LLM tab, one colour per attention type, stage changes marked.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from attnload.report.fmt import error_total, series_name, stage_label
@@ -23,6 +29,11 @@ logger = logging.getLogger(__name__)
 
 TAB_KEY = "llm"
 STATS_ROUTE = "/attnload/stats"
+LIVE_ROUTE = "/attnload/live"
+LIVE_SCRIPT_ROUTE = "/attnload/live.js"
+LIVE_SCRIPT = Path(__file__).with_name("live.js")
+LIVE_TAG = '<script src="./attnload/live.js" defer></script>'
+"""Relative, so it follows Locust's ``--web-base-path``; same origin, nothing from a CDN."""
 LOCUST_STATS_ROUTE = "/stats/requests"
 
 # Locust camelCases these keys on the client; the row dicts below use the same names.
@@ -93,6 +104,31 @@ def turn_rows(model: ModelSummary) -> list[dict[str, Any]]:
     } for row in model.turns]
 
 
+def live_points(results: Results) -> list[dict[str, Any]]:
+    """One point per model for the live charts: the running stage's numbers, as the table shows them."""
+    points = []
+    for model in results.models:
+        stage, totals = _scope(model)
+        points.append({
+            "key": model.key, "name": series_name(model), "attention": model.attention, "stage": stage,
+            "ttft_p50_ms": _ms(totals.ttft_s.p50), "ttft_p99_ms": _ms(totals.ttft_s.p99),
+            "itl_p50_ms": _ms(totals.itl_s.p50), "output_tok_s": totals.output_tokens_per_s,
+        })
+    return points
+
+
+def _running(environment: Any) -> bool:
+    state = getattr(getattr(environment, "runner", None), "state", "")
+    return str(state) in ("spawning", "running")
+
+
+def inject_live_script(html: str) -> str:
+    """Locust's page with the live-charts script before ``</body>`` (once)."""
+    if LIVE_TAG in html or "</body>" not in html:
+        return html
+    return html.replace("</body>", LIVE_TAG + "</body>", 1)
+
+
 def _table_structure() -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for key, title, digits in COLUMNS:
@@ -122,8 +158,22 @@ def install(environment: Any, snapshot: Callable[[], Results]) -> None:
     def attnload_stats() -> Response:
         return Response(snapshot().to_json(), mimetype="application/json")
 
+    @web_ui.app.route(LIVE_ROUTE)  # type: ignore[untyped-decorator]
+    @web_ui.auth_required_if_enabled  # type: ignore[untyped-decorator]
+    def attnload_live() -> Response:
+        body = {"running": _running(environment), "models": live_points(snapshot())}
+        return Response(json.dumps(body), mimetype="application/json")
+
+    @web_ui.app.route(LIVE_SCRIPT_ROUTE)  # type: ignore[untyped-decorator]
+    def attnload_live_script() -> Response:
+        return Response(LIVE_SCRIPT.read_text(encoding="utf-8"), mimetype="text/javascript")
+
     @web_ui.app.after_request  # type: ignore[untyped-decorator]
     def add_llm_rows(response: Response) -> Response:
+        if (response.status_code == 200 and response.mimetype == "text/html" and not response.direct_passthrough
+                and request.path.endswith("/")):
+            response.set_data(inject_live_script(response.get_data(as_text=True)))
+            return response
         if not request.path.endswith(LOCUST_STATS_ROUTE) or response.status_code != 200:
             return response
         try:

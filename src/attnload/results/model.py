@@ -190,6 +190,9 @@ class ModelSummary(Totals):
     """Conversation runs: one row per turn index."""
     ttft_by_prompt_tokens: list[PromptLengthBucket] = []
     """TTFT against prompt length, in power-of-two token buckets."""
+    target: str = ""
+    """The config key again, named as the Prometheus ``target`` label: what tells apart two entries
+    with one model id (e.g. the same model on vLLM and on SGLang)."""
 
 
 class ClientInfo(_Model):

@@ -7,6 +7,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from attnload.config.model import TestConfig
+from attnload.measure.cgroup import throttled_reason
 from attnload.measure.context import ContextRecorder
 from attnload.measure.histogram import LogHistogram
 from attnload.measure.paired import PairedRecorder
@@ -86,7 +87,8 @@ def build_results(config: TestConfig, recorder: Recorder, *, started_at: float, 
             paired=paired.summary(target.key) if paired is not None else None,
             sweep=(sweep or {}).get(target.key), in_flight=(in_flight or {}).get(target.key),
             server=server.total(target.key) if server is not None else None,
-            **context_fields(context, target.key)))
+            **context_fields(context, target.key),
+            target=target.key))
     return Results.model_validate({
         "schema": "attnload.results/v1", "started_at": _iso(started_at), "ended_at": _iso(ended_at),
         "duration_s": duration_s, "config_sha256": config.sha256, "config": run_info,
@@ -119,9 +121,12 @@ def _stage_summary(recorder: Recorder, model_key: str, window: StageWindow, slo_
         paired=paired.summary(model_key, window.index) if paired is not None else None)
 
 
-def client_info(workers: int, workers_lost: int, cpu_max_ratio: float, recorder: Recorder) -> ClientInfo:
-    """Saturation is measured: CPU above 90 %, or the chunk-coalescing signature in ITL."""
+def client_info(workers: int, workers_lost: int, cpu_max_ratio: float, recorder: Recorder,
+                throttled_ratio: float = 0.0) -> ClientInfo:
+    """Saturation is measured: CPU above 90 %, cgroup throttling, or the chunk-coalescing signature in ITL."""
     reasons = []
+    if (throttled := throttled_reason(throttled_ratio)) is not None:
+        reasons.append(throttled)
     if cpu_max_ratio > SATURATION_CPU_RATIO:
         reasons.append(f"worker CPU reached {cpu_max_ratio:.0%} (> {SATURATION_CPU_RATIO:.0%})")
     itl = recorder.combined().hists["itl"]

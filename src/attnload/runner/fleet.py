@@ -71,6 +71,7 @@ def sample_cpu(runtime: Runtime) -> None:
     while True:
         gevent.sleep(1.0)
         runtime.cpu.sample()
+        runtime.throttle.sample()
 
 
 def watch_fleet(environment: Environment, runtime: Runtime) -> None:
@@ -96,4 +97,5 @@ def watch_fleet(environment: Environment, runtime: Runtime) -> None:
             runtime.fleet.workers = 1
             runtime.fleet.users = dict(runtime.users_by_model)
             runtime.note_cpu("local", runtime.cpu.sample())
+            runtime.note_throttled(runtime.throttle.sample())
         gevent.sleep(1.0)

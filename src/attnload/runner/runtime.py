@@ -19,6 +19,7 @@ from typing import Any
 from attnload.attention import FactsLookup, no_facts
 from attnload.client.transport import Timeouts
 from attnload.config.model import ModelTarget, TestConfig
+from attnload.measure.cgroup import ThrottleMeter, throttled_reason
 from attnload.measure.context import ContextRecorder
 from attnload.measure.paired import PairedRecorder
 from attnload.measure.recorder import Recorder, RequestRecord
@@ -131,6 +132,8 @@ class Runtime:
         self.running = False
         self.spawned = 0
         self.cpu = CpuMeter()
+        self.throttle = ThrottleMeter()
+        self.throttled_max_ratio = 0.0
         self.stop_requested = False  # SIGTERM on a headless shape run: the shape ends the test at its next tick
         self._assigned = 0
         self.paired = PairedRecorder(config.models[0].key, seed=config.seed) if options.paired else None
@@ -307,7 +310,9 @@ class Runtime:
 
     def worker_payload(self) -> dict[str, Any]:
         payload: dict[str, Any] = {"delta": self.recorder.take_delta(), "users": dict(self.users_by_model),
-                                   "cpu": self.cpu.peak(), "context": self.context.take_delta(), "health": self.health.payload(self.spawned)}
+                                   "cpu": self.cpu.peak(), "context": self.context.take_delta(),
+                                   "health": self.health.payload(self.spawned),
+                                   "throttled": self.throttle.peak()}
         if self.paired is not None:
             payload["paired"] = self.paired.take_delta()
         return payload
@@ -323,6 +328,8 @@ class Runtime:
             self.health.merge(worker_id, payload["health"])
         if "cpu" in payload:
             self.note_cpu(worker_id, float(payload["cpu"]))
+        if "throttled" in payload:
+            self.note_throttled(float(payload["throttled"]))
         if "users" in payload:
             self.worker_users[worker_id] = payload["users"]
             self.fleet.users = dict(sum((Counter(u) for u in self.worker_users.values()), Counter()))
@@ -335,7 +342,12 @@ class Runtime:
     def note_cpu(self, worker: str, ratio: float) -> None:
         self.fleet.worker_cpu_ratio[worker] = ratio
         self.cpu_max_ratio = max(self.cpu_max_ratio, ratio)
-        self.fleet.client_saturated = self.cpu_max_ratio > 0.9
+        self.fleet.client_saturated = self.cpu_max_ratio > 0.9 or throttled_reason(self.throttled_max_ratio) is not None
+
+    def note_throttled(self, ratio: float) -> None:
+        """cgroup CPU throttling (share of wall time) of a worker or this process; see ``measure.cgroup``."""
+        self.throttled_max_ratio = max(self.throttled_max_ratio, ratio)
+        self.fleet.client_saturated = self.cpu_max_ratio > 0.9 or throttled_reason(self.throttled_max_ratio) is not None
 
     # ------------------------------------------------------------------ results
 
@@ -356,7 +368,7 @@ class Runtime:
         sweep = self.sweep_final() if callable(self.sweep_final) else self.sweep_report
         results = build_results(self.config, self.recorder, started_at=started, ended_at=ended, stages=windows,
                                 client=client_info(workers, len(self.workers_lost), self.cpu_max_ratio,
-                                                   self.recorder),
+                                                   self.recorder, throttled_ratio=self.throttled_max_ratio),
                                 run_info=run_info, attention_info=info, paired=self.paired, sweep=sweep,
                                 in_flight=dict(self.fleet.users) if self.running else None, context=self.context,
                                 trace_rate_per_s=self.trace_rate_per_s,

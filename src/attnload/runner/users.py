@@ -169,7 +169,8 @@ def send_pair(environment: Environment, runtime: Runtime, clients: dict[str, Cha
     """
     targets = {t.key: t for t in runtime.config.models}
     plans = plan if isinstance(plan, Mapping) else dict.fromkeys(clients, plan)
-    records = send_together(list(clients), lambda key: send_plan(
+    keys = runtime.paired.send_order(list(clients)) if runtime.paired is not None else list(clients)
+    records = send_together(keys, lambda key: send_plan(
         environment, runtime, clients[key], targets[key], plans[key], stage, intended_start))
     done = {k: r for k, r in records.items() if isinstance(r, RequestRecord)}
     if runtime.paired is not None:
