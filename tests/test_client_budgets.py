@@ -244,3 +244,23 @@ def test_check_output_has_no_escape_sequences(tmp_path, capsys) -> None:  # type
     output = capsys.readouterr().out
     assert code == 1 and "model overloaded" in output and "verdict: FAILED server" in output, output
     assert not any(ch in output for ch in "\x1b\x07"), repr(output)
+
+
+def test_a_failed_request_frees_its_buffers_without_the_cycle_collector(runaway: RunawayServer) -> None:
+    """Load processes run a full GC only every 10 minutes (runner/gcpolicy.py): a failed request's
+    response must be freed by reference counting, or a fast-failing runaway server grows the worker
+    by hundreds of MB a minute."""
+    import gc
+
+    client = ChatClient(runaway.url + "/v1/chat/completions", None, Timeouts(connect_s=2, total_s=5.0))
+    body = chat_body("endless_line", [{"role": "user", "content": "hi"}], max_tokens=8, temperature=0)
+    gc.collect()
+    gc.disable()
+    try:
+        for _ in range(3):
+            assert client.send(body, model_key="k", profile="p", stage=0).error == "bad_response"
+        client.close()
+        alive = sum(isinstance(o, SseSplitter | Response) for o in gc.get_objects())
+    finally:
+        gc.enable()
+    assert alive == 0

@@ -24,6 +24,9 @@ from runaway_server import EXPECTED, MODES
 pytestmark = pytest.mark.e2e
 
 RSS_LIMIT_MB = 300.0
+LEAK_GUARD_MB = 150.0
+"""Each run process measured ~70 MB here; a per-request leak (failed requests' buffers kept alive by
+traceback cycles until the 10-minute full GC) took the worker to ~180 MB in these 5 s and 780 MB in 30 s."""
 TOTAL_TIMEOUT_S = 5.0
 
 
@@ -111,14 +114,15 @@ def test_run_against_a_runaway_server_ends_with_results(processes: Processes, tm
     log = processes.log_of(run)
     assert "Traceback" not in log, log[-3000:]
     assert len(peak) >= 3, peak  # attnload run, its master and its worker were all sampled
-    assert max(peak.values()) < RSS_LIMIT_MB, peak
+    assert max(peak.values()) < min(RSS_LIMIT_MB, LEAK_GUARD_MB), peak
     data = latest_results(results)
     summary = data["models"][0]
     assert summary["errors"].get(EXPECTED[mode], 0) > 0, summary
     assert summary["requests"]["ok"] == 0 and summary["requests"]["failed"] > 0, summary
     assert set(summary["errors"]) <= {EXPECTED[mode], "cancelled"}, summary
     assert http_json(server + "/counts")["counts"][mode] >= summary["requests"]["failed"]
-    assert elapsed < 20 + 10, (elapsed, log[-2000:])  # 5 s of load; the rest is start-up and the final wait
+    print(f"{mode}: run ended in {elapsed:.1f} s, peak RSS MB per process {sorted(peak.values())}")
+    assert elapsed < 20, (elapsed, log[-2000:])  # 5 s of load, start-up and the stop (measured ~11 s at load 10)
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -139,4 +143,5 @@ def test_check_against_a_runaway_server_returns_in_time(processes: Processes, tm
     assert "Traceback" not in output and "\x1b" not in output, output
     assert f"verdict: FAILED {EXPECTED[mode]}" in output, output
     assert max(peak.values()) < RSS_LIMIT_MB, peak
-    assert elapsed < TOTAL_TIMEOUT_S + 5 + 3, (elapsed, output)  # start-up included
+    print(f"{mode}: check returned in {elapsed:.1f} s, peak RSS MB {sorted(peak.values())}")
+    assert elapsed < TOTAL_TIMEOUT_S + 5, (elapsed, output)  # start-up included (measured ~1.6 s)

@@ -80,6 +80,9 @@ class ChatClient:
                       f"User-Agent: attnload\r\n{auth}Content-Length: ").encode()
 
     def close(self) -> None:
+        if self._reader is not None:
+            self._reader.release()
+            self._reader = None
         if self._sock is not None:
             try:
                 self._sock.close()
@@ -166,6 +169,9 @@ class ChatClient:
             error, outcome = classify_exception(exc, self.endpoint.proxy is not None), "failed"
         self.last_failure = error
         if error is not None:
+            # Its traceback holds this frame (which holds it): a cycle keeping the response's buffers alive
+            # until a full collection, which load processes run only every 10 minutes (runner/gcpolicy.py).
+            error.__traceback__ = error.__context__ = error.__cause__ = None
             self.close()
             if error.retry_after_s and self.retry_after_max_s > 0:
                 self._resume_at = time.perf_counter() + min(error.retry_after_s, self.retry_after_max_s)

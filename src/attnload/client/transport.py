@@ -90,6 +90,13 @@ class SocketReader:
         except BlockingIOError:
             return self.recv(until - time.perf_counter())  # a spurious wake-up: wait again
 
+    def release(self) -> None:
+        """Stop the timer: armed, it holds this reader (its callback) and this reader holds it, a cycle."""
+        if self.timer is not None:
+            self.timer.stop()
+            self.timer = None
+        self.io.close()
+
     def _arm(self, until: float) -> None:
         if self.timer is not None:
             self.timer.stop()
