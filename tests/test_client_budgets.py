@@ -257,10 +257,11 @@ def test_a_failed_request_frees_its_buffers_without_the_cycle_collector(runaway:
     gc.collect()
     gc.disable()
     try:
+        before = sum(isinstance(o, SseSplitter | Response) for o in gc.get_objects())  # other tests' leftovers
         for _ in range(3):
             assert client.send(body, model_key="k", profile="p", stage=0).error == "bad_response"
         client.close()
-        alive = sum(isinstance(o, SseSplitter | Response) for o in gc.get_objects())
+        after = sum(isinstance(o, SseSplitter | Response) for o in gc.get_objects())
     finally:
         gc.enable()
-    assert alive == 0
+    assert after <= before
