@@ -5,7 +5,8 @@ The request's ``model`` picks the mode (any other id gets ``endless_line``):
 - ``endless_line``: a 200 event stream whose one ``data:`` line never ends (no newline ever);
 - ``endless_events``: valid content events for ever, far past ``max_tokens``, never ``[DONE]``;
 - ``endless_html``: a 200 ``text/html`` body that never ends;
-- ``endless_header``: a status line, then one header line that never ends.
+- ``endless_header``: a status line, then one header line that never ends;
+- ``trickle``: one valid event a second for ever (only a wall-clock total timeout ends it).
 
 Each answer is also bounded here (``--limit-s``, 60 s by default), so a client that fails to
 stop cannot keep this process busy for ever. ``GET /counts`` serves the requests seen per
@@ -24,7 +25,7 @@ from collections import Counter
 
 MODES: tuple[str, ...] = ("endless_line", "endless_events", "endless_html", "endless_header")
 EXPECTED: dict[str, str] = {"endless_line": "bad_response", "endless_events": "truncated",
-                            "endless_html": "bad_response", "endless_header": "bad_response"}
+                            "endless_html": "bad_response", "endless_header": "bad_response", "trickle": "timeout"}
 """The DESIGN.md error class each mode must produce."""
 PIECE = 64 * 1024
 
@@ -47,6 +48,8 @@ _BODIES: dict[str, tuple[bytes, bytes]] = {
                        _chunk(_EVENT * (PIECE // len(_EVENT)))),
     "endless_html": (b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nConnection: close\r\n\r\n<html><body>\n",
                      b"<p>\x1b[31mnot a chat completion\x1b[0m</p>\n" * (PIECE // 48)),
+    "trickle": (b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n",
+                _chunk(_EVENT)),
     "endless_header": (b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nX-Padding: ", b"a" * PIECE),
 }
 """Per mode: what starts the answer, then the piece written again and again."""
@@ -77,20 +80,21 @@ class Runaway:
                 model = str(json.loads(body).get("model", ""))
             except (ValueError, AttributeError):
                 model = ""
-            mode = model if model in MODES else "endless_line"
+            mode = model if model in EXPECTED else "endless_line"
             self.counts[mode] += 1
-            await self._endless(writer, *_BODIES[mode])
+            await self._endless(writer, *_BODIES[mode], pause_s=1.0 if mode == "trickle" else 0.0)
         except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError, asyncio.CancelledError):
             return
         finally:
             writer.close()
 
-    async def _endless(self, writer: asyncio.StreamWriter, start: bytes, piece: bytes) -> None:
+    async def _endless(self, writer: asyncio.StreamWriter, start: bytes, piece: bytes, pause_s: float) -> None:
         writer.write(start)
         until = time.monotonic() + self.limit_s
         while time.monotonic() < until:  # bounded here too: a client that never stops cannot pin this
             writer.write(piece)
             await writer.drain()
+            await asyncio.sleep(pause_s)  # also lets the other connections run
 
 
 class RunawayServer:

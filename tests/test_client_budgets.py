@@ -184,7 +184,7 @@ def test_within_returns_at_the_deadline_when_the_probe_hangs() -> None:
 
     started = time.perf_counter()
     result = within(started + 0.2, 0.2, lambda: time.sleep(30) or "late", lambda failure: failure.kind)
-    assert result is ErrorClass.TIMEOUT and time.perf_counter() - started < 0.2 + 1.5
+    assert result is ErrorClass.TIMEOUT and time.perf_counter() - started < 0.2 + 1.0
 
 
 def test_bounded_body_caps_bytes_and_time() -> None:

@@ -22,7 +22,7 @@ from attnload.client.budget import MAX_EVENT_BYTES, max_events
 from attnload.errors import ErrorClass, RequestFailed
 
 T = TypeVar("T")
-JOIN_GRACE_S = 1.0
+JOIN_GRACE_S = 0.5
 """How long past its deadline the probe's thread may take to notice it before the caller gives up."""
 BYTES_PER_EVENT = 4096
 """Body bytes allowed per event the probe may receive (real chunks are a few hundred bytes)."""
