@@ -28,6 +28,7 @@ import gevent.ssl
 from gevent import GreenletExit
 from geventhttpclient.response import HTTPParseError, HTTPResponse
 
+from attnload.client.budget import DRAIN_READS, MAX_HEADER_BYTES, YIELD_EVERY, max_events
 from attnload.client.classify import classify_error_object, classify_exception, classify_status
 from attnload.client.sse import SseSplitter
 from attnload.client.transport import RECV_BYTES, Endpoint, Response, SocketReader, Timeouts
@@ -43,12 +44,17 @@ class ChatClient:
 
     _reader: SocketReader | None = None
     """Timer-free reader of the current plain-TCP socket (rebuilt when the socket changes)."""
+    _tls_reads = 0
+    """TLS reads so far: every ``YIELD_EVERY``-th yields to the hub (plain reads always wait on it)."""
 
     def _recv(self, sock: Any, wait_s: float) -> bytes:
         """One read of at most ``RECV_BYTES`` within ``wait_s``; raises ``TimeoutError`` past it."""
         reader = self._reader
         if reader is None or reader.sock is not sock:
             if type(sock) is not gevent.socket.socket:  # TLS: only its own recv decrypts
+                self._tls_reads += 1
+                if self._tls_reads % YIELD_EVERY == 0:
+                    gevent.sleep(0)  # its recv returns buffered bytes without a hub switch: let others run
                 sock.settimeout(wait_s)
                 return bytes(sock.recv(RECV_BYTES))
             reader = self._reader = SocketReader(sock)
@@ -74,6 +80,9 @@ class ChatClient:
                       f"User-Agent: attnload\r\n{auth}Content-Length: ").encode()
 
     def close(self) -> None:
+        if self._reader is not None:
+            self._reader.release()
+            self._reader = None
         if self._sock is not None:
             try:
                 self._sock.close()
@@ -104,7 +113,10 @@ class ChatClient:
         sock.sendall(f"CONNECT {endpoint.host}:{endpoint.port} HTTP/1.1\r\nHost: {endpoint.host}:{endpoint.port}\r\n\r\n"
                      .encode())
         reply = b""
+        deadline = time.perf_counter() + self.timeouts.connect_s
         while b"\r\n\r\n" not in reply:
+            if len(reply) > MAX_HEADER_BYTES or time.perf_counter() > deadline:
+                raise RequestFailed(ErrorClass.PROXY, "the proxy's CONNECT reply did not end in time or size")
             data = sock.recv(4096)
             if not data:
                 raise RequestFailed(ErrorClass.PROXY, "proxy closed the CONNECT tunnel")
@@ -161,6 +173,9 @@ class ChatClient:
             error, outcome = classify_exception(exc, self.endpoint.proxy is not None), "failed"
         self.last_failure = error
         if error is not None:
+            # Its traceback holds this frame (which holds it): a cycle keeping the response's buffers alive
+            # until a full collection, which load processes run only every 10 minutes (runner/gcpolicy.py).
+            error.__traceback__ = error.__context__ = error.__cause__ = None
             self.close()
             if error.retry_after_s and self.retry_after_max_s > 0:
                 self._resume_at = time.perf_counter() + min(error.retry_after_s, self.retry_after_max_s)
@@ -171,13 +186,17 @@ class ChatClient:
 
         The server counts a response complete once it has written it; if the test stops before
         this client read those bytes, calling the request cancelled would disagree with the
-        server about a response that had in fact been delivered.
+        server about a response that had in fact been delivered. At most ``DRAIN_READS`` reads:
+        a server that never stops writing would otherwise keep this loop (which never yields)
+        reading for ever and the stop would never end.
         """
         sock, response = self._sock, run.response
         if sock is None or response is None or type(sock) is not gevent.socket.socket:
             return  # TLS bytes need the TLS layer's own (blocking) reads
         try:
-            while not run.done:
+            for _ in range(DRAIN_READS):
+                if run.done:
+                    return
                 data = os.read(sock.fileno(), RECV_BYTES)  # the fd is non-blocking under gevent
                 if not data:
                     return
@@ -214,6 +233,7 @@ class ChatClient:
         response = Response(run.sse if run.stream else None)
         run.response = response
         fresh = not reused  # a reused connection that dies before any byte was closed idle: resend once
+        head_bytes = 0
         while True:
             now = time.perf_counter()
             limit = deadline if run.first_at is not None or not run.stream else min(first_deadline, deadline)
@@ -247,6 +267,10 @@ class ChatClient:
                 response.feed(data)
             except HTTPParseError as exc:
                 raise RequestFailed(ErrorClass.BAD_RESPONSE, f"malformed HTTP response ({exc})") from None
+            if not response.headers_complete:
+                head_bytes += len(data)
+                if head_bytes > MAX_HEADER_BYTES:
+                    raise RequestFailed(ErrorClass.BAD_RESPONSE, f"response headers exceed {MAX_HEADER_BYTES} bytes")
             if run.sse.events and run.stream:  # only a 200 feeds the splitter: the streaming common case first
                 run.consume(at, origin)
                 if run.done:
@@ -267,17 +291,22 @@ class ChatClient:
 
         Servers such as uvicorn send the terminating chunk separately; closing instead would reset
         the connection and open a new one per request (ports run out at 10k streams). The latency
-        was already stamped at [DONE], so this wait is not measured.
+        was already stamped at [DONE], so this wait is not measured. Bounded in time and bytes:
+        a server that goes on writing after [DONE] just loses the connection.
         """
         deadline = time.perf_counter() + FRAMING_TAIL_S
+        budget = RECV_BYTES
         try:
-            while not response.message_complete:
+            while not response.message_complete and budget > 0:
                 wait = deadline - time.perf_counter()
                 data = self._recv(sock, wait) if wait > 0 else b""
                 if not data:
                     break
+                budget -= len(data)
                 response.feed(data)
-        except (OSError, HTTPParseError, gevent.socket.timeout):
+                if response.sse is not None:
+                    response.sse.events.clear()  # events after [DONE] are not part of the answer
+        except (OSError, HTTPParseError, gevent.socket.timeout, RequestFailed):
             pass  # the answer is complete; only the connection's reuse is at stake
         if not response.message_complete or response.should_close():
             self.close()
@@ -336,7 +365,8 @@ class _Run:
     """State of one response being read: timings, chunk token estimates, usage, finish."""
 
     __slots__ = ("stream", "max_tokens", "sse", "response", "first_at", "last_at", "gaps", "chunk_tokens",
-                 "usage", "finish_reason", "done", "done_at", "eof", "plain_head", "plain_tail", "texts")
+                 "usage", "finish_reason", "done", "done_at", "eof", "plain_head", "plain_tail", "texts",
+                 "events_left")
 
     def __init__(self, stream: bool, max_tokens: int) -> None:
         self.stream = stream
@@ -356,10 +386,15 @@ class _Run:
         self.plain_tail = b""
         self.texts: list[str] | None = None
         """The content pieces as streamed, only when the caller asked for the text."""
+        self.events_left = max_events(max_tokens)
+        """Events this response may still carry before it counts as a stream that will not end."""
 
     def consume(self, at: float, origin: float) -> None:
         """Handle the events parsed so far; all of them arrived in the ``recv`` that returned at ``at``."""
         events, self.sse.events = self.sse.events, []
+        self.events_left -= len(events)
+        if self.events_left < 0:
+            self._runaway()
         for kind, data in events:
             if kind == b"message":
                 # A stream's chunks differ only in their content: same bytes before and after it as the
@@ -443,6 +478,11 @@ class _Run:
         content = delta.get("content")
         if self.texts is not None and isinstance(content, str):
             self.texts.append(content)
+
+    def _runaway(self) -> None:
+        raise RequestFailed(ErrorClass.TRUNCATED, f"more than {max_events(self.max_tokens)} events for max_tokens "
+                                                  f"{self.max_tokens} and no [DONE]: the stream would not end, so it "
+                                                  f"was cut")
 
     def finish(self) -> None:
         """Check the completed response: non-streaming body, [DONE], truncation."""

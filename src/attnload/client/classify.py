@@ -10,6 +10,7 @@ gateways answer both with 400/429.
 from __future__ import annotations
 
 import json
+import re
 import ssl
 import time
 from typing import Any
@@ -18,6 +19,23 @@ import gevent.socket
 from geventhttpclient.response import HTTPParseError
 
 from attnload.errors import ErrorClass, RequestFailed, redact
+
+_ANSI = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)?|[@-Z\\-_])")
+"""Terminal escape sequences: CSI (colours, cursor moves), OSC (titles, hyperlinks) and two-byte ones."""
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+"""C0/C1 controls, line separators and bidi overrides that would rewrite or reorder a terminal line."""
+
+
+def printable(text: str) -> str:
+    """``text`` with escape sequences removed and control characters turned into spaces.
+
+    Why: error details quote the server (its status text, error message, a snippet of its
+    body) and end up on the user's terminal and in reports; a hostile or broken server must
+    not be able to clear the screen, recolour it, retitle the window or hide text there.
+    """
+    if text.isprintable():
+        return text
+    return _CONTROL.sub(" ", _ANSI.sub("", text))
 
 
 def classify_status(status: int, body: bytes, retry_after: str | None = None) -> RequestFailed:
@@ -64,11 +82,12 @@ _RATE_WORDS = ("rate_limit", "rate limit", "too many requests")
 
 
 def _by_status(status: int, message: str, code: str, retry_after: str | None) -> RequestFailed:
+    message, code = printable(message), printable(code)
     text = f"{code} {message}".lower()
     detail = f"HTTP {status}: {message or code or 'no details'}".strip()
     wait_s = _retry_after_s(retry_after)
     if retry_after:
-        detail += f" (Retry-After {retry_after[:40]})"
+        detail += f" (Retry-After {printable(retry_after[:40])})"
     if status == 402 or any(w in text for w in _QUOTA_WORDS):
         return RequestFailed(ErrorClass.QUOTA, detail)
     if any(w in text for w in _CONTEXT_WORDS):
@@ -122,7 +141,7 @@ def classify_exception(exc: BaseException, via_proxy: bool) -> RequestFailed:
     """The one boundary where socket, TLS and parser exceptions become DESIGN.md classes."""
     if isinstance(exc, RequestFailed):
         return exc
-    detail = redact(f"{type(exc).__name__}: {exc}")
+    detail = redact(printable(f"{type(exc).__name__}: {exc}"))
     if isinstance(exc, TimeoutError | gevent.socket.timeout):
         return RequestFailed(ErrorClass.TIMEOUT, detail)
     if isinstance(exc, ConnectionError | OSError | ssl.SSLError):

@@ -13,7 +13,10 @@ import gevent.socket
 import gevent.ssl
 from geventhttpclient.response import HTTPResponse
 
+from attnload.client.budget import MAX_BODY_BYTES
+from attnload.client.classify import classify_status
 from attnload.client.sse import SseSplitter
+from attnload.errors import ErrorClass, RequestFailed
 
 RECV_BYTES = 65536
 ERROR_BODY_LIMIT = 64 * 1024
@@ -21,17 +24,29 @@ _LOOPBACK = ("127.", "localhost", "::1", "[::1]")
 
 
 class Response(HTTPResponse):
-    """llhttp parser whose body bytes go straight to an ``SseSplitter`` or a capped buffer."""
+    """llhttp parser whose body bytes go straight to an ``SseSplitter`` or a capped buffer.
+
+    A body other than a 200 stream is read up to ``MAX_BODY_BYTES`` (budget.py): past that
+    a 200 is ``bad_response`` and an error status is classified from what was read.
+    """
 
     def __init__(self, sse: SseSplitter | None) -> None:
         super().__init__(method="POST")
         self.sse = sse
         self.body = bytearray()
+        self.body_bytes = 0
 
     def _on_body(self, buf: bytearray) -> None:
-        if self.sse is not None and self.get_code() == 200:
+        code = self.get_code()
+        if self.sse is not None and code == 200:
             self.sse.feed(bytes(buf))
-        elif len(self.body) < ERROR_BODY_LIMIT:
+            return
+        self.body_bytes += len(buf)
+        if self.body_bytes > MAX_BODY_BYTES:
+            if code == 200:
+                raise RequestFailed(ErrorClass.BAD_RESPONSE, f"the response body exceeded {MAX_BODY_BYTES} bytes")
+            raise classify_status(code, bytes(self.body), None)
+        if code == 200 or len(self.body) < ERROR_BODY_LIMIT:
             self.body += buf
 
 
@@ -74,6 +89,13 @@ class SocketReader:
             return self.raw.recv(RECV_BYTES)
         except BlockingIOError:
             return self.recv(until - time.perf_counter())  # a spurious wake-up: wait again
+
+    def release(self) -> None:
+        """Stop the timer: armed, it holds this reader (its callback) and this reader holds it, a cycle."""
+        if self.timer is not None:
+            self.timer.stop()
+            self.timer = None
+        self.io.close()
 
     def _arm(self, until: float) -> None:
         if self.timer is not None:

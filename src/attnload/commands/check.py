@@ -21,13 +21,15 @@ import os
 import socket
 import time
 import urllib.request
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 from urllib.parse import urlsplit
 
+from attnload.client.budget import MAX_BODY_BYTES, max_events
 from attnload.client.chat import ChatClient, chat_body
-from attnload.client.classify import classify_status
+from attnload.client.classify import classify_status, printable
 from attnload.client.transport import Timeouts, proxy_for
+from attnload.commands.check_budget import bounding_hook, max_probe_bytes, within
 from attnload.config.limits import MAX_OUTPUT_TOKENS
 from attnload.config.model import ModelTarget, TestConfig
 from attnload.config.seed import load_config
@@ -38,6 +40,10 @@ LEFTOVER_CREDENTIALS = ("OPENAI_API_KEY", "OPENAI_BASE_URL", "ANTHROPIC_API_KEY"
                         "ANTHROPIC_BASE_URL", "CLAUDE_CODE_OAUTH_TOKEN")
 """Credentials other tools read first (the seed's "OAuth leftovers"); only their names are ever shown."""
 PROXY_PROBE_S = 2.0
+MODELS_TIMEOUT_S = 10.0
+CONFIRM_TIMEOUT_S = 2.0
+"""The load-path probe's total timeout after the SDK probe already timed out (it only confirms)."""
+"""The whole ``GET /models`` listing that a not_found fix quotes (bytes capped too: check_budget.py)."""
 SCHEMA = "attnload.check/v1"
 
 
@@ -148,10 +154,17 @@ def check_model(config: TestConfig, target: ModelTarget, max_tokens: int, prompt
     timeouts = Timeouts(connect_s=config.request.connect_timeout_s, ttft_s=config.request.ttft_timeout_s,
                         idle_s=config.request.idle_timeout_s, total_s=config.request.total_timeout_s)
     messages = [{"role": "user", "content": prompt}]
-    check.sdk = _sdk_probe(sdk_base, key, target.id, messages, max_tokens, timeouts, check.proxy)
-    check.raw = _raw_probe(target.chat_url, key, target.id, messages, max_tokens, timeouts)
+    deadline = time.perf_counter() + timeouts.total_s
+    check.sdk = within(deadline, timeouts.total_s,
+                       lambda: _sdk_probe(sdk_base, key, target.id, messages, max_tokens, timeouts, check.proxy),
+                       Probe.failed)
+    # The SDK ran out of time: confirm with the load path quickly, so check returns within total + ~5 s.
+    confirm = check.sdk.error == ErrorClass.TIMEOUT.label and "total timeout" in check.sdk.detail \
+        and timeouts.total_s > CONFIRM_TIMEOUT_S
+    raw_timeouts = replace(timeouts, total_s=CONFIRM_TIMEOUT_S) if confirm else timeouts
+    check.raw = _raw_probe(target.chat_url, key, target.id, messages, max_tokens, raw_timeouts)
     failing = next((p for p in (check.sdk, check.raw) if not p.ok), None)
-    if failing is check.sdk and check.raw.error == check.sdk.error:
+    if failing is check.sdk and check.raw.error == check.sdk.error and not confirm:
         failing = check.raw  # same class: the load path's detail is the more specific one
     if failing is None:
         check.verdict = "ok"
@@ -169,14 +182,21 @@ def check_model(config: TestConfig, target: ModelTarget, max_tokens: int, prompt
 
 def _sdk_probe(base_url: str, key: str | None, model: str, messages: list[dict[str, str]], max_tokens: int,
                timeouts: Timeouts, proxy: ProxyInfo) -> Probe:
-    """One streaming request through the openai SDK (httpx honours the proxy variables)."""
+    """One streaming request through the openai SDK (httpx honours the proxy variables).
+
+    Bounded (check_budget.py): body bytes and events are capped and ``total_s`` is a deadline
+    for the whole reply, checked at every read, not only between parsed chunks.
+    """
     import httpx2
     import openai
 
     read_s = min(timeouts.idle_s, timeouts.ttft_s or timeouts.total_s, timeouts.total_s)
-    client = openai.OpenAI(base_url=base_url, api_key=key or "no-key", max_retries=0,
-                           timeout=httpx2.Timeout(read_s, connect=timeouts.connect_s))
+    timeout = httpx2.Timeout(read_s, connect=timeouts.connect_s)
     started = time.perf_counter()
+    hook = bounding_hook(started + timeouts.total_s, max_probe_bytes(max_tokens), timeouts.total_s)
+    client = openai.OpenAI(base_url=base_url, api_key=key or "no-key", max_retries=0, timeout=timeout,
+                           http_client=openai.DefaultHttpxClient(timeout=timeout, event_hooks={"response": [hook]}))
+    events_left = max_events(max_tokens)
     ttft: float | None = None
     tokens = 0
     usage_tokens: int | None = None
@@ -188,6 +208,10 @@ def _sdk_probe(base_url: str, key: str | None, model: str, messages: list[dict[s
         for chunk in stream:
             if time.perf_counter() - started > timeouts.total_s:
                 raise RequestFailed(ErrorClass.TIMEOUT, f"stream exceeded the total timeout {timeouts.total_s:g} s")
+            events_left -= 1
+            if events_left < 0:
+                raise RequestFailed(ErrorClass.TRUNCATED, f"more than {max_events(max_tokens)} chunks for max_tokens "
+                                                          f"{max_tokens} and no [DONE]: the stream would not end")
             usage = getattr(chunk, "usage", None)
             if usage is not None and isinstance(getattr(usage, "completion_tokens", None), int):
                 usage_tokens = usage.completion_tokens
@@ -203,7 +227,6 @@ def _sdk_probe(base_url: str, key: str | None, model: str, messages: list[dict[s
                     ttft = ttft if ttft is not None else time.perf_counter() - started
                     tokens += 1
                 finish = choice.finish_reason or finish
-        client.close()
     except RequestFailed as failure:
         return Probe.failed(failure)
     except openai.APIStatusError as exc:
@@ -212,16 +235,15 @@ def _sdk_probe(base_url: str, key: str | None, model: str, messages: list[dict[s
     except openai.APITimeoutError:
         return Probe.failed(RequestFailed(ErrorClass.TIMEOUT, f"no data within {read_s:g} s (openai SDK)"))
     except openai.APIConnectionError as exc:
-        cause = exc.__cause__ or exc
-        kind = ErrorClass.PROXY if proxy.sdk_proxy else ErrorClass.CONNECTION
-        via = f" via proxy {proxy.sdk_proxy}" if proxy.sdk_proxy else ""
-        return Probe.failed(RequestFailed(kind, f"{type(cause).__name__}: {cause}{via}"))
+        return Probe.failed(_connection_failure(exc.__cause__ or exc, proxy))
     except openai.APIError as exc:  # an error event inside a 200 stream
         body = exc.body if exc.body is not None else exc.message
         return Probe.failed(classify_status(200, json.dumps({"error": body}).encode()))
     except (ValueError, TypeError, AttributeError, KeyError, openai.OpenAIError) as exc:
         return Probe.failed(RequestFailed(ErrorClass.BAD_RESPONSE, f"reading the stream failed: "
                                                                    f"{type(exc).__name__}: {exc}"))
+    finally:
+        client.close()  # also ends a runaway reply's connection
     completion = usage_tokens if usage_tokens is not None else tokens
     probe = Probe(ok=True, ttft_s=ttft, tokens=completion, finish_reason=finish)
     if finish == "length" and completion < max_tokens:
@@ -231,6 +253,20 @@ def _sdk_probe(base_url: str, key: str | None, model: str, messages: list[dict[s
         return Probe(ok=False, error=ErrorClass.BAD_RESPONSE.label, tokens=completion, finish_reason=finish,
                      detail="the stream carried no content (reading choices found nothing)")
     return probe
+
+
+def _connection_failure(cause: BaseException, proxy: ProxyInfo) -> RequestFailed:
+    """The class of an SDK connection error: a read budget, a broken reply, or the connection (or proxy)."""
+    import httpx2
+
+    if isinstance(cause, RequestFailed):  # a budget that ran out while the SDK was reading
+        return cause
+    if isinstance(cause, httpx2.RemoteProtocolError) and "disconnected" not in str(cause):
+        return RequestFailed(ErrorClass.BAD_RESPONSE, f"the reply broke HTTP ({cause}): an endless header or not "
+                                                      f"an HTTP server")
+    kind = ErrorClass.PROXY if proxy.sdk_proxy else ErrorClass.CONNECTION
+    via = f" via proxy {proxy.sdk_proxy}" if proxy.sdk_proxy else ""
+    return RequestFailed(kind, f"{type(cause).__name__}: {cause}{via}")
 
 
 def _raw_probe(url: str, key: str | None, model: str, messages: list[dict[str, str]], max_tokens: int,
@@ -394,10 +430,13 @@ def _list_models(base_url: str, key: str | None) -> list[str] | None:
     """The provider's model ids (``GET {base}/models``), or None when that path does not answer."""
     import openai
 
-    client = openai.OpenAI(base_url=base_url, api_key=key or "no-key", max_retries=0, timeout=10.0)
+    hook = bounding_hook(time.perf_counter() + MODELS_TIMEOUT_S, MAX_BODY_BYTES, MODELS_TIMEOUT_S)
+    client = openai.OpenAI(base_url=base_url, api_key=key or "no-key", max_retries=0, timeout=MODELS_TIMEOUT_S,
+                           http_client=openai.DefaultHttpxClient(timeout=MODELS_TIMEOUT_S,
+                                                                 event_hooks={"response": [hook]}))
     try:
         return sorted(str(m.id) for m in client.models.list())
-    except (openai.OpenAIError, ValueError, TypeError, AttributeError):
+    except (openai.OpenAIError, ValueError, TypeError, AttributeError, RequestFailed):
         return None
     finally:
         client.close()
@@ -415,7 +454,7 @@ def _as_json(check: ModelCheck) -> dict[str, Any]:
 def _redact_tree(value: Any) -> Any:
     """Redact every string inside a JSON value (redacting the dumped text could break its syntax)."""
     if isinstance(value, str):
-        return redact(value)
+        return redact(printable(value))
     if isinstance(value, dict):
         return {k: _redact_tree(v) for k, v in value.items()}
     if isinstance(value, list):
@@ -462,7 +501,7 @@ def render(config_path: str, checks: list[ModelCheck]) -> str:
     failed = [c.key for c in checks if not c.ok]
     lines += ["", f"{len(checks) - len(failed)} of {len(checks)} models passed"
               + (f"; failed: {', '.join(failed)}" if failed else "")]
-    return "\n".join(lines)
+    return "\n".join(printable(line) for line in lines)  # server text must not drive the terminal
 
 
 def _probe_text(probe: Probe) -> str:
