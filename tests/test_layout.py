@@ -182,3 +182,18 @@ def test_no_function_over_the_limit() -> None:
 @pytest.mark.parametrize("module", ["attnload.attention", "attnload.errors"])
 def test_the_neutral_modules_import_no_other_attnload_module(module: str) -> None:
     assert [t for t, _n, _l in _imports(module) if t != "attnload"] == []
+
+
+def test_attention_types_are_one_table() -> None:
+    """Adding an attention type is one entry in ``attention.KINDS`` plus its presets: no other module
+    branches on a type's name (a second ``if attention == "MLA"`` would be a second place to edit)."""
+    import re
+
+    from attnload.attention import ATTENTION_TYPES, KINDS
+
+    assert tuple(KINDS) == ATTENTION_TYPES
+    names = "|".join(ATTENTION_TYPES)
+    branch = re.compile(rf"""(==|!=|\bin)\s*\(?\s*["']({names})["']""")
+    offenders = [f"{name}:{n}" for name, path in SOURCES.items() if name != "attnload.attention"
+                 for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1) if branch.search(line)]
+    assert offenders == []

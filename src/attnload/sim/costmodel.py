@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
+from attnload.attention import kind_of
 from attnload.errors import UsageError
 from attnload.sim.presets import PRESETS, HardwarePreset, ModelPreset, find_preset_key, lookup_hardware
 
@@ -168,18 +169,7 @@ class StepBreakdown:
 
 def kv_elements_per_token_per_layer(m: ModelPreset, attn_tp: int) -> int:
     """``e_kv(A)`` of §1: KV elements one GPU stores per token per layer at attention TP ``A``."""
-    kind = m.attention
-    if kind in ("GQA", "MHA"):
-        return 2 * math.ceil(m.h_kv / attn_tp) * m.d_h
-    if kind == "MQA":
-        return 2 * m.d_h  # one KV head, replicated on every GPU
-    if kind == "GTA":
-        return math.ceil(m.h_kv / attn_tp) * m.d_h + m.d_r
-    if kind == "MLA":
-        return m.d_c + m.d_r  # the latent cannot be split by heads
-    if kind == "GLA":
-        return math.ceil(m.h_c / attn_tp) * m.d_ch + m.d_r
-    raise ValueError(f"unknown attention type {kind!r}")
+    return kind_of(m.attention).kv_elements(m, attn_tp)
 
 
 def kv_bytes_per_token(m: ModelPreset, attn_tp: int = 1, kv_dtype: str = "bf16") -> int:
@@ -189,29 +179,19 @@ def kv_bytes_per_token(m: ModelPreset, attn_tp: int = 1, kv_dtype: str = "bf16")
 
 def decode_flop_per_context_token(m: ModelPreset) -> float:
     """``f_dec`` (§3.1), all query heads, per layer: absorbed form for MLA/GLA."""
-    if m.attention == "MLA":
-        return 2.0 * m.h_q * (2 * m.d_c + m.d_r)
-    if m.attention == "GLA":
-        return 2.0 * m.h_q * (2 * m.d_ch + m.d_r)
-    return 4.0 * m.h_q * m.d_h
+    return kind_of(m.attention).decode_flop(m)
 
 
 def prefill_flop_per_pair(m: ModelPreset) -> float:
     """``f_pre`` (§3.1) per (query, key) pair, per layer: expanded form for MLA/GLA."""
-    if m.attention in ("MLA", "GLA"):
-        return 2.0 * m.h_q * (m.d_nope + m.d_r + m.d_v)
-    return 4.0 * m.h_q * m.d_h
+    return kind_of(m.attention).prefill_flop(m)
 
 
 def upproj_flop_per_prefix_token(m: ModelPreset) -> float:
     """MLA/GLA non-absorbed prefill re-expands the cached latent of every prefix token into per-head
     keys and values (``kv_b``), per layer: ``2·h_q·w·(d_nope + d_v)`` with ``w`` the latent width one
     head reads (MLA: all of ``d_c``; GLA: one latent head ``d_ch``). 0 for other types, which cache K/V."""
-    if m.attention == "MLA":
-        return 2.0 * m.h_q * m.d_c * (m.d_nope + m.d_v)
-    if m.attention == "GLA":
-        return 2.0 * m.h_q * m.d_ch * (m.d_nope + m.d_v)
-    return 0.0
+    return kind_of(m.attention).upproj_flop(m)
 
 
 def moe_tokens_per_expert(m: ModelPreset, tokens: int) -> float:
@@ -261,7 +241,7 @@ def resolve_dp_attention(m: ModelPreset, cfg: EngineConfig) -> int:
     """D: ``auto`` is tp for MLA (the latent cannot shard), 1 otherwise; must divide tp."""
     if cfg.tp < 1:
         raise UsageError(f"tp must be ≥ 1, got {cfg.tp}")
-    dp = (cfg.tp if m.attention == "MLA" else 1) if cfg.dp_attention == "auto" else int(cfg.dp_attention)
+    dp = (cfg.tp if kind_of(m.attention).latent else 1) if cfg.dp_attention == "auto" else int(cfg.dp_attention)
     if dp < 1 or cfg.tp % dp:
         raise UsageError(f"{m.key}: dp_attention {dp} does not divide tp {cfg.tp}. "
                          f"Fix: use a divisor of {cfg.tp} or --dp-attention auto")

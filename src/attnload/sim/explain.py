@@ -25,6 +25,7 @@ from attnload.sim.costmodel import (
     moe_tokens_per_expert,
     prefill_time_s,
     refusal_reason,
+    upproj_flop_per_prefix_token,
 )
 from attnload.sim.factory import ModelSpec
 from attnload.sim.presets import PRESETS, aliases_of
@@ -138,7 +139,7 @@ def calibrated_terms(dep: Deployment, batch: int, context_tokens: int) -> list[s
             lines.append("  EP all-to-all: none (ep 1: experts split by TP, an all-reduce instead)")
     else:
         lines.append("  grouped-GEMM efficiency and EP all-to-all: dense model, not applicable")
-    if m.attention in ("MLA", "GLA"):
+    if upproj_flop_per_prefix_token(m) > 0:
         full = prefill_time_s(dep, context_tokens)
         upproj = sum(dep.step_breakdown([GroupLoad.of((), ((l0, c),))]).mla_upproj_s
                      for l0, c in _chunks(dep, context_tokens))
