@@ -150,7 +150,7 @@ def _buckets(hist: LogHistogram) -> list[tuple[str, float]]:
     return buckets
 
 
-def serve_metrics(recorder: Recorder, state: FleetState, port: int, host: str = "0.0.0.0") -> CollectorRegistry:
+def serve_metrics(recorder: Recorder, state: FleetState, port: int, host: str = "127.0.0.1") -> CollectorRegistry:
     """Serve ``/metrics`` on ``port`` from a fresh registry (never the global one)."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(FleetCollector(recorder, state))

@@ -122,7 +122,8 @@ def _init_collector(environment: Environment, runtime: Runtime) -> None:
                                          runtime.options.server_metrics_interval_s)
     if runtime.options.metrics_port:
         try:
-            serve_metrics(runtime.recorder, runtime.fleet, runtime.options.metrics_port)
+            serve_metrics(runtime.recorder, runtime.fleet, runtime.options.metrics_port,
+                          runtime.options.metrics_host)
         except OSError as exc:
             exit_usage(UsageError(f"cannot serve /metrics on port {runtime.options.metrics_port} ({exc.strerror}): "
                              "pass another --metrics-port or stop the process holding it"))

@@ -55,6 +55,7 @@ class LoadPlan:
     workers: int
     results_dir: Path
     metrics_port: int
+    metrics_host: str = "127.0.0.1"
     headless: bool
     web_port: int
     profiles: str
@@ -116,6 +117,7 @@ def plan_from_args(args: argparse.Namespace, config_path: Path) -> LoadPlan:
     check_reachable(config)
     return LoadPlan(config=config, config_path=config_path, shape=shape, spawn_rate=args.spawn_rate,
                     workers=args.workers, results_dir=Path(args.results), metrics_port=args.metrics_port,
+                    metrics_host=getattr(args, "metrics_host", "127.0.0.1"),
                     headless=args.headless, web_port=args.web_port, profiles=args.profile, warmup=args.warmup,
                     paired=paired, arrivals=getattr(args, "arrivals", None), max_in_flight=max_in_flight,
                     prometheus_port=getattr(args, "prometheus", None),
@@ -228,7 +230,7 @@ def _environment(plan: LoadPlan) -> dict[str, str]:
     env = dict(os.environ)
     env.update(environment({
         "config": str(plan.config_path.resolve()), "results": str(plan.results_dir.resolve()),
-        "metrics-port": str(plan.metrics_port), "shape": plan.shape.to_text(),
+        "metrics-port": str(plan.metrics_port), "metrics-host": plan.metrics_host, "shape": plan.shape.to_text(),
         "stage-duration": f"{plan.shape.stage_duration_s:g}", "profile": plan.profiles,
         "replay-speed": f"{plan.shape.speed:g}" if isinstance(plan.shape, ReplaySpec) else None,
         "warmup": plan.warmup or "0", "spawn-rate": f"{plan.spawn_rate:g}" if plan.spawn_rate else None,

@@ -26,6 +26,8 @@ class RunOptions:
 
     config_path: str
     metrics_port: int = 9646
+    metrics_host: str = "127.0.0.1"
+    """Where /metrics listens: loopback unless asked (a container's master sets 0.0.0.0 for Prometheus)."""
     results_dir: str = "results"
     shape: ShapeSpec | None = None
     profiles: tuple[str, ...] = ()
@@ -98,6 +100,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("results", "directory for results JSON + HTML", "results", run={"default": "results"}),
     Option("metrics-port", "master's Prometheus /metrics port (0 = off)", 9646, int,
            run={"type": int, "default": 9646}),
+    Option("metrics-host", "address /metrics listens on (default 127.0.0.1; 0.0.0.0 lets another host's "
+           "Prometheus scrape it, as deploy/ does)", "127.0.0.1", run={"default": "127.0.0.1", "metavar": "ADDR"}),
     Option("server-metrics", "auto: read each model server's /metrics (its metrics_url, else /metrics on its "
            "base_url's host) next to the client's numbers; off: don't", "auto",
            run={"choices": ("auto", "off"), "default": "auto"}),
@@ -163,6 +167,7 @@ def options_from(parsed: Any) -> RunOptions:
         shape = with_replay_speed(shape, getattr(parsed, "attnload_replay_speed", None))
     return RunOptions(
         config_path=parsed.attnload_config, metrics_port=int(parsed.attnload_metrics_port),
+        metrics_host=str(parsed.attnload_metrics_host or "127.0.0.1").strip(),
         results_dir=parsed.attnload_results, shape=shape,
         profiles=tuple(p.strip() for p in (parsed.attnload_profile or "").split(",") if p.strip()),
         warmup_s=0.0 if warmup in ("", "0") else parse_duration(warmup, "--warmup"),
