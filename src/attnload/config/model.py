@@ -226,17 +226,9 @@ class DatasetSpec(StrictModel):
     """``all`` replays a record's human turns as one conversation."""
 
 
-class Profile(StrictModel):
-    """A named workload: what each request asks for.
+class ProfileSpec(StrictModel):
+    """What a workload profile asks for, as a config file spells it (the name is its key there)."""
 
-    ``prompt_tokens`` builds a prompt of that many tokens (by the shared local estimator,
-    so the server's ``usage`` agrees); ``shared_prefix_ratio`` of it is one of
-    ``prefixes`` fixed texts placed *before* the salt, so a prefix cache can hit it.
-    ``ignore_eos`` (None: the request setting) asks the server to emit exactly
-    ``max_tokens`` (``ignore_eos`` + ``min_tokens``, vLLM/SGLang extensions).
-    """
-
-    name: str
     prompt: str | None = None
     prompt_tokens: TokenCount | None = None
     max_tokens: TokenCount | None = None
@@ -248,6 +240,24 @@ class Profile(StrictModel):
     """Multi-turn chat: each request resends the history plus the streamed answer (workloads.md)."""
     dataset: DatasetSpec | None = None
     """Prompts from a local ShareGPT/JSONL file instead of built text."""
+
+    @model_validator(mode="after")
+    def _bounded(self) -> ProfileSpec:
+        check_token_bounds(self.prompt_tokens, self.max_tokens)
+        return self
+
+
+class Profile(ProfileSpec):
+    """A named workload: what each request asks for.
+
+    ``prompt_tokens`` builds a prompt of that many tokens (by the shared local estimator,
+    so the server's ``usage`` agrees); ``shared_prefix_ratio`` of it is one of
+    ``prefixes`` fixed texts placed *before* the salt, so a prefix cache can hit it.
+    ``ignore_eos`` (None: the request setting) asks the server to emit exactly
+    ``max_tokens`` (``ignore_eos`` + ``min_tokens``, vLLM/SGLang extensions).
+    """
+
+    name: str
 
     @property
     def conversational(self) -> bool:
@@ -264,7 +274,6 @@ class Profile(StrictModel):
             value = getattr(self, name)
             if isinstance(value, int) and value <= 0:
                 raise ValueError(f"profile {self.name!r}: {name} must be positive, got {value}")
-        check_token_bounds(self.prompt_tokens, self.max_tokens)
         if not limits.is_name(self.name):
             raise ValueError(f"profile name {self.name!r} is refused: {limits.NAME_RULE}")
         if self.shared_prefix_ratio > 0 and self.prompt_tokens is None:

@@ -17,21 +17,18 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import ConfigDict, Field, ValidationError, field_validator
 
 from attnload.attention import parse_attention
 from attnload.config import limits
 from attnload.config.model import (
-    ConversationSpec,
-    DatasetSpec,
     ModelTarget,
     Profile,
+    ProfileSpec,
     RequestSettings,
     Slo,
     StrictModel,
     TestConfig,
-    TokenCount,
-    check_token_bounds,
     env_name,
 )
 from attnload.config.urls import check_url, metrics_url, resolve_chat_url
@@ -75,28 +72,11 @@ class _Benchmark(StrictModel):
     temperature: float = Field(default=0.0, ge=0.0, le=2.0)
 
 
-class _RawProfile(StrictModel):
-    prompt: str | None = None
-    prompt_tokens: TokenCount | None = None
-    max_tokens: TokenCount | None = None
-    shared_prefix_ratio: float = Field(default=0.0, ge=0.0, le=1.0)
-    prefixes: int = Field(default=1, ge=1, le=limits.MAX_PREFIXES)
-    weight: float = Field(default=1.0, gt=0, le=limits.MAX_WEIGHT)
-    ignore_eos: bool | None = None
-    conversation: ConversationSpec | None = None
-    dataset: DatasetSpec | None = None
-
-    @model_validator(mode="after")
-    def _bounded(self) -> _RawProfile:  # here, so the error names workload.NAME
-        check_token_bounds(self.prompt_tokens, self.max_tokens)
-        return self
-
-
 class _Extensions(StrictModel):
     """Optional keys both formats accept beyond the seed's."""
 
     test_prompts: dict[str, str] = {}
-    workload: dict[str, _RawProfile] = {}
+    workload: dict[str, ProfileSpec] = {}
     request: RequestSettings | None = None
     slo: Slo = Slo()
     shape: str | None = None

@@ -55,7 +55,6 @@ class LoadPlan:
     workers: int
     results_dir: Path
     metrics_port: int
-    metrics_host: str = "127.0.0.1"
     headless: bool
     web_port: int
     profiles: str
@@ -70,6 +69,7 @@ class LoadPlan:
     csv_prefix: str | None = None
     """``--csv PREFIX``: handed to the Locust master, which writes Locust's CSVs and ``PREFIX_llm.csv``."""
     snapshot_interval_s: float | None = None
+    metrics_host: str = "127.0.0.1"
 
 
 @dataclass(frozen=True)
