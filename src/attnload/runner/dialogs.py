@@ -105,6 +105,15 @@ class Traffic:
         return lambda messages: sum(tokens.count(str(m.get("content", ""))) + MESSAGE_OVERHEAD_TOKENS
                                     for m in messages)
 
+    def sizer(self, keys: Sequence[str]) -> TextTokens | None:
+        """What sizes a single-turn prompt for ``keys``: the first model's tokenizer (None: the estimator).
+
+        Paired mode sends one text to every model, so it is sized by the first model's tokenizer and
+        the others count it by theirs (their tokenizer's difference), as conversations and replay do.
+        """
+        tokens = self.tokens.get(keys[0]) if keys else None
+        return None if tokens is None or isinstance(tokens, EstimatorTokens) else tokens
+
     def session(self, keys: Sequence[str]) -> Session:
         return Session(self, list(keys))
 
@@ -131,7 +140,7 @@ class Session:
         workload = self.traffic.workload
         profile = workload.choose()
         if not profile.conversational:
-            plan = workload.plan(profile)
+            plan = workload.plan(profile, self.traffic.sizer(self.keys))
             return Step(dict.fromkeys(self.keys, plan))
         self._open(profile)
         plans = self._turn()

@@ -24,7 +24,7 @@ from attnload.runner.fleet import (
     write_after_final_counts,
 )
 from attnload.runner.gcpolicy import quiet_full_collections
-from attnload.runner.openloop import ClientPool, OpenLoop
+from attnload.runner.openloop import PAIR_STREAM, ClientPool, OpenLoop
 from attnload.runner.options import add_arguments, exit_usage, options_from
 from attnload.runner.replay import ReplaySchedule
 from attnload.runner.runtime import Runtime
@@ -100,7 +100,13 @@ def _open_loop(environment: Environment, runtime: Runtime) -> OpenLoop:
     def pair(clients: dict[str, ChatClient], plan: PlannedRequest, stage: int, intended: float) -> None:
         send_pair(environment, runtime, clients, plan, stage, intended)
 
-    loop = OpenLoop(list(runtime.config.models), pool, runtime.workload.next, send,
+    keys = [m.key for m in runtime.config.models]
+
+    def next_plan(stream: str) -> PlannedRequest:
+        """A rate stage's next request, sized by the stream's model (paired: the first model's tokenizer)."""
+        return runtime.workload.next(runtime.traffic.sizer(keys if stream == PAIR_STREAM else [stream]))
+
+    loop = OpenLoop(list(runtime.config.models), pool, next_plan, send,
                     pair if runtime.paired is not None else None, runtime.arrivals, runtime.config.seed)
     shape = runtime.options.shape
     if isinstance(shape, ReplaySpec):

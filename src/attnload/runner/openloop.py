@@ -121,11 +121,12 @@ class ClientPool:
 class OpenLoop:
     """One worker's open-loop scheduler and its in-flight requests."""
 
-    def __init__(self, targets: list[ModelTarget], pool: ClientPool, next_plan: Callable[[], PlannedRequest],
+    def __init__(self, targets: list[ModelTarget], pool: ClientPool, next_plan: Callable[..., PlannedRequest],
                  send: SendPlan, send_pair: SendPair | None, arrivals: Arrivals, seed: int) -> None:
         self.targets = {t.key: t for t in targets}
         self.pool = pool
         self.next_plan = next_plan
+        """``next_plan(stream)``: the next single-turn request for that stream (its model sizes the prompt)."""
         self.send = send
         self.send_pair = send_pair
         self.arrivals = arrivals
@@ -186,7 +187,7 @@ class OpenLoop:
         if plan is None and self.arrival is not None:
             self.arrival(stream, intended, stage)
             return
-        plan = plan or self.next_plan()
+        plan = plan or self.next_plan(stream)
         if stream == PAIR_STREAM and self.send_pair is not None:
             clients = {key: self.pool.acquire(key) for key in self.targets}
             try:

@@ -55,6 +55,7 @@ class ChatUser(User):
             self.chat = chat_client(runtime, self.target)
         keys = [t.key for t in self.targets] if runtime.paired is not None else [self.target.key]
         self.session = runtime.traffic.session(keys) if runtime.traffic.conversational else None
+        self.sizer = runtime.traffic.sizer(keys)
 
     def on_stop(self) -> None:
         if self.runtime.paired is not None:
@@ -74,7 +75,7 @@ class ChatUser(User):
         if self.session is not None:
             self._converse(self.session)
             return
-        plan = runtime.workload.next()
+        plan = runtime.workload.next(self.sizer)
         stage = runtime.stage_for(time.perf_counter())
         if runtime.paired is not None:
             send_pair(self.environment, runtime, self.chats, plan, stage, None)

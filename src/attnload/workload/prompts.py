@@ -11,6 +11,7 @@ import random
 import uuid
 import zlib
 from dataclasses import dataclass
+from typing import Protocol
 
 from attnload.config.model import Distribution, Profile, TestConfig, sample_count
 from attnload.errors import UsageError
@@ -30,6 +31,18 @@ class PlannedRequest:
     ignore_eos: bool = False
     turn: int | None = None
     """1-based turn of a conversation request; None for a single-turn one (no reply text is kept)."""
+
+
+class TextTokens(Protocol):
+    """What sizing a prompt needs from a tokenizer; ``workload.tokenizer.TextTokens`` matches it.
+
+    Declared here because ``workload.tokenizer`` imports this module (``filler_text``), so the
+    protocol cannot be imported back without a cycle.
+    """
+
+    def count(self, text: str) -> int: ...
+
+    def build_text(self, n_tokens: int, seed: int) -> str: ...
 
 
 def filler_text(n_bytes: int, seed: int) -> str:
@@ -58,27 +71,31 @@ class Workload:
         self.unique_salt = config.request.unique_salt
         self.rng = random.Random(config.seed if seed is None else seed)
         self._prefixes: dict[str, list[str]] = {}
+        self._token_prefixes: dict[tuple[str, str], list[str]] = {}
 
-    def next(self) -> PlannedRequest:
-        return self.plan(self.choose())
+    def next(self, tokens: TextTokens | None = None) -> PlannedRequest:
+        """The next single-turn request; ``tokens`` (a model's tokenizer, None: the estimator) sizes its prompt."""
+        return self.plan(self.choose(), tokens)
 
     def choose(self) -> Profile:
         """A profile by weight (a conversation's profile is chosen once, for all its turns)."""
         return self.rng.choices(self.profiles, self.weights)[0] if len(self.profiles) > 1 else self.profiles[0]
 
-    def plan(self, profile: Profile) -> PlannedRequest:
-        """One single-turn request of ``profile``."""
+    def plan(self, profile: Profile, tokens: TextTokens | None = None) -> PlannedRequest:
+        """One single-turn request of ``profile``, sized by ``tokens`` when a model has a tokenizer."""
         max_tokens = sample_count(profile.max_tokens, self.rng) if profile.max_tokens is not None else None
         ignore_eos = self.default_ignore_eos if profile.ignore_eos is None else profile.ignore_eos
-        return PlannedRequest(profile=profile.name, messages=[{"role": "user", "content": self._content(profile)}],
+        return PlannedRequest(profile=profile.name, messages=[{"role": "user", "content": self._content(profile, tokens)}],
                               max_tokens=max_tokens or self.default_max_tokens, ignore_eos=ignore_eos)
 
-    def _content(self, profile: Profile) -> str:
+    def _content(self, profile: Profile, tokens: TextTokens | None = None) -> str:
         salt = f"[{uuid.uuid4().hex[:16]}] " if self.unique_salt else ""
         if profile.prompt is not None and profile.prompt_tokens is None:
             return salt + profile.prompt
         assert profile.prompt_tokens is not None
         target_tokens = sample_count(profile.prompt_tokens, self.rng)
+        if tokens is not None:
+            return self._tokenized(profile, tokens, target_tokens, salt)
         n_bytes = max(0, (target_tokens - MESSAGE_OVERHEAD_TOKENS) * BYTES_PER_TOKEN)
         prefix = ""
         if profile.shared_prefix_ratio > 0:
@@ -92,6 +109,51 @@ class Workload:
         rest = n_bytes - len(prefix) - len(salt)
         head = profile.prompt or ""
         return prefix + salt + head + filler_text(max(0, rest - len(head.encode())), seed=self.rng.getrandbits(32))
+
+    def _tokenized(self, profile: Profile, tokens: TextTokens, target_tokens: int, salt: str) -> str:
+        """The same layout as the estimator's (shared prefix, salt, the profile's text, filler), sized by a tokenizer.
+
+        The content gets ``target_tokens - MESSAGE_OVERHEAD_TOKENS`` tokens, so with the same 4 per message
+        the recorded prompt tokens equal the target, as with the estimator. Token counts do not always add
+        across a join, so the filler is re-sized until the whole content counts exactly (usually at once).
+        """
+        budget = max(0, target_tokens - MESSAGE_OVERHEAD_TOKENS)
+        head = salt + (profile.prompt or "")
+        prefix = ""
+        if profile.shared_prefix_ratio > 0:
+            prefix = self._token_prefix(profile, tokens, budget - tokens.count(head))
+        lead = prefix + head
+        seed = self.rng.getrandbits(32)
+        want = budget - tokens.count(lead)
+        text = lead + tokens.build_text(want, seed)
+        for _ in range(_RESIZE_TRIES):
+            off = budget - tokens.count(text)
+            if off == 0 or want + off < 0:
+                break
+            want += off
+            text = lead + tokens.build_text(want, seed)
+        return text
+
+    def _token_prefix(self, profile: Profile, tokens: TextTokens, room: int) -> str:
+        """One of the profile's shared prefixes in ``tokens``: built once per tokenizer, cut to ``room`` tokens.
+
+        ``build_text`` has the prefix property, so a cut prefix is still the same leading text.
+        """
+        nominal = _nominal_tokens(profile.prompt_tokens) if profile.prompt_tokens is not None else 0
+        shared = int(max(0, nominal - MESSAGE_OVERHEAD_TOKENS) * profile.shared_prefix_ratio)
+        seeds = [zlib.crc32(f"{profile.name}:{i}".encode()) for i in range(profile.prefixes)]
+        key = (profile.name, str(getattr(tokens, "name", id(tokens))))
+        prefixes = self._token_prefixes.get(key)
+        if prefixes is None:
+            prefixes = self._token_prefixes[key] = [tokens.build_text(shared, seed) for seed in seeds]
+        index = self.rng.randrange(len(prefixes))
+        if room >= shared:
+            return prefixes[index]
+        return tokens.build_text(max(0, room), seeds[index])
+
+
+_RESIZE_TRIES = 4
+"""Filler re-sizes when a join merges or splits tokens; a tokenizer that never settles keeps the last try."""
 
 
 def _nominal_tokens(count: int | Distribution) -> int:
