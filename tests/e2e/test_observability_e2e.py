@@ -91,8 +91,8 @@ difference that is truly zero still excludes 0 in 1 run of 20 per metric, and a 
 that coin into a red suite, so a CI away from 0 passes only when the median difference is tiny."""
 
 
-def _no_difference(metric: str, diff: dict[str, Any]) -> None:
-    assert diff["ci_low"] <= 0.0 <= diff["ci_high"] or abs(diff["median_diff"]) < BIAS_FLOOR_S, (metric, diff)
+def _no_difference(metric: str, diff: dict[str, Any], floor_s: float = BIAS_FLOOR_S) -> None:
+    assert diff["ci_low"] <= 0.0 <= diff["ci_high"] or abs(diff["median_diff"]) < floor_s, (metric, diff)
 
 
 def test_paired_order_bias_gone_on_one_server(processes: Processes, tmp_path: Path) -> None:
@@ -107,9 +107,12 @@ def test_paired_order_bias_gone_on_one_server(processes: Processes, tmp_path: Pa
 def test_paired_identical_servers_every_ci_contains_zero(processes: Processes, tmp_path: Path) -> None:
     """The issue's check: two identical fixed-mode servers. Two processes on a shared machine differ
     by tens of µs from run to run (a real, if tiny, difference the pairs resolve), so each server
-    adds ±10 % jitter, which puts those µs well inside the CI."""
+    adds ±10 % jitter, which puts those µs well inside the CI. Under CPU contention one process can
+    still be scheduled a little later than the other (measured: e2e −0.12 ms of ~50 ms under
+    stress-ng), a real difference the pairs resolve; such a run passes only if it stays below 1 %."""
     a = start_sim(processes, "--mode", "fixed", "--ttft-ms", "20", "--itl-ms", "4", "--jitter", "0.1")
     b = start_sim(processes, "--mode", "fixed", "--ttft-ms", "20", "--itl-ms", "4", "--jitter", "0.1")
     paired = _paired(processes, tmp_path, a, b)
+    nominal_s = {"ttft_s": 0.020, "tpot_s": 0.004, "e2e_s": 0.020 + 7 * 0.004}
     for metric in ("ttft_s", "tpot_s", "e2e_s"):
-        _no_difference(metric, paired[metric])
+        _no_difference(metric, paired[metric], floor_s=0.01 * nominal_s[metric])
