@@ -19,6 +19,7 @@ import socket
 import struct
 import threading
 from collections import Counter
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 MODES: tuple[str, ...] = (
@@ -255,11 +256,11 @@ class Hostile:
         return True
 
 
-class HostileServer:
-    """Runs :class:`Hostile` on 127.0.0.1 in a daemon thread (for in-process tests)."""
+class ThreadedServer:
+    """Runs an asyncio connection handler on 127.0.0.1 in a daemon thread (for in-process tests)."""
 
-    def __init__(self, timing: Timing | None = None) -> None:
-        self.hostile = Hostile(timing)
+    def __init__(self, handle: Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]) -> None:
+        self._handle = handle
         self.loop = asyncio.new_event_loop()
         self._ready = threading.Event()
         self._server: asyncio.base_events.Server | None = None
@@ -272,7 +273,7 @@ class HostileServer:
         asyncio.set_event_loop(self.loop)
 
         async def start() -> None:
-            self._server = await asyncio.start_server(self.hostile.handle, "127.0.0.1", 0)
+            self._server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
             self.port = self._server.sockets[0].getsockname()[1]
             self._ready.set()
 
@@ -293,6 +294,14 @@ class HostileServer:
 
         self.loop.call_soon_threadsafe(close)
         self._thread.join(5)
+
+
+class HostileServer(ThreadedServer):
+    """Runs :class:`Hostile` on 127.0.0.1 in a daemon thread (for in-process tests)."""
+
+    def __init__(self, timing: Timing | None = None) -> None:
+        self.hostile = Hostile(timing)
+        super().__init__(self.hostile.handle)
 
 
 def main() -> None:

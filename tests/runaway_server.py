@@ -19,9 +19,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import threading
 import time
 from collections import Counter
+
+from hostile_server import ThreadedServer
 
 MODES: tuple[str, ...] = ("endless_line", "endless_events", "endless_html", "endless_header")
 EXPECTED: dict[str, str] = {"endless_line": "bad_response", "endless_events": "truncated",
@@ -97,44 +98,12 @@ class Runaway:
             await asyncio.sleep(pause_s)  # also lets the other connections run
 
 
-class RunawayServer:
+class RunawayServer(ThreadedServer):
     """Runs :class:`Runaway` on 127.0.0.1 in a daemon thread (for in-process tests)."""
 
     def __init__(self, limit_s: float = 60.0) -> None:
         self.runaway = Runaway(limit_s)
-        self.loop = asyncio.new_event_loop()
-        self._ready = threading.Event()
-        self._server: asyncio.base_events.Server | None = None
-        self.port = 0
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-        self._ready.wait(10)
-
-    def _run(self) -> None:
-        asyncio.set_event_loop(self.loop)
-
-        async def start() -> None:
-            self._server = await asyncio.start_server(self.runaway.handle, "127.0.0.1", 0)
-            self.port = self._server.sockets[0].getsockname()[1]
-            self._ready.set()
-
-        self.loop.run_until_complete(start())
-        self.loop.run_forever()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def stop(self) -> None:
-        def close() -> None:
-            if self._server is not None:
-                self._server.close()
-            for task in asyncio.all_tasks(self.loop):
-                task.cancel()
-            self.loop.call_later(0.05, self.loop.stop)
-
-        self.loop.call_soon_threadsafe(close)
-        self._thread.join(5)
+        super().__init__(self.runaway.handle)
 
 
 def main() -> None:
