@@ -7,7 +7,7 @@ roofline (eff_gemm × FP8 peak, eff_bw × HBM, knee 1.5) the DeepSeek expert sha
 (N 4096 / K 7168 gate-up, N 7168 / K 2048 down) at 64–256 rows per expert come out within
 0.86–1.14 of the measurement, 1.06 on average: the published kernels give no evidence for a
 grouped-GEMM bandwidth penalty large enough to explain the DeepSeek-R1 row (docs/simulator.md,
-"The DeepSeek-R1 row: what remains"). If someone changes eff_bw, eff_gemm or the knee, this says
+"The DeepSeek-R1 rows: what remains"). If someone changes eff_bw, eff_gemm or the knee, this says
 whether the expert GEMMs still match the best published Hopper kernel.
 """
 

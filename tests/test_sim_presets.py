@@ -44,7 +44,7 @@ def test_generic_kv_and_fp8_halves() -> None:
 
 @pytest.mark.parametrize(("key", "attn_params"), [
     ("llama-3-8b", 1.342e9), ("llama-3-70b", 12.08e9), ("deepseek-v2-lite", 0.372e9),
-    ("deepseek-coder-v2", 8.954e9), ("deepseek-v3", 11.41e9)])
+    ("deepseek-coder-v2", 8.954e9), ("deepseek-v3", 11.41e9), ("qwen3-235b-a22b", 6.70e9)])
 def test_attention_projection_params(key: str, attn_params: float) -> None:
     assert PRESETS[key].params_attn == pytest.approx(attn_params, rel=2e-3)
 
@@ -56,6 +56,16 @@ def test_parameter_counts_and_moe() -> None:
     assert (v3.params_total, v3.params_active, v3.moe_experts, v3.moe_top_k) == (671e9, 37e9, 256, 8)
     assert PRESETS["deepseek-v3-gla8"].params_total == v3.params_total  # synthetic keeps the backbone
     assert PRESETS["deepseek-v2-lite"].max_model_len == 32768
+
+
+def test_qwen3_moe_parameters_add_up() -> None:
+    """Qwen3-235B-A22B: attention + 128 routed experts + embedding and lm_head (151,936 × 4096 each) make
+    the published 235B total, and attention + 8 of 128 experts + embeddings the 22B active."""
+    q = PRESETS["qwen3-235b-a22b"]
+    embeddings = 2 * 151936 * 4096
+    assert (q.attention, q.h_kv, q.moe_experts, q.moe_top_k) == ("GQA", 4, 128, 8)
+    assert q.params_attn + q.moe_routed_params + embeddings == pytest.approx(q.params_total, rel=5e-3)
+    assert q.params_attn + q.moe_routed_params * 8 / 128 + embeddings == pytest.approx(q.params_active, rel=2e-2)
 
 
 def test_hardware_presets() -> None:
@@ -73,7 +83,7 @@ def test_hardware_presets() -> None:
     ("Llama-3.3-70B-Instruct", "llama-3-70b"), ("Llama-3.1-8B-Instruct", "llama-3-8b"),
     ("Qwen/Qwen2.5-72B-Instruct", "qwen2.5-72b"), ("DeepSeek-V2-Lite-Chat", "deepseek-v2-lite"),
     ("DeepSeek-Coder-V2-Instruct", "deepseek-coder-v2"), ("LLAMA-3-70B", "llama-3-70b"),
-    ("org/deepseek-v3-gla8", "deepseek-v3-gla8"),
+    ("org/deepseek-v3-gla8", "deepseek-v3-gla8"), ("Qwen/Qwen3-235B-A22B", "qwen3-235b-a22b"),
 ])
 def test_aliases(alias: str, key: str) -> None:
     assert find_preset_key(alias) == key

@@ -182,6 +182,24 @@ def test_term_grouped_gemm_efficiency() -> None:
     assert small.c_lin_s / 960 > big.c_lin_s / 96000
 
 
+def test_term_grouped_gemm_kernel_rate() -> None:
+    """The trtllm profile computes expert GEMMs at 0.54 of the dense rate; dense GEMMs and the other
+    profiles are untouched, and the flag wins over the profile."""
+    assert engine_profile("trtllm")["moe_kernel_rate"] == 0.54 and engine_profile("vllm")["moe_kernel_rate"] == 1.0
+    load = [GroupLoad(4096)]
+    moe = {rate: dep("qwen3-235b-a22b", tp=4, ep=4, dp_attention=1, moe_kernel_rate=rate).step_breakdown(load)
+           for rate in (1.0, 0.54)}
+    q = PRESETS["qwen3-235b-a22b"]
+    per_expert = moe_tokens_per_expert(q, 4096)
+    routed_flop = 2 * q.moe_routed_params * q.moe_top_k / q.moe_experts * 4096 / 4
+    routed_s = routed_flop / grouped_gemm_efficiency(per_expert, 64) / (EngineConfig().eff_gemm * 1979e12)
+    assert moe[0.54].c_lin_s - moe[1.0].c_lin_s == pytest.approx(routed_s * (1 / 0.54 - 1), rel=1e-9)
+    dense = {rate: dep("llama-3-70b", moe_kernel_rate=rate).step_breakdown(load).c_lin_s for rate in (1.0, 0.54)}
+    assert dense[1.0] == dense[0.54]
+    args = build_parser("sim").parse_args(["sim", "--engine", "trtllm", "--moe-kernel-rate", "1"])
+    assert sim_cli.engine_config(args).moe_kernel_rate == 1.0
+
+
 def test_term_ep_all_to_all() -> None:
     v3 = PRESETS["deepseek-v3"]
     assert ep_remote_ranks_per_token(v3, 1) == 0

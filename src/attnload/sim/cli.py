@@ -170,6 +170,8 @@ def _configure_scheduler(parser: argparse.ArgumentParser) -> None:
     eff.add_argument("--a2a-latency-us", type=_float_range(0, _INF), default=d.a2a_latency_us)
     eff.add_argument("--moe-gemm-tile-tokens", type=_positive_int, default=d.moe_gemm_tile_tokens)
     eff.add_argument("--moe-bw-small-batch", type=_float_range(0, 1, low_open=True), default=d.moe_bw_small_batch)
+    eff.add_argument("--moe-kernel-rate", type=_float_range(0, 1, low_open=True), default=None,
+                     help="expert GEMM compute rate ÷ the dense GEMM rate (default from --engine: 1; trtllm 0.54)")
 
 
 def _configure_offline(parser: argparse.ArgumentParser) -> None:

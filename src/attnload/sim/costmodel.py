@@ -67,6 +67,10 @@ class EngineConfig:
     moe_bw_small_batch: float = 1.0
     """Grouped-GEMM bandwidth efficiency (× eff_bw) at ≤ 1 token per expert, rising linearly to 1 at one
     full tile per expert: small per-expert GEMMs do not stream weights at the dense kernels' rate."""
+    moe_kernel_rate: float = 1.0
+    """Expert (grouped) GEMM compute rate as a fraction of the dense GEMM rate (eff_gemm × peak): 1 as
+    DeepGEMM's microbenchmarks; 0.54 in the trtllm profile, from published kernel and throughput figures
+    (docs/design.md, "Grouped-GEMM kernel rate")."""
 
 
 ENGINE_PROFILES: dict[str, dict[str, object]] = {
@@ -79,15 +83,16 @@ ENGINE_PROFILES: dict[str, dict[str, object]] = {
     # TensorRT-LLM (trtllm-bench, PyTorch backend): KV gets kv_cache_free_gpu_mem_fraction 0.90 of the
     # memory the weights leave, the GUARANTEED_NO_EVICT capacity scheduler reserves prompt + output at
     # admission (no preemption), context and generation share a step, chunked context is off (MLA on
-    # Hopper cannot chunk), max_batch_size 2048 and max_num_tokens 8192.
+    # Hopper cannot chunk), max_batch_size 2048 and max_num_tokens 8192; its CUTLASS MoE backend's grouped
+    # GEMMs on Hopper compute at 0.54 of the dense rate (docs/design.md).
     "trtllm": {"kv_memory_basis": "free", "gpu_memory_utilization": 0.90, "preemption": "none",
                "chunked_prefill": False, "mix_prefill_decode": True, "max_num_seqs": 2048,
-               "max_num_batched_tokens": 8192},
+               "max_num_batched_tokens": 8192, "moe_kernel_rate": 0.54},
 }
 """Engine behaviour that differs between servers; a flag given explicitly wins over its profile."""
 
 PROFILE_FIELDS = ("gpu_memory_utilization", "preemption", "max_num_seqs", "max_num_batched_tokens",
-                  "chunked_prefill", "mix_prefill_decode", "kv_memory_basis")
+                  "chunked_prefill", "mix_prefill_decode", "kv_memory_basis", "moe_kernel_rate")
 
 
 def engine_profile(engine: str) -> dict[str, object]:
@@ -324,7 +329,7 @@ class Deployment:
             per_expert = moe_tokens_per_expert(m, ffn_tokens)
             gemm_eff = grouped_gemm_efficiency(per_expert, cfg.moe_gemm_tile_tokens)
             bw_eff = grouped_gemm_bw_efficiency(per_expert, cfg.moe_gemm_tile_tokens, cfg.moe_bw_small_batch)
-            c_lin_flop += routed_active * ffn_tokens / tp / gemm_eff
+            c_lin_flop += routed_active * ffn_tokens / tp / (gemm_eff * cfg.moe_kernel_rate)
         c_lin_flop += dense_params * ffn_tokens / tp
         c_lin = 2.0 * c_lin_flop / self._gemm_flop_per_s
         w_read = moe_weight_read_bytes(m, total_tokens, b_w, cfg.moe_weight_traffic)

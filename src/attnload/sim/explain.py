@@ -131,7 +131,8 @@ def calibrated_terms(dep: Deployment, batch: int, context_tokens: int) -> list[s
         per_expert = moe_tokens_per_expert(m, batch)
         lines.append(f"  grouped-GEMM efficiency: {per_expert:.1f} tokens per touched expert → "
                      f"{grouped_gemm_efficiency(per_expert, cfg.moe_gemm_tile_tokens):.2f} of the expert GEMMs' "
-                     f"tensor-core work is useful (tiles of {cfg.moe_gemm_tile_tokens} rows)")
+                     f"tensor-core work is useful (tiles of {cfg.moe_gemm_tile_tokens} rows), computed at "
+                     f"{cfg.moe_kernel_rate:.2f}× the dense GEMM rate (engine {cfg.engine})")
         if cfg.ep > 1:
             lines.append(f"  EP all-to-all (ep {cfg.ep}): {b.a2a_s * 1e3:.2f} ms per step, dispatch + combine to "
                          f"{ep_remote_ranks_per_token(m, cfg.ep):.2f} remote ranks per token per layer")

@@ -74,6 +74,7 @@ HARDWARE: dict[str, HardwarePreset] = {
 # Attention projection parameters, from the HF configs' projection shapes (§1).
 _LLAMA_8B_ATTN = 32 * (2 * 4096 * 4096 + 2 * 4096 * 1024)
 _LLAMA_70B_ATTN = 80 * (2 * 8192 * 8192 + 2 * 8192 * 1024)
+_QWEN3_235B_ATTN = 94 * (2 * 4096 * 64 * HEAD_DIM + 2 * 4096 * 4 * HEAD_DIM)  # q, o + k, v: 6.70B
 
 
 def _mla_attn_params(layers: int, hidden: int, h_q: int, q_lora: int | None) -> int:
@@ -121,6 +122,11 @@ PRESETS: dict[str, ModelPreset] = {p.key: p for p in (
                 moe_experts=64, moe_top_k=6, moe_routed_params=14.395e9),
     _CODER_V2,
     _gla(_CODER_V2, "deepseek-coder-v2-gla8", 8),
+    # Qwen3-235B-A22B: GQA (64 q / 4 kv heads) with 128 routed experts, top-8, no shared expert;
+    # routed = 94 layers × 128 × 3·4096·1536.
+    ModelPreset("qwen3-235b-a22b", "GQA", layers=94, h_q=64, hidden=4096, params_total=235.09e9,
+                params_active=22.2e9, params_attn=_QWEN3_235B_ATTN, h_kv=4, max_model_len=40960,
+                moe_experts=128, moe_top_k=8, moe_routed_params=94 * 128 * 3 * 4096 * 1536),
     _V3,
     _gla(_V3, "deepseek-v3-gla2", 2),
     _gla(_V3, "deepseek-v3-gla8", 8),
@@ -145,6 +151,7 @@ ALIASES: dict[str, tuple[str, ...]] = {
     "llama-3-70b": ("Meta-Llama-3-70B-Instruct", "Llama-3.1-70B-Instruct", "Llama-3.3-70B-Instruct"),
     "llama-3-8b": ("Meta-Llama-3-8B-Instruct", "Llama-3.1-8B-Instruct"),
     "qwen2.5-72b": ("Qwen2.5-72B-Instruct",),
+    "qwen3-235b-a22b": ("Qwen3-235B-A22B", "Qwen3-235B-A22B-Instruct-2507"),
     "deepseek-v2-lite": ("DeepSeek-V2-Lite-Chat",),
     "deepseek-coder-v2": ("DeepSeek-Coder-V2-Instruct",),
 }
