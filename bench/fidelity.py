@@ -18,14 +18,17 @@ Settings a source leaves unstated, and what we chose:
   ``--max_num_tokens 1151`` per rank (9208), ``--kv_cache_free_gpu_mem_fraction 0.8``,
   concurrency 1024, 5120 requests; the checkpoint (deepseek-ai/DeepSeek-R1, FP8 weights) has
   no KV quantization, so KV is BF16.
-- DeepSeek-R1-0528 H200 DEP8 rows (TensorRT-LLM's newer developer-guide perf overview): the page
-  gives the LLM-API options (attention DP, CUTLASS MoE, **FP8 KV**), the request counts and the
-  ISL/OSL, not ``max_batch_size``/``max_num_tokens`` nor which of its two KV fractions (0.95, or
-  0.90 after an OOM) a row used. We take the engine profile's per-rank defaults (2048 sequences,
-  8192 tokens, × 8 ranks) and 0.90. Published figures are per GPU; the rows multiply by 8.
-- Qwen3-235B-A22B rows (same page, DEP4 on H200 and DEP8 on H100): GQA with MoE, the control for
-  the DeepSeek rows. Its options set no KV dtype, so the checkpoint decides (NVIDIA's ModelOpt FP8
-  checkpoint: **FP8**, as for the Llama rows); batch caps and KV fraction as for R1-0528.
+- DeepSeek-R1-0528 H200 DEP8 and Qwen3-235B-A22B rows (TensorRT-LLM's newer developer-guide perf
+  overview): the page gives the LLM-API options (attention DP, CUTLASS MoE; FP8 KV for DeepSeek)
+  and the request counts, and runs ``trtllm-bench ... throughput`` without ``--max_batch_size`` or
+  ``--max_num_tokens``. trtllm-bench then picks them itself (``get_settings`` in
+  tensorrt_llm/bench/benchmark/utils/general.py, ``calc_engine_setting``/``finetune_setting`` in
+  tensorrt_llm/bench/build/tuning.py); :func:`trtllm_bench_caps` redoes that arithmetic from the
+  HF configs, and under attention DP the engine applies them per rank. The page does not say which
+  of its two KV fractions (0.90, or 0.95 "in many cases") a row used: we take the 0.90 default
+  (0.95 moves the Qwen3 4×H200 1000/1000 row from 1.09 to 1.30 and the others by ≤ 0.01).
+  Qwen3's options set no KV dtype, so the checkpoint decides (NVIDIA's ModelOpt FP8 checkpoint:
+  **FP8**, as for the Llama rows). Published figures are per GPU; the rows multiply by the GPUs.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import math
 import sys
 import time
 from dataclasses import dataclass
@@ -78,29 +82,65 @@ R1_GAP = ("the published run implies ~88 ms per step (912.7 s over ~10,370 steps
           "this MLA model (the Qwen3 MoE rows on the same hardware and engine are within 0.8–1.2) and no published "
           "H200 per-kernel timing pins it; see \"The DeepSeek-R1 rows: what remains\" below")
 
-R1_0528_GAP = ("the same model on the same 8×H200 under a later TensorRT-LLM (FP8 KV, CUTLASS MoE, its own batch "
-               "caps) is also above the published figure, furthest at 1024/1024 where the unstated batch cap "
-               "decides the batch; see \"The DeepSeek-R1 rows: what remains\" below")
+R1_0528_GAP = ("the same model on the same 8×H200 under a later TensorRT-LLM (FP8 KV, CUTLASS MoE, trtllm-bench's "
+               "own caps) is above the published figure here and within it at 1024/8192; see \"The DeepSeek-R1 rows: "
+               "what remains\" below")
 
 
-QWEN3_GAP = ("all 3000 requests run at once in the model (1,672 sequences over 8 ranks with 80 GB each); the page "
-             "does not give trtllm-bench's batch cap, and the two rows with the largest batches (this one and "
-             "R1-0528 1024/1024) are the two furthest off, so either the real cap was lower or the model misses a "
-             "cost that grows with a MoE step's batch; see \"The DeepSeek-R1 rows: what remains\" below")
+QWEN3_GAP = ("all 3000 requests run at once in the model (trtllm-bench's caps do not bind: 1,280 per rank); the "
+             "two 1000/1000 rows where that happens (this and R1-0528 1024/1024) are the two furthest off, so the "
+             "model misses a cost that grows with a MoE step's batch; see \"The DeepSeek-R1 rows: what remains\" "
+             "below")
 
 
-def _qwen3(gpu: str, dep: int, isl: int, osl: int, prompts: int) -> tuple[str, ...]:
-    return ("--models", "Qwen3-235B-A22B", "--engine", "trtllm", "--gpu", gpu, "--tp", str(dep), "--dp-attention",
-            str(dep), "--ep", str(dep), "--kv-dtype", "fp8", "--gpu-memory-utilization", "0.9", "--max-num-seqs",
-            str(2048 * dep), "--max-num-batched-tokens", str(8192 * dep), "--input-len", str(isl), "--output-len",
-            str(osl), "--num-prompts", str(prompts))
+H200_GIB, H100_GIB = 143771 / 1024, 81559 / 1024
+"""What NVML reports as total memory (MiB / 1024), which trtllm-bench's heuristic reads."""
+
+
+def trtllm_bench_caps(*, params: float, kv_bytes: int, layers: int, kv_heads: int, head_size: int, gpus: int,
+                      device_gib: float, isl: int, osl: int, kv_fraction: float = 0.90) -> tuple[int, int]:
+    """The ``max_batch_size`` and ``max_num_tokens`` trtllm-bench's PyTorch throughput path picks when the
+    command gives neither: KV requests that fit after the (1 byte/param FP8) weights, rounded up
+    "optimistically", and, with chunked prefill off, at least ISL + batch tokens. Its KV estimate is
+    per-head K and V (so an MLA model counts its 128 attention heads × hidden/heads)."""
+    gib = 1024**3
+    kv_per_token = 2 * layers * max(gpus, kv_heads) * head_size * kv_bytes / gib
+    requests = (device_gib * gpus - params / gib) * kv_fraction / (kv_per_token * (isl + osl))
+    raw_bs = min(requests, 4096)
+    raw_tokens = min(raw_bs * (1 + isl / osl), 32768)
+    if raw_bs < 256:
+        batch = max(64, 32 * math.ceil(raw_bs / 32))
+    else:
+        step = 128 if raw_bs < 1024 else 256
+        batch = step * math.ceil(raw_bs / step)
+    if raw_tokens < 4096:
+        tokens = max(2048, 256 * math.ceil(raw_tokens / 256))
+    else:
+        tokens = (512 if raw_tokens < 8192 else 1024) * math.ceil(raw_tokens / (512 if raw_tokens < 8192 else 1024))
+    return batch, max(tokens, isl + batch)
+
+
+def _dep_row(model: str, gpu: str, dep: int, caps: tuple[int, int], isl: int, osl: int,
+             prompts: int) -> tuple[str, ...]:
+    """Attention DP + EP over ``dep`` GPUs with trtllm-bench's per-rank caps × ``dep``."""
+    return ("--models", model, "--engine", "trtllm", "--gpu", gpu, "--tp", str(dep), "--dp-attention", str(dep),
+            "--ep", str(dep), "--kv-dtype", "fp8", "--gpu-memory-utilization", "0.9", "--max-num-seqs",
+            str(caps[0] * dep), "--max-num-batched-tokens", str(caps[1] * dep), "--input-len", str(isl),
+            "--output-len", str(osl), "--num-prompts", str(prompts))
 
 
 def _r1_0528(isl: int, osl: int, prompts: int) -> tuple[str, ...]:
-    return ("--models", "DeepSeek-R1", "--engine", "trtllm", "--gpu", "h200", "--tp", "8", "--dp-attention", "8",
-            "--ep", "8", "--kv-dtype", "fp8", "--gpu-memory-utilization", "0.9", "--max-num-seqs", "16384",
-            "--max-num-batched-tokens", "65536", "--input-len", str(isl), "--output-len", str(osl),
-            "--num-prompts", str(prompts))
+    # deepseek-ai/DeepSeek-R1-0528: 684.5B safetensors parameters, 61 layers, 128 KV heads of 7168/128 = 56.
+    caps = trtllm_bench_caps(params=684.5e9, kv_bytes=1, layers=61, kv_heads=128, head_size=56, gpus=8,
+                             device_gib=H200_GIB, isl=isl, osl=osl)
+    return _dep_row("DeepSeek-R1", "h200", 8, caps, isl, osl, prompts)
+
+
+def _qwen3(gpu: str, dep: int, isl: int, osl: int, prompts: int) -> tuple[str, ...]:
+    # nvidia/Qwen3-235B-A22B-FP8: 235.1B parameters, 94 layers, 4 KV heads of 128, FP8 KV.
+    caps = trtllm_bench_caps(params=235.1e9, kv_bytes=1, layers=94, kv_heads=4, head_size=128, gpus=dep,
+                             device_gib=H200_GIB if gpu == "h200" else H100_GIB, isl=isl, osl=osl)
+    return _dep_row("Qwen3-235B-A22B", gpu, dep, caps, isl, osl, prompts)
 
 
 ROWS: tuple[Row, ...] = (
@@ -131,26 +171,25 @@ ROWS: tuple[Row, ...] = (
         _trt("Llama-3.1-8B-Instruct", "h200", 1, 1000, 1000, 3000), "trtllm, FP8 KV, 3000 requests"),
     # DeepSeek-R1-0528 on 8×H200 from the newer overview: published per GPU, × 8 GPUs.
     Row("DeepSeek-R1-0528 FP8, 8×H200, DEP8, 1024/1024", TRTLLM_DEV_OVERVIEW, 1620 * 8, _r1_0528(1024, 1024, 3000),
-        "trtllm, FP8 KV, batch 2048 and 8192 tokens per rank (unstated), KV 0.9 of free, 3000 requests",
+        "trtllm, FP8 KV, trtllm-bench caps, KV 0.9 of free, 3000 requests",
         known_gap=R1_0528_GAP),
     Row("DeepSeek-R1-0528 FP8, 8×H200, DEP8, 1024/8192", TRTLLM_DEV_OVERVIEW, 1218 * 8, _r1_0528(1024, 8192, 1500),
-        "trtllm, FP8 KV, batch 2048 and 8192 tokens per rank (unstated), KV 0.9 of free, 1500 requests",
-        known_gap=R1_0528_GAP),
+        "trtllm, FP8 KV, trtllm-bench caps, KV 0.9 of free, 1500 requests"),
     Row("DeepSeek-R1-0528 FP8, 8×H200, DEP8, 1024/32768", TRTLLM_DEV_OVERVIEW, 438 * 8,
         _r1_0528(1024, 32768, 1000),
-        "trtllm, FP8 KV, batch 2048 and 8192 tokens per rank (unstated), KV 0.9 of free, 1000 requests",
+        "trtllm, FP8 KV, trtllm-bench caps, KV 0.9 of free, 1000 requests",
         known_gap=R1_0528_GAP),
     # Qwen3-235B-A22B (GQA + MoE) from the same page: per GPU × GPUs.
     Row("Qwen3-235B-A22B FP8, 4×H200, DEP4, 1000/1000", TRTLLM_DEV_OVERVIEW, 3288 * 4,
-        _qwen3("h200", 4, 1000, 1000, 3000), "trtllm, FP8 KV, batch/tokens per rank unstated (2048/8192), 3000 requests"),
+        _qwen3("h200", 4, 1000, 1000, 3000), "trtllm, FP8 KV, trtllm-bench caps, 3000 requests"),
     Row("Qwen3-235B-A22B FP8, 4×H200, DEP4, 1024/8192", TRTLLM_DEV_OVERVIEW, 1417 * 4,
-        _qwen3("h200", 4, 1024, 8192, 1500), "trtllm, FP8 KV, batch/tokens per rank unstated (2048/8192), 1500 requests"),
+        _qwen3("h200", 4, 1024, 8192, 1500), "trtllm, FP8 KV, trtllm-bench caps, 1500 requests"),
     Row("Qwen3-235B-A22B FP8, 4×H200, DEP4, 8192/1024", TRTLLM_DEV_OVERVIEW, 627 * 4,
-        _qwen3("h200", 4, 8192, 1024, 1500), "trtllm, FP8 KV, batch/tokens per rank unstated (2048/8192), 1500 requests"),
+        _qwen3("h200", 4, 8192, 1024, 1500), "trtllm, FP8 KV, trtllm-bench caps, 1500 requests"),
     Row("Qwen3-235B-A22B FP8, 4×H200, DEP4, 32768/1024", TRTLLM_DEV_OVERVIEW, 134 * 4,
-        _qwen3("h200", 4, 32768, 1024, 1000), "trtllm, FP8 KV, batch/tokens per rank unstated (2048/8192), 1000 requests"),
+        _qwen3("h200", 4, 32768, 1024, 1000), "trtllm, FP8 KV, trtllm-bench caps, 1000 requests"),
     Row("Qwen3-235B-A22B FP8, 8×H100, DEP8, 1000/1000", TRTLLM_DEV_OVERVIEW, 1932 * 8,
-        _qwen3("h100", 8, 1000, 1000, 3000), "trtllm, FP8 KV, batch/tokens per rank unstated (2048/8192), 3000 requests",
+        _qwen3("h100", 8, 1000, 1000, 3000), "trtllm, FP8 KV, trtllm-bench caps, 3000 requests",
         known_gap=QWEN3_GAP),
 )
 

@@ -49,6 +49,22 @@ def test_deepseek_r1_row_is_closer_than_before_calibration() -> None:
     assert 1.0 < ratio < 1.8, ratio
 
 
+@pytest.mark.parametrize(("model", "isl", "osl", "caps"), [
+    ("r1", 1024, 1024, (384, 2048)), ("r1", 1024, 8192, (64, 2048)), ("r1", 1024, 32768, (64, 2048)),
+    ("qwen3", 1000, 1000, (1792, 3584)), ("qwen3", 8192, 1024, (384, 8576)), ("qwen3", 32768, 1024, (128, 32896))])
+def test_trtllm_bench_caps_match_its_heuristic(model: str, isl: int, osl: int, caps: tuple[int, int]) -> None:
+    """trtllm-bench's own choice when the command sets no caps, worked by hand from its tuning.py: e.g.
+    R1-0528 at 1024/8192 fits 58.2 requests of 874,496 KV bytes/token × 9216 tokens in 0.9 × (8 × 140.4 −
+    637.5) GiB, rounded up to the minimum batch of 64; no chunking raises the tokens to ≥ ISL + batch."""
+    if model == "r1":
+        got = fidelity.trtllm_bench_caps(params=684.5e9, kv_bytes=1, layers=61, kv_heads=128, head_size=56, gpus=8,
+                                         device_gib=fidelity.H200_GIB, isl=isl, osl=osl)
+    else:
+        got = fidelity.trtllm_bench_caps(params=235.1e9, kv_bytes=1, layers=94, kv_heads=4, head_size=128, gpus=4,
+                                         device_gib=fidelity.H200_GIB, isl=isl, osl=osl)
+    assert got == caps
+
+
 def test_one_row_through_the_real_cli() -> None:
     row = next(r for r in fidelity.ROWS if "8B" in r.name and "1000/1000" in r.name and "H100" in r.name)
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src") + os.pathsep + os.environ.get("PYTHONPATH", "")}
