@@ -77,7 +77,7 @@ def _trt(model: str, gpu: str, tp: int, isl: int, osl: int, prompts: int) -> tup
 
 
 R1_GAP = ("the published run implies ~88 ms per step (912.7 s over ~10,370 steps; 2048 tokens in a 181.5 s mean "
-          "request latency), the model gives 53.2 ms per decode step and 58.6 ms on average at 128 sequences per rank. "
+          "request latency), the model gives 54.2 ms per decode step and 59.6 ms on average at 128 sequences per rank. "
           "The settings are reproduced exactly and contexts are synchronized across ranks; what is left is specific to "
           "this MLA model (the Qwen3 MoE rows on the same hardware and engine are within 0.8–1.2) and no published "
           "H200 per-kernel timing pins it; see \"The DeepSeek-R1 rows: what remains\" below")

@@ -14,7 +14,9 @@ from attnload.sim import cli as sim_cli
 from attnload.sim.costmodel import (
     EngineConfig,
     GroupLoad,
+    decode_loads,
     decode_step,
+    dense_nonattention_params,
     deploy,
     dp_expected_max_load,
     engine_profile,
@@ -198,6 +200,26 @@ def test_term_grouped_gemm_kernel_rate() -> None:
     assert dense[1.0] == dense[0.54]
     args = build_parser("sim").parse_args(["sim", "--engine", "trtllm", "--moe-kernel-rate", "1"])
     assert sim_cli.engine_config(args).moe_kernel_rate == 1.0
+
+
+def test_term_dp_replicates_dense_weights() -> None:
+    """trtllm under attention DP holds the dense MLPs, shared experts and lm_head whole in every group:
+    weights per GPU and weight reads per step grow by exactly those bytes × (1/A − 1/tp); D = 1 and
+    the other profiles are unchanged."""
+    assert engine_profile("trtllm")["dp_replicates_dense"] is True
+    assert engine_profile("vllm")["dp_replicates_dense"] is False
+    v3 = PRESETS["deepseek-v3"]
+    dense = dense_nonattention_params(v3)
+    assert dense == pytest.approx(5.16e9, rel=0.01)  # 3 dense MLPs, 58 shared experts, embeddings + lm_head
+    load = decode_loads(dep("deepseek-v3"), 1024, 2048)
+    split, held = (dep("deepseek-v3", dp_replicates_dense=flag) for flag in (False, True))
+    assert held.weights_bytes_per_gpu - split.weights_bytes_per_gpu == pytest.approx(dense * (1 - 1 / 8))
+    extra_s = dense * (1 - 1 / 8) / (4.8e12 * EngineConfig().eff_bw)
+    assert held.step_breakdown(load).m_w_s - split.step_breakdown(load).m_w_s == pytest.approx(extra_s)
+    pure_tp = {flag: dep("deepseek-v3", dp_attention=1, dp_replicates_dense=flag) for flag in (False, True)}
+    assert pure_tp[True].weights_bytes_per_gpu == pure_tp[False].weights_bytes_per_gpu
+    args = build_parser("sim").parse_args(["sim", "--engine", "trtllm", "--no-dp-replicates-dense"])
+    assert sim_cli.engine_config(args).dp_replicates_dense is False
 
 
 def test_term_ep_all_to_all() -> None:

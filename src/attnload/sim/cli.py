@@ -157,6 +157,9 @@ def _configure_scheduler(parser: argparse.ArgumentParser) -> None:
     eng.add_argument("--prefix-cache", action=argparse.BooleanOptionalAction, default=d.prefix_cache,
                      help="per-group prefix cache (default on)")
     eng.add_argument("--moe-weight-traffic", choices=("coverage", "active"), default=d.moe_weight_traffic)
+    eng.add_argument("--dp-replicates-dense", action=argparse.BooleanOptionalAction, default=None,
+                     help="attention DP holds the dense MLPs, shared experts and lm_head whole in every group "
+                          "(default from --engine: off; trtllm on)")
 
     eff = parser.add_argument_group("efficiency")
     eff.add_argument("--eff-gemm", type=_float_range(0, 1, low_open=True), default=d.eff_gemm)

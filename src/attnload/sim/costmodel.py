@@ -71,6 +71,10 @@ class EngineConfig:
     """Expert (grouped) GEMM compute rate as a fraction of the dense GEMM rate (eff_gemm × peak): 1 as
     DeepGEMM's microbenchmarks; 0.54 in the trtllm profile, from published kernel and throughput figures
     (docs/design.md, "Grouped-GEMM kernel rate")."""
+    dp_replicates_dense: bool = False
+    """Under attention DP, the dense non-expert weights (dense MLPs, shared experts, embeddings and lm_head)
+    are held whole by every attention group, as the attention weights are, instead of split over tp
+    (TensorRT-LLM: MLP and shared-expert TP size 1 and a replicated lm_head under attention DP)."""
 
 
 ENGINE_PROFILES: dict[str, dict[str, object]] = {
@@ -84,15 +88,17 @@ ENGINE_PROFILES: dict[str, dict[str, object]] = {
     # memory the weights leave, the GUARANTEED_NO_EVICT capacity scheduler reserves prompt + output at
     # admission (no preemption), context and generation share a step, chunked context is off (MLA on
     # Hopper cannot chunk), max_batch_size 2048 and max_num_tokens 8192; its CUTLASS MoE backend's grouped
-    # GEMMs on Hopper compute at 0.54 of the dense rate (docs/design.md).
+    # GEMMs on Hopper compute at 0.54 of the dense rate, and attention DP replicates the dense MLPs, shared
+    # experts and lm_head in every group (docs/design.md).
     "trtllm": {"kv_memory_basis": "free", "gpu_memory_utilization": 0.90, "preemption": "none",
                "chunked_prefill": False, "mix_prefill_decode": True, "max_num_seqs": 2048,
-               "max_num_batched_tokens": 8192, "moe_kernel_rate": 0.54},
+               "max_num_batched_tokens": 8192, "moe_kernel_rate": 0.54, "dp_replicates_dense": True},
 }
 """Engine behaviour that differs between servers; a flag given explicitly wins over its profile."""
 
 PROFILE_FIELDS = ("gpu_memory_utilization", "preemption", "max_num_seqs", "max_num_batched_tokens",
-                  "chunked_prefill", "mix_prefill_decode", "kv_memory_basis", "moe_kernel_rate")
+                  "chunked_prefill", "mix_prefill_decode", "kv_memory_basis", "moe_kernel_rate",
+                  "dp_replicates_dense")
 
 
 def engine_profile(engine: str) -> dict[str, object]:
@@ -197,6 +203,19 @@ def upproj_flop_per_prefix_token(m: ModelPreset) -> float:
     keys and values (``kv_b``), per layer: ``2·h_q·w·(d_nope + d_v)`` with ``w`` the latent width one
     head reads (MLA: all of ``d_c``; GLA: one latent head ``d_ch``). 0 for other types, which cache K/V."""
     return kind_of(m.attention).upproj_flop(m)
+
+
+def dense_nonattention_params(m: ModelPreset) -> float:
+    """Parameters every token uses outside attention and the routed experts: dense MLPs, shared
+    experts, embeddings and lm_head."""
+    routed_active = m.moe_routed_params * m.moe_top_k / m.moe_experts if m.is_moe else 0.0
+    return m.params_active - m.params_attn - routed_active
+
+
+def group_held_params(m: ModelPreset, cfg: EngineConfig) -> float:
+    """Parameters each attention group holds whole (split only A-ways inside it): attention, plus the
+    dense non-attention weights when the engine replicates them under DP."""
+    return m.params_attn + (dense_nonattention_params(m) if cfg.dp_replicates_dense else 0.0)
 
 
 def moe_tokens_per_expert(m: ModelPreset, tokens: int) -> float:
@@ -320,24 +339,22 @@ class Deployment:
         # largest rank's before the collective FFN/MoE; steps with prefill gather what each rank has.
         decode_only = all(g.prefill_pairs == 0 for g in loads)
         ffn_tokens = self.dp * att_tokens if self.dp > 1 and decode_only else total_tokens
-        dense_params = m.params_active - m.params_attn
-        c_lin_flop = m.params_attn * att_tokens / a
+        c_lin_flop = m.params_attn * att_tokens / a + dense_nonattention_params(m) * ffn_tokens / tp
         gemm_eff = bw_eff = 1.0
         if m.is_moe:
             routed_active = m.moe_routed_params * m.moe_top_k / m.moe_experts
-            dense_params -= routed_active
             per_expert = moe_tokens_per_expert(m, ffn_tokens)
             gemm_eff = grouped_gemm_efficiency(per_expert, cfg.moe_gemm_tile_tokens)
             bw_eff = grouped_gemm_bw_efficiency(per_expert, cfg.moe_gemm_tile_tokens, cfg.moe_bw_small_batch)
             c_lin_flop += routed_active * ffn_tokens / tp / (gemm_eff * cfg.moe_kernel_rate)
-        c_lin_flop += dense_params * ffn_tokens / tp
         c_lin = 2.0 * c_lin_flop / self._gemm_flop_per_s
         w_read = moe_weight_read_bytes(m, total_tokens, b_w, cfg.moe_weight_traffic)
         if m.is_moe:
             active_bytes = b_w * m.params_active
             expert_bytes = max(0.0, w_read - active_bytes) + b_w * m.moe_routed_params * m.moe_top_k / m.moe_experts
             w_read += expert_bytes * (1.0 / bw_eff - 1.0)
-        m_w = (b_w * m.params_attn / a + (w_read - b_w * m.params_attn) / tp) / self._bw_bytes_per_s
+        held = b_w * group_held_params(m, cfg)
+        m_w = (held / a + (w_read - held) / tp) / self._bw_bytes_per_s
         f_dec, f_pre, f_up = decode_flop_per_context_token(m), prefill_flop_per_pair(m), upproj_flop_per_prefix_token(m)
         c_att = m_kv = worst = upproj = 0.0
         for g in loads:
@@ -400,7 +417,8 @@ def deploy(m: ModelPreset, cfg: EngineConfig, *, require_fit: bool = True) -> De
     attn_tp = cfg.tp // dp
     kv_per_gpu = kv_bytes_per_token(m, attn_tp, cfg.kv_dtype)
     b_w = DTYPE_BYTES[cfg.weight_dtype]
-    weights = b_w * (m.params_attn / attn_tp + (m.params_total - m.params_attn) / cfg.tp)
+    held = group_held_params(m, cfg)
+    weights = b_w * (held / attn_tp + (m.params_total - held) / cfg.tp)
     if cfg.kv_memory_basis == "free":
         usable = weights + (hw.hbm_bytes - weights - cfg.reserve_gb * 1e9) * cfg.gpu_memory_utilization
     else:

@@ -12,11 +12,13 @@ from collections.abc import Sequence
 
 from attnload.errors import UsageError
 from attnload.sim.costmodel import (
+    DTYPE_BYTES,
     Deployment,
     EngineConfig,
     GroupLoad,
     decode_loads,
     decode_step,
+    dense_nonattention_params,
     deploy,
     dp_expected_max_load,
     ep_remote_ranks_per_token,
@@ -127,6 +129,11 @@ def calibrated_terms(dep: Deployment, batch: int, context_tokens: int) -> list[s
                      f"not {batch / dep.dp:.1f})")
     else:
         lines.append("  DP padding: none (dp_attention 1: every GPU sees the whole batch)")
+    if dep.dp > 1 and cfg.dp_replicates_dense:
+        extra = DTYPE_BYTES[cfg.weight_dtype] * dense_nonattention_params(m) * (1 / dep.attn_tp - 1 / cfg.tp)
+        lines.append(f"  DP replication ({cfg.engine}): dense MLPs, shared experts and lm_head held whole in each "
+                     f"group: +{extra / 1e9:.2f} GB per GPU, read every step "
+                     f"(+{extra / (dep.hw.hbm_bandwidth_bytes_per_s * cfg.eff_bw) * 1e3:.2f} ms)")
     if m.is_moe:
         per_expert = moe_tokens_per_expert(m, batch)
         lines.append(f"  grouped-GEMM efficiency: {per_expert:.1f} tokens per touched expert → "
