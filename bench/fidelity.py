@@ -93,54 +93,69 @@ QWEN3_GAP = ("all 3000 requests run at once in the model (trtllm-bench's caps do
              "below")
 
 
-H200_GIB, H100_GIB = 143771 / 1024, 81559 / 1024
+DEVICE_GIB = {"h200": 143771 / 1024, "h100": 81559 / 1024}
 """What NVML reports as total memory (MiB / 1024), which trtllm-bench's heuristic reads."""
 
 
-def trtllm_bench_caps(*, params: float, kv_bytes: int, layers: int, kv_heads: int, head_size: int, gpus: int,
-                      device_gib: float, isl: int, osl: int, kv_fraction: float = 0.90) -> tuple[int, int]:
+@dataclass(frozen=True)
+class Checkpoint:
+    """The HF-config facts trtllm-bench's cap heuristic reads (FP8 weights: 1 byte per parameter)."""
+
+    params: float
+    """Parameter count from the safetensors metadata."""
+    layers: int
+    kv_heads: int
+    head_size: int
+    kv_bytes: int = 1
+
+
+R1_0528 = Checkpoint(params=684.5e9, layers=61, kv_heads=128, head_size=7168 // 128)
+"""deepseek-ai/DeepSeek-R1-0528: the config's 128 KV heads and no head_dim, so hidden / heads = 56."""
+QWEN3_235B = Checkpoint(params=235.1e9, layers=94, kv_heads=4, head_size=128)
+"""nvidia/Qwen3-235B-A22B-FP8 with FP8 KV."""
+
+
+def _round_up(x: float, step: int) -> int:
+    return step * math.ceil(x / step)
+
+
+def trtllm_bench_caps(ckpt: Checkpoint, *, gpu: str, gpus: int, isl: int, osl: int,
+                      kv_fraction: float = 0.90) -> tuple[int, int]:
     """The ``max_batch_size`` and ``max_num_tokens`` trtllm-bench's PyTorch throughput path picks when the
-    command gives neither: KV requests that fit after the (1 byte/param FP8) weights, rounded up
-    "optimistically", and, with chunked prefill off, at least ISL + batch tokens. Its KV estimate is
-    per-head K and V (so an MLA model counts its 128 attention heads × hidden/heads)."""
+    command gives neither: KV requests that fit after the weights, rounded up "optimistically", and, with
+    chunked prefill off, at least ISL + batch tokens. Its KV estimate is per-head K and V (so an MLA
+    model counts its 128 attention heads × hidden/heads)."""
     gib = 1024**3
-    kv_per_token = 2 * layers * max(gpus, kv_heads) * head_size * kv_bytes / gib
-    requests = (device_gib * gpus - params / gib) * kv_fraction / (kv_per_token * (isl + osl))
+    kv_per_token = 2 * ckpt.layers * max(gpus, ckpt.kv_heads) * ckpt.head_size * ckpt.kv_bytes / gib
+    requests = (DEVICE_GIB[gpu] * gpus - ckpt.params / gib) * kv_fraction / (kv_per_token * (isl + osl))
     raw_bs = min(requests, 4096)
     raw_tokens = min(raw_bs * (1 + isl / osl), 32768)
     if raw_bs < 256:
-        batch = max(64, 32 * math.ceil(raw_bs / 32))
+        batch = max(64, _round_up(raw_bs, 32))
     else:
-        step = 128 if raw_bs < 1024 else 256
-        batch = step * math.ceil(raw_bs / step)
+        batch = _round_up(raw_bs, 128 if raw_bs < 1024 else 256)
     if raw_tokens < 4096:
-        tokens = max(2048, 256 * math.ceil(raw_tokens / 256))
+        tokens = max(2048, _round_up(raw_tokens, 256))
     else:
-        tokens = (512 if raw_tokens < 8192 else 1024) * math.ceil(raw_tokens / (512 if raw_tokens < 8192 else 1024))
+        tokens = _round_up(raw_tokens, 512 if raw_tokens < 8192 else 1024)
     return batch, max(tokens, isl + batch)
 
 
-def _dep_row(model: str, gpu: str, dep: int, caps: tuple[int, int], isl: int, osl: int,
-             prompts: int) -> tuple[str, ...]:
+def _dep_row(model: str, ckpt: Checkpoint, gpu: str, dep: int, isl: int, osl: int, prompts: int) -> tuple[str, ...]:
     """Attention DP + EP over ``dep`` GPUs with trtllm-bench's per-rank caps × ``dep``."""
+    batch, tokens = trtllm_bench_caps(ckpt, gpu=gpu, gpus=dep, isl=isl, osl=osl)
     return ("--models", model, "--engine", "trtllm", "--gpu", gpu, "--tp", str(dep), "--dp-attention", str(dep),
             "--ep", str(dep), "--kv-dtype", "fp8", "--gpu-memory-utilization", "0.9", "--max-num-seqs",
-            str(caps[0] * dep), "--max-num-batched-tokens", str(caps[1] * dep), "--input-len", str(isl),
+            str(batch * dep), "--max-num-batched-tokens", str(tokens * dep), "--input-len", str(isl),
             "--output-len", str(osl), "--num-prompts", str(prompts))
 
 
 def _r1_0528(isl: int, osl: int, prompts: int) -> tuple[str, ...]:
-    # deepseek-ai/DeepSeek-R1-0528: 684.5B safetensors parameters, 61 layers, 128 KV heads of 7168/128 = 56.
-    caps = trtllm_bench_caps(params=684.5e9, kv_bytes=1, layers=61, kv_heads=128, head_size=56, gpus=8,
-                             device_gib=H200_GIB, isl=isl, osl=osl)
-    return _dep_row("DeepSeek-R1", "h200", 8, caps, isl, osl, prompts)
+    return _dep_row("DeepSeek-R1", R1_0528, "h200", 8, isl, osl, prompts)
 
 
 def _qwen3(gpu: str, dep: int, isl: int, osl: int, prompts: int) -> tuple[str, ...]:
-    # nvidia/Qwen3-235B-A22B-FP8: 235.1B parameters, 94 layers, 4 KV heads of 128, FP8 KV.
-    caps = trtllm_bench_caps(params=235.1e9, kv_bytes=1, layers=94, kv_heads=4, head_size=128, gpus=dep,
-                             device_gib=H200_GIB if gpu == "h200" else H100_GIB, isl=isl, osl=osl)
-    return _dep_row("Qwen3-235B-A22B", gpu, dep, caps, isl, osl, prompts)
+    return _dep_row("Qwen3-235B-A22B", QWEN3_235B, gpu, dep, isl, osl, prompts)
 
 
 ROWS: tuple[Row, ...] = (

@@ -56,12 +56,8 @@ def test_trtllm_bench_caps_match_its_heuristic(model: str, isl: int, osl: int, c
     """trtllm-bench's own choice when the command sets no caps, worked by hand from its tuning.py: e.g.
     R1-0528 at 1024/8192 fits 58.2 requests of 874,496 KV bytes/token × 9216 tokens in 0.9 × (8 × 140.4 −
     637.5) GiB, rounded up to the minimum batch of 64; no chunking raises the tokens to ≥ ISL + batch."""
-    if model == "r1":
-        got = fidelity.trtllm_bench_caps(params=684.5e9, kv_bytes=1, layers=61, kv_heads=128, head_size=56, gpus=8,
-                                         device_gib=fidelity.H200_GIB, isl=isl, osl=osl)
-    else:
-        got = fidelity.trtllm_bench_caps(params=235.1e9, kv_bytes=1, layers=94, kv_heads=4, head_size=128, gpus=4,
-                                         device_gib=fidelity.H200_GIB, isl=isl, osl=osl)
+    ckpt, gpus = (fidelity.R1_0528, 8) if model == "r1" else (fidelity.QWEN3_235B, 4)
+    got = fidelity.trtllm_bench_caps(ckpt, gpu="h200", gpus=gpus, isl=isl, osl=osl)
     assert got == caps
 
 
