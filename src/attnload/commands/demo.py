@@ -38,6 +38,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="tokens per SSE event from the simulator (>1 smooths ITL percentiles toward the mean)")
     parser.add_argument("--results", default="results", help="directory for results JSON + HTML")
     parser.add_argument("--metrics-port", type=int, default=9646, help="master's /metrics port (0 = off)")
+    parser.add_argument("--locust-stats", action="store_true", default=None,
+                        help="also print Locust's own request tables (off by default)")
 
 
 def demo_config(base_url: str) -> dict[str, object]:
@@ -66,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
             load = argparse.Namespace(users=None, spawn_rate=args.spawn_rate, duration=None, shape=args.shape,
                                       stage_duration=args.stage_duration, warmup="0", profile="", workers=args.workers,
                                       results=args.results, metrics_port=args.metrics_port, headless=True,
-                                      web_port=8089)
+                                      web_port=8089, locust_stats=args.locust_stats)
             results = execute(plan_from_args(load, config_path))
         finally:
             sim.terminate()

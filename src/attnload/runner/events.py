@@ -26,6 +26,7 @@ from attnload.runner.fleet import (
 from attnload.runner.gcpolicy import quiet_full_collections
 from attnload.runner.openloop import PAIR_STREAM, ClientPool, OpenLoop
 from attnload.runner.options import add_arguments, exit_usage, options_from
+from attnload.runner.progress import feed_progress, silence_locust_tables
 from attnload.runner.replay import ReplaySchedule
 from attnload.runner.runtime import Runtime
 from attnload.runner.serverview import ServerView, scrape_targets
@@ -61,6 +62,8 @@ def _on_init(environment: Environment, attention_facts: FactsLookup, **_: Any) -
         exit_usage(exc)
         return
     environment.attnload = runtime  # type: ignore[attr-defined]
+    if not options.locust_stats:
+        silence_locust_tables()
     events = environment.events
     watch_parent_from_env()  # started by `attnload run`: stop when it is gone
     if not isinstance(runner, MasterRunner):
@@ -158,6 +161,7 @@ def _init_collector(environment: Environment, runtime: Runtime) -> None:
     install_stop_handlers(environment, runtime)
     gevent.spawn(snapshot_loop, runtime, snapshot_interval(environment.parsed_options))
     gevent.spawn(watch_fleet, environment, runtime)
+    gevent.spawn(feed_progress, environment, runtime)
     web_ui = environment.web_ui
     if web_ui is not None:
         webui.install(environment, runtime.results)

@@ -1,9 +1,8 @@
-"""The fleet seen from the master: stopping users, collecting final counts, CPU and progress."""
+"""The fleet seen from the master: stopping users, collecting final counts and CPU (progress: ``progress.py``)."""
 
 from __future__ import annotations
 
 import logging
-import sys
 import time
 from typing import Any
 
@@ -11,7 +10,6 @@ import gevent
 from locust.env import Environment
 from locust.runners import MasterRunner
 
-from attnload.report.console import progress_line
 from attnload.runner.runtime import Runtime
 
 log = logging.getLogger(__name__)
@@ -20,7 +18,6 @@ FINAL_DELTA_MESSAGE = "attnload_final"
 FINAL_COUNTS_WAIT_S = 30.0
 """After the users stop: how long the master waits for every worker's final counts (beyond
 ``--stop-timeout``). Cancelling thousands of in-flight streams takes a worker seconds."""
-PROGRESS_INTERVAL_S = 5.0
 
 
 def stop_users(runner: Any) -> None:
@@ -75,15 +72,9 @@ def sample_cpu(runtime: Runtime) -> None:
 
 
 def watch_fleet(environment: Environment, runtime: Runtime) -> None:
-    """Every second: worker count, CPU per worker, workers that went missing; headless progress lines."""
+    """Every second: worker count, CPU per worker, workers that went missing."""
     runner = environment.runner
-    headless = bool(getattr(environment.parsed_options, "headless", False))
-    last_progress = time.monotonic()
     while True:
-        if headless and runtime.running and time.monotonic() - last_progress >= PROGRESS_INTERVAL_S:
-            last_progress = time.monotonic()
-            sys.stderr.write(progress_line(runtime.results()) + "\n")  # the console's own output
-            sys.stderr.flush()
         if isinstance(runner, MasterRunner):
             connected = set()
             for client in list(runner.clients.values()):

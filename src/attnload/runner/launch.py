@@ -28,7 +28,7 @@ from attnload.errors import UsageError
 from attnload.results.model import Results, load_results
 from attnload.runner.dialogs import check_traffic
 from attnload.runner.flagcheck import check_flag_limits
-from attnload.runner.options import environment, server_metrics_interval, server_metrics_mode
+from attnload.runner.options import OPTION, environment, server_metrics_interval, server_metrics_mode, truthy
 from attnload.runner.stops import INTERRUPT_GRACE_S, PARENT_PID_ENV, die_with_parent
 from attnload.workload.shapes import (
     ReplaySpec,
@@ -70,6 +70,8 @@ class LoadPlan:
     """``--csv PREFIX``: handed to the Locust master, which writes Locust's CSVs and ``PREFIX_llm.csv``."""
     snapshot_interval_s: float | None = None
     metrics_host: str = "127.0.0.1"
+    locust_stats: bool = False
+    """``--locust-stats`` (or ``ATTNLOAD_LOCUST_STATS=1``): Locust's own request tables on the console too."""
 
 
 @dataclass(frozen=True)
@@ -123,7 +125,9 @@ def plan_from_args(args: argparse.Namespace, config_path: Path) -> LoadPlan:
                     prometheus_port=getattr(args, "prometheus", None),
                     stop_timeout_s=float(getattr(args, "stop_timeout", 0.0) or 0.0),
                     server_metrics=server_metrics, server_metrics_interval=interval,
-                    csv_prefix=getattr(args, "csv", None) or None, snapshot_interval_s=snapshot_s)
+                    csv_prefix=getattr(args, "csv", None) or None, snapshot_interval_s=snapshot_s,
+                    locust_stats=bool(getattr(args, "locust_stats", None))
+                    or truthy(os.environ.get(OPTION["locust-stats"].env)))
 
 
 def execute(plan: LoadPlan, *, quiet: bool = False) -> Results | None:
@@ -236,7 +240,8 @@ def _environment(plan: LoadPlan) -> dict[str, str]:
         "warmup": plan.warmup or "0", "spawn-rate": f"{plan.spawn_rate:g}" if plan.spawn_rate else None,
         "paired": "1" if plan.paired else "0", "arrivals": plan.arrivals or "",
         "max-in-flight": str(plan.max_in_flight) if plan.max_in_flight else None,
-        "server-metrics": plan.server_metrics, "server-metrics-interval": plan.server_metrics_interval}))
+        "server-metrics": plan.server_metrics, "server-metrics-interval": plan.server_metrics_interval,
+        "locust-stats": "1" if plan.locust_stats else "0"}))
     if plan.snapshot_interval_s is not None:
         env.update(environment({"snapshot-interval": f"{plan.snapshot_interval_s:g}"}))
     env[PARENT_PID_ENV] = str(os.getpid())  # the children stop when this process is gone
@@ -254,8 +259,8 @@ def _master_command(plan: LoadPlan, master_port: int) -> list[str]:
         command += ["--stop-timeout", f"{plan.stop_timeout_s:g}"]
     if plan.csv_prefix:
         command += ["--csv", plan.csv_prefix]
-    if plan.headless:
-        command += ["--headless", "--only-summary"]
+    if plan.headless:  # --only-summary: no periodic table; the final ones go unless --locust-stats (events.py)
+        command += ["--headless"] if plan.locust_stats else ["--headless", "--only-summary"]
     else:
         command += ["--web-host", "127.0.0.1", "--web-port", str(plan.web_port)]
     if plan.workers:

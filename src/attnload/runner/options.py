@@ -42,6 +42,8 @@ class RunOptions:
     server_metrics_interval_s: float = 2.0
     csv_prefix: str | None = None
     """Locust's own ``--csv PREFIX``: the master also writes ``PREFIX_llm.csv`` with the results."""
+    locust_stats: bool = True
+    """Locust's own request tables on the console; ``attnload run`` turns them off unless ``--locust-stats``."""
 
 
 @dataclass(frozen=True)
@@ -115,6 +117,9 @@ OPTIONS: tuple[Option, ...] = (
     Option("csv", "write Locust's CSV stats (PREFIX_stats.csv, _stats_history.csv, _failures.csv, "
            "_exceptions.csv) plus PREFIX_llm.csv (TTFT/ITL/TPOT/tok/s per model and stage)",
            run={"default": None, "metavar": "PREFIX"}, locust=False),
+    Option("locust-stats", "also print Locust's own request tables (periodic stats and the final response-time "
+           "percentiles, of whole streamed requests); off by default, attnload's tables and progress line stay",
+           "1", run={"action": "store_true", "default": None}),
     Option("snapshot-interval", "seconds between atomic snapshots of the results during the run, so a killed "
            "master loses at most that (0 = off)", 30.0, float, run={"type": float, "default": None, "metavar": "S"}),
 )
@@ -175,7 +180,13 @@ def options_from(parsed: Any) -> RunOptions:
         arrivals=_arrivals(parsed.attnload_arrivals), max_in_flight=max(1, int(parsed.attnload_max_in_flight)),
         server_metrics=server_metrics_mode(parsed.attnload_server_metrics),
         server_metrics_interval_s=server_metrics_interval(parsed.attnload_server_metrics_interval),
-        csv_prefix=getattr(parsed, "csv_prefix", None) or None)
+        csv_prefix=getattr(parsed, "csv_prefix", None) or None,
+        locust_stats=truthy(getattr(parsed, "attnload_locust_stats", "1")))
+
+
+def truthy(value: object) -> bool:
+    """An on/off option's value: ``1``/``true``/``yes``/``on`` (any case) is on."""
+    return str(value if value is not None else "").strip().lower() in ("1", "true", "yes", "on")
 
 
 def server_metrics_mode(text: str | None) -> str:
