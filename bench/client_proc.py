@@ -9,7 +9,7 @@ way timings are stamped, so only the client stack differs:
 - ``naive``: Locust ``FastHttpUser`` with a hand SSE parser (``readline(b"\\n")`` +
   ``json.loads`` per line), the usual first attempt.
 - ``openai``: a Locust user driving the openai SDK's streaming client (one shared
-  ``OpenAI`` client: building one per user costs ~47 ms CPU each, DESIGN.md pitfalls).
+  ``OpenAI`` client: building one per user costs ~47 ms CPU each, docs/design.md, pitfalls).
 
 The process prints ``SPAWNED`` when every user runs, keeps going for ``--run-s``, stops
 the users and writes its measured TTFT/ITL histograms (attnload's ``LogHistogram``

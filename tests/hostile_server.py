@@ -32,7 +32,7 @@ EXPECTED: dict[str, str] = {
     "slow_first_byte": "timeout", "stall": "timeout", "reset": "connection", "malformed": "bad_response",
     "no_choices": "bad_response", "no_done": "truncated", "early_length": "truncated", "error_event": "server",
 }
-"""The DESIGN.md error class each mode must produce (``"ok"`` for success)."""
+"""The docs/design.md error class each mode must produce (``"ok"`` for success)."""
 
 SSE_HEAD = (b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
             b"Transfer-Encoding: chunked\r\n\r\n")

@@ -27,7 +27,7 @@ from hostile_server import ThreadedServer
 MODES: tuple[str, ...] = ("endless_line", "endless_events", "endless_html", "endless_header")
 EXPECTED: dict[str, str] = {"endless_line": "bad_response", "endless_events": "truncated",
                             "endless_html": "bad_response", "endless_header": "bad_response", "trickle": "timeout"}
-"""The DESIGN.md error class each mode must produce."""
+"""The docs/design.md error class each mode must produce."""
 PIECE = 64 * 1024
 
 

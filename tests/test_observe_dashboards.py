@@ -229,7 +229,7 @@ def test_queries_use_only_design_names_and_bounded_labels(dashboard: dict[str, A
     known = MASTER_METRICS | SIM_METRICS | {f"{h}_bucket" for h in HISTOGRAMS}
     for panel, expr in _exprs(dashboard):
         for name in re.findall(r"\battnload_[a-z0-9_]+", expr):
-            assert name in known, f"{panel['title']}: {name} is not a DESIGN.md series"
+            assert name in known, f"{panel['title']}: {name} is not a docs/design.md series"
         for name in re.findall(r"\b(?:vllm|sglang):[a-z0-9_:]+", expr):
             assert name in SERVER_METRICS, f"{panel['title']}: {name} is not in docs/server-metrics.md"
         for group in re.findall(r"\b(?:by|ignoring|on) \(([^)]*)\)", expr):

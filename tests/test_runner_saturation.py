@@ -1,4 +1,4 @@
-"""Client saturation: sustained CPU over 90 %, or the several-chunks-per-read ITL shape (DESIGN.md)."""
+"""Client saturation: sustained CPU over 90 %, or the several-chunks-per-read ITL shape (docs/design.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""ATTENTION_MODEL.md §7.13 on the virtual clock: the reference table and every stated ratio.
+"""docs/cost-model.md §7.13 on the virtual clock: the reference table and every stated ratio.
 
 The HTTP run (``tests/e2e/test_acceptance_7_13.py``) checks the same scenario through the real
 server and load generator. This one reproduces how §7.13's reference was computed: closed-loop
@@ -81,8 +81,8 @@ def pair() -> dict[str, tuple[list[Stage], int]]:
 
 
 @pytest.mark.parametrize(("model", "index", "ttft_p50", "ttft_p99", "itl_p50_ms", "tok_s"), [
-    # The calibrated model (docs/design.md "Calibrated cost model"); ATTENTION_MODEL.md §7.13's
-    # pre-calibration reference was GQA 0.05/0.05 s, 5.6 ms, 2800 and 0.40/0.85 s, 6.8 ms, 3400;
+    # The calibrated model (docs/cost-model.md §7.13 and §10); the level-1 model's
+    # reference was GQA 0.05/0.05 s, 5.6 ms, 2800 and 0.40/0.85 s, 6.8 ms, 3400;
     # MLA 0.08/0.10 s, 19 ms, 1290 and 0.10/0.14 s, 25 ms, 2140.
     ("gqa", 0, 0.05, 0.055, 5.74, 2772), ("mla", 0, 0.11, 0.17, 20.8, 1086),
     ("gqa", 1, 0.40, 1.63, 7.13, 3237), ("mla", 1, 0.15, 0.30, 27.7, 1794)])

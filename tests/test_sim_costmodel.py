@@ -1,4 +1,4 @@
-"""The §3 cost model against ATTENTION_MODEL.md §6 tables and the pure items of §7."""
+"""The §3 cost model against the docs/cost-model.md §6 tables and the pure items of §7."""
 
 from __future__ import annotations
 
@@ -64,7 +64,7 @@ def test_table_6a_step_time_and_tokens_per_s(model: tuple[str, tuple[tuple[str, 
 
 @pytest.mark.parametrize(("key", "changes", "components"), [
     ("llama-3-70b", {}, (3.26, 2.30, 1.16, 22.37, 3.89)),
-    ("deepseek-v3", {}, (8.32, 24.42, 7.51, 4.80, 2.28)),  # C_lin: grouped-GEMM tiles (design.md)
+    ("deepseek-v3", {}, (8.32, 24.42, 7.51, 4.80, 2.28)),  # C_lin: grouped-GEMM tiles (cost-model.md §10)
     ("deepseek-v3", V3_D1, (8.32, 21.82, 7.51, 38.38, 2.72)),
 ])
 def test_table_6a_components(key: str, changes: dict[str, object], components: tuple[float, ...]) -> None:

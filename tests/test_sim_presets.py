@@ -1,4 +1,4 @@
-"""Presets, aliases and fallbacks: ATTENTION_MODEL.md §1–§2."""
+"""Presets, aliases and fallbacks: docs/cost-model.md §1–§2."""
 
 from __future__ import annotations
 

@@ -21,7 +21,7 @@ from typing import Protocol
 
 
 class Dims(Protocol):
-    """The attention dimensions of a model preset (``ATTENTION_MODEL.md`` §1)."""
+    """The attention dimensions of a model preset (``docs/cost-model.md`` §1)."""
 
     h_q: int  # query heads
     h_kv: int  # KV heads (GQA/MHA/MQA/GTA)
@@ -40,7 +40,7 @@ def _heads(n: int, attn_tp: int) -> int:
 
 @dataclass(frozen=True)
 class AttentionKind:
-    """One attention type's arithmetic (per layer, per token), named as in ``ATTENTION_MODEL.md`` §1 and §3.1."""
+    """One attention type's arithmetic (per layer, per token), named as in ``docs/cost-model.md`` §1 and §3.1."""
 
     name: str
     kv_elements: Callable[[Dims, int], int]

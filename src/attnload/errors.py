@@ -18,7 +18,7 @@ from typing import Any
 
 @unique  # two equal hints would silently merge two classes
 class ErrorClass(Enum):
-    """DESIGN.md error classes; ``name.lower()`` is the metric label and the results key."""
+    """The error classes of docs/design.md; ``name.lower()`` is the metric label and the results key."""
 
     AUTH = "check the key in the env var named by api_key_env (complete, no spaces, not expired)"
     NOT_FOUND = "check the model id against the provider's model list, and drop a trailing /v1 from base_url"

@@ -1,7 +1,7 @@
 """Helpers for the observability tests: a real Prometheus, PromQL over its HTTP API, dashboard exprs.
 
 Also a fixture exporter that serves every master and simulator series name from
-DESIGN.md / ATTENTION_MODEL.md §4.6 with synthetic, moving values, so the dashboards'
+docs/design.md / docs/cost-model.md §4.6 with synthetic, moving values, so the dashboards'
 queries run against a real Prometheus without the load generator (a unit-level check
 of the dashboards that does not depend on the core).
 """
@@ -35,7 +35,7 @@ RULES = REPO / "grafana" / "prometheus" / "rules.yml"
 
 LABELS = ("model", "attention", "profile", "target")
 BUCKETS_S = tuple(round(0.001 * 1.25**i, 9) for i in range(54) if 0.001 * 1.25**i <= 120 * 1.25)
-"""1 ms … 120 s, factor 1.25 (DESIGN.md; the master's buckets)."""
+"""1 ms … 120 s, factor 1.25 (docs/design.md; the master's buckets)."""
 ERROR_CLASSES = ("auth", "not_found", "rate_limited", "quota", "context_length", "bad_request", "server",
                  "timeout", "connection", "proxy", "bad_response", "truncated", "cancelled")
 FIXTURE_MODELS = (("llama-3-70b", "GQA"), ("deepseek-v3", "MLA"), ("llama-3-8b", "GQA"))

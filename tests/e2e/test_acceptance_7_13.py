@@ -1,4 +1,4 @@
-"""ATTENTION_MODEL.md §7.13 over HTTP: the default pair at KV scale 0.05, two closed-loop stages, ≈ 2.5 min.
+"""docs/cost-model.md §7.13 over HTTP: the default pair at KV scale 0.05, two closed-loop stages, ≈ 2.5 min.
 
 One ``attnload run`` (``examples/acceptance_7_13.json``: unique 2000-token prompts,
 ``max_tokens`` 256, ``--shape concurrency:64,144 --stage-duration 75s`` with users split

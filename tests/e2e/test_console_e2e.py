@@ -65,7 +65,7 @@ def test_locust_stats_brings_locust_tables_back(processes: Processes, tmp_path: 
     assert "attnload results (medians first)" in log
 
 
-def test_env_twin_brings_locust_tables_back(processes: Processes, tmp_path: Path) -> None:
+def test_env_variable_brings_locust_tables_back(processes: Processes, tmp_path: Path) -> None:
     config = sim_config(processes, tmp_path)
     process = processes.start(attnload("run", "-c", str(config), "-u", "2", "-t", "3s", "--metrics-port",
                                        str(free_port()), "--results", str(tmp_path / "results")),

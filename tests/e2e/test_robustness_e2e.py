@@ -2,7 +2,7 @@
 
 Every request the server saw must be counted exactly once (server count = ok + failed +
 cancelled) in results, in /metrics and (ok + failed) in Locust's own stats table, each
-failure under the DESIGN.md class its mode stands for.
+failure under the docs/design.md error class its mode stands for.
 """
 
 from __future__ import annotations

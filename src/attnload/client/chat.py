@@ -1,13 +1,13 @@
 """The hot path: one keep-alive HTTP/1.1 connection per user, streaming chat completions.
 
 Why not Locust's ``FastHttpSession`` or the openai SDK: ``iter_lines()`` waits for 1024
-bytes before yielding and the SDK costs ~0.3 ms CPU per chunk (DESIGN.md, pitfalls), both
+bytes before yielding and the SDK costs ~0.3 ms CPU per chunk (docs/design.md, pitfalls), both
 distorting TTFT/ITL at high concurrency. Here a gevent socket is read in whatever chunks
 the kernel gives, geventhttpclient's C parser (llhttp) removes HTTP framing, and
 ``SseSplitter`` cuts events without per-chunk string concatenation. Every byte of a
 ``recv`` is stamped with the time that ``recv`` returned.
 
-Failures become :class:`RequestFailed` with a DESIGN.md :class:`ErrorClass` in one place
+Failures become :class:`RequestFailed` with a docs/design.md :class:`ErrorClass` in one place
 (``classify_status``, ``classify_exception``); a hostile server can only produce a
 classified failure, never an exception out of :meth:`ChatClient.send`.
 """
@@ -559,7 +559,7 @@ def _timeout_detail(run: _Run, timeouts: Timeouts) -> str:
 
 def chat_body(model_id: str, messages: Sequence[dict[str, Any]], *, max_tokens: int, temperature: float,
               stream: bool = True, ignore_eos: bool = False) -> dict[str, Any]:
-    """The request body: streaming with usage by default (DESIGN.md measurement rules)."""
+    """The request body: streaming with usage by default (docs/design.md, measurement rules)."""
     body: dict[str, Any] = {"model": model_id, "messages": list(messages), "max_tokens": max_tokens,
                             "temperature": temperature, "stream": stream}
     if stream:

@@ -1,4 +1,4 @@
-"""Map failed responses and foreign exceptions to DESIGN.md error classes, at one boundary.
+"""Map failed responses and foreign exceptions to the error classes of docs/design.md, at one boundary.
 
 HTTP statuses and error bodies (OpenAI JSON, gateway shapes, HTML pages, plain text) go
 through ``classify_status``; an error object inside a 200 stream through
@@ -138,7 +138,7 @@ def _text_of(body: bytes) -> str:
 
 
 def classify_exception(exc: BaseException, via_proxy: bool) -> RequestFailed:
-    """The one boundary where socket, TLS and parser exceptions become DESIGN.md classes."""
+    """The one boundary where socket, TLS and parser exceptions become docs/design.md error classes."""
     if isinstance(exc, RequestFailed):
         return exc
     detail = redact(printable(f"{type(exc).__name__}: {exc}"))

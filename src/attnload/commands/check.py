@@ -5,10 +5,10 @@ SDK), whether the key's env var is set (its length and last 4 characters only), 
 proxy variables apply and whether the proxy answers, then sends one tiny streaming
 request through the openai SDK (what users' scripts do) and one through attnload's own
 load-path client (what ``attnload run`` will do). The verdict is OK with TTFT and
-tokens, or a DESIGN.md error class with a fix that names the setting to change.
+tokens, or a docs/design.md error class with a fix that names the setting to change.
 
 It runs without gevent's monkey-patching, so the SDK's cost and its ``platform``
-probing (DESIGN.md pitfalls) do not matter here. Exit status: 0 when every model
+probing (docs/design.md, pitfalls) do not matter here. Exit status: 0 when every model
 passes, 1 when any fails, 2 for a bad config or flags.
 """
 

@@ -1,7 +1,7 @@
 """``attnload demo``: the seed's GQA-vs-MLA comparison, end to end, with no network, GPU or key.
 
 Starts the simulator with the default pair (llama-3-70b GQA on 8×H200 TP8 vs deepseek-v3
-MLA with DP attention, ATTENTION_MODEL.md §4.6) scaled for a laptop, runs a short
+MLA with DP attention, docs/cost-model.md §4.6) scaled for a laptop, runs a short
 concurrency sweep through real Locust processes, prints the comparison and writes
 ``results/`` (JSON + HTML). The config it writes uses the seed's model ids.
 """

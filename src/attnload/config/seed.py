@@ -196,7 +196,7 @@ def _refuse_literal_keys(file: Path, data: Mapping[str, Any], where: str = "") -
 def _describe_validation(file: Path, text: str, exc: ValidationError) -> str:
     loc, message, error = describe_validation(exc, prefer_unknown_key=True)
     if error["type"] == "extra_forbidden":
-        message = "unknown key (misspelled?); remove it or check DESIGN.md for the valid keys"
+        message = "unknown key (misspelled?); remove it or see docs/design.md (Configuration) for the valid keys"
     elif error["type"] == "missing":
         message = "required field is missing; add it"
     line = _line_of(text, str(error["loc"][-1])) if error["loc"] else None

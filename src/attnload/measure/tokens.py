@@ -1,6 +1,6 @@
 """The local token estimator shared by the simulator and the load generator.
 
-No tokenizer, no hub download: ATTENTION_MODEL.md §4.5 defines prompt tokens as
+No tokenizer, no hub download: docs/cost-model.md §4.5 defines prompt tokens as
 ``Σ_messages (ceil(utf8_bytes(content) / 4) + 4)``; both sides use this one function
 so prompt-token targets, the simulator's ``usage`` and the client's estimates agree.
 """

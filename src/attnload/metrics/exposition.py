@@ -1,4 +1,4 @@
-"""Prometheus exposition of the fleet's merged measurements (DESIGN.md metric names).
+"""Prometheus exposition of the fleet's merged measurements (the metric names of docs/design.md).
 
 The master (or a single-process run) registers :class:`FleetCollector` on its own
 ``CollectorRegistry``; at scrape time it folds the recorder's series across stages and

@@ -40,7 +40,7 @@ def rate(value: float | None, unit: str = "") -> str:
 
 
 def kib(n_bytes: float | int | str | None) -> str:
-    """Bytes as KiB (1024 B, as ATTENTION_MODEL.md counts them)."""
+    """Bytes as KiB (1024 B, as docs/cost-model.md counts them)."""
     if n_bytes is None or isinstance(n_bytes, str):
         return DASH if n_bytes is None else str(n_bytes)
     value = float(n_bytes) / 1024.0

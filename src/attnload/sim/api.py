@@ -3,7 +3,7 @@
 The server (``sim/server.py``) owns HTTP, SSE framing, filler text, usage and the
 server-side truth (``/stats``); an engine owns *when* tokens appear. Two engines
 implement :class:`Engine`: ``FixedEngine`` (``sim/fixed.py``: exact TTFT and ITL) and
-the attention-aware roofline engine (``sim/engine.py``: ATTENTION_MODEL.md §3–§4).
+the attention-aware roofline engine (``sim/engine.py``: docs/cost-model.md §3–§4).
 """
 
 from __future__ import annotations

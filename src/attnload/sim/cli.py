@@ -1,6 +1,6 @@
 """``attnload sim``: serve the attention-aware OpenAI-compatible simulator, or explain it.
 
-Every ATTENTION_MODEL.md §2/§4.6 default is a flag of the same name with dashes
+Every docs/cost-model.md §2/§4.6 default is a flag of the same name with dashes
 (``kv_capacity_scale`` → ``--kv-capacity-scale``), applied to all served models; a
 ``--config`` file overrides them per model. Without ``--models`` the default demo pair
 is served (or the config file's entries). Models are served under the ids given, and
@@ -84,7 +84,7 @@ _INF = float("inf")
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    """Add the ``attnload sim`` flags (defaults: ATTENTION_MODEL.md §2 and §4.6)."""
+    """Add the ``attnload sim`` flags (defaults: docs/cost-model.md §2 and §4.6)."""
     d = _DEFAULTS
     serve = parser.add_argument_group("serving")
     serve.add_argument("--models", type=_id_list, default=None, metavar="IDS",
@@ -181,7 +181,7 @@ def _configure_offline(parser: argparse.ArgumentParser) -> None:
     off = parser.add_argument_group("offline throughput (--throughput: virtual clock, prints and exits)")
     off.add_argument("--throughput", action="store_true",
                      help="run --num-prompts identical requests on the virtual clock and print throughput "
-                          "and latency (the twin of `vllm bench throughput`)")
+                          "and latency (the counterpart of `vllm bench throughput`)")
     off.add_argument("--input-len", type=_positive_int, default=1024, help="prompt tokens (default 1024)")
     off.add_argument("--output-len", type=_positive_int, default=1024, help="output tokens (default 1024)")
     off.add_argument("--num-prompts", type=_positive_int, default=None,

@@ -1,4 +1,4 @@
-"""The attention-aware roofline cost model (ATTENTION_MODEL.md §3) as pure functions.
+"""The attention-aware roofline cost model (docs/cost-model.md §3) as pure functions.
 
 Everything here is arithmetic on presets and an :class:`EngineConfig`: KV bytes per token
 per GPU, per-GPU weights and KV capacity (§3.4, with the refusal when a model does not

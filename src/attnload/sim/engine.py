@@ -1,6 +1,6 @@
 """The roofline engine: :class:`Engine` (``sim/api.py``) over the §4 scheduler and a clock.
 
-One asyncio task per served model runs the discrete-event loop of ATTENTION_MODEL.md
+One asyncio task per served model runs the discrete-event loop of docs/cost-model.md
 §4.1: admit and plan (``Scheduler.plan``), await the step's **absolute** deadline, then
 emit (``Scheduler.complete``). On the wall clock a deadline missed by more than 50 ms
 re-anchors the schedule to now and adds the gap to ``lag_seconds_total`` instead of

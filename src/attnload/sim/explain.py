@@ -1,6 +1,6 @@
 """Text for ``attnload sim --list`` (presets at the configured parallelism) and ``--explain``.
 
-``--explain`` is the what-if view of ATTENTION_MODEL.md §3: for B decodes at context L it
+``--explain`` is the what-if view of docs/cost-model.md §3: for B decodes at context L it
 shows where a step's time goes (weight traffic, KV traffic, attention compute,
 communication), per-user tokens/s, KV bytes per token per GPU and the capacity at L.
 Both return strings; the CLI prints them.

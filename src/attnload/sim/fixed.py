@@ -1,4 +1,4 @@
-"""Fixed-timing engine: TTFT and every inter-token gap are exact (ATTENTION_MODEL.md §4.3).
+"""Fixed-timing engine: TTFT and every inter-token gap are exact (docs/cost-model.md §4.3).
 
 Client tests compare measured numbers against these known truths. No batching and no
 capacity limit; optional jitter ×(1 + j·U[−1, 1]) is seeded by (seed, sha256(body)) so

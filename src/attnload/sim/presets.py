@@ -1,4 +1,4 @@
-"""Model and hardware presets of the simulator (ATTENTION_MODEL.md §1–§2) and id resolution.
+"""Model and hardware presets of the simulator (docs/cost-model.md §1–§2) and id resolution.
 
 This module owns the *facts*: architecture dimensions, parameter counts, GPU peaks, the
 alias table and the generic fallbacks. The arithmetic on them lives in ``costmodel``.

@@ -1,4 +1,4 @@
-"""The continuous-batching scheduler (ATTENTION_MODEL.md §4), synchronous and clock-free.
+"""The continuous-batching scheduler (docs/cost-model.md §4), synchronous and clock-free.
 
 This is the engine's core: one FCFS queue per served model, D attention groups with
 their own KV blocks, ``max_num_seqs`` and token budget, chunked prefill, recompute

@@ -4,7 +4,7 @@ Shape (any of the three formats)::
 
     models:
       - {id: deepseek-chat}                          # an alias: served with the deepseek-v3 preset
-      - {id: my-mla-model, attention_type: MLA}      # unknown id: generic-mla (ATTENTION_MODEL §1)
+      - {id: my-mla-model, attention_type: MLA}      # unknown id: generic-mla (docs/cost-model.md §1)
       - {id: ds-v3-tp-only, preset: deepseek-v3, dp_attention: 1, kv_capacity_scale: 0.05}
 
 Each entry names a ``preset`` or an ``attention_type`` (or is itself a preset key or alias)

@@ -1,4 +1,4 @@
-"""Offline throughput on the virtual clock: ``attnload sim --throughput``, the twin of
+"""Offline throughput on the virtual clock: ``attnload sim --throughput``, the counterpart of
 ``vllm bench throughput`` and ``trtllm-bench throughput``.
 
 ``num_prompts`` identical requests (``input_len`` prompt tokens, exactly ``output_len``

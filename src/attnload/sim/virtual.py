@@ -1,6 +1,6 @@
 """Deterministic virtual-clock runs of the scheduler: closed-loop users without asyncio.
 
-ATTENTION_MODEL.md §7.7 asks what N closed-loop users do to TTFT when KV capacity runs
+docs/cost-model.md §7.7 asks what N closed-loop users do to TTFT when KV capacity runs
 out. This driver runs the same :class:`Scheduler` the HTTP engine uses, with time taken
 from the cost model only, so a 300 s study takes a second or two of CPU and gives the
 same answer every time.

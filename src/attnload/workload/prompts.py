@@ -2,7 +2,7 @@
 
 Prefix-cache honesty: every prompt starts with a unique salt unless its profile asks
 for a shared prefix, so a server's prefix cache cannot make one model look faster by
-serving repeated prompts from cache (DESIGN.md measurement rules).
+serving repeated prompts from cache (docs/design.md, measurement rules).
 """
 
 from __future__ import annotations
