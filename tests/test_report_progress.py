@@ -83,6 +83,18 @@ def test_live_mode_redraws_one_line_in_place_and_ends_it() -> None:
     assert out.getvalue().endswith(ERASE_LINE + "\n")
 
 
+def test_clear_erases_the_live_line_before_other_output() -> None:
+    out = io.StringIO()
+    printer = ProgressPrinter(out, live=True, clock=FakeClock())
+    printer.clear()
+    assert out.getvalue() == ""  # nothing on screen yet
+    printer.update(state(1, 0))
+    printer.clear()
+    assert out.getvalue().endswith("\r" + ERASE_LINE)
+    printer.finish()
+    assert not out.getvalue().endswith("\n")  # the line was erased: no empty line before the tables
+
+
 def test_tok_s_is_over_the_last_ten_seconds() -> None:
     clock, out = FakeClock(), io.StringIO()
     printer = ProgressPrinter(out, live=True, clock=clock)

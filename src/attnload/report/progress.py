@@ -130,6 +130,12 @@ class ProgressPrinter:
             self._write("\n")
             self._on_screen = False
 
+    def clear(self) -> None:
+        """Erase the line on screen (a log record is about to be written); the next update redraws it."""
+        if self.live and self._on_screen:
+            self._write("\r" + ERASE_LINE)
+            self._on_screen = False
+
     def _draw(self, text: str) -> None:
         width = self._width()
         if len(text) >= width:

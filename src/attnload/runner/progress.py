@@ -53,6 +53,18 @@ def progress_state(runtime: Runtime) -> ProgressState:
         saturated=runtime.fleet.client_saturated)
 
 
+class _ClearBeforeLog(logging.Filter):
+    """Erases the live line before this process logs, so a warning starts on a clean line."""
+
+    def __init__(self, printer: ProgressPrinter) -> None:
+        super().__init__()
+        self.printer = printer
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        self.printer.clear()
+        return True
+
+
 def feed_progress(environment: Environment, runtime: Runtime) -> None:
     """Greenlet of a headless master: update the line each second, end it when the test stops or Locust quits."""
     if not getattr(environment.parsed_options, "headless", False):
@@ -67,6 +79,10 @@ def feed_progress(environment: Environment, runtime: Runtime) -> None:
             shown = False
 
     environment.events.quitting.add_listener(finish)
+    if printer.live:
+        for logger in (logging.getLogger(), logging.getLogger("locust")):
+            for handler in logger.handlers:
+                handler.addFilter(_ClearBeforeLog(printer))
     while True:
         if runtime.running:
             printer.update(progress_state(runtime))
