@@ -26,6 +26,7 @@ from attnload.config.model import TestConfig
 from attnload.config.seed import load_config
 from attnload.errors import UsageError
 from attnload.results.model import Results, load_results
+from attnload.results.requests_file import requests_out_path
 from attnload.runner.dialogs import check_traffic
 from attnload.runner.flagcheck import check_flag_limits
 from attnload.runner.options import environment, server_metrics_interval, server_metrics_mode
@@ -70,6 +71,8 @@ class LoadPlan:
     """``--csv PREFIX``: handed to the Locust master, which writes Locust's CSVs and ``PREFIX_llm.csv``."""
     snapshot_interval_s: float | None = None
     metrics_host: str = "127.0.0.1"
+    requests_out: str | None = None
+    """``--requests-out PATH`` (absolute): the master writes the per-request JSONL there."""
 
 
 @dataclass(frozen=True)
@@ -123,7 +126,8 @@ def plan_from_args(args: argparse.Namespace, config_path: Path) -> LoadPlan:
                     prometheus_port=getattr(args, "prometheus", None),
                     stop_timeout_s=float(getattr(args, "stop_timeout", 0.0) or 0.0),
                     server_metrics=server_metrics, server_metrics_interval=interval,
-                    csv_prefix=getattr(args, "csv", None) or None, snapshot_interval_s=snapshot_s)
+                    csv_prefix=getattr(args, "csv", None) or None, snapshot_interval_s=snapshot_s,
+                    requests_out=requests_out_path(getattr(args, "requests_out", None)))
 
 
 def execute(plan: LoadPlan, *, quiet: bool = False) -> Results | None:
@@ -237,6 +241,8 @@ def _environment(plan: LoadPlan) -> dict[str, str]:
         "paired": "1" if plan.paired else "0", "arrivals": plan.arrivals or "",
         "max-in-flight": str(plan.max_in_flight) if plan.max_in_flight else None,
         "server-metrics": plan.server_metrics, "server-metrics-interval": plan.server_metrics_interval}))
+    if plan.requests_out:
+        env.update(environment({"requests-out": plan.requests_out}))
     if plan.snapshot_interval_s is not None:
         env.update(environment({"snapshot-interval": f"{plan.snapshot_interval_s:g}"}))
     env[PARENT_PID_ENV] = str(os.getpid())  # the children stop when this process is gone

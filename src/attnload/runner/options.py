@@ -42,6 +42,8 @@ class RunOptions:
     server_metrics_interval_s: float = 2.0
     csv_prefix: str | None = None
     """Locust's own ``--csv PREFIX``: the master also writes ``PREFIX_llm.csv`` with the results."""
+    requests_out: str | None = None
+    """``--requests-out PATH``: the master (or single process) writes one JSON line per request there."""
 
 
 @dataclass(frozen=True)
@@ -115,6 +117,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("csv", "write Locust's CSV stats (PREFIX_stats.csv, _stats_history.csv, _failures.csv, "
            "_exceptions.csv) plus PREFIX_llm.csv (TTFT/ITL/TPOT/tok/s per model and stage)",
            run={"default": None, "metavar": "PREFIX"}, locust=False),
+    Option("requests-out", "also write one JSON line per request to PATH (gzip when it ends in .gz; schema in "
+           "docs/requests.md)", "", run={"default": None, "metavar": "PATH"}),
     Option("snapshot-interval", "seconds between atomic snapshots of the results during the run, so a killed "
            "master loses at most that (0 = off)", 30.0, float, run={"type": float, "default": None, "metavar": "S"}),
 )
@@ -175,7 +179,17 @@ def options_from(parsed: Any) -> RunOptions:
         arrivals=_arrivals(parsed.attnload_arrivals), max_in_flight=max(1, int(parsed.attnload_max_in_flight)),
         server_metrics=server_metrics_mode(parsed.attnload_server_metrics),
         server_metrics_interval_s=server_metrics_interval(parsed.attnload_server_metrics_interval),
-        csv_prefix=getattr(parsed, "csv_prefix", None) or None)
+        csv_prefix=getattr(parsed, "csv_prefix", None) or None,
+        requests_out=requests_out_option(parsed))
+
+
+def requests_out_option(parsed: Any) -> str | None:
+    """``--attnload-requests-out`` as a path; a relative one lands in the results directory (a container's
+    volume). ``attnload run`` hands its children an absolute path, resolved where it was typed."""
+    text = str(getattr(parsed, "attnload_requests_out", "") or "").strip()
+    if not text:
+        return None
+    return text if os.path.isabs(text) else os.path.join(str(parsed.attnload_results or "results"), text)
 
 
 def server_metrics_mode(text: str | None) -> str:
