@@ -13,7 +13,7 @@ client records into, so percentiles compare bucket for bucket).
 
 ``--ttft-per-kprompt-ms K`` adds K ms of TTFT per 1,000 prompt tokens (each request its own TTFT,
 so per-request records can be paired and checked). ``--keep-requests`` also keeps one entry per
-stream (``t_recv`` epoch, ``prompt_tokens``, measured ``ttft_s``, ``tokens`` written, ``done``) for
+stream (``t_recv``/``t_end`` epoch, ``prompt_tokens``, measured ``ttft_s``, ``tokens`` written, ``done``) for
 ``GET /requests``: per-request truth.
 
 Routes: ``POST */chat/completions`` (streaming or not), ``GET /stats`` (truth as JSON),
@@ -152,6 +152,7 @@ class _Stream:
         truth.completed += 1
         if self.entry is not None:
             self.entry["done"] = True
+            self.entry["t_end"] = time.time()
         proto.stream = None
         proto.next_request()
 
