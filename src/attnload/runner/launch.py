@@ -117,6 +117,7 @@ def plan_from_args(args: argparse.Namespace, config_path: Path) -> LoadPlan:
     snapshot_s = getattr(args, "snapshot_interval", None)
     if snapshot_s is not None and not (math.isfinite(snapshot_s) and (snapshot_s == 0 or 1 <= snapshot_s <= 86400)):
         raise UsageError(f"--snapshot-interval {snapshot_s:g}: use 0 (off) or 1 to 86400 seconds")
+    requests_out = requests_out_path(getattr(args, "requests_out", None))
     check_reachable(config)
     return LoadPlan(config=config, config_path=config_path, shape=shape, spawn_rate=args.spawn_rate,
                     workers=args.workers, results_dir=Path(args.results), metrics_port=args.metrics_port,
@@ -127,7 +128,7 @@ def plan_from_args(args: argparse.Namespace, config_path: Path) -> LoadPlan:
                     stop_timeout_s=float(getattr(args, "stop_timeout", 0.0) or 0.0),
                     server_metrics=server_metrics, server_metrics_interval=interval,
                     csv_prefix=getattr(args, "csv", None) or None, snapshot_interval_s=snapshot_s,
-                    requests_out=requests_out_path(getattr(args, "requests_out", None)))
+                    requests_out=requests_out)
 
 
 def execute(plan: LoadPlan, *, quiet: bool = False) -> Results | None:
