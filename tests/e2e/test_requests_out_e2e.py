@@ -140,3 +140,21 @@ def test_sigterm_leaves_whole_lines_with_every_completed_request(processes: Proc
     missing = [e for e in done_before  # each has a line that ended a moment after the server's last write
                if not any(-0.01 < end - e["t_end"] < 0.25 for end in by_prompt.get(e["prompt_tokens"], []))]
     assert missing == [], (len(missing), signalled)
+
+
+def test_the_environment_twin_in_a_single_process(processes: Processes, tmp_path: Path) -> None:
+    """No workers: the process writes its own lines as it goes; plain JSONL for a name without .gz."""
+    url = _server(processes)
+    run = processes.start(attnload("run", "-c", str(_config(tmp_path, url)), "--users", "8", "--duration", "6s", "--stop-timeout", "10",
+                                   "--results", str(tmp_path / "results"), "--metrics-port", "0"),
+                          env={"ATTNLOAD_REQUESTS_OUT": "lines.jsonl"}, name="run", cwd=tmp_path)
+    assert run.wait(timeout=120) == 0, processes.log_of(run)[-3000:]
+    results = latest_results(tmp_path / "results")
+    text = (tmp_path / "lines.jsonl").read_text()  # relative to where the run was started
+    lines = [json.loads(line) for line in text.splitlines()]
+    totals = sum(sum(m["requests"].get(k, 0) for k in STATUSES) for m in results["models"])
+    assert text.endswith("\n") and len(lines) == totals == results["requests_out"]["records"] > 20
+    assert {line["worker"] for line in lines} == {0}
+    assert sum(line["completion_tokens"] for line in lines) == http_json(url + "/stats")["completion_tokens"]
+    html = next((tmp_path / "results").glob("*.html")).read_text()
+    assert 'id="plot-ttft-scatter"' in html  # the run's own report draws the scatter

@@ -29,7 +29,7 @@ from attnload.results.model import Results, load_results
 from attnload.results.requests_file import requests_out_path
 from attnload.runner.dialogs import check_traffic
 from attnload.runner.flagcheck import check_flag_limits
-from attnload.runner.options import environment, server_metrics_interval, server_metrics_mode
+from attnload.runner.options import OPTION, environment, server_metrics_interval, server_metrics_mode
 from attnload.runner.stops import INTERRUPT_GRACE_S, PARENT_PID_ENV, die_with_parent
 from attnload.workload.shapes import (
     ReplaySpec,
@@ -117,7 +117,7 @@ def plan_from_args(args: argparse.Namespace, config_path: Path) -> LoadPlan:
     snapshot_s = getattr(args, "snapshot_interval", None)
     if snapshot_s is not None and not (math.isfinite(snapshot_s) and (snapshot_s == 0 or 1 <= snapshot_s <= 86400)):
         raise UsageError(f"--snapshot-interval {snapshot_s:g}: use 0 (off) or 1 to 86400 seconds")
-    requests_out = requests_out_path(getattr(args, "requests_out", None))
+    requests_out = requests_out_path(getattr(args, "requests_out", None) or os.environ.get(OPTION["requests-out"].env))
     check_reachable(config)
     return LoadPlan(config=config, config_path=config_path, shape=shape, spawn_rate=args.spawn_rate,
                     workers=args.workers, results_dir=Path(args.results), metrics_port=args.metrics_port,
