@@ -241,3 +241,13 @@ def test_cluster_run_asks_for_the_file_and_results_fetches_it(request: pytest.Fi
     assert main(["cluster", "results", "--out", str(tmp_path / "res")]) == 0
     assert (tmp_path / "res" / "requests.jsonl.gz").read_bytes() == data
     assert (tmp_path / "res" / "more.jsonl").read_text() == '{"v":"attnload.requests/v1"}\n'
+
+
+def test_a_new_test_starts_a_fresh_file(tmp_path: Path) -> None:
+    config = load_config(write_config(tmp_path, "http://127.0.0.1:9"))
+    master = RequestSink(config, str(tmp_path / "r.jsonl"), "master")
+    master.merge({"lines": ["{}", "{}"], "dropped": 1})
+    master.restart()  # the counts of the results restart with the test: so do the file's
+    master.merge({"lines": ["{}"], "dropped": 0})
+    assert (tmp_path / "r.jsonl").read_text() == "{}\n"
+    assert master.summary() == RequestsOut(path=str(tmp_path / "r.jsonl"), records=1)

@@ -52,6 +52,12 @@ class RequestSink:
         if self.file is not None:
             self.file.write(self.buffer.take_all())
 
+    def restart(self) -> None:
+        """A new test in the same process (web UI, ``cluster run``): a fresh file, as the results start afresh."""
+        if self.file is not None:
+            self.file.close()
+            self.file = RequestsFile(self.path)
+
     def close(self) -> None:
         if self.file is not None:
             self.drain()

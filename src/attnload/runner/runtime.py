@@ -212,6 +212,8 @@ class Runtime:
         self.context.reset()
         if self.paired is not None:
             self.paired.reset()
+        if self.requests is not None:
+            self.requests.restart()
         self.started_at = time.time()
         self.started_perf = time.perf_counter()
         self.ended_at = None
