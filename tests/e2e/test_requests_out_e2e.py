@@ -164,3 +164,15 @@ def test_the_environment_twin_in_a_single_process(processes: Processes, tmp_path
     assert sum(line["completion_tokens"] for line in lines) == http_json(url + "/stats")["completion_tokens"]
     html = next((tmp_path / "results").glob("*.html")).read_text()
     assert 'id="plot-ttft-scatter"' in html  # the run's own report draws the scatter
+
+
+@pytest.mark.slow
+def test_the_master_stays_small_at_10k_streams() -> None:
+    """bench/requests_memory.py: 10,000 concurrent streams through 4 local workers, master RSS < 300 MB."""
+    import subprocess
+
+    done = subprocess.run([sys.executable, str(ROOT / "bench" / "requests_memory.py"), "--streams", "10000",
+                           "--workers", "4", "--duration-s", "30"], capture_output=True, text=True, timeout=420,
+                          cwd=ROOT / "bench")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    assert "master peak RSS" in done.stdout
