@@ -176,3 +176,30 @@ def test_the_master_stays_small_at_10k_streams() -> None:
                           cwd=ROOT / "bench")
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
     assert "master peak RSS" in done.stdout
+
+
+def test_open_loop_conversations_carry_intended_start_and_turns(processes: Processes, tmp_path: Path) -> None:
+    url = _server(processes)
+    config = json.loads(_config(tmp_path, url).read_text())
+    config["workload"] = {"dialog": {"conversation": {"turns": 3, "think_time_s": 0.1, "user_tokens": 64},
+                                     "max_tokens": 4}}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config), encoding="utf-8")
+    out = tmp_path / "r.jsonl.gz"
+    run = processes.start(attnload("run", "-c", str(path), "--shape", "rate:4", "--stage-duration", "6s",
+                                   "--stop-timeout", "10", "--results", str(tmp_path / "results"),
+                                   "--metrics-port", "0", "--requests-out", str(out)), name="run")
+    assert run.wait(timeout=120) == 0, processes.log_of(run)[-3000:]
+    results = latest_results(tmp_path / "results")
+    lines = _lines(out)
+    assert len(lines) == sum(sum(m["requests"].get(k, 0) for k in STATUSES) for m in results["models"]) > 20
+    conversations: dict[str, list[int]] = {}
+    for line in lines:
+        assert line["user"] is None and line["intended_s"] is not None  # open loop: no user, a schedule
+        assert line["start_s"] >= line["intended_s"] - 1e-6
+        assert line["dispatch_lag_s"] == pytest.approx(line["start_s"] - line["intended_s"], abs=2e-6)
+        conversations.setdefault(line["conversation"], []).append(line["turn"])
+    assert None not in conversations
+    complete = [turns for turns in conversations.values() if len(turns) == 3]
+    assert len(complete) >= 5 and all(sorted(turns) == [1, 2, 3] for turns in complete)
+    assert all(sorted(turns) == list(range(1, len(turns) + 1)) for turns in conversations.values())
