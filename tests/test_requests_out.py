@@ -178,6 +178,7 @@ def test_the_sample_is_bounded_and_deterministic(tmp_path: Path) -> None:
     assert len(first) == MAX_POINTS and first == again
     assert {p.target for p in first} == {"gqa_model", "mla_model"}
     assert len(sample_points(path, limit=100_000)) == 12_000  # failures and the torn line left out
+    assert len(sample_points(path, limit=100_000, max_lines=1_000)) == 1_000
 
 
 def test_the_report_finds_the_file_and_draws_the_scatter(tmp_path: Path) -> None:

@@ -19,7 +19,7 @@ from attnload.report.console import errors_text
 from attnload.report.explain import MIXED_MODELS_NOTE, attention_facts, explain, presets_differ
 from attnload.report.fmt import DASH, METRICS, count, error_total, pct, series_name, stage_label
 from attnload.report.paired import ci_ms, diff_ms, paired_rows
-from attnload.report.requests import find_requests_file, scatter_figure
+from attnload.report.requests import RUN_SCAN_LINES, find_requests_file, scatter_figure
 from attnload.report.turns import turn_table
 from attnload.results.model import Results, Totals
 
@@ -175,10 +175,12 @@ def _paired_section(results: Results) -> str:
     return f"{note}<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
-def render_html(results: Results, compare: Results | None = None, requests: Path | None = None) -> str:
+def render_html(results: Results, compare: Results | None = None, requests: Path | None = None,
+                requests_lines: int | None = None) -> str:
     """The report as one HTML string; ``compare`` is the baseline run shown side by side; ``requests``
-    the run's ``--requests-out`` file (its TTFT-vs-prompt scatter is added)."""
-    scatter = scatter_figure(requests)
+    the run's ``--requests-out`` file (its TTFT-vs-prompt scatter is added, from its first
+    ``requests_lines`` lines; None: all)."""
+    scatter = scatter_figure(requests, requests_lines)
     figures = "".join(
         f'<figure><figcaption><strong>{escape(title)}</strong><span>{escape(caption)}</span></figcaption>'
         f"{svg}</figure>" for title, caption, svg in [*charts(results, compare), *([scatter] if scatter else [])])
@@ -216,9 +218,11 @@ def render_html(results: Results, compare: Results | None = None, requests: Path
 def write_html(results: Results, path: str | Path, compare: Results | None = None,
                requests: Path | None = None) -> Path:
     """Write :func:`render_html` to ``path`` (parents created); returns the path written. Without
-    ``requests``, the ``--requests-out`` file the results name is used when it exists."""
+    ``requests``, the ``--requests-out`` file the results name is used when it exists (its first
+    ``RUN_SCAN_LINES`` lines: the run's own report is written as the master stops)."""
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
+    scan = None if requests is not None else RUN_SCAN_LINES
     requests = requests if requests is not None else find_requests_file(results)
-    target.write_text(render_html(results, compare, requests), encoding="utf-8")
+    target.write_text(render_html(results, compare, requests, scan), encoding="utf-8")
     return target

@@ -23,6 +23,9 @@ from attnload.results.model import Results
 
 MAX_POINTS = 5_000
 SAMPLE_SEED = 0
+RUN_SCAN_LINES = 200_000
+"""The run's own HTML (written as the master stops, inside its signal grace) reads at most this many
+lines; ``attnload report`` reads the whole file."""
 
 
 @dataclass(frozen=True)
@@ -70,12 +73,15 @@ def read_lines(path: Path) -> Iterator[dict[str, Any]]:
             return
 
 
-def sample_points(path: Path, limit: int = MAX_POINTS) -> list[Point]:
-    """Up to ``limit`` successful requests with a TTFT, a seeded reservoir sample (Algorithm R)."""
+def sample_points(path: Path, limit: int = MAX_POINTS, max_lines: int | None = None) -> list[Point]:
+    """Up to ``limit`` successful requests with a TTFT, a seeded reservoir sample (Algorithm R) of the
+    file's first ``max_lines`` lines (None: all of them)."""
     rng = random.Random(SAMPLE_SEED)
     kept: list[Point] = []
     seen = 0
-    for record in read_lines(path):
+    for index, record in enumerate(read_lines(path)):
+        if max_lines is not None and index >= max_lines:
+            break
         ttft, prompt = record.get("ttft_s"), record.get("prompt_tokens")
         if record.get("status") != "ok" or not isinstance(ttft, int | float) or not isinstance(prompt, int):
             continue
@@ -102,11 +108,11 @@ def ttft_scatter(points: list[Point]) -> str:
     return scatter_chart("plot-ttft-scatter", drawn, "prompt tokens", "TTFT (s)")
 
 
-def scatter_figure(path: Path | None) -> tuple[str, str, str] | None:
+def scatter_figure(path: Path | None, max_lines: int | None = None) -> tuple[str, str, str] | None:
     """(title, caption, svg) for the report, or None when there is no file or no point to draw."""
     if path is None:
         return None
-    points = sample_points(path)
+    points = sample_points(path, max_lines=max_lines)
     if not points:
         return None
     return ("TTFT vs prompt length (every request)",
