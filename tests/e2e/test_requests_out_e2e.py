@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from helpers import ROOT, Processes, attnload, free_port, http_json, latest_results, wait_http
+from helpers import DIRECT, ROOT, Processes, attnload, free_port, http_json, latest_results, wait_http
 
 pytestmark = pytest.mark.e2e
 REFERENCE = ROOT / "bench" / "reference_server.py"
@@ -203,3 +203,55 @@ def test_open_loop_conversations_carry_intended_start_and_turns(processes: Proce
     complete = [turns for turns in conversations.values() if len(turns) == 3]
     assert len(complete) >= 5 and all(sorted(turns) == [1, 2, 3] for turns in complete)
     assert all(sorted(turns) == list(range(1, len(turns) + 1)) for turns in conversations.values())
+
+
+def test_swarm_asks_for_the_file_per_test_as_cluster_run_does(processes: Processes, tmp_path: Path) -> None:
+    """Plain Locust master + 2 workers, a test started through /swarm with ``attnload_requests_out`` (what
+    ``attnload cluster run --requests-out NAME`` posts): the workers get it from the master, the master
+    writes it in its results directory, and a later test without it leaves that file alone."""
+    import urllib.parse
+    import urllib.request
+
+    url = _server(processes)
+    results_dir = tmp_path / "results"
+    web, master_port = free_port(), free_port()
+    env = {"ATTNLOAD_CONFIG": str(_config(tmp_path, url)), "ATTNLOAD_RESULTS": str(results_dir),
+           "ATTNLOAD_METRICS_PORT": "0"}
+    locust = [sys.executable, "-m", "locust", "-f", str(ROOT / "locustfiles" / "chat.py")]
+    master = processes.start([*locust, "--master", "--stop-timeout", "10", "--web-host", "127.0.0.1", "--web-port",
+                              str(web), "--master-bind-host", "127.0.0.1", "--master-bind-port", str(master_port)],
+                             env=env, name="master")
+    for _ in range(2):
+        processes.start([*locust, "--worker", "--master-host", "127.0.0.1", "--master-port", str(master_port)],
+                        env=env, name="worker")
+    base = f"http://127.0.0.1:{web}"
+    wait_http(base + "/", master)
+
+    def one_test(extra: dict[str, str]) -> None:
+        deadline = time.monotonic() + 60  # both workers ready (after a test they report in again)
+        while [w["state"] for w in http_json(base + "/stats/requests")["workers"]] != ["ready", "ready"]:
+            assert time.monotonic() < deadline, "workers did not connect"
+            time.sleep(0.3)
+        marker = results_dir / "latest.txt"
+        before = marker.stat().st_mtime if marker.exists() else 0.0
+        form = {"user_count": "8", "spawn_rate": "8", "run_time": "5s", **extra}
+        request = urllib.request.Request(base + "/swarm", data=urllib.parse.urlencode(form).encode(),
+                                         headers={"Content-Type": "application/x-www-form-urlencoded"})
+        with DIRECT.open(request, timeout=10) as reply:
+            assert json.loads(reply.read())["success"]
+        deadline = time.monotonic() + 90
+        while not (marker.exists() and marker.stat().st_mtime > before):
+            assert time.monotonic() < deadline and master.poll() is None, processes.log_of(master)[-3000:]
+            time.sleep(0.3)
+        time.sleep(2.0)  # the master rewrites once more after the final worker reports
+
+    one_test({"attnload_requests_out": "swarm.jsonl.gz"})
+    results = latest_results(results_dir)
+    lines = _lines(results_dir / "swarm.jsonl.gz")
+    totals = sum(sum(m["requests"].get(k, 0) for k in STATUSES) for m in results["models"])
+    assert len(lines) == totals == results["requests_out"]["records"] > 10
+    assert {line["worker"] for line in lines} == {0, 1}  # both workers were told through the master
+    kept = (results_dir / "swarm.jsonl.gz").read_bytes()
+    one_test({})
+    assert latest_results(results_dir).get("requests_out") is None
+    assert (results_dir / "swarm.jsonl.gz").read_bytes() == kept

@@ -67,8 +67,13 @@ def _on_init(environment: Environment, attention_facts: FactsLookup, **_: Any) -
     environment.attnload = runtime  # type: ignore[attr-defined]
     events = environment.events
     watch_parent_from_env()  # started by `attnload run`: stop when it is gone
-    # `attnload cluster run --requests-out` sets it per test through /swarm (Locust copies it to workers)
+    # `attnload cluster run --requests-out` sets it per test through /swarm (Locust copies it to workers);
+    # when that test stops the master forgets it, so a later test without it cannot truncate its file
     events.test_start.add_listener(lambda **_: _follow_requests_out(environment, runtime))
+    if not isinstance(runner, WorkerRunner) and environment.parsed_options is not None:
+        configured = getattr(environment.parsed_options, "attnload_requests_out", "")
+        events.test_stop.add_listener(
+            lambda **_: setattr(environment.parsed_options, "attnload_requests_out", configured))
     if not isinstance(runner, MasterRunner):
         runtime.open_loop = _open_loop(environment, runtime)
         runtime.open_loop.on_error = runtime.health.scheduler_died
