@@ -11,8 +11,14 @@ server actually did: TTFT is request-read → first content write, ITL the gap b
 consecutive content writes, both in attnload's ``LogHistogram`` (the same buckets the
 client records into, so percentiles compare bucket for bucket).
 
+``--ttft-per-kprompt-ms K`` adds K ms of TTFT per 1,000 prompt tokens (each request its own TTFT,
+so per-request records can be paired and checked). ``--keep-requests`` also keeps one entry per
+stream (``t_recv``/``t_end`` epoch, ``prompt_tokens``, measured ``ttft_s``, ``tokens`` written, ``done``) for
+``GET /requests``: per-request truth.
+
 Routes: ``POST */chat/completions`` (streaming or not), ``GET /stats`` (truth as JSON),
-``POST /reset`` (zero the truth), ``GET /health``. ``--procs N`` forks N processes on one
+``GET /requests`` (per-request truth, with ``--keep-requests``), ``POST /reset`` (zero the truth),
+``GET /health``. ``--procs N`` forks N processes on one
 ``SO_REUSEPORT`` port; process *i* also listens alone on its own port (``--truth-ports``,
 default ``port + 1 + i``) so a harness can read and reset each one's truth.
 """
@@ -61,6 +67,7 @@ class Truth:
         self.ttft = LogHistogram()
         self.itl = LogHistogram()
         self.started = time.perf_counter()
+        self.requests: list[dict[str, Any]] = []
 
     def to_json(self) -> dict[str, Any]:
         return {"received": self.received, "completed": self.completed, "cancelled": self.cancelled,
@@ -72,17 +79,20 @@ class Truth:
 class Settings:
     """Fixed timings of every stream (seconds) and the default output length."""
 
-    def __init__(self, ttft_s: float, itl_s: float, output_tokens: int) -> None:
+    def __init__(self, ttft_s: float, itl_s: float, output_tokens: int, ttft_per_prompt_token_s: float = 0.0,
+                 keep_requests: bool = False) -> None:
         self.ttft_s = ttft_s
         self.itl_s = itl_s
         self.output_tokens = output_tokens
+        self.ttft_per_prompt_token_s = ttft_per_prompt_token_s
+        self.keep_requests = keep_requests
 
 
 class _Stream:
     """One streaming response in flight, driven by ``loop.call_at`` from absolute deadlines."""
 
     __slots__ = ("proto", "truth", "itl_s", "left", "emitted", "deadline", "last_at", "received_at",
-                 "token", "tail", "handle")
+                 "token", "tail", "handle", "entry")
 
     def __init__(self, proto: ChatProtocol, truth: Truth, settings: Settings, max_tokens: int, model: str,
                  include_usage: bool, prompt_tokens: int) -> None:
@@ -93,6 +103,11 @@ class _Stream:
         self.emitted = 0
         self.received_at = time.perf_counter()
         self.last_at = 0.0
+        self.entry: dict[str, Any] | None = None
+        if settings.keep_requests:
+            self.entry = {"t_recv": time.time(), "prompt_tokens": prompt_tokens, "ttft_s": None, "tokens": 0,
+                          "done": False}
+            truth.requests.append(self.entry)
         prefix = ('{"id":"chatcmpl-ref","object":"chat.completion.chunk","created":0,"model":'
                   + json.dumps(model) + ',"choices":[{"index":0,"delta":')
         self.token = _event(prefix + '{"content":"tok "},"finish_reason":null}]}')
@@ -105,7 +120,7 @@ class _Stream:
         self.tail = tail + _event("[DONE]") + b"0\r\n\r\n"
         loop = proto.loop
         proto.transport.write(_SSE_HEAD + _event(prefix + '{"role":"assistant","content":""},"finish_reason":null}]}'))
-        self.deadline = loop.time() + settings.ttft_s
+        self.deadline = loop.time() + settings.ttft_s + settings.ttft_per_prompt_token_s * prompt_tokens
         self.handle: asyncio.TimerHandle | None = loop.call_at(self.deadline, self.tick)
 
     def tick(self) -> None:
@@ -120,8 +135,12 @@ class _Stream:
             truth.itl.record(now - self.last_at)
         else:
             truth.ttft.record(now - self.received_at)
+            if self.entry is not None:
+                self.entry["ttft_s"] = now - self.received_at
         self.last_at = now
         self.emitted += 1
+        if self.entry is not None:
+            self.entry["tokens"] = self.emitted
         truth.tokens += 1
         self.left -= 1
         if self.left > 0:
@@ -131,6 +150,9 @@ class _Stream:
         self.handle = None
         proto.transport.write(self.tail)
         truth.completed += 1
+        if self.entry is not None:
+            self.entry["done"] = True
+            self.entry["t_end"] = time.time()
         proto.stream = None
         proto.next_request()
 
@@ -193,6 +215,8 @@ class ChatProtocol(asyncio.Protocol):
     def route(self, method: str, path: str, body: bytes) -> None:
         if method == "POST" and path.endswith("/chat/completions"):
             self.chat(body)
+        elif path == "/requests":
+            self.reply(200, json.dumps(self.truth.requests).encode())
         elif path == "/stats":
             self.reply(200, json.dumps(self.truth.to_json()).encode())
         elif method == "POST" and path == "/reset":
@@ -292,11 +316,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ttft-ms", type=float, default=50.0)
     parser.add_argument("--itl-ms", type=float, default=10.0)
     parser.add_argument("--output-tokens", type=int, default=128)
+    parser.add_argument("--ttft-per-kprompt-ms", type=float, default=0.0,
+                        help="extra TTFT per 1,000 prompt tokens (each request its own TTFT)")
+    parser.add_argument("--keep-requests", action="store_true", help="keep per-request truth for GET /requests")
     parser.add_argument("--procs", type=int, default=1, help="processes sharing the port via SO_REUSEPORT")
     parser.add_argument("--truth-ports", default="", help="per-process /stats ports (default port+1+i)")
     args = parser.parse_args(argv)
     raise_fd_limit()
-    settings = Settings(args.ttft_ms / 1000.0, args.itl_ms / 1000.0, args.output_tokens)
+    settings = Settings(args.ttft_ms / 1000.0, args.itl_ms / 1000.0, args.output_tokens,
+                        args.ttft_per_kprompt_ms / 1e6, args.keep_requests)
     if args.procs <= 1:
         asyncio.run(_serve(_listen(args.host, args.port, False), None, settings))
         return 0

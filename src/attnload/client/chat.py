@@ -330,7 +330,19 @@ class ChatClient:
             completion_tokens=completion,
             cached_prompt_tokens=int(details.get("cached_tokens") or 0) if isinstance(details, dict) else 0,
             tokens_estimated=estimated, dispatch_lag_s=None if intended_start is None else started - intended_start,
-            reply_text=None if run.texts is None else "".join(run.texts))
+            reply_text=None if run.texts is None else "".join(run.texts), started_perf=started,
+            http_status=_status_code(run), cached_tokens_reported=_cached_tokens(details))
+
+
+def _status_code(run: _Run) -> int | None:
+    """The HTTP status of the response, once its head arrived (per request, for ``--requests-out``)."""
+    response = run.response
+    return response.get_code() if response is not None and response.headers_complete else None
+
+
+def _cached_tokens(details: Any) -> int | None:
+    cached = details.get("cached_tokens") if isinstance(details, dict) else None
+    return cached if isinstance(cached, int) else None
 
 
 class Cancelled(Exception):

@@ -58,6 +58,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     run.add_argument("-r", "--spawn-rate", type=float, default=8.0, help="users started per second")
     run.add_argument("-t", "--run-time", "--duration", dest="run_time",
                      help="stop after this long, e.g. 5m (default: the shape's end or /stop)")
+    run.add_argument("--requests-out", metavar="NAME",
+                     help="also write one JSON line per request to NAME in the master's results volume (gzip when "
+                          "it ends in .gz); `attnload cluster results` fetches it with the results")
     run.add_argument("--wait", action="store_true", help="block until the test stops, then fetch results")
     run.add_argument("--out", type=Path, default=Path("results"), help="where --wait puts results (results/)")
     sub.add_parser("stop", help="stop the running test (the master writes results)")
@@ -228,6 +231,8 @@ def start(kube: Kube, args: argparse.Namespace) -> int:
     form = {"user_count": str(args.users), "spawn_rate": str(args.spawn_rate)}
     if args.run_time:
         form["run_time"] = args.run_time
+    if args.requests_out:
+        form["attnload_requests_out"] = _requests_name(args.requests_out)
     reply = _master(kube, "POST", "swarm", form)
     if not reply.get("success", False):
         raise UsageError(f"the master refused to start: {reply.get('message', reply)}")
@@ -248,7 +253,16 @@ def stop(kube: Kube, args: argparse.Namespace) -> int:
     return 0
 
 
-_LINK = re.compile(r'href="([^"/?#]+\.(?:json|html))"')
+_LINK = re.compile(r'href="([^"/?#]+\.(?:json|html|jsonl|jsonl\.gz))"')
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*\.jsonl(?:\.gz)?")
+
+
+def _requests_name(text: str) -> str:
+    """``--requests-out`` in the cluster: a plain file name, written to the master's results volume."""
+    if not _NAME.fullmatch(text):
+        raise UsageError(f"--requests-out {text}: give a plain file name ending in .jsonl or .jsonl.gz (it is "
+                         "written to the master's results volume), e.g. requests.jsonl.gz")
+    return text
 
 
 def fetch_results(kube: Kube, args: argparse.Namespace) -> int:
@@ -259,7 +273,11 @@ def fetch_results(kube: Kube, args: argparse.Namespace) -> int:
         return 1
     args.out.mkdir(parents=True, exist_ok=True)
     for file in files:
-        text = kube.proxy("GET", NS, names.MASTER_SERVICE, "results", file, raw=True)
-        (args.out / file).write_text(text, encoding="utf-8")
+        if file.endswith(".gz"):  # the per-request lines, compressed: bytes as they are
+            data = kube.proxy("GET", NS, names.MASTER_SERVICE, "results", file, raw="bytes")
+            (args.out / file).write_bytes(data)
+        else:
+            text = kube.proxy("GET", NS, names.MASTER_SERVICE, "results", file, raw=True)
+            (args.out / file).write_text(text, encoding="utf-8")
         print(f"{args.out / file}")
     return 0

@@ -88,8 +88,8 @@ class Kube:
 
     def request(self, method: str, path: str, *, query: Mapping[str, str] | None = None,
                 body: Any = None, form: Mapping[str, str] | None = None,
-                content_type: str = "application/json", raw: bool = False) -> Any:
-        """One API call; returns parsed JSON (or text when ``raw``)."""
+                content_type: str = "application/json", raw: bool | str = False) -> Any:
+        """One API call; returns parsed JSON (or text when ``raw``; the body's bytes when ``raw="bytes"``)."""
         headers = {"Accept": "*/*" if raw else "application/json"}
         if body is not None or form is not None:
             headers["Content-Type"] = "application/x-www-form-urlencoded" if form is not None else content_type
@@ -113,6 +113,8 @@ class Kube:
             raise NotFound(f"not found: {method} {path}")
         if not 200 <= reply.status < 300:
             raise UsageError(f"Kubernetes API {method} {path}: HTTP {reply.status} {_message(text)}")
+        if raw == "bytes":
+            return reply.data or b""
         if raw:
             return text
         return json.loads(text) if text.strip() else {}
@@ -168,7 +170,7 @@ class Kube:
     # ----------------------------------------------------------------- service proxy
 
     def proxy(self, method: str, namespace: str, service: str, port: str, path: str = "",
-              form: Mapping[str, str] | None = None, raw: bool = False) -> Any:
+              form: Mapping[str, str] | None = None, raw: bool | str = False) -> Any:
         """HTTP to a Service port through the API server (no port-forward needed)."""
         return self.request(method, f"/api/v1/namespaces/{namespace}/services/{service}:{port}/proxy/{path}",
                             form=form, raw=raw)

@@ -10,6 +10,7 @@ from attnload.errors import UsageError
 from attnload.report.compare import compare_results
 from attnload.report.console import print_summary, render_comparison, wide_console
 from attnload.report.html import write_html
+from attnload.report.requests import find_requests_file
 from attnload.results.model import load_results
 from attnload.runner.exitcodes import regression_status
 
@@ -20,6 +21,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="where to write the HTML report (default: next to RESULTS, with .html)")
     parser.add_argument("--compare", metavar="OTHER", default=None,
                         help="a baseline results JSON: show both runs with deltas and flag regressions")
+    parser.add_argument("--requests", metavar="PATH", default=None,
+                        help="the run's --requests-out JSONL (default: the path the results recorded, or that "
+                             "file beside RESULTS); adds a TTFT-vs-prompt-length scatter to the HTML")
     parser.add_argument("--fail-on-regression", metavar="PCT", type=float, default=None,
                         help="with --compare: exit 1 when any metric regressed by more than PCT %% (a latency "
                              "higher, a throughput lower) or the failure ratio rose by over 1 point")
@@ -43,7 +47,8 @@ def run(args: argparse.Namespace) -> int:
             status = regression_status(comparison)
     out = Path(args.html) if args.html else Path(args.results).with_suffix(".html")
     try:
-        written = write_html(results, out, compare=baseline)
+        written = write_html(results, out, compare=baseline,
+                             requests=find_requests_file(results, args.results, args.requests))
     except OSError as exc:
         raise UsageError(f"cannot write the HTML report to {out}: {exc.strerror}; pass --html OUT") from None
     console.print(f"HTML report: {written}", highlight=False)

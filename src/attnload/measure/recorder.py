@@ -74,6 +74,12 @@ class RequestRecord:
     """1-based turn of a conversation request (None: a single-turn request)."""
     sent_at: float | None = None
     """Wall-clock send time (epoch s) of open-loop requests: the achieved arrival rate is measured on it."""
+    started_perf: float | None = None
+    """``perf_counter`` when the request went on the wire (the per-request log's ``start_s``)."""
+    http_status: int | None = None
+    """The response's HTTP status (None: no response head arrived)."""
+    cached_tokens_reported: int | None = None
+    """``usage.prompt_tokens_details.cached_tokens`` as the server sent it; None when it sent none."""
 
     @property
     def tpot_s(self) -> float | None:

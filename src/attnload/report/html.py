@@ -19,6 +19,7 @@ from attnload.report.console import errors_text
 from attnload.report.explain import MIXED_MODELS_NOTE, attention_facts, explain, presets_differ
 from attnload.report.fmt import DASH, METRICS, count, error_total, pct, series_name, stage_label
 from attnload.report.paired import ci_ms, diff_ms, paired_rows
+from attnload.report.requests import RUN_SCAN_LINES, find_requests_file, scatter_figure
 from attnload.report.turns import turn_table
 from attnload.results.model import Results, Totals
 
@@ -174,11 +175,15 @@ def _paired_section(results: Results) -> str:
     return f"{note}<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
-def render_html(results: Results, compare: Results | None = None) -> str:
-    """The report as one HTML string; ``compare`` is the baseline run shown side by side."""
+def render_html(results: Results, compare: Results | None = None, requests: Path | None = None,
+                requests_lines: int | None = None) -> str:
+    """The report as one HTML string; ``compare`` is the baseline run shown side by side; ``requests``
+    the run's ``--requests-out`` file (its TTFT-vs-prompt scatter is added, from its first
+    ``requests_lines`` lines; None: all)."""
+    scatter = scatter_figure(requests, requests_lines)
     figures = "".join(
         f'<figure><figcaption><strong>{escape(title)}</strong><span>{escape(caption)}</span></figcaption>'
-        f"{svg}</figure>" for title, caption, svg in charts(results, compare))
+        f"{svg}</figure>" for title, caption, svg in [*charts(results, compare), *([scatter] if scatter else [])])
     sections = [
         ("summary", "Summary", _banners(results) + _summary_table(results)),
         ("attention", "Attention", _attention_section(results)),
@@ -210,9 +215,14 @@ def render_html(results: Results, compare: Results | None = None) -> str:
     )
 
 
-def write_html(results: Results, path: str | Path, compare: Results | None = None) -> Path:
-    """Write :func:`render_html` to ``path`` (parents created); returns the path written."""
+def write_html(results: Results, path: str | Path, compare: Results | None = None,
+               requests: Path | None = None) -> Path:
+    """Write :func:`render_html` to ``path`` (parents created); returns the path written. Without
+    ``requests``, the ``--requests-out`` file the results name is used when it exists (its first
+    ``RUN_SCAN_LINES`` lines: the run's own report is written as the master stops)."""
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_text(render_html(results, compare), encoding="utf-8")
+    scan = None if requests is not None else RUN_SCAN_LINES
+    requests = requests if requests is not None else find_requests_file(results)
+    target.write_text(render_html(results, compare, requests, scan), encoding="utf-8")
     return target

@@ -144,6 +144,50 @@ def line_chart(
     return "".join(out)
 
 
+def scatter_chart(plot_id: str, series: Sequence[Series], x_label: str, y_label: str) -> str:
+    """Dots only (one per request); a log y axis when the values span more than ×30."""
+    drawn = [s for s in series if s.points]
+    xs = [x for s in drawn for x, _ in s.points]
+    ys = [y for s in drawn for _, y in s.points]
+    if not xs:
+        return f'<p class="empty" id="{escape(plot_id)}">no data to plot</p>'
+    positive = [y for y in ys if y > 0]
+    log_y = bool(positive) and len(positive) == len(ys) and max(positive) / min(positive) > 30
+    x_hi = max(max(xs), 1.0)
+    x_ticks = linear_ticks(0.0, x_hi)
+    x_hi = max(x_hi, x_ticks[-1])
+    if log_y:
+        y_lo, y_hi = 10 ** math.floor(math.log10(min(positive))), 10 ** math.ceil(math.log10(max(positive) * 1.05))
+        y_ticks = log_ticks(y_lo, y_hi)
+    else:
+        y_lo, y_hi = 0.0, max(ys) * 1.1 if max(ys) > 0 else 1.0
+        y_ticks = linear_ticks(y_lo, y_hi)
+        y_hi = max(y_hi, y_ticks[-1])
+    plot_w, plot_h = WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
+
+    def px(x: float) -> float:
+        return LEFT + x / x_hi * plot_w
+
+    def py(y: float) -> float:
+        if log_y:
+            frac = (math.log10(max(y, y_lo)) - math.log10(y_lo)) / (math.log10(y_hi) - math.log10(y_lo))
+        else:
+            frac = (y - y_lo) / (y_hi - y_lo)
+        return TOP + plot_h - frac * plot_h
+
+    height = HEIGHT + 20 * math.ceil(len(drawn) / 2)
+    out = [f'<svg class="plot scatter" id="{escape(plot_id)}" viewBox="0 0 {WIDTH} {height}" role="img" '
+           f'aria-label="{escape(y_label)} vs {escape(x_label)}" xmlns="http://www.w3.org/2000/svg">']
+    out += _axes(x_ticks, y_ticks, px, py, x_label, y_label + (" (log)" if log_y else ""))
+    for s in drawn:
+        name = escape(s.name)
+        out += [f'<circle class="datum" data-series="{name}" data-x="{_num(x)}" data-y="{_num(y)}" cx="{px(x):.1f}" '
+                f'cy="{py(y):.1f}" r="1.8" fill="{s.color}" fill-opacity="0.5"/>' for x, y in s.points]
+    out += _legend(drawn, plot_w)
+    out.append("</svg>")
+    return "".join(out)
+
+
 def _axes(x_ticks: Sequence[float], y_ticks: Sequence[float], px: Callable[[float], float],
           py: Callable[[float], float], x_label: str, y_label: str) -> list[str]:
     """Grid lines with tick labels, the plot frame and both axis titles."""

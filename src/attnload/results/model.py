@@ -209,6 +209,19 @@ class ClientInfo(_Model):
     """Open loop: why a worker's arrival scheduler died (the first one seen); None when none did."""
 
 
+class RequestsOut(_Model):
+    """``--requests-out``: where the per-request lines went and how many (docs/requests.md)."""
+
+    path: str
+    schema_: str = Field(default="attnload.requests/v1", alias="schema")
+    records: int = 0
+    """Lines written: with ``dropped``, every request of the results, warm-up included."""
+    dropped: int = 0
+    """Lines a worker could not hold until its next report (counted, never silently lost)."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore", populate_by_name=True)
+
+
 class Results(_Model):
     """A finished run; written as ``results/<timestamp>.json``."""
 
@@ -224,6 +237,8 @@ class Results(_Model):
     interrupted: bool = False
     """True when the run did not reach its end: stopped by SIGTERM/SIGINT, or a periodic snapshot
     (``STAMP.json`` rewritten every ``--snapshot-interval``) left behind by a master that was killed."""
+    requests_out: RequestsOut | None = None
+    """The per-request JSONL of ``--requests-out``; None when not asked for."""
 
     model_config = ConfigDict(frozen=True, extra="ignore", populate_by_name=True)
 

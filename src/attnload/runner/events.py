@@ -3,6 +3,7 @@ master, ship deltas from workers, tell workers each stage, write results when a 
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import gevent
@@ -16,6 +17,7 @@ from attnload.config.seed import load_config
 from attnload.errors import UsageError
 from attnload.metrics.exposition import serve_metrics
 from attnload.report import webui
+from attnload.runner import requestsink
 from attnload.runner.fleet import (
     FINAL_DELTA_MESSAGE,
     sample_cpu,
@@ -25,7 +27,7 @@ from attnload.runner.fleet import (
 )
 from attnload.runner.gcpolicy import quiet_full_collections
 from attnload.runner.openloop import PAIR_STREAM, ClientPool, OpenLoop
-from attnload.runner.options import add_arguments, exit_usage, options_from
+from attnload.runner.options import add_arguments, exit_usage, options_from, requests_out_option
 from attnload.runner.progress import feed_progress, silence_locust_tables
 from attnload.runner.replay import ReplaySchedule
 from attnload.runner.runtime import Runtime
@@ -40,6 +42,8 @@ from attnload.runner.stops import (
 from attnload.runner.users import chat_client, converse_open, send_pair, send_plan
 from attnload.workload.prompts import PlannedRequest
 from attnload.workload.shapes import ReplaySpec
+
+log = logging.getLogger(__name__)
 
 
 def register(events: Any, attention_facts: FactsLookup = no_facts) -> None:
@@ -66,6 +70,13 @@ def _on_init(environment: Environment, attention_facts: FactsLookup, **_: Any) -
         silence_locust_tables()
     events = environment.events
     watch_parent_from_env()  # started by `attnload run`: stop when it is gone
+    # `attnload cluster run --requests-out` sets it per test through /swarm (Locust copies it to workers);
+    # when that test stops the master forgets it, so a later test without it cannot truncate its file
+    events.test_start.add_listener(lambda **_: _follow_requests_out(environment, runtime))
+    if not isinstance(runner, WorkerRunner) and environment.parsed_options is not None:
+        configured = getattr(environment.parsed_options, "attnload_requests_out", "")
+        events.test_stop.add_listener(
+            lambda **_: setattr(environment.parsed_options, "attnload_requests_out", configured))
     if not isinstance(runner, MasterRunner):
         runtime.open_loop = _open_loop(environment, runtime)
         runtime.open_loop.on_error = runtime.health.scheduler_died
@@ -85,11 +96,19 @@ def _on_init(environment: Environment, attention_facts: FactsLookup, **_: Any) -
         def send_final(**_: Any) -> None:
             if runtime.open_loop is not None:
                 runtime.open_loop.stop()  # in-flight open-loop requests are recorded as cancelled first
-            runner.send_message(FINAL_DELTA_MESSAGE, runtime.worker_payload())
+            runner.send_message(FINAL_DELTA_MESSAGE, runtime.worker_payload(final=True))
 
         events.test_stop.add_listener(send_final)
         return
     _init_collector(environment, runtime)
+
+
+def _follow_requests_out(environment: Environment, runtime: Runtime) -> None:
+    try:
+        runtime.use_requests_out(requests_out_option(environment.parsed_options))
+    except UsageError as exc:  # a test started through /swarm with a path this master cannot write
+        log.error("%s: this test runs without it", exc)
+        runtime.requests = None
 
 
 def _open_loop(environment: Environment, runtime: Runtime) -> OpenLoop:
@@ -160,6 +179,8 @@ def _init_collector(environment: Environment, runtime: Runtime) -> None:
     # (Ctrl-C in `attnload run`, a pod being deleted) would kill the master without results.
     install_stop_handlers(environment, runtime)
     gevent.spawn(snapshot_loop, runtime, snapshot_interval(environment.parsed_options))
+    if not isinstance(runner, MasterRunner):
+        gevent.spawn(requestsink.pump, lambda: runtime.requests)  # a single process writes its lines as it goes
     gevent.spawn(watch_fleet, environment, runtime)
     gevent.spawn(feed_progress, environment, runtime)
     web_ui = environment.web_ui

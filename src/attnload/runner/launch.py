@@ -26,6 +26,7 @@ from attnload.config.model import TestConfig
 from attnload.config.seed import load_config
 from attnload.errors import UsageError
 from attnload.results.model import Results, load_results
+from attnload.results.requests_file import requests_out_path
 from attnload.runner.dialogs import check_traffic
 from attnload.runner.flagcheck import check_flag_limits
 from attnload.runner.options import OPTION, environment, server_metrics_interval, server_metrics_mode, truthy
@@ -72,6 +73,8 @@ class LoadPlan:
     metrics_host: str = "127.0.0.1"
     locust_stats: bool = False
     """``--locust-stats`` (or ``ATTNLOAD_LOCUST_STATS=1``): Locust's own request tables on the console too."""
+    requests_out: str | None = None
+    """``--requests-out PATH`` (absolute): the master writes the per-request JSONL there."""
 
 
 @dataclass(frozen=True)
@@ -116,6 +119,7 @@ def plan_from_args(args: argparse.Namespace, config_path: Path) -> LoadPlan:
     snapshot_s = getattr(args, "snapshot_interval", None)
     if snapshot_s is not None and not (math.isfinite(snapshot_s) and (snapshot_s == 0 or 1 <= snapshot_s <= 86400)):
         raise UsageError(f"--snapshot-interval {snapshot_s:g}: use 0 (off) or 1 to 86400 seconds")
+    requests_out = requests_out_path(getattr(args, "requests_out", None) or os.environ.get(OPTION["requests-out"].env))
     check_reachable(config)
     return LoadPlan(config=config, config_path=config_path, shape=shape, spawn_rate=args.spawn_rate,
                     workers=args.workers, results_dir=Path(args.results), metrics_port=args.metrics_port,
@@ -127,7 +131,8 @@ def plan_from_args(args: argparse.Namespace, config_path: Path) -> LoadPlan:
                     server_metrics=server_metrics, server_metrics_interval=interval,
                     csv_prefix=getattr(args, "csv", None) or None, snapshot_interval_s=snapshot_s,
                     locust_stats=bool(getattr(args, "locust_stats", None))
-                    or truthy(os.environ.get(OPTION["locust-stats"].env)))
+                    or truthy(os.environ.get(OPTION["locust-stats"].env)),
+                    requests_out=requests_out)
 
 
 def execute(plan: LoadPlan, *, quiet: bool = False) -> Results | None:
@@ -242,6 +247,8 @@ def _environment(plan: LoadPlan) -> dict[str, str]:
         "max-in-flight": str(plan.max_in_flight) if plan.max_in_flight else None,
         "server-metrics": plan.server_metrics, "server-metrics-interval": plan.server_metrics_interval,
         "locust-stats": "1" if plan.locust_stats else "0"}))
+    if plan.requests_out:
+        env.update(environment({"requests-out": plan.requests_out}))
     if plan.snapshot_interval_s is not None:
         env.update(environment({"snapshot-interval": f"{plan.snapshot_interval_s:g}"}))
     env[PARENT_PID_ENV] = str(os.getpid())  # the children stop when this process is gone

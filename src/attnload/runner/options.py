@@ -44,6 +44,8 @@ class RunOptions:
     """Locust's own ``--csv PREFIX``: the master also writes ``PREFIX_llm.csv`` with the results."""
     locust_stats: bool = True
     """Locust's own request tables on the console; ``attnload run`` turns them off unless ``--locust-stats``."""
+    requests_out: str | None = None
+    """``--requests-out PATH``: the master (or single process) writes one JSON line per request there."""
 
 
 @dataclass(frozen=True)
@@ -120,6 +122,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("locust-stats", "also print Locust's own request tables (periodic stats and the final response-time "
            "percentiles, of whole streamed requests); off by default, attnload's tables and progress line stay",
            "1", run={"action": "store_true", "default": None}),
+    Option("requests-out", "also write one JSON line per request to PATH (gzip when it ends in .gz; schema in "
+           "docs/requests.md)", "", run={"default": None, "metavar": "PATH"}),
     Option("snapshot-interval", "seconds between atomic snapshots of the results during the run, so a killed "
            "master loses at most that (0 = off)", 30.0, float, run={"type": float, "default": None, "metavar": "S"}),
 )
@@ -181,12 +185,22 @@ def options_from(parsed: Any) -> RunOptions:
         server_metrics=server_metrics_mode(parsed.attnload_server_metrics),
         server_metrics_interval_s=server_metrics_interval(parsed.attnload_server_metrics_interval),
         csv_prefix=getattr(parsed, "csv_prefix", None) or None,
-        locust_stats=truthy(getattr(parsed, "attnload_locust_stats", "1")))
+        locust_stats=truthy(getattr(parsed, "attnload_locust_stats", "1")),
+        requests_out=requests_out_option(parsed))
 
 
 def truthy(value: object) -> bool:
     """An on/off option's value: ``1``/``true``/``yes``/``on`` (any case) is on."""
     return str(value if value is not None else "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def requests_out_option(parsed: Any) -> str | None:
+    """``--attnload-requests-out`` as a path; a relative one lands in the results directory (a container's
+    volume). ``attnload run`` hands its children an absolute path, resolved where it was typed."""
+    text = str(getattr(parsed, "attnload_requests_out", "") or "").strip()
+    if not text:
+        return None
+    return text if os.path.isabs(text) else os.path.join(str(parsed.attnload_results or "results"), text)
 
 
 def server_metrics_mode(text: str | None) -> str:

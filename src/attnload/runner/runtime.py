@@ -23,6 +23,7 @@ from attnload.measure.cgroup import ThrottleMeter, throttled_reason
 from attnload.measure.context import ContextRecorder
 from attnload.measure.paired import PairedRecorder
 from attnload.measure.recorder import Recorder, RequestRecord
+from attnload.measure.requestlog import NOBODY, Who
 from attnload.metrics.exposition import FleetState
 from attnload.report.csvout import write_llm_csv
 from attnload.report.html import write_html
@@ -33,6 +34,7 @@ from attnload.runner.dialogs import Traffic
 from attnload.runner.health import RunHealth
 from attnload.runner.openloop import PAIR_STREAM, OpenLoop, OpenStage
 from attnload.runner.options import RunOptions
+from attnload.runner.requestsink import RequestSink
 from attnload.runner.serverview import ServerView
 from attnload.workload.conversation import new_salt
 from attnload.workload.prompts import Workload
@@ -149,6 +151,8 @@ class Runtime:
         self.interrupted = False
         """SIGTERM/SIGINT (or the death of ``attnload run``) ended the run early: results say so."""
         self.health = RunHealth()
+        self.requests = RequestSink(config, options.requests_out, role) if options.requests_out else None
+        """``--requests-out``: one line per request (buffered here on a worker, written by the master)."""
 
     # ------------------------------------------------------------------ users
 
@@ -177,9 +181,11 @@ class Runtime:
             return WARMUP_STAGE
         return stage.index
 
-    def observe(self, record: RequestRecord) -> None:
+    def observe(self, record: RequestRecord, who: Who = NOBODY) -> None:
         self.recorder.add(record)
         self.context.add(record)
+        if self.requests is not None:
+            self.requests.observe(record, self.worker_index, who)
 
     def is_good(self, ttft_s: float | None, itl_gaps: tuple[tuple[float, int], ...], e2e_s: float) -> bool:
         """Whether one successful request met every configured SLO (goodput)."""
@@ -206,6 +212,8 @@ class Runtime:
         self.context.reset()
         if self.paired is not None:
             self.paired.reset()
+        if self.requests is not None:
+            self.requests.restart()
         self.started_at = time.time()
         self.started_perf = time.perf_counter()
         self.ended_at = None
@@ -306,15 +314,25 @@ class Runtime:
             self.server_view.stage_ended(self.stage.index)
             self.server_view.stop()
 
+    def use_requests_out(self, path: str | None) -> None:
+        """The ``--requests-out`` a test asked for (``/swarm`` may set it per test): reopen when it changed."""
+        if path == (self.requests.path if self.requests is not None else None):
+            return
+        if self.requests is not None:
+            self.requests.close()
+        self.requests = RequestSink(self.config, path, self.role) if path else None
+
     # ------------------------------------------------------------------ distribution
 
-    def worker_payload(self) -> dict[str, Any]:
+    def worker_payload(self, final: bool = False) -> dict[str, Any]:
         payload: dict[str, Any] = {"delta": self.recorder.take_delta(), "users": dict(self.users_by_model),
                                    "cpu": self.cpu.peak(), "context": self.context.take_delta(),
                                    "health": self.health.payload(self.spawned),
                                    "throttled": self.throttle.peak()}
         if self.paired is not None:
             payload["paired"] = self.paired.take_delta()
+        if self.requests is not None:
+            payload["requests"] = self.requests.payload(final)
         return payload
 
     def merge_worker(self, worker_id: str, payload: dict[str, Any]) -> None:
@@ -322,6 +340,8 @@ class Runtime:
         self._merged_at[worker_id] = time.perf_counter()
         self.recorder.merge_delta(payload.get("delta") or {})
         self.context.merge_delta(payload.get("context") or {})
+        if self.requests is not None:
+            self.requests.merge(payload.get("requests"))
         if self.paired is not None and payload.get("paired"):
             self.paired.merge_delta(payload["paired"])
         if "health" in payload:
@@ -375,7 +395,10 @@ class Runtime:
                                 server=self.server_view.results(self.stage.index if self.running else None)
                                 if self.server_view is not None else None)
         client = results.client.model_copy(update=self.health.client_fields(self.spawned))
-        return results.model_copy(update={"client": client, "interrupted": self.interrupted})
+        update = {"client": client, "interrupted": self.interrupted}
+        if self.requests is not None:
+            update["requests_out"] = self.requests.summary(final=not self.running)
+        return results.model_copy(update=update)
 
     @property
     def trace_rate_per_s(self) -> float | None:

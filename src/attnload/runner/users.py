@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import logging
 import time
 from collections.abc import Mapping
@@ -16,6 +17,7 @@ from attnload.client.chat import Cancelled, ChatClient, chat_body
 from attnload.config.model import ModelTarget
 from attnload.measure.paired import send_together
 from attnload.measure.recorder import RequestRecord
+from attnload.measure.requestlog import NOBODY, Who
 from attnload.runner.dialogs import Session, with_reply_tokens
 from attnload.runner.openloop import PAIR_STREAM, ClientPool
 from attnload.runner.runtime import Runtime
@@ -25,6 +27,8 @@ log = logging.getLogger(__name__)
 SPAWN_SPREAD_S = 1.0
 GOLDEN_RATIO = 0.6180339887498949
 OPEN_LOOP_IDLE_S = 0.2
+_OPEN_CONVERSATIONS = itertools.count(1)
+"""Open-loop conversations started by this process (their ids in ``--requests-out``)."""
 
 
 class ChatUser(User):
@@ -46,6 +50,8 @@ class ChatUser(User):
         # of identical requests prefills together and stays in lockstep, inflating TTFT for the run.
         # A golden-ratio sequence spreads them evenly without knowing the batch size.
         runtime.spawned += 1
+        self.user_no = runtime.spawned
+        self.who = Who(user=self.user_no)
         gevent.sleep(SPAWN_SPREAD_S * ((runtime.spawned * GOLDEN_RATIO) % 1.0))
         if runtime.paired is not None:
             self.targets = runtime.assign_all()
@@ -78,9 +84,9 @@ class ChatUser(User):
         plan = runtime.workload.next(self.sizer)
         stage = runtime.stage_for(time.perf_counter())
         if runtime.paired is not None:
-            send_pair(self.environment, runtime, self.chats, plan, stage, None)
+            send_pair(self.environment, runtime, self.chats, plan, stage, None, self.who)
             return
-        send_plan(self.environment, runtime, self.chat, self.target, plan, stage, None)
+        send_plan(self.environment, runtime, self.chat, self.target, plan, stage, None, self.who)
 
 
     def _converse(self, session: Session) -> None:
@@ -90,12 +96,13 @@ class ChatUser(User):
         if step.think_s > 0:
             gevent.sleep(step.think_s)
         stage = runtime.stage_for(time.perf_counter())
+        who = Who(self.user_no, f"w{runtime.worker_index}u{self.user_no}c{session.conversations}")
         if runtime.paired is not None:
-            session.replied(send_pair(self.environment, runtime, self.chats, step.plans, stage, None))
+            session.replied(send_pair(self.environment, runtime, self.chats, step.plans, stage, None, who))
             return
         key = self.target.key
         session.replied({key: send_plan(self.environment, runtime, self.chat, self.target, step.plans[key], stage,
-                                        None)})
+                                        None, who)})
 
 
 def converse_open(environment: Environment, runtime: Runtime, pool: ClientPool, stream: str, intended: float,
@@ -105,14 +112,15 @@ def converse_open(environment: Environment, runtime: Runtime, pool: ClientPool, 
     keys = list(targets) if stream == PAIR_STREAM else [stream]
     session = runtime.traffic.session(keys)
     step = session.next()
+    who = Who(conversation=f"w{runtime.worker_index}o{next(_OPEN_CONVERSATIONS)}")
     while True:
         clients = {key: pool.acquire(key) for key in keys}
         try:
             if stream == PAIR_STREAM:
-                records = send_pair(environment, runtime, clients, step.plans, stage, intended)
+                records = send_pair(environment, runtime, clients, step.plans, stage, intended, who)
             else:
                 records = {stream: send_plan(environment, runtime, clients[stream], targets[stream],
-                                             step.plans[stream], stage, intended)}
+                                             step.plans[stream], stage, intended, who)}
         finally:
             for key, client in clients.items():
                 pool.release(key, client)
@@ -131,7 +139,7 @@ def chat_client(runtime: Runtime, target: ModelTarget) -> ChatClient:
 
 
 def send_plan(environment: Environment, runtime: Runtime, client: ChatClient, target: ModelTarget,
-              plan: PlannedRequest, stage: int, intended_start: float | None) -> RequestRecord:
+              plan: PlannedRequest, stage: int, intended_start: float | None, who: Who = NOBODY) -> RequestRecord:
     """Send one planned request and report it; a stop mid-request is recorded, then ends the greenlet."""
     request = runtime.config.request
     body = chat_body(target.id, plan.messages, max_tokens=plan.max_tokens, temperature=request.temperature,
@@ -141,9 +149,9 @@ def send_plan(environment: Environment, runtime: Runtime, client: ChatClient, ta
         record = client.send(body, model_key=target.key, profile=plan.profile, stage=stage,
                              intended_start=intended_start, capture_text=capture)
     except Cancelled as cancelled:
-        _report(environment, runtime, _annotated(runtime, cancelled.record, plan, target, intended_start))
+        _report(environment, runtime, _annotated(runtime, cancelled.record, plan, target, intended_start), who)
         raise GreenletExit() from None
-    return _report(environment, runtime, _annotated(runtime, record, plan, target, intended_start))
+    return _report(environment, runtime, _annotated(runtime, record, plan, target, intended_start), who)
 
 
 def _annotated(runtime: Runtime, record: RequestRecord, plan: PlannedRequest, target: ModelTarget,
@@ -162,8 +170,8 @@ def _annotated(runtime: Runtime, record: RequestRecord, plan: PlannedRequest, ta
 
 
 def send_pair(environment: Environment, runtime: Runtime, clients: dict[str, ChatClient],
-              plan: PlannedRequest | Mapping[str, PlannedRequest], stage: int, intended_start: float | None
-              ) -> dict[str, RequestRecord]:
+              plan: PlannedRequest | Mapping[str, PlannedRequest], stage: int, intended_start: float | None,
+              who: Who = NOBODY) -> dict[str, RequestRecord]:
     """The same prompt to every model at once; the pair's differences go to the paired recorder.
 
     A conversation turn gives each model its own plan: the same script, each with its own history.
@@ -172,17 +180,17 @@ def send_pair(environment: Environment, runtime: Runtime, clients: dict[str, Cha
     plans = plan if isinstance(plan, Mapping) else dict.fromkeys(clients, plan)
     keys = runtime.paired.send_order(list(clients)) if runtime.paired is not None else list(clients)
     records = send_together(keys, lambda key: send_plan(
-        environment, runtime, clients[key], targets[key], plans[key], stage, intended_start))
+        environment, runtime, clients[key], targets[key], plans[key], stage, intended_start, who))
     done = {k: r for k, r in records.items() if isinstance(r, RequestRecord)}
     if runtime.paired is not None:
         runtime.paired.add(stage, done)
     return done
 
 
-def _report(environment: Environment, runtime: Runtime, record: RequestRecord) -> RequestRecord:
+def _report(environment: Environment, runtime: Runtime, record: RequestRecord, who: Who = NOBODY) -> RequestRecord:
     if record.outcome == "ok" and runtime.config.slo.is_set:
         record = replace(record, good=runtime.is_good(record.ttft_s, record.itl_samples, record.e2e_s))
-    runtime.observe(record)
+    runtime.observe(record, who)
     if record.outcome == "cancelled":
         return record  # not a server fault: kept out of Locust's failure table
     exception = None if record.outcome == "ok" else _LocustFailure(f"{record.error}")
