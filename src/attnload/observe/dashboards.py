@@ -1,8 +1,8 @@
 """The Grafana dashboards, as code: one generator for the JSON under ``grafana/dashboards/``.
 
 Why code and not hand-edited JSON: three dashboards share variables, selectors, units
-and the quantile query shape; spelling them once keeps every panel on the DESIGN.md
-metric names and makes the "every expr returns data" test possible (it reads the
+and the quantile query shape; spelling them once keeps every panel on the metric names
+of docs/design.md and makes the "every expr returns data" test possible (it reads the
 generated JSON, and :func:`expr_requirements` says what a query needs to show data).
 
 ``python -m attnload.observe.dashboards`` rewrites the files; ``--check`` exits 1 on
@@ -102,7 +102,7 @@ def overview() -> Dashboard:
               "Requests per second that met every SLO in the config's `slo` section."),
         Panel("Error rate by class", "percentunit",
               (Target(error_ratio, "{{attention}} {{model}} [{{target}}] {{error}}"),),
-              "Share of finished requests failing with each DESIGN.md error class."),
+              "Share of finished requests failing with each error class (docs/design.md)."),
         Panel("Failed request ratio", "percentunit", (Target(failed_ratio),),
               "Failed / all finished requests."),
         Panel("In-flight users", "short",
@@ -179,7 +179,7 @@ def health() -> Dashboard:
               dashed_legend="^p99"),
         Panel("Errors/s by class", "reqps",
               (Target(f"sum by (error) (rate(attnload_request_errors_total{{{SEL}}}[{RATE}]))", "{{error}}"),),
-              "DESIGN.md error classes; `attnload check` prints the fix for each."),
+              "Error classes (docs/design.md); `attnload check` prints the fix for each."),
         Panel("Requests/s by outcome", "reqps",
               (Target(f"sum by (outcome) (rate(attnload_requests_total{{{SEL}}}[{RATE}]))", "{{outcome}}"),),
               "Cancelled requests come from stopping a stage mid-request."),
