@@ -68,15 +68,19 @@ TTFT = names.TTFT_SECONDS
 ITL = names.ITL_SECONDS
 TPOT = names.TPOT_SECONDS
 E2E = names.REQUEST_DURATION_SECONDS
+ZERO_PER_MODEL = f"(0 * sum by ({SPLIT}) (rate(attnload_requests_total{{{SEL}}}[{RATE}])))"
+"""A 0 for each model that sends requests: an error panel of a clean run reads 0, not "No data"."""
 TARGET_USERS = Target(f'max({names.TARGET_USERS}{{{SCOPE}}})', "target users")
 
 
 def overview() -> Dashboard:
     error_ratio = (f"sum by ({SPLIT}, error) (rate(attnload_request_errors_total{{{SEL}}}[{RATE}]))"
                    f" / ignoring (error) group_left"
-                   f" sum by ({SPLIT}) (rate(attnload_requests_total{{{SEL}}}[{RATE}]))")
+                   f" sum by ({SPLIT}) (rate(attnload_requests_total{{{SEL}}}[{RATE}]))"
+                   f" or on ({SPLIT}) {ZERO_PER_MODEL}")
     failed_ratio = (f'sum by ({SPLIT}) (rate(attnload_requests_total{{outcome="failed", {SEL}}}[{RATE}]))'
-                    f" / sum by ({SPLIT}) (rate(attnload_requests_total{{{SEL}}}[{RATE}]))")
+                    f" / sum by ({SPLIT}) (rate(attnload_requests_total{{{SEL}}}[{RATE}]))"
+                    f" or on ({SPLIT}) {ZERO_PER_MODEL}")
     panels = (
         *ratio_panels(),
         *latency_pair("TTFT", TTFT, "Request start to first content chunk (role-only chunks do not count). "
@@ -102,7 +106,7 @@ def overview() -> Dashboard:
               "Requests per second that met every SLO in the config's `slo` section."),
         Panel("Error rate by class", "percentunit",
               (Target(error_ratio, "{{attention}} {{model}} [{{target}}] {{error}}"),),
-              "Share of finished requests failing with each error class (docs/design.md)."),
+              "Share of finished requests failing with each error class (docs/design.md); 0 when none fail."),
         Panel("Failed request ratio", "percentunit", (Target(failed_ratio),),
               "Failed / all finished requests."),
         Panel("In-flight users", "short",
@@ -178,7 +182,8 @@ def health() -> Dashboard:
               "Open-loop runs: intended minus actual send time (coordinated omission made visible).",
               dashed_legend="^p99"),
         Panel("Errors/s by class", "reqps",
-              (Target(f"sum by (error) (rate(attnload_request_errors_total{{{SEL}}}[{RATE}]))", "{{error}}"),),
+              (Target(f"sum by (error) (rate(attnload_request_errors_total{{{SEL}}}[{RATE}]))"
+                      f" or on () (0 * sum(rate(attnload_requests_total{{{SEL}}}[{RATE}])))", "{{error}}"),),
               "Error classes (docs/design.md); `attnload check` prints the fix for each."),
         Panel("Requests/s by outcome", "reqps",
               (Target(f"sum by (outcome) (rate(attnload_requests_total{{{SEL}}}[{RATE}]))", "{{outcome}}"),),

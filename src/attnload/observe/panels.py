@@ -222,8 +222,8 @@ def expr_requirements(expr: str) -> frozenset[str]:
     mode only. ``sglang``: a query with SGLang names only (the server view has none).
     """
     needs: set[str] = set()
-    if f"{names.REQUEST_ERRORS}_total" in expr or 'outcome="failed"' in expr:
-        needs.add("errors")
+    if (f"{names.REQUEST_ERRORS}_total" in expr or 'outcome="failed"' in expr) and "(0 * sum" not in expr:
+        needs.add("errors")  # an error query with a 0-per-model fallback shows data in a clean run
     if names.DISPATCH_LAG_SECONDS in expr:
         needs.add("open_loop")
     if names.SIM_PREFIX in expr or "vllm:" in expr or "sglang:" in expr:
