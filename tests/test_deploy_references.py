@@ -168,3 +168,28 @@ def test_no_manifest_holds_a_password() -> None:
                 if doc.get("kind") == "Secret":
                     assert not any("password" in k.lower() for k in _keys(doc)), f"{path}: a password Secret"
     assert not (DEPLOY / "16-grafana-secret.yaml.template").exists()
+
+
+@pytest.mark.skipif(shutil.which("sh") is None, reason="needs a POSIX sh")
+def test_the_init_script_makes_a_password_prints_nothing_and_lets_a_secret_win(tmp_path: Path) -> None:
+    """The init container's own script, run by sh with its two paths moved under tmp_path."""
+    (init,) = _grafana(manifests.load(DEPLOY))["spec"]["template"]["spec"]["initContainers"]
+    run_dir, secret_dir = tmp_path / "run", tmp_path / "secret"
+    run_dir.mkdir()
+    secret_dir.mkdir()
+    script = init["args"][0].replace("/run/grafana-admin", str(run_dir)).replace(
+        "/etc/attnload-grafana-secret", str(secret_dir))
+    out = run_dir / "admin-password"
+
+    def start() -> str:
+        proc = subprocess.run(["sh", "-c", script], capture_output=True, text=True, timeout=30)
+        assert proc.returncode == 0 and proc.stdout == proc.stderr == "", proc  # nothing in `kubectl logs`
+        return out.read_text()
+
+    first = start()
+    assert re.fullmatch(r"[A-Za-z0-9]{24}", first) and out.stat().st_mode & 0o077 == 0
+    assert start() == first  # a restarted pod keeps the password its database was made with
+    out.unlink()
+    assert start() != first  # a new pod: a new random one
+    (secret_dir / "admin-password").write_text("from-the-secret")
+    assert start() == "from-the-secret"  # an existing Secret wins
