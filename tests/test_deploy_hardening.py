@@ -34,11 +34,12 @@ def test_prometheus_has_no_lifecycle_api() -> None:
     assert not [a for a in argv if "lifecycle" in a or "admin-api" in a], argv
 
 
-def test_grafana_admin_password_secret_is_required() -> None:
+def test_grafana_admin_password_is_never_a_default() -> None:
+    """Read from a file the init container writes (tests/test_deploy_references.py has the details)."""
     grafana = _deployment(names.GRAFANA_DEPLOYMENT)["spec"]["template"]["spec"]["containers"][0]
     env = {e["name"]: e for e in grafana["env"]}
-    ref = env["GF_SECURITY_ADMIN_PASSWORD"]["valueFrom"]["secretKeyRef"]
-    assert ref == {"name": names.GRAFANA_SECRET, "key": names.GRAFANA_SECRET_KEY}
+    assert "GF_SECURITY_ADMIN_PASSWORD" not in env
+    assert env["GF_SECURITY_ADMIN_PASSWORD__FILE"]["value"].startswith("/run/")
     assert "GF_SECURITY_ADMIN_USER" not in env or env["GF_SECURITY_ADMIN_USER"].get("value") != "admin"
 
 

@@ -42,7 +42,9 @@ SERVER_METRICS = {
     "vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc",
     "vllm:num_preemptions_total", "vllm:prefix_cache_queries_total", "vllm:prefix_cache_hits_total",
     "sglang:num_running_reqs", "sglang:num_queue_reqs", "sglang:token_usage", "sglang:num_retracted_requests_total",
-    "sglang:prompt_tokens_total", "sglang:cached_tokens_total",
+    "sglang:prompt_tokens_total", "sglang:cached_tokens_total", "vllm:gpu_cache_usage_perc",
+    "vllm:gpu_prefix_cache_hits_total", "vllm:gpu_prefix_cache_queries_total",
+    "vllm:time_to_first_token_seconds_bucket", "sglang:time_to_first_token_seconds_bucket",
 }
 """The server view's names (docs/server-metrics.md's table)."""
 HISTOGRAMS = {"attnload_time_to_first_token_seconds", "attnload_inter_token_latency_seconds",
@@ -243,7 +245,9 @@ def test_quantiles_sum_buckets_by_le(dashboard: dict[str, Any]) -> None:
     """Percentiles merge buckets (sum by le) before histogram_quantile; never average percentiles."""
     for panel, expr in _exprs(dashboard):
         if "histogram_quantile" in expr:
-            assert re.match(r"histogram_quantile\(0\.\d+, sum by \(le[,)]", expr), panel["title"]
+            calls = expr.count("histogram_quantile(")
+            merged = re.findall(r"histogram_quantile\(0\.\d+, \(?sum by \(le[,)]", expr)
+            assert calls == len(merged) > 0, panel["title"]  # each one merges buckets (the server's: per engine)
             assert "avg" not in expr
 
 
@@ -296,12 +300,17 @@ def test_server_view_rows_query_both_engines() -> None:
         dashboard = _load(name)
         titles = [p["title"] for p in dashboard["panels"]]
         start = next(i for i, p in enumerate(dashboard["panels"]) if p["type"] == "row" and "Server view" in p["title"])
-        server = dashboard["panels"][start + 1:start + 5]
-        assert [p["title"] for p in server] == ["Server: KV cache usage", "Server: requests running / waiting",
-                                                "Server: preemptions/s", "Server: prefix cache hit ratio"], titles
-        for panel in server:
-            exprs = [t["expr"] for t in panel["targets"]]
-            assert any("vllm:" in e for e in exprs) and any("sglang:" in e for e in exprs), panel["title"]
+        server = dashboard["panels"][start + 1:start + 7]
+        assert [p["title"] for p in server] == ["Server: KV cache usage", "Server: requests running",
+                                                "Server: requests waiting", "Server: preemptions/s",
+                                                "Server: prefix cache hit ratio", "Server: TTFT (p99 dashed)"], titles
+        for panel in server:  # one query per quantity (TTFT: one per percentile) covering both engines
+            for target in panel["targets"]:
+                expr = target["expr"]
+                assert "vllm:" in expr and "sglang:" in expr and " or " in expr, panel["title"]
+                assert "{{attention}} {{model_name}}" in target["legendFormat"], panel["title"]
+                assert "group_left (attention)" in expr, panel["title"]  # attention joined from attnload_users
+            assert len(panel["targets"]) == (2 if "TTFT" in panel["title"] else 1), panel["title"]
         assert not any("attnload_sim_" in e for _, e in _exprs(dashboard)), name
 
 
@@ -343,7 +352,8 @@ def test_requirements_classify_conditional_queries() -> None:
     assert gen.expr_requirements("attnload_sim_kv_usage_ratio") == {"sim"}
     assert gen.expr_requirements("vllm:kv_cache_usage_perc") == {"sim"}
     assert gen.expr_requirements("rate(vllm:prefix_cache_hits_total[1m])") == {"sim", "prefix_cache"}
-    assert gen.expr_requirements("sglang:token_usage") == {"sglang"}
+    assert gen.expr_requirements("sglang:token_usage") == {"sim", "sglang"}
+    assert gen.expr_requirements("vllm:num_requests_running or sglang:num_running_reqs") == {"sim"}
     assert gen.expr_requirements("attnload_users") == frozenset()
 
 

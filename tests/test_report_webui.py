@@ -19,7 +19,8 @@ from locust import User, constant, task  # noqa: E402
 from locust.env import Environment  # noqa: E402
 
 from attnload.report import webui  # noqa: E402
-from attnload.results.model import Results  # noqa: E402
+from attnload.report.fmt import ms_bare, rate  # noqa: E402
+from attnload.results.model import GaugeSummary, Results, ServerSummary  # noqa: E402
 from test_report_factory import gqa_model, mla_model, results  # noqa: E402
 
 
@@ -61,8 +62,9 @@ def test_install_adds_tab_table_and_rows(env: Environment) -> None:
     assert extended["key"] == "llm"
     rows = {r["safe_name"]: r for r in extended["data"]}
     gqa = snap.model("llama-3-70b").stages[-1]
-    assert rows["llama-3-70b"]["ttft_p50_ms"] == pytest.approx(gqa.ttft_s.p50 * 1000)
-    assert rows["llama-3-70b"]["output_tok_s"] == gqa.output_tokens_per_s
+    assert rows["llama-3-70b"]["ttft_p50_ms"] == ms_bare(gqa.ttft_s.p50)
+    assert float(rows["llama-3-70b"]["ttft_p50_ms"].replace(",", "")) == pytest.approx(gqa.ttft_s.p50 * 1000, abs=0.5)
+    assert rows["llama-3-70b"]["output_tok_s"] == rate(gqa.output_tokens_per_s)
     assert rows["llama-3-70b"]["errors"] == sum(gqa.errors.values())
     assert rows["deepseek-v3"]["stage"].startswith("4: 256 users")
 
@@ -88,7 +90,25 @@ def test_rows_before_any_request_show_blanks() -> None:
     empty = Results(started_at="t", ended_at="t", duration_s=0, config_sha256="0",
                     models=[gqa_model().model_copy(update={"stages": [], "ttft_s": gqa_model().ttft_s.__class__()})])
     (row,) = webui.llm_rows(empty)
-    assert row["ttft_p50_ms"] is None and row["stage"] == "run"
+    assert row["ttft_p50_ms"] == "" and row["stage"] == "run"
+
+
+def test_cells_read_like_the_console_never_raw_fractions() -> None:
+    """KV used as "2.3 %" (one decimal), ms and tok/s rounded as the console tables round them."""
+    server = ServerSummary(source="vllm", samples=10, kv_cache_usage=GaugeSummary(mean=0.02309707431366254, max=0.05),
+                           requests_running=GaugeSummary(mean=4, max=8),
+                           requests_waiting=GaugeSummary(mean=1.2345, max=3), preemptions=12)
+    model = gqa_model()
+    last = model.stages[-1].model_copy(update={"server": server, "output_tokens_per_s": 1234.5678})
+    last = last.model_copy(update={"ttft_s": last.ttft_s.model_copy(update={"p50": 0.0501234})})
+    snap = results(model.model_copy(update={"stages": [*model.stages[:-1], last]}))
+    (row,) = [r for r in webui.llm_rows(snap) if r["safe_name"] == "llama-3-70b"]
+    assert row["kv_used_pct"] == "2.3 %"
+    assert (row["ttft_p50_ms"], row["output_tok_s"]) == ("50.1", "1,235")
+    assert (row["waiting_mean"], row["preemptions"]) == ("1.2", "12")
+    for key, value in row.items():
+        assert isinstance(value, str | int), (key, value)  # a float would reach the page unrounded
+    assert all("round" not in column for column in webui._table_structure())
 
 
 def test_install_without_web_ui_is_a_no_op() -> None:

@@ -7,9 +7,11 @@ free ports and every process is stopped, whatever happens.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -63,6 +65,19 @@ def _stop(procs: list[subprocess.Popen[bytes]]) -> None:
 
 @pytest.fixture
 def live_master(tmp_path: Path) -> Iterator[str]:
+    with _master_on_sim(tmp_path, ["--mode", "fixed", "--ttft-ms", str(TTFT_MS), "--itl-ms", str(ITL_MS)]) as web:
+        yield web
+
+
+@pytest.fixture
+def live_master_kv(tmp_path: Path) -> Iterator[str]:
+    """The cost-model simulator with a KV pool small enough that two users fill a few percent of it."""
+    with _master_on_sim(tmp_path, ["--kv-capacity-scale", "0.0005"]) as web:
+        yield web
+
+
+@contextlib.contextmanager
+def _master_on_sim(tmp_path: Path, sim_args: list[str]) -> Iterator[str]:
     if not LOCUSTFILE.exists() or importlib.util.find_spec("attnload.sim.cli") is None:
         pytest.skip("needs the core: locustfiles/chat.py and `attnload sim`")
     sim_port, web_port, master_port = _free_port(), _free_port(), _free_port()
@@ -85,8 +100,8 @@ def live_master(tmp_path: Path) -> Iterator[str]:
                                       stderr=subprocess.STDOUT))
 
     try:
-        spawn("sim", [sys.executable, "-m", "attnload", "sim", "--mode", "fixed", "--ttft-ms", str(TTFT_MS),
-                      "--itl-ms", str(ITL_MS), "--port", str(sim_port), "--models", "llama-3-70b,deepseek-v3"])
+        spawn("sim", [sys.executable, "-m", "attnload", "sim", *sim_args, "--port", str(sim_port),
+                      "--models", "llama-3-70b,deepseek-v3"])
         _wait_http(f"{sim_url}/v1/models", 30, procs)
         locust = [sys.executable, "-m", "locust", "-f", str(LOCUSTFILE)]
         spawn("master", [*locust, "--master", "--master-bind-host", "127.0.0.1", "--master-bind-port",
@@ -144,6 +159,32 @@ def test_llm_tab_shows_sim_ttft_live(browser: Any, live_master: str, tmp_path: P
     page.get_by_role("tab", name="Statistics").click()
     assert page.locator("table tbody tr").count() > 0, "Locust's statistics table must keep working"
     assert errors == []
+
+
+PERCENT = re.compile(r"^\d{1,3}\.\d %$")
+"""How a share reads on the page: one decimal and a percent sign ("2.3 %"), never ``0.0230970743``."""
+
+
+@pytest.mark.timeout(180)
+def test_llm_tab_reads_like_the_console(browser: Any, live_master_kv: str, tmp_path: Path) -> None:
+    """The simulator's KV gauge (a 0-1 fraction on /metrics) shows as "2.3 %"; ms and tok/s rounded."""
+    page = browser.new_page(viewport={"width": 1400, "height": 900})
+    page.goto(live_master_kv)
+    start_from_ui(page, users=2, spawn_rate=2)
+    open_llm_tab(page)
+    deadline = time.monotonic() + 60
+    while True:
+        rows = [r for r in read_llm_table(page) if r.get("Server KV used") and r.get("TTFT p50 (ms)")]
+        if len(rows) >= 2 and any(r["Server KV used"] != "0.0 %" for r in rows):  # GQA's cache fills first
+            break
+        assert time.monotonic() < deadline, f"KV cells never filled: {read_llm_table(page)} {_logs(tmp_path)}"
+        page.wait_for_timeout(1000)
+    for row in rows:
+        assert PERCENT.match(row["Server KV used"]), row
+        assert 0.0 <= float(row["Server KV used"].rstrip(" %")) <= 100.0, row
+        assert re.fullmatch(r"[\d,]+(\.\d)?", row["TTFT p50 (ms)"]), row  # 50.1, 1,234: the console's rounding
+        assert re.fullmatch(r"[\d,]+(\.\d{1,2})?", row["Output tok/s"]), row
+    stop_from_ui(page)
 
 
 SERIES_POINTS = """() => Object.fromEntries(Array.from(document.querySelectorAll('svg.attnload-live-chart')).map(svg =>

@@ -177,7 +177,8 @@ def substitute(expr: str, rate_interval: str = "1m") -> str:
     out = out.replace("$__range", "10m")
     for var in ("model", "attention", "profile", "target", "namespace", "job"):
         out = out.replace(f"${{{var}}}", ".*").replace(f"${var}", ".*")
-    assert "$" not in out, f"unsubstituted variable in {out}"
+    # ``$1`` is label_replace's capture group, not a variable (Grafana leaves unknown names alone)
+    assert not re.search(r"\$(?!\d)", out), f"unsubstituted variable in {out}"
     return out
 
 
@@ -248,6 +249,8 @@ def _sim_registry() -> tuple[CollectorRegistry, dict[str, Any]]:
         metrics[name] = Gauge(name, name, ("model_name",), registry=reg)
     for name in SERVER_COUNTERS:
         metrics[name] = Counter(name.removesuffix("_total"), name, ("model_name",), registry=reg)
+    for name in SERVER_HISTOGRAMS:
+        metrics[name] = Histogram(name, name, ("model_name",), registry=reg, buckets=BUCKETS_S)
     return reg, metrics
 
 
@@ -255,6 +258,7 @@ SERVER_GAUGES = ("vllm:num_requests_running", "vllm:num_requests_waiting", "vllm
                  "sglang:num_running_reqs", "sglang:num_queue_reqs", "sglang:token_usage")
 SERVER_COUNTERS = ("vllm:num_preemptions_total", "vllm:prefix_cache_queries_total", "vllm:prefix_cache_hits_total",
                    "sglang:num_retracted_requests_total", "sglang:prompt_tokens_total", "sglang:cached_tokens_total")
+SERVER_HISTOGRAMS = ("vllm:time_to_first_token_seconds", "sglang:time_to_first_token_seconds")
 
 
 def _tick(master: dict[str, Any], sim: dict[str, Any], rng: random.Random, errors: bool, stage: int) -> None:
@@ -274,6 +278,8 @@ def _tick(master: dict[str, Any], sim: dict[str, Any], rng: random.Random, error
             sim[name].labels(model).set(0.1 * (stage + 1))
         for name in SERVER_COUNTERS:
             sim[name].labels(model).inc(50 if "queries" in name or "prompt" in name else 10)
+        for name in SERVER_HISTOGRAMS:
+            sim[name].labels(model).observe(0.04 * slow * rng.uniform(0.8, 1.5))
         sim["attnload_sim_requests_running"].labels(model, attention).set(5 + stage)
         sim["attnload_sim_requests_waiting"].labels(model, attention).set(stage)
         sim["attnload_sim_kv_usage_ratio"].labels(model, attention).set(min(1.0, 0.2 * (stage + 1)))
@@ -349,6 +355,62 @@ def fixture_exporter(errors: bool = True, period_s: float = 0.2) -> Iterator[Fix
         yield exporter
     finally:
         exporter.close()
+
+
+# -- a real engine's exposition ------------------------------------------------------------
+
+SERVER_METRICS_DATA = REPO / "tests" / "data" / "server_metrics"
+_CUMULATIVE = re.compile(r"^(?P<name>[a-z_:]+?(?:_total|_bucket|_count|_sum))(?P<labels>\{[^}]*\})? (?P<value>\S+)$")
+
+
+@contextlib.contextmanager
+def engine_exposition(files: tuple[str, ...], model_name: str) -> Iterator[int]:
+    """Serve recorded engine expositions (tests/data/server_metrics/*.prom) as that engine would, on a free port.
+
+    The files are one scrape each; a real engine's counters and histogram buckets grow, so every
+    cumulative sample is multiplied by the scrape number (rates stay positive, ratios and quantiles
+    stay those of the file) and the served ``model_name`` is replaced by ``model_name``.
+    """
+    text = "".join((SERVER_METRICS_DATA / f).read_text(encoding="utf-8") for f in files)
+    text = re.sub(r'model_name="[^"]*"', f'model_name="{model_name}"', text)
+    scrapes = [0]
+    lock = threading.Lock()
+
+    def body() -> bytes:
+        with lock:
+            scrapes[0] += 1
+            n = scrapes[0]
+        out = []
+        for line in text.splitlines():
+            match = _CUMULATIVE.match(line)
+            if match and not line.startswith("#") and not match["name"].endswith("_created"):
+                value = float(match["value"]) * n
+                line = f"{match['name']}{match['labels'] or ''} {value!r}"
+            out.append(line)
+        return ("\n".join(out) + "\n").encode()
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+            payload = body()
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+            self.send_header("Content-Length", str(len(payload)))
+            self.end_headers()
+            self.wfile.write(payload)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    port = free_port()
+    server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+    thread = threading.Thread(target=server.serve_forever, name="engine-exposition", daemon=True)
+    thread.start()
+    try:
+        yield port
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
 
 
 METRIC_NAME = re.compile(r"\battnload_[a-z0-9_]+\b")

@@ -61,10 +61,7 @@ def classify_error_object(error: Any, status: int, retry_after: str | None = Non
         inner = error.get("error")
         if isinstance(inner, dict):  # Anthropic-style {"type": "error", "error": {...}}
             error = inner
-        message = error.get("message") or error.get("msg") or error.get("detail") or error.get("error") or ""
-        if not message and isinstance(error.get("errors"), list) and error["errors"]:
-            message = error["errors"][0]
-        message = str(message)
+        message = _message_of(error)
         code = " ".join(str(error.get(k) or "") for k in ("code", "type", "status", "reason"))
         status = _int(error.get("status_code") or error.get("code") or error.get("status")) or status
     else:
@@ -72,12 +69,26 @@ def classify_error_object(error: Any, status: int, retry_after: str | None = Non
     return _by_status(status, message[:300], code, retry_after)
 
 
+def _message_of(error: dict[str, Any]) -> str:
+    """The human text of an error object; a nested object (LiteLLM before it stringified
+    ``detail``: ``{"message": {"error": "..."}}``) is unwrapped one level."""
+    message: Any = error.get("message") or error.get("msg") or error.get("detail") or error.get("error") or ""
+    if not message and isinstance(error.get("errors"), list) and error["errors"]:
+        message = error["errors"][0]
+    if isinstance(message, dict):
+        message = message.get("error") or message.get("message") or message.get("detail") or message
+    return str(message)
+
+
 _QUOTA_WORDS = ("insufficient_quota", "quota", "balance", "billing", "credit", "余额")
 _CONTEXT_WORDS = ("context_length", "context length", "maximum context", "context window", "is too long",
                   "too many tokens", "max_tokens is too large", "reduce the length")
 _AUTH_WORDS = ("invalid_api_key", "invalid api key", "unauthorized", "authentication", "incorrect api key")
 _NOT_FOUND_WORDS = ("model_not_found", "model not found", "does not exist", "no such model", "unknown model",
-                    "deploymentnotfound", "not_found_error")
+                    "deploymentnotfound", "not_found_error", "invalid model name", "not a valid model",
+                    "invalid model id")
+"""A wrong model id, however the server words it: OpenAI and vLLM ("does not exist"), LiteLLM's proxy
+(HTTP 400, "Invalid model name passed in model=..."), OpenRouter-style ("is not a valid model ID")."""
 _RATE_WORDS = ("rate_limit", "rate limit", "too many requests")
 
 

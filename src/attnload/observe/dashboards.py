@@ -1,8 +1,8 @@
 """The Grafana dashboards, as code: one generator for the JSON under ``grafana/dashboards/``.
 
 Why code and not hand-edited JSON: three dashboards share variables, selectors, units
-and the quantile query shape; spelling them once keeps every panel on the DESIGN.md
-metric names and makes the "every expr returns data" test possible (it reads the
+and the quantile query shape; spelling them once keeps every panel on the metric names
+of docs/design.md and makes the "every expr returns data" test possible (it reads the
 generated JSON, and :func:`expr_requirements` says what a query needs to show data).
 
 ``python -m attnload.observe.dashboards`` rewrites the files; ``--check`` exits 1 on
@@ -68,15 +68,19 @@ TTFT = names.TTFT_SECONDS
 ITL = names.ITL_SECONDS
 TPOT = names.TPOT_SECONDS
 E2E = names.REQUEST_DURATION_SECONDS
+ZERO_PER_MODEL = f"(0 * sum by ({SPLIT}) (rate(attnload_requests_total{{{SEL}}}[{RATE}])))"
+"""A 0 for each model that sends requests: an error panel of a clean run reads 0, not "No data"."""
 TARGET_USERS = Target(f'max({names.TARGET_USERS}{{{SCOPE}}})', "target users")
 
 
 def overview() -> Dashboard:
     error_ratio = (f"sum by ({SPLIT}, error) (rate(attnload_request_errors_total{{{SEL}}}[{RATE}]))"
                    f" / ignoring (error) group_left"
-                   f" sum by ({SPLIT}) (rate(attnload_requests_total{{{SEL}}}[{RATE}]))")
+                   f" sum by ({SPLIT}) (rate(attnload_requests_total{{{SEL}}}[{RATE}]))"
+                   f" or on ({SPLIT}) {ZERO_PER_MODEL}")
     failed_ratio = (f'sum by ({SPLIT}) (rate(attnload_requests_total{{outcome="failed", {SEL}}}[{RATE}]))'
-                    f" / sum by ({SPLIT}) (rate(attnload_requests_total{{{SEL}}}[{RATE}]))")
+                    f" / sum by ({SPLIT}) (rate(attnload_requests_total{{{SEL}}}[{RATE}]))"
+                    f" or on ({SPLIT}) {ZERO_PER_MODEL}")
     panels = (
         *ratio_panels(),
         *latency_pair("TTFT", TTFT, "Request start to first content chunk (role-only chunks do not count). "
@@ -102,7 +106,7 @@ def overview() -> Dashboard:
               "Requests per second that met every SLO in the config's `slo` section."),
         Panel("Error rate by class", "percentunit",
               (Target(error_ratio, "{{attention}} {{model}} [{{target}}] {{error}}"),),
-              "Share of finished requests failing with each DESIGN.md error class."),
+              "Share of finished requests failing with each error class (docs/design.md); 0 when none fail."),
         Panel("Failed request ratio", "percentunit", (Target(failed_ratio),),
               "Failed / all finished requests."),
         Panel("In-flight users", "short",
@@ -178,8 +182,9 @@ def health() -> Dashboard:
               "Open-loop runs: intended minus actual send time (coordinated omission made visible).",
               dashed_legend="^p99"),
         Panel("Errors/s by class", "reqps",
-              (Target(f"sum by (error) (rate(attnload_request_errors_total{{{SEL}}}[{RATE}]))", "{{error}}"),),
-              "DESIGN.md error classes; `attnload check` prints the fix for each."),
+              (Target(f"sum by (error) (rate(attnload_request_errors_total{{{SEL}}}[{RATE}]))"
+                      f" or on () (0 * sum(rate(attnload_requests_total{{{SEL}}}[{RATE}])))", "{{error}}"),),
+              "Error classes (docs/design.md); `attnload check` prints the fix for each."),
         Panel("Requests/s by outcome", "reqps",
               (Target(f"sum by (outcome) (rate(attnload_requests_total{{{SEL}}}[{RATE}]))", "{{outcome}}"),),
               "Cancelled requests come from stopping a stage mid-request."),

@@ -17,7 +17,7 @@ from attnload.metrics import names
 SCOPE = 'namespace=~"$namespace", job=~"$job"'
 """Which stack: every query carries it (``.*`` also matches a series without the label)."""
 SEL = f'model=~"$model", attention=~"$attention", profile=~"$profile", target=~"$target", {SCOPE}'
-"""Every per-model series of the master carries these labels (DESIGN.md "Prometheus metrics")."""
+"""Every per-model series of the master carries these labels (docs/design.md, "Prometheus metrics")."""
 SEL_USERS = f'model=~"$model", attention=~"$attention", target=~"$target", {SCOPE}'
 """``attnload_users`` counts users per model (profile ``all``), so it is not filtered on the profile."""
 SEL_NO_ATTENTION = f'model=~"$model", profile=~"$profile", target=~"$target", {SCOPE}'
@@ -27,14 +27,14 @@ SEL_SERVER = f'model_name=~"$model", {SCOPE}'
 SPLIT = "target, model, attention"
 RATE = "$__rate_interval"
 LEGEND = "{{attention}} {{model}} [{{target}}]"
-SERVER_LEGEND = "{{model_name}}"
 
 ATTENTION_COLORS = (("GQA", "blue"), ("MLA", "orange"), ("MHA", "green"), ("MQA", "purple"))
 """One fixed colour per attention type, matched on the legend by regex (case-insensitive)."""
 
-SERVER_NOTE = ("From the inference server's own /metrics: vLLM (`vllm:*`) and SGLang (`sglang:*`) names, one "
-               "query per engine. attnload's simulator exports the vLLM names; its numbers are simulated, "
-               "not a measurement of a real server.")
+SERVER_NOTE = ("From the inference server's own /metrics: one query over vLLM's (`vllm:*`) and SGLang's "
+               "(`sglang:*`) names, so whichever engine is scraped answers; the attention type comes from "
+               "attnload's own series for the same model id. attnload's simulator exports the vLLM names; "
+               "its numbers are simulated, not a measurement of a real server (docs/simulator.md).")
 
 
 @dataclass(frozen=True)
@@ -128,37 +128,80 @@ def ratio_panels() -> tuple[Panel, ...]:
     )
 
 
-def _server(expr_vllm: str, expr_sglang: str) -> tuple[Target, Target]:
-    return Target(expr_vllm, f"vLLM {SERVER_LEGEND}"), Target(expr_sglang, f"SGLang {SERVER_LEGEND}")
+ATTENTION_OF = (f'topk by (model_name) (1, group by (model_name, attention) '
+                f'(label_replace(attnload_users{{{SEL_USERS}}}, "model_name", "$1", "model", "(.*)")))')
+"""The attention type of each served model id, from the master's ``attnload_users`` (its ``model``
+label is the id the server names ``model_name``); one per id (``topk``), so the join never fails."""
+SERVER_LEGEND = "{{attention}} {{model_name}}"
+
+
+def with_attention(expr: str) -> str:
+    """``expr`` (one series per ``model_name``) labelled with the model's attention type for legend and colour.
+
+    Why the ``or``: a server series whose id the master does not use (an alias the server resolves,
+    or no run going) still shows, labelled by model only, instead of vanishing from the panel.
+    """
+    return f"({expr}) * on (model_name) group_left (attention) {ATTENTION_OF} or on (model_name) ({expr})"
+
+
+def engines(*exprs: str) -> str:
+    """One query over every engine's names (vLLM v1, vLLM v0, SGLang): whichever server is scraped answers."""
+    return " or ".join(f"({e})" for e in exprs)
+
+
+def _gauge(agg: str, *metrics: str) -> str:
+    return engines(*(f"{agg} by (model_name) ({m}{{{SEL_SERVER}}})" for m in metrics))
+
+
+def _per_s(*metrics: str) -> str:
+    return engines(*(f"sum by (model_name) (rate({m}{{{SEL_SERVER}}}[{RATE}]))" for m in metrics))
+
+
+def _share(*pairs: tuple[str, str]) -> str:
+    return engines(*(f"sum by (model_name) (rate({num}{{{SEL_SERVER}}}[{RATE}]))"
+                     f" / sum by (model_name) (rate({den}{{{SEL_SERVER}}}[{RATE}]))" for num, den in pairs))
+
+
+def _server_quantile(q: float) -> str:
+    return f"histogram_quantile({q}, " + engines(*(
+        f"sum by (le, model_name) (rate({m}_bucket{{{SEL_SERVER}}}[{RATE}]))"
+        for m in ("vllm:time_to_first_token_seconds", "sglang:time_to_first_token_seconds"))) + ")"
+
+
+def _one(expr: str, legend: str = SERVER_LEGEND) -> tuple[Target]:
+    return (Target(with_attention(expr), legend),)
 
 
 def server_view() -> tuple[Panel, ...]:
-    """The server's state, from its own metrics; each panel has one query per engine flavour."""
-    by = "model_name"
+    """The server's state, from its own metrics: one panel per quantity, one query per panel covering
+    vLLM's and SGLang's names together, so no panel is empty whichever engine serves."""
     return (
         row("Server view (vLLM / SGLang metrics)"),
         Panel("Server: KV cache usage", "percentunit",
-              _server(f"max by ({by}) (vllm:kv_cache_usage_perc{{{SEL_SERVER}}})",
-                      f"max by ({by}) (sglang:token_usage{{{SEL_SERVER}}})"),
-              "Share of KV cache blocks (vLLM) or token slots (SGLang) in use. " + SERVER_NOTE, max_value=1.0),
-        Panel("Server: requests running / waiting", "short",
-              (Target(f"sum by ({by}) (vllm:num_requests_running{{{SEL_SERVER}}})", f"running vLLM {SERVER_LEGEND}"),
-               Target(f"sum by ({by}) (vllm:num_requests_waiting{{{SEL_SERVER}}})", f"waiting vLLM {SERVER_LEGEND}"),
-               Target(f"sum by ({by}) (sglang:num_running_reqs{{{SEL_SERVER}}})", f"running SGLang {SERVER_LEGEND}"),
-               Target(f"sum by ({by}) (sglang:num_queue_reqs{{{SEL_SERVER}}})", f"waiting SGLang {SERVER_LEGEND}")),
-              "Waiting > 0: admission is bound by KV capacity (or the batch limit). " + SERVER_NOTE,
-              dashed_legend="^waiting"),
+              _one(_gauge("max", "vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc", "sglang:token_usage")),
+              "Share of KV cache blocks (vLLM) or token slots (SGLang) in use. " + SERVER_NOTE, max_value=1.0,
+              width=8),
+        Panel("Server: requests running", "short",
+              _one(_gauge("sum", "vllm:num_requests_running", "sglang:num_running_reqs")),
+              "Requests in the server's running batch. " + SERVER_NOTE, width=8),
+        Panel("Server: requests waiting", "short",
+              _one(_gauge("sum", "vllm:num_requests_waiting", "sglang:num_queue_reqs")),
+              "Waiting > 0: admission is bound by KV capacity (or the batch limit). " + SERVER_NOTE, width=8),
         Panel("Server: preemptions/s", "short",
-              _server(f"sum by ({by}) (rate(vllm:num_preemptions_total{{{SEL_SERVER}}}[{RATE}]))",
-                      f"sum by ({by}) (rate(sglang:num_retracted_requests_total{{{SEL_SERVER}}}[{RATE}]))"),
-              "Requests preempted (vLLM) or retracted (SGLang) because a decode needed KV space. " + SERVER_NOTE),
+              _one(_per_s("vllm:num_preemptions_total", "sglang:num_retracted_requests_total")),
+              "Requests preempted (vLLM) or retracted (SGLang) because a decode needed KV space. " + SERVER_NOTE,
+              width=8),
         Panel("Server: prefix cache hit ratio", "percentunit",
-              _server(f"sum by ({by}) (rate(vllm:prefix_cache_hits_total{{{SEL_SERVER}}}[{RATE}]))"
-                      f" / sum by ({by}) (rate(vllm:prefix_cache_queries_total{{{SEL_SERVER}}}[{RATE}]))",
-                      f"sum by ({by}) (rate(sglang:cached_tokens_total{{{SEL_SERVER}}}[{RATE}]))"
-                      f" / sum by ({by}) (rate(sglang:prompt_tokens_total{{{SEL_SERVER}}}[{RATE}]))"),
+              _one(_share(("vllm:prefix_cache_hits_total", "vllm:prefix_cache_queries_total"),
+                          ("vllm:gpu_prefix_cache_hits_total", "vllm:gpu_prefix_cache_queries_total"),
+                          ("sglang:cached_tokens_total", "sglang:prompt_tokens_total"))),
               "Prompt tokens found in the prefix cache over prompt tokens looked up. " + SERVER_NOTE,
-              max_value=1.0),
+              max_value=1.0, width=8),
+        Panel("Server: TTFT (p99 dashed)", "s",
+              tuple(Target(with_attention(_server_quantile(q)), f"p{round(q * 100)} {SERVER_LEGEND}")
+                    for q in (0.5, 0.99)),
+              "Time to first token as the server measures it (queueing and prefill, no network). "
+              + SERVER_NOTE, dashed_legend="^p99", width=8),
     )
 
 
@@ -174,18 +217,19 @@ def expr_requirements(expr: str) -> frozenset[str]:
 
     ``errors``: only failing requests create error series. ``open_loop``: dispatch lag is
     measured against a fixed schedule (``--shape rate:``). ``sim``: the simulator is scraped
-    (it exports the vLLM names). ``prefix_cache``: the simulator exports prefix-cache counters
-    in roofline mode only. ``sglang``: an SGLang server (or the fixture exporter) is scraped.
+    (it exports the vLLM names; a server-view query covers vLLM and SGLang names together, so any
+    engine satisfies it). ``prefix_cache``: the simulator exports prefix-cache counters in roofline
+    mode only. ``sglang``: a query with SGLang names only (the server view has none).
     """
     needs: set[str] = set()
-    if f"{names.REQUEST_ERRORS}_total" in expr or 'outcome="failed"' in expr:
-        needs.add("errors")
+    if (f"{names.REQUEST_ERRORS}_total" in expr or 'outcome="failed"' in expr) and "(0 * sum" not in expr:
+        needs.add("errors")  # an error query with a 0-per-model fallback shows data in a clean run
     if names.DISPATCH_LAG_SECONDS in expr:
         needs.add("open_loop")
-    if names.SIM_PREFIX in expr or "vllm:" in expr:
+    if names.SIM_PREFIX in expr or "vllm:" in expr or "sglang:" in expr:
         needs.add("sim")
-    if "vllm:prefix_cache" in expr:
+    if "prefix_cache" in expr:
         needs.add("prefix_cache")
-    if "sglang:" in expr:
+    if "sglang:" in expr and "vllm:" not in expr:
         needs.add("sglang")
     return frozenset(needs)

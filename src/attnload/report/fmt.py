@@ -57,6 +57,17 @@ def count(n: float | int | str | None) -> str:
     return f"{n:,.0f}"
 
 
+def percent(fraction: float | None) -> str:
+    """A 0–1 share (KV cache used, a hit ratio) as a percentage with one decimal: ``2.3 %``.
+
+    Why: servers export these as fractions (vLLM's ``kv_cache_usage_perc`` is 0–1 despite its
+    name); a raw ``0.02309707431366254`` under a percent header reads as 0.02 %.
+    """
+    if fraction is None:
+        return DASH
+    return f"{fraction * 100:,.1f} %"
+
+
 def pct(delta: float | None) -> str:
     if delta is None:
         return DASH

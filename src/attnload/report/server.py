@@ -15,12 +15,12 @@ from html import escape
 from rich import box
 from rich.table import Table
 
-from attnload.report.fmt import DASH, ms_bare, series_name, stage_label
+from attnload.report.fmt import DASH, ms_bare, percent, series_name, stage_label
 from attnload.results.model import ModelSummary, Results, ServerSummary, StageSummary, Totals
 
 
 def _share(value: float | None) -> str:
-    return DASH if value is None else f"{value:.0%}"
+    return percent(value)
 
 
 def _number(value: float | None, digits: int = 1) -> str:
@@ -134,14 +134,14 @@ def html_section(results: Results) -> str:
             f"<th>source</th>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>")
 
 
-def live_cells(totals: Totals) -> dict[str, float | int | str | None]:
-    """The LLM tab's server cells for a stage or run (blank where no server metrics)."""
+def live_cells(totals: Totals) -> dict[str, str]:
+    """The LLM tab's server cells for a stage or run, formatted as the server table reads them
+    (``2.3 %``, ``1.5``, ``12``); blank where no server metrics."""
     server = getattr(totals, "server", None)
     if server is None:
         return {"kv_used_pct": "", "waiting_mean": "", "preemptions": ""}
-    mean = server.kv_cache_usage.mean
-    return {"kv_used_pct": None if mean is None else mean * 100.0,
-            "waiting_mean": server.requests_waiting.mean, "preemptions": server.preemptions}
+    return {"kv_used_pct": percent(server.kv_cache_usage.mean),
+            "waiting_mean": _number(server.requests_waiting.mean), "preemptions": _number(server.preemptions)}
 
 
 def measured_state(results: Results) -> list[str]:

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from attnload.report.fmt import error_total, series_name, stage_label
+from attnload.report.fmt import error_total, ms_bare, rate, series_name, stage_label
 from attnload.report.server import live_cells
 from attnload.results.model import ModelSummary, Results, Totals
 
@@ -37,27 +37,42 @@ LIVE_TAG = '<script src="./attnload/live.js" defer></script>'
 LOCUST_STATS_ROUTE = "/stats/requests"
 
 # Locust camelCases these keys on the client; the row dicts below use the same names.
-COLUMNS: tuple[tuple[str, str, int | None], ...] = (
-    ("name", "Model", None),
-    ("stage", "Stage", None),
-    ("ttft_p50_ms", "TTFT p50 (ms)", 1),
-    ("ttft_p99_ms", "TTFT p99 (ms)", 1),
-    ("itl_p50_ms", "ITL p50 (ms)", 2),
-    ("itl_p99_ms", "ITL p99 (ms)", 2),
-    ("output_tok_s", "Output tok/s", 1),
-    ("in_flight", "In flight", None),
-    ("kv_used_pct", "Server KV used (%)", 0),
-    ("waiting_mean", "Server waiting", 1),
-    ("preemptions", "Preemptions", None),
-    ("requests_ok", "OK", None),
-    ("errors", "Errors", None),
-    ("prompt_tokens", "Prompt tok (mean)", 0),
-    ("cached_tokens", "Cached tok (mean)", 0),
+COLUMNS: tuple[tuple[str, str], ...] = (
+    ("name", "Model"),
+    ("stage", "Stage"),
+    ("ttft_p50_ms", "TTFT p50 (ms)"),
+    ("ttft_p99_ms", "TTFT p99 (ms)"),
+    ("itl_p50_ms", "ITL p50 (ms)"),
+    ("itl_p99_ms", "ITL p99 (ms)"),
+    ("output_tok_s", "Output tok/s"),
+    ("in_flight", "In flight"),
+    ("kv_used_pct", "Server KV used"),
+    ("waiting_mean", "Server waiting"),
+    ("preemptions", "Preemptions"),
+    ("requests_ok", "OK"),
+    ("errors", "Errors"),
+    ("prompt_tokens", "Prompt tok (mean)"),
+    ("cached_tokens", "Cached tok (mean)"),
 )
+"""Every cell is sent as the text a person reads (``fmt``: ``50.1`` ms, ``1,234`` tok/s, ``2.3 %``),
+rounded as the console tables round it. Locust's own ``round`` column option is not used: it
+skips ``round: 0`` (falsy in its JavaScript) and leaves 17-digit floats on the page."""
 
 
 def _ms(value: float | None) -> float | None:
     return None if value is None else value * 1000.0
+
+
+def _ms_cell(seconds: float | None) -> str:
+    return "" if seconds is None else ms_bare(seconds)
+
+
+def _rate_cell(value: float | None) -> str:
+    return "" if value is None else rate(value)
+
+
+def _mean_cell(value: float | None) -> str:
+    return "" if value is None else f"{value:,.0f}"
 
 
 def _scope(model: ModelSummary) -> tuple[str, Totals]:
@@ -69,7 +84,8 @@ def _scope(model: ModelSummary) -> tuple[str, Totals]:
 
 
 def llm_rows(results: Results) -> list[dict[str, Any]]:
-    """One row per model for the LLM tab; latencies in ms (Locust's unit), ``None`` shows blank."""
+    """One row per model for the LLM tab, every number already formatted (latencies in ms, Locust's unit);
+    a quantity not measured yet is blank."""
     rows = []
     for model in results.models:
         stage, totals = _scope(model)
@@ -78,11 +94,11 @@ def llm_rows(results: Results) -> list[dict[str, Any]]:
             "name": series_name(model),
             "safe_name": model.key,
             "stage": stage,
-            "ttft_p50_ms": _ms(totals.ttft_s.p50),
-            "ttft_p99_ms": _ms(totals.ttft_s.p99),
-            "itl_p50_ms": _ms(totals.itl_s.p50),
-            "itl_p99_ms": _ms(totals.itl_s.p99),
-            "output_tok_s": totals.output_tokens_per_s,
+            "ttft_p50_ms": _ms_cell(totals.ttft_s.p50),
+            "ttft_p99_ms": _ms_cell(totals.ttft_s.p99),
+            "itl_p50_ms": _ms_cell(totals.itl_s.p50),
+            "itl_p99_ms": _ms_cell(totals.itl_s.p99),
+            "output_tok_s": _rate_cell(totals.output_tokens_per_s),
             "in_flight": in_flight if in_flight is not None else "",
             "requests_ok": totals.requests.ok,
             "errors": error_total(totals),
@@ -97,9 +113,10 @@ def turn_rows(model: ModelSummary) -> list[dict[str, Any]]:
     """Conversation runs: one row per turn index under the model's row (cached tokens rise with the turn)."""
     return [{
         "name": series_name(model), "safe_name": f"{model.key}-turn-{row.turn}", "stage": f"turn {row.turn}",
-        "ttft_p50_ms": _ms(row.ttft_s.p50), "ttft_p99_ms": _ms(row.ttft_s.p99), "itl_p50_ms": _ms(row.itl_s.p50),
-        "itl_p99_ms": _ms(row.itl_s.p99), "output_tok_s": "", "in_flight": "", "requests_ok": row.requests - row.failed,
-        "errors": row.failed, "prompt_tokens": row.prompt_tokens_mean, "cached_tokens": row.cached_tokens_mean,
+        "ttft_p50_ms": _ms_cell(row.ttft_s.p50), "ttft_p99_ms": _ms_cell(row.ttft_s.p99),
+        "itl_p50_ms": _ms_cell(row.itl_s.p50), "itl_p99_ms": _ms_cell(row.itl_s.p99), "output_tok_s": "",
+        "in_flight": "", "requests_ok": row.requests - row.failed, "errors": row.failed,
+        "prompt_tokens": _mean_cell(row.prompt_tokens_mean), "cached_tokens": _mean_cell(row.cached_tokens_mean),
         "kv_used_pct": "", "waiting_mean": "", "preemptions": "",
     } for row in model.turns]
 
@@ -131,11 +148,8 @@ def inject_live_script(html: str) -> str:
 
 def _table_structure() -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
-    for key, title, digits in COLUMNS:
-        column: dict[str, Any] = {"key": key, "title": title}
-        if digits is not None:
-            column["round"] = digits
-        out.append(column)
+    for key, title in COLUMNS:
+        out.append({"key": key, "title": title})
     return out
 
 
