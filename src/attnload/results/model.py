@@ -39,10 +39,12 @@ class Requests(_Model):
     ok: int = 0
     failed: int = 0
     cancelled: int = 0
+    abandoned: int = 0
+    """Closed mid-stream by the client on purpose (``--abandon-rate``): neither failed nor cancelled."""
 
     @property
     def total(self) -> int:
-        return self.ok + self.failed + self.cancelled
+        return self.ok + self.failed + self.cancelled + self.abandoned
 
 
 class Totals(_Model):
@@ -160,6 +162,10 @@ class StageSummary(Totals):
     """E.g. ``client_behind`` (open loop could not keep the schedule)."""
     achieved_rate_rps: float | None = None
     """Open loop: requests sent (any outcome) per second of the stage, to compare with ``rate``."""
+    arrivals: str | None = None
+    """Open loop: the inter-arrival law, ``poisson``, ``gamma``, ``constant`` or ``trace`` (None: closed loop)."""
+    burstiness: float | None = None
+    """Open loop: the gamma shape of the gaps (``--burstiness``; Poisson is 1, constant and trace None)."""
     paired: PairedSummary | None = None
     server: ServerSummary | None = None
     """The model server's view of this stage; None where no server metrics were read."""

@@ -34,6 +34,8 @@ from attnload.runner.health import RunHealth
 from attnload.runner.openloop import PAIR_STREAM, OpenLoop, OpenStage
 from attnload.runner.options import RunOptions
 from attnload.runner.serverview import ServerView
+from attnload.workload.abandon import Abandoner
+from attnload.workload.arrivals import stage_arrivals
 from attnload.workload.conversation import new_salt
 from attnload.workload.prompts import Workload
 from attnload.workload.shapes import ReplaySpec
@@ -149,6 +151,8 @@ class Runtime:
         self.interrupted = False
         """SIGTERM/SIGINT (or the death of ``attnload run``) ended the run early: results say so."""
         self.health = RunHealth()
+        self.abandoner = Abandoner(options.abandon, config.seed) if options.abandon is not None else None
+        """``--abandon-rate``: draws which requests close their stream early (None: none do)."""
 
     # ------------------------------------------------------------------ users
 
@@ -361,7 +365,7 @@ class Runtime:
                     "stage_duration_s": shape.stage_duration_s if shape else None, "warmup_s": self.options.warmup_s,
                     "profiles": [p.name for p in self.workload.profiles], "max_tokens": self.config.request.max_tokens,
                     "temperature": self.config.request.temperature, "role": self.role,
-                    "paired": self.options.paired, "arrivals": self.arrivals,
+                    "paired": self.options.paired, "arrivals": self.arrivals, "burstiness": self.burstiness,
                     "models": {m.key: {"id": m.id, "attention": m.attention, "url": m.chat_url}
                                for m in self.config.models}}
         workers = max(len(self.workers_seen), 1 if self.role == "local" else 0)
@@ -389,12 +393,18 @@ class Runtime:
         if not isinstance(shape, ReplaySpec):
             return False
         counts = self.recorder.combined().counts
-        finished = counts.get("ok", 0) + counts.get("failed", 0) + counts.get("cancelled", 0)
+        finished = counts.get("ok", 0) + counts.get("failed", 0) + counts.get("cancelled", 0) + counts.get("abandoned", 0)
         return finished >= shape.requests * len(self.config.models)
 
     @property
     def arrivals(self) -> str:
-        return self.options.arrivals or self.config.arrivals
+        """``poisson``, ``constant`` or (``--burstiness``) ``gamma``."""
+        return stage_arrivals(self.options.arrivals or self.config.arrivals, self.options.burstiness)[0]
+
+    @property
+    def burstiness(self) -> float | None:
+        """The gamma shape of the arrivals (Poisson is 1; None: constant)."""
+        return stage_arrivals(self.options.arrivals or self.config.arrivals, self.options.burstiness)[1]
 
     def write_results(self) -> Path | None:
         if self.started_at is None:
