@@ -15,6 +15,7 @@ from attnload.measure.recorder import Recorder, RequestRecord
 from attnload.metrics.exposition import FleetState, serve_metrics
 from attnload.report.console import errors_text
 from attnload.results.model import Requests, Totals
+from attnload.server_metrics.parse import parse_exposition
 from attnload.workload.abandon import Abandoner, parse_abandon
 from attnload.workload.arrivals import gamma_offsets, parse_burstiness, stage_arrivals
 from helpers import attnload, free_port, write_config
@@ -157,3 +158,10 @@ def test_bad_flags_exit_2_with_one_line(tmp_path, args: list[str], expected: str
     assert result.returncode == 2, result.stderr
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and expected in lines[0], result.stderr
+
+
+def test_the_server_view_reads_vllm_aborts() -> None:
+    body = "".join(f'vllm:request_success_total{{engine="{e}",finished_reason="{r}",model_name="m"}} {v}\n'
+                   for e, r, v in (("0", "length", 90), ("0", "abort", 7), ("1", "abort", 5), ("0", "stop", 1)))
+    body += 'vllm:num_requests_running{engine="0",model_name="m"} 1\n'
+    assert parse_exposition(body).samples["m"].aborted == 12.0  # two engines' aborts add up; other reasons don't

@@ -105,6 +105,10 @@ def test_abandoned_streams_close_mid_stream_and_are_not_failures(processes: Proc
     assert truth["cancelled"] == requests["abandoned"]  # each abandoned stream's connection was seen closing
     emitted_per_abandoned = (truth["completion_tokens"] - truth["completed_completion_tokens"]) / requests["abandoned"]
     assert 5.0 <= emitted_per_abandoned <= 9.0  # about 5 chunks (one token each) before the server saw it go
+    server_view = summary["server"]  # the server's /metrics as the run scraped it, next to the client's count
+    assert server_view["aborted"] == pytest.approx(requests["abandoned"], abs=max(3, 0.05 * requests["abandoned"]))
+    print(f"abandoned {requests['abandoned']}/{total} ({requests['abandoned'] / total:.1%}), server aborted "
+          f"{truth['cancelled']} (scraped {server_view['aborted']}), {emitted_per_abandoned:.2f} tokens emitted each")
     metrics = http_text(sim + "/metrics")
     assert (f'vllm:request_success_total{{engine="0",finished_reason="abort",model_name="llama-3-70b"}} '
             f'{float(requests["abandoned"])}') in metrics

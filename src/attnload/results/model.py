@@ -120,6 +120,9 @@ class ServerSummary(_Model):
     requests_running: GaugeSummary = GaugeSummary()
     requests_waiting: GaugeSummary = GaugeSummary()
     preemptions: int | float | None = None
+    aborted: int | float | None = None
+    """Requests the server aborted over the stage (vLLM ``request_success_total{finished_reason="abort"}``):
+    next to the client's ``requests.abandoned``; None where the server aborted none or has no such series."""
     prefix_cache_hit_ratio: float | None = None
     prompt_tokens: int | float | None = None
     generation_tokens: int | float | None = None
