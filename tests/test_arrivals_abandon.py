@@ -165,3 +165,20 @@ def test_the_server_view_reads_vllm_aborts() -> None:
                    for e, r, v in (("0", "length", 90), ("0", "abort", 7), ("1", "abort", 5), ("0", "stop", 1)))
     body += 'vllm:num_requests_running{engine="0",model_name="m"} 1\n'
     assert parse_exposition(body).samples["m"].aborted == 12.0  # two engines' aborts add up; other reasons don't
+
+
+def test_the_open_loop_scheduler_takes_its_share_of_the_gamma_schedule_per_model() -> None:
+    from attnload.runner.openloop import OpenLoop, OpenStage
+
+    def shares(worker: int) -> list[tuple[float, str]]:
+        loop = OpenLoop([], None, None, None, None, "poisson", seed=5)  # type: ignore[arg-type]
+        loop.burstiness = 0.5
+        stage = OpenStage(index=2, rates_rps={"a": 4.0, "b": 2.0}, started_perf=100.0, duration_s=10.0, warmup_s=0.0,
+                          share_index=worker, share_count=2)
+        return loop.schedule(stage)
+
+    merged = sorted(shares(0) + shares(1))
+    for position, key in enumerate(("a", "b")):  # sorted model keys: the stream's position seeds it
+        rate = {"a": 4.0, "b": 2.0}[key]
+        expected = gamma_offsets(rate, 10.0, 0.5, share_index=0, share_count=1, seed=5, stage=2, stream=position)
+        assert [t - 100.0 for t, k in merged if k == key] == pytest.approx(expected)
