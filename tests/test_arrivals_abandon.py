@@ -182,3 +182,19 @@ def test_the_open_loop_scheduler_takes_its_share_of_the_gamma_schedule_per_model
         rate = {"a": 4.0, "b": 2.0}[key]
         expected = gamma_offsets(rate, 10.0, 0.5, share_index=0, share_count=1, seed=5, stage=2, stream=position)
         assert [t - 100.0 for t, k in merged if k == key] == pytest.approx(expected)
+
+
+def test_burstiness_goes_with_rate_stages_and_sweeps_and_reaches_every_process() -> None:
+    import argparse
+
+    from attnload.runner.arrivalflags import check_arrival_flags
+    from attnload.runner.options import environment
+    from attnload.workload.shapes import parse_shape
+
+    args = argparse.Namespace(burstiness="0.25", abandon_rate="0.3", abandon_after="uniform:1s,3s", arrivals=None)
+    for shape in ("rate:5", "sweep"):
+        flags = check_arrival_flags(args, parse_shape(shape, 30.0))
+        assert environment(flags) == {"ATTNLOAD_BURSTINESS": "0.25", "ATTNLOAD_ABANDON_RATE": "0.3",
+                                      "ATTNLOAD_ABANDON_AFTER": "uniform:1s,3s"}
+    with pytest.raises(UsageError, match="rate:... or sweep"):
+        check_arrival_flags(args, parse_shape("concurrency:4", 30.0))
