@@ -198,3 +198,81 @@ def test_burstiness_goes_with_rate_stages_and_sweeps_and_reaches_every_process()
                                       "ATTNLOAD_ABANDON_AFTER": "uniform:1s,3s"}
     with pytest.raises(UsageError, match="rate:... or sweep"):
         check_arrival_flags(args, parse_shape("concurrency:4", 30.0))
+
+
+class _ChunkServer:
+    """Streams 20 content chunks 20 ms apart per request; notes each connection and whether the client closed it."""
+
+    def __init__(self) -> None:
+        import socket
+        import threading
+
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(8)
+        self.port = self.sock.getsockname()[1]
+        self.connections: list[dict[str, object]] = []
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        import json
+        import time
+
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            seen: dict[str, object] = {"sent": 0, "closed_by_client": False}
+            self.connections.append(seen)
+            with conn:
+                while conn.recv(65536):
+                    try:
+                        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+                                     b"Transfer-Encoding: chunked\r\n\r\n")
+                        for i in range(20):
+                            data = f"data: {json.dumps({'choices': [{'index': 0, 'delta': {'content': f'w{i} '}}]})}\n\n"
+                            conn.sendall(f"{len(data):x}\r\n{data}\r\n".encode())
+                            seen["sent"] = i + 1
+                            time.sleep(0.02)
+                        done = b"data: [DONE]\n\n"
+                        conn.sendall(f"{len(done):x}\r\n".encode() + done + b"\r\n0\r\n\r\n")
+                    except OSError:
+                        seen["closed_by_client"] = True
+                        break
+                else:
+                    seen["closed_by_client"] = seen["sent"] == 20  # EOF while idle after a whole answer
+
+
+def test_an_abandoning_client_closes_its_socket_and_reconnects_for_the_next_request() -> None:
+    from attnload.client.chat import ChatClient, chat_body
+    from attnload.client.transport import Timeouts
+
+    server = _ChunkServer()
+    client = ChatClient(f"http://127.0.0.1:{server.port}/v1/chat/completions", None,
+                        Timeouts(connect_s=2, idle_s=2.0, total_s=5.0))
+    body = chat_body("m", [{"role": "user", "content": "hi"}], max_tokens=20, temperature=0)
+    first = client.send(body, model_key="k", profile="p", stage=0, abandon=(3, None))
+    assert (first.outcome, first.error) == ("abandoned", None)
+    assert first.ttft_s is not None and len(first.itl_samples) + 1 == 3  # one chunk per read here: exactly 3
+    second = client.send(body, model_key="k", profile="p", stage=0)
+    assert second.outcome == "ok" and len(second.itl_samples) == 19
+    client.close()
+    server.sock.close()
+    assert len(server.connections) == 2  # the next request opened a new connection
+    assert server.connections[0]["closed_by_client"] and server.connections[0]["sent"] < 20  # type: ignore[operator]
+
+
+def test_a_duration_abandons_at_the_first_chunk_after_it() -> None:
+    from attnload.client.chat import ChatClient, chat_body
+    from attnload.client.transport import Timeouts
+
+    server = _ChunkServer()
+    client = ChatClient(f"http://127.0.0.1:{server.port}/v1/chat/completions", None,
+                        Timeouts(connect_s=2, idle_s=2.0, total_s=5.0))
+    body = chat_body("m", [{"role": "user", "content": "hi"}], max_tokens=20, temperature=0)
+    record = client.send(body, model_key="k", profile="p", stage=0, abandon=(None, 0.15))
+    client.close()
+    server.sock.close()
+    assert record.outcome == "abandoned" and 0.15 <= record.e2e_s < 1.0
+    assert 2 <= len(record.itl_samples) + 1 < 20  # 20 ms apart: well before the answer's end
