@@ -53,10 +53,15 @@ def _cv(times: list[float]) -> float:
     return statistics.pstdev(gaps) / statistics.fmean(gaps)
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("burstiness", [0.25, 1.0])
-def test_bursty_arrivals_keep_their_cv_over_the_whole_fleet(processes: Processes, tmp_path: Path,
-                                                            burstiness: float) -> None:
+ON_SCHEDULE_LAG_S = 0.020
+"""A run whose dispatch-lag p90 exceeds this (0.4 of a mean gap at 20/s) did not send on its schedule: the
+shared machine descheduled the workers, so due arrivals left together, and the server then measures the
+machine, not the schedule. (p99 is no guide: a stage's first sends, opening connections, lag ~0.5 s.)"""
+ATTEMPTS = 3
+
+
+def _bursty_run(processes: Processes, tmp_path: Path, burstiness: float) -> tuple[list[float], dict[str, Any]]:
+    tmp_path.mkdir(parents=True, exist_ok=True)
     port, log = free_port(), tmp_path / "received.jsonl"
     server = processes.start([sys.executable, str(ROOT / "tests" / "recording_server.py"), str(port), str(log), "0"],
                              name="recorder")
@@ -65,17 +70,35 @@ def test_bursty_arrivals_keep_their_cv_over_the_whole_fleet(processes: Processes
                           workload={"p": {"prompt_tokens": 20, "max_tokens": 16}})
     data = _run(processes, config, tmp_path / "r", "--shape", "rate:20", "--stage-duration", "30s", "--workers", "2",
                 "--burstiness", f"{burstiness:g}")
-    arrivals = sorted(json.loads(line)["t_recv"] for line in log.read_text(encoding="utf-8").splitlines())
+    server.terminate()
+    return sorted(json.loads(line)["t_recv"] for line in log.read_text(encoding="utf-8").splitlines()), data
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("burstiness", [0.25, 1.0])
+def test_bursty_arrivals_keep_their_cv_over_the_whole_fleet(processes: Processes, tmp_path: Path,
+                                                            burstiness: float) -> None:
+    """Judged only on a run the results certify as sent on schedule (dispatch-lag p90 ≤ 20 ms); a run the
+    machine's load knocked off it is repeated, up to 3 times, and the test skips (saying so) if none kept it."""
+    lags = []
+    for attempt in range(ATTEMPTS):
+        arrivals, data = _bursty_run(processes, tmp_path / f"try{attempt}", burstiness)
+        stage = data["models"][0]["stages"][0]
+        lags.append(stage["dispatch_lag_s"]["p90"])
+        if lags[-1] <= ON_SCHEDULE_LAG_S:
+            break
+    else:
+        pytest.skip(f"the workers never kept the schedule on this loaded machine (dispatch-lag p90 {lags} s)")
     assert len(arrivals) == 600  # the stage's exact count, sent by two workers
     target = burstiness ** -0.5
     server_cv = _cv(arrivals)
     schedule_cv = _cv(gamma_offsets(20.0, 30.0, burstiness, share_index=0, share_count=1, seed=0, stage=0, stream=0))
-    print(f"burstiness {burstiness:g}: server CV {server_cv:.3f}, schedule CV {schedule_cv:.3f}, target {target:.3f}")
+    print(f"burstiness {burstiness:g}: server CV {server_cv:.3f}, schedule CV {schedule_cv:.3f}, target {target:.3f}, "
+          f"dispatch-lag p90 {lags[-1] * 1000:.1f} ms (attempt {len(lags)})")
     assert server_cv == pytest.approx(target, rel=0.20)
     assert server_cv == pytest.approx(schedule_cv, rel=0.05)  # the server saw the fleet's one schedule
     mean_rate = (len(arrivals) - 1) / (arrivals[-1] - arrivals[0])
     assert mean_rate == pytest.approx(20.0, rel=0.10)
-    stage = data["models"][0]["stages"][0]
     assert (stage["arrivals"], stage["burstiness"]) == ("gamma", burstiness)
     assert (data["config"]["arrivals"], data["config"]["burstiness"]) == ("gamma", burstiness)
     assert stage["dispatch_lag_s"]["count"] == 600  # every send timed against its intended (bursty) instant
