@@ -6,7 +6,9 @@
   within 10 % of 20/s. The stage is one seeded schedule (the config's seed, 0 by default, is not
   chosen to pass); the CV of 600 gamma(0.25) gaps has a real sampling spread (p2.5-p97.5 of
   the ratio 0.89-1.15 over 1000 seeds, ``tests/test_arrivals_abandon.py``), so the server's CV is
-  also checked against the schedule's own CV, which it must match closely whatever the seed.
+  also checked against the schedule's own CV, which it must match closely whatever the seed. Only a run
+  sent on schedule is judged (dispatch-lag p90 ≤ 20 ms, from its own results); a run the shared
+  machine's load knocked off schedule is repeated (3 tries), never tuned around.
 - ``--abandon-rate 0.3 --abandon-after 5`` against the simulator (``--mode fixed``): 25-35 % of
   800 requests end ``abandoned``, none failed, the server counts exactly those connections as
   aborted and emitted about 5 tokens for each.
