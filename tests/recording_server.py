@@ -81,6 +81,7 @@ def main() -> None:
     port, log_path = int(sys.argv[1]), sys.argv[2]
     Handler.log_path = log_path
     Handler.chunk_delay_s = float(sys.argv[3]) / 1000.0 if len(sys.argv) > 3 else 0.0
+    ThreadingHTTPServer.request_queue_size = 256  # bursty open loop: a burst of new connections must not hit SYN drops
     server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
     server.daemon_threads = True
     server.serve_forever()

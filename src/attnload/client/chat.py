@@ -37,6 +37,7 @@ from attnload.measure.recorder import RequestRecord, split_gaps
 from attnload.measure.tokens import chunk_tokens, prompt_tokens
 
 FRAMING_TAIL_S = 1.0
+_NEVER = float("inf")
 
 
 class ChatClient:
@@ -129,13 +130,16 @@ class ChatClient:
     # ------------------------------------------------------------------ request
 
     def send(self, body: dict[str, Any], *, model_key: str, profile: str, stage: int,
-             intended_start: float | None = None, capture_text: bool = False) -> RequestRecord:
+             intended_start: float | None = None, capture_text: bool = False,
+             abandon: tuple[int | None, float | None] | None = None) -> RequestRecord:
         """Run one request to completion and return its record; never raises for server faults.
 
         ``intended_start`` (perf_counter seconds) is the open-loop schedule's send time:
         latencies count from it, so a late client cannot hide queueing (coordinated omission).
         ``capture_text`` keeps the streamed content in ``record.reply_text`` (a conversation's
         next turn resends it); off by default so the hot path stores no text.
+        ``abandon`` (``--abandon-after``): ``(content chunks, seconds after origin)``, one of them
+        None; once reached the client closes the connection and the request ends ``abandoned``.
         """
         if self._resume_at:
             self._back_off()
@@ -146,6 +150,8 @@ class ChatClient:
         run = _Run(stream, max_tokens)
         if capture_text:
             run.texts = []
+        if abandon is not None:
+            run.abandon_chunks, run.abandon_at = abandon[0] or _NEVER, origin + (abandon[1] or _NEVER)
         error: RequestFailed | None = None
         outcome = "ok"
         try:
@@ -153,6 +159,9 @@ class ChatClient:
             run.finish()
         except RequestFailed as exc:
             error, outcome = exc, "failed"
+        except Abandoned:
+            outcome = "abandoned"
+            self.close()  # the server sees the connection go; this user's next request opens a new one
         except GreenletExit:
             if run.response is not None and not run.done:
                 self._read_buffered(run, origin)
@@ -277,6 +286,8 @@ class ChatClient:
                     run.done_at = at
                     self._finish_framing(sock, response)
                     return
+                if len(run.chunk_tokens) >= run.abandon_chunks or at >= run.abandon_at:
+                    raise Abandoned  # --abandon-after reached: send() closes the connection
             if response.headers_complete and response.get_code() != 200:
                 if response.message_complete:
                     raise classify_status(response.get_code(), bytes(response.body), _header(response, "retry-after"))
@@ -345,6 +356,10 @@ def _cached_tokens(details: Any) -> int | None:
     return cached if isinstance(cached, int) else None
 
 
+class Abandoned(Exception):
+    """The client gives up on the stream on purpose (``--abandon-after``): not a failure."""
+
+
 class Cancelled(Exception):
     """Carries the record of a request the test stopped; the user records it, then exits."""
 
@@ -378,7 +393,7 @@ class _Run:
 
     __slots__ = ("stream", "max_tokens", "sse", "response", "first_at", "last_at", "gaps", "chunk_tokens",
                  "usage", "finish_reason", "done", "done_at", "eof", "plain_head", "plain_tail", "texts",
-                 "events_left")
+                 "events_left", "abandon_chunks", "abandon_at")
 
     def __init__(self, stream: bool, max_tokens: int) -> None:
         self.stream = stream
@@ -400,6 +415,9 @@ class _Run:
         """The content pieces as streamed, only when the caller asked for the text."""
         self.events_left = max_events(max_tokens)
         """Events this response may still carry before it counts as a stream that will not end."""
+        self.abandon_chunks: float = _NEVER
+        self.abandon_at = _NEVER
+        """``--abandon-after``: content chunks read, or the perf_counter time, at which the client leaves."""
 
     def consume(self, at: float, origin: float) -> None:
         """Handle the events parsed so far; all of them arrived in the ``recv`` that returned at ``at``."""

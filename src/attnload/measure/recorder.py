@@ -15,7 +15,7 @@ from typing import Any
 from attnload.measure.histogram import LogHistogram
 
 HISTOGRAMS = ("ttft", "itl", "tpot", "e2e", "lag")
-COUNTERS = ("ok", "failed", "cancelled", "prompt_tokens", "completion_tokens", "cached_prompt_tokens",
+COUNTERS = ("ok", "failed", "cancelled", "abandoned", "prompt_tokens", "completion_tokens", "cached_prompt_tokens",
             "estimated", "good")
 
 
@@ -56,7 +56,7 @@ class RequestRecord:
     model_key: str
     profile: str
     stage: int
-    outcome: str  # "ok" | "failed" | "cancelled"
+    outcome: str  # "ok" | "failed" | "cancelled" | "abandoned" (closed mid-stream on purpose)
     error: str | None
     ttft_s: float | None
     itl_samples: tuple[tuple[float, int], ...]
@@ -153,8 +153,12 @@ def _apply(series: Series, record: RequestRecord) -> None:
     hists = series.hists
     if record.dispatch_lag_s is not None:
         hists["lag"].record(max(record.dispatch_lag_s, 0.0))
+    if record.outcome == "abandoned":  # what it saw is real: TTFT and ITL count, e2e/TPOT (whole answers) do not
+        if record.ttft_s is not None:
+            hists["ttft"].record(record.ttft_s)
+        hists["itl"].record_pairs(record.itl_samples)
     if record.outcome != "ok":
-        return  # latency summaries describe successful requests only
+        return  # e2e and TPOT describe successful requests only
     hists["e2e"].record(record.e2e_s)
     if record.ttft_s is not None:
         hists["ttft"].record(record.ttft_s)

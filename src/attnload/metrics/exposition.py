@@ -105,7 +105,7 @@ class FleetCollector(Collector):
         good = CounterMetricFamily(GOODPUT_REQUESTS, "Requests that met every configured SLO.", labels=LABELS)
         for labels, series in merged.items():
             counts = series.counts
-            for outcome in ("ok", "failed", "cancelled"):
+            for outcome in ("ok", "failed", "cancelled", "abandoned"):
                 requests.add_metric([*labels, outcome], counts.get(outcome, 0))
             for error, n in series.errors.items():
                 errors.add_metric([*labels, error], n)

@@ -107,8 +107,11 @@ def errors_chart(results: Results) -> str:
 
 def cancellations_chart(results: Results) -> str:
     """Requests in flight when a stage or the test stopped; kept apart from failures, which they are not."""
-    bars = [(series_name(m), {"cancelled at stop": m.requests.cancelled}) for m in results.models]
-    return stacked_bars("plot-cancellations", bars, "requests cancelled at stop (not failures)")
+    abandoned = any(m.requests.abandoned for m in results.models)
+    bars = [(series_name(m), {"cancelled at stop": m.requests.cancelled,
+                              **({"abandoned by the client": m.requests.abandoned} if abandoned else {})})
+            for m in results.models]
+    return stacked_bars("plot-cancellations", bars, "requests cancelled at stop or abandoned (not failures)")
 
 
 def charts(results: Results, baseline: Results | None = None) -> list[tuple[str, str, str]]:
@@ -133,7 +136,8 @@ def charts(results: Results, baseline: Results | None = None) -> list[tuple[str,
     if any(failures(m) for m in results.models):
         out.append(("Failures", "Failed requests by error class (see the fix hints in `attnload check`). "
                     "Requests cancelled when the test stopped are not counted here.", errors_chart(results)))
-    if any(m.requests.cancelled for m in results.models):
-        out.append(("Cancelled at stop", "Requests still in flight when a stage or the test stopped: "
-                    "not server failures, shown apart from them.", cancellations_chart(results)))
+    if any(m.requests.cancelled or m.requests.abandoned for m in results.models):
+        out.append(("Cancelled at stop", "Requests still in flight when a stage or the test stopped, and streams "
+                    "the client closed on purpose (--abandon-rate): not server failures, shown apart from them.",
+                    cancellations_chart(results)))
     return out

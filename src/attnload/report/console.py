@@ -32,10 +32,11 @@ from attnload.results.model import ModelSummary, Results, StageSummary, Totals
 
 
 def errors_text(totals: Totals, limit: int = 3) -> str:
-    """The most frequent error classes, e.g. ``timeout 4, server 1``."""
-    if not totals.errors:
+    """The most frequent error classes, e.g. ``timeout 4, server 1`` (and ``abandoned N``, not an error)."""
+    errors = {**totals.errors, **({"abandoned": totals.requests.abandoned} if totals.requests.abandoned else {})}
+    if not errors:
         return DASH
-    ranked = sorted(totals.errors.items(), key=lambda kv: (-kv[1], kv[0]))
+    ranked = sorted(errors.items(), key=lambda kv: (-kv[1], kv[0]))
     text = ", ".join(f"{name} {n}" for name, n in ranked[:limit])
     return text + (" …" if len(ranked) > limit else "")
 

@@ -39,10 +39,12 @@ class Requests(_Model):
     ok: int = 0
     failed: int = 0
     cancelled: int = 0
+    abandoned: int = 0
+    """Closed mid-stream by the client on purpose (``--abandon-rate``): neither failed nor cancelled."""
 
     @property
     def total(self) -> int:
-        return self.ok + self.failed + self.cancelled
+        return self.ok + self.failed + self.cancelled + self.abandoned
 
 
 class Totals(_Model):
@@ -118,6 +120,9 @@ class ServerSummary(_Model):
     requests_running: GaugeSummary = GaugeSummary()
     requests_waiting: GaugeSummary = GaugeSummary()
     preemptions: int | float | None = None
+    aborted: int | float | None = None
+    """Requests the server aborted over the stage (vLLM ``request_success_total{finished_reason="abort"}``):
+    next to the client's ``requests.abandoned``; None where the server aborted none or has no such series."""
     prefix_cache_hit_ratio: float | None = None
     prompt_tokens: int | float | None = None
     generation_tokens: int | float | None = None
@@ -160,6 +165,10 @@ class StageSummary(Totals):
     """E.g. ``client_behind`` (open loop could not keep the schedule)."""
     achieved_rate_rps: float | None = None
     """Open loop: requests sent (any outcome) per second of the stage, to compare with ``rate``."""
+    arrivals: str | None = None
+    """Open loop: the inter-arrival law, ``poisson``, ``gamma``, ``constant`` or ``trace`` (None: closed loop)."""
+    burstiness: float | None = None
+    """Open loop: the gamma shape of the gaps (``--burstiness``; Poisson is 1, constant and trace None)."""
     paired: PairedSummary | None = None
     server: ServerSummary | None = None
     """The model server's view of this stage; None where no server metrics were read."""

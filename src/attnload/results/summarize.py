@@ -48,7 +48,7 @@ def totals(series: Series, duration_s: float, slo_set: bool) -> dict[str, Any]:
     duration_s = max(duration_s, 1e-9)
     return {
         "requests": Requests(ok=counts.get("ok", 0), failed=counts.get("failed", 0),
-                             cancelled=counts.get("cancelled", 0)),
+                             cancelled=counts.get("cancelled", 0), abandoned=counts.get("abandoned", 0)),
         "errors": dict(sorted(series.errors.items())),
         "ttft_s": summary(series.hists["ttft"]), "itl_s": summary(series.hists["itl"]),
         "tpot_s": summary(series.hists["tpot"]), "e2e_s": summary(series.hists["e2e"]),
@@ -79,6 +79,7 @@ def build_results(config: TestConfig, recorder: Recorder, *, started_at: float, 
         stage_summaries = [with_replay_rates(_stage_summary(recorder, target.key, window, slo_set, paired,
                                                             replay=trace_rate_per_s is not None), context,
                                              target.key, trace_rate_per_s) for window in stages]
+        stage_summaries = [with_arrivals(s, run_info, trace_rate_per_s is not None) for s in stage_summaries]
         if server is not None:
             stage_summaries = [with_server(s, server.stage(target.key, s.index)) for s in stage_summaries]
         models.append(ModelSummary(
@@ -106,7 +107,7 @@ def _stage_summary(recorder: Recorder, model_key: str, window: StageWindow, slo_
     achieved = None
     if rate is not None:
         counts = series.counts
-        sent = counts.get("ok", 0) + counts.get("failed", 0) + counts.get("cancelled", 0)
+        sent = counts.get("ok", 0) + counts.get("failed", 0) + counts.get("cancelled", 0) + counts.get("abandoned", 0)
         achieved = sent / window_s
         expected = rate * window_s
         p99 = lag.quantile(0.99)
@@ -119,6 +120,15 @@ def _stage_summary(recorder: Recorder, model_key: str, window: StageWindow, slo_
         **fields, index=window.index, users=window.users, rate=rate, start_s=window.start_s, end_s=window.end_s,
         dispatch_lag_s=summary(lag) if lag.count else None, flags=flags, achieved_rate_rps=achieved,
         paired=paired.summary(model_key, window.index) if paired is not None else None)
+
+
+def with_arrivals(stage: StageSummary, run_info: dict[str, Any], replay: bool) -> StageSummary:
+    """An open-loop stage names its arrival law (the run's; a replay's is its trace)."""
+    if stage.rate is None:
+        return stage
+    if replay:
+        return stage.model_copy(update={"arrivals": "trace"})
+    return stage.model_copy(update={"arrivals": run_info.get("arrivals"), "burstiness": run_info.get("burstiness")})
 
 
 def client_info(workers: int, workers_lost: int, cpu_max_ratio: float, recorder: Recorder,

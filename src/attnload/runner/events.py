@@ -130,6 +130,7 @@ def _open_loop(environment: Environment, runtime: Runtime) -> OpenLoop:
 
     loop = OpenLoop(list(runtime.config.models), pool, next_plan, send,
                     pair if runtime.paired is not None else None, runtime.arrivals, runtime.config.seed)
+    loop.burstiness = runtime.options.burstiness
     shape = runtime.options.shape
     if isinstance(shape, ReplaySpec):
         first = runtime.config.models[0]

@@ -27,6 +27,7 @@ from attnload.config.seed import load_config
 from attnload.errors import UsageError
 from attnload.results.model import Results, load_results
 from attnload.results.requests_file import requests_out_path
+from attnload.runner.arrivalflags import check_arrival_flags
 from attnload.runner.dialogs import check_traffic
 from attnload.runner.flagcheck import check_flag_limits
 from attnload.runner.options import OPTION, environment, server_metrics_interval, server_metrics_mode, truthy
@@ -63,6 +64,8 @@ class LoadPlan:
     paired: bool = False
     arrivals: str | None = None
     max_in_flight: int | None = None
+    traffic_env: dict[str, str] | None = None
+    """``--burstiness``, ``--abandon-rate``, ``--abandon-after`` as given (validated), for the Locust processes."""
     prometheus_port: int | None = None
     stop_timeout_s: float = 0.0
     server_metrics: str = "auto"
@@ -113,6 +116,7 @@ def plan_from_args(args: argparse.Namespace, config_path: Path) -> LoadPlan:
     if paired and isinstance(shape, SweepSpec):
         raise UsageError("--paired cannot run a sweep (each model gets its own rates there): drop one of them")
     max_in_flight = getattr(args, "max_in_flight", None)
+    traffic_env = check_arrival_flags(args, shape)
     server_metrics = server_metrics_mode(getattr(args, "server_metrics", "auto"))
     interval = str(getattr(args, "server_metrics_interval", "2") or "2")
     server_metrics_interval(interval)
@@ -126,6 +130,7 @@ def plan_from_args(args: argparse.Namespace, config_path: Path) -> LoadPlan:
                     metrics_host=getattr(args, "metrics_host", "127.0.0.1"),
                     headless=args.headless, web_port=args.web_port, profiles=args.profile, warmup=args.warmup,
                     paired=paired, arrivals=getattr(args, "arrivals", None), max_in_flight=max_in_flight,
+                    traffic_env=traffic_env,
                     prometheus_port=getattr(args, "prometheus", None),
                     stop_timeout_s=float(getattr(args, "stop_timeout", 0.0) or 0.0),
                     server_metrics=server_metrics, server_metrics_interval=interval,
@@ -249,6 +254,7 @@ def _environment(plan: LoadPlan) -> dict[str, str]:
         "locust-stats": "1" if plan.locust_stats else "0"}))
     if plan.requests_out:
         env.update(environment({"requests-out": plan.requests_out}))
+    env.update(environment(plan.traffic_env or {}))
     if plan.snapshot_interval_s is not None:
         env.update(environment({"snapshot-interval": f"{plan.snapshot_interval_s:g}"}))
     env[PARENT_PID_ENV] = str(os.getpid())  # the children stop when this process is gone

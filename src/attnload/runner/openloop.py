@@ -31,6 +31,7 @@ from gevent import Greenlet
 
 from attnload.client.chat import ChatClient
 from attnload.config.model import ModelTarget
+from attnload.workload.arrivals import gamma_offsets
 from attnload.workload.prompts import PlannedRequest
 
 log = logging.getLogger(__name__)
@@ -131,6 +132,8 @@ class OpenLoop:
         self.send_pair = send_pair
         self.arrivals = arrivals
         self.seed = seed
+        self.burstiness: float | None = None
+        """``--burstiness``: gamma gaps of this shape from one fleet-wide schedule (``workload/arrivals.py``)."""
         self._scheduler: Greenlet | None = None
         self._requests = gevent.pool.Group()
         self.scheduled = 0
@@ -163,11 +166,17 @@ class OpenLoop:
     def schedule(self, stage: OpenStage) -> list[tuple[float, str]]:
         """``(perf_counter time, stream)`` of this worker's arrivals, merged over streams."""
         streams = sorted(stage.rates_rps)
-        per_stream = [[(stage.started_perf + offset, key) for offset in arrival_offsets(
-            stage.rates_rps[key], stage.duration_s, arrivals=self.arrivals, share_index=stage.share_index,
-            share_count=stage.share_count, seed=self.seed, stage=stage.index, stream=position, streams=len(streams))]
-            for position, key in enumerate(streams)]
+        per_stream = [[(stage.started_perf + offset, key) for offset in self._offsets(stage, key, position, len(streams))]
+                      for position, key in enumerate(streams)]
         return list(heapq.merge(*per_stream))
+
+    def _offsets(self, stage: OpenStage, key: str, position: int, streams: int) -> list[float]:
+        if self.burstiness is not None:
+            return gamma_offsets(stage.rates_rps[key], stage.duration_s, self.burstiness, share_index=stage.share_index,
+                                 share_count=stage.share_count, seed=self.seed, stage=stage.index, stream=position)
+        return arrival_offsets(stage.rates_rps[key], stage.duration_s, arrivals=self.arrivals,
+                               share_index=stage.share_index, share_count=stage.share_count, seed=self.seed,
+                               stage=stage.index, stream=position, streams=streams)
 
     def _run(self, stage: OpenStage) -> None:
         arrivals: Iterable[tuple[float, str, PlannedRequest | None]]

@@ -17,6 +17,8 @@ from typing import Any
 
 from attnload.errors import UsageError, redact
 from attnload.runner.openloop import DEFAULT_MAX_IN_FLIGHT
+from attnload.workload.abandon import AbandonSpec, parse_abandon
+from attnload.workload.arrivals import parse_burstiness
 from attnload.workload.shapes import ShapeSpec, parse_duration, parse_shape, with_replay_speed
 
 
@@ -36,6 +38,10 @@ class RunOptions:
     """Send each prompt to every model at once (``--paired``)."""
     arrivals: str | None = None
     """Open-loop arrival law; None: the config's ``arrivals``."""
+    burstiness: float | None = None
+    """``--burstiness``: gamma inter-arrival shape of rate stages (None: the ``arrivals`` law)."""
+    abandon: AbandonSpec | None = None
+    """``--abandon-rate``/``--abandon-after``: which requests close their stream early, and when."""
     max_in_flight: int = DEFAULT_MAX_IN_FLIGHT
     server_metrics: str = "auto"
     """``auto``: the master scrapes each model server's /metrics; ``off``: it does not."""
@@ -99,6 +105,12 @@ OPTIONS: tuple[Option, ...] = (
            run={"action": "store_true"}),
     Option("arrivals", "open-loop arrival law for rate stages: poisson or constant (default: the config's)",
            run={"choices": ("poisson", "constant"), "default": None}),
+    Option("burstiness", "rate stages: gamma inter-arrival shape B over the whole fleet (1 = Poisson, 0.25 = "
+           "bursty, CV 1/sqrt(B)); default: the --arrivals law", run={"default": None, "metavar": "B"}),
+    Option("abandon-rate", "fraction 0-1 of streamed requests (seeded) that close the connection mid-stream "
+           "(counted abandoned, not failed)", run={"default": None, "metavar": "P"}),
+    Option("abandon-after", "when an abandoning request closes: content chunks (5), a duration (2s) or a "
+           "distribution (uniform:2,10, exp:5, uniform:1s,3s)", run={"default": None, "metavar": "SPEC"}),
     Option("max-in-flight", "open loop: keep-alive connections per model and worker before requests wait",
            DEFAULT_MAX_IN_FLIGHT, int, run={"type": int, "default": None}),
     Option("results", "directory for results JSON + HTML", "results", run={"default": "results"}),
@@ -181,7 +193,10 @@ def options_from(parsed: Any) -> RunOptions:
         profiles=tuple(p.strip() for p in (parsed.attnload_profile or "").split(",") if p.strip()),
         warmup_s=0.0 if warmup in ("", "0") else parse_duration(warmup, "--warmup"),
         paired=str(parsed.attnload_paired).strip().lower() in ("1", "true", "yes"),
-        arrivals=_arrivals(parsed.attnload_arrivals), max_in_flight=max(1, int(parsed.attnload_max_in_flight)),
+        arrivals=_arrivals(parsed.attnload_arrivals), burstiness=parse_burstiness(getattr(parsed, "attnload_burstiness", None)),
+        abandon=parse_abandon(getattr(parsed, "attnload_abandon_rate", None),
+                              getattr(parsed, "attnload_abandon_after", None)),
+        max_in_flight=max(1, int(parsed.attnload_max_in_flight)),
         server_metrics=server_metrics_mode(parsed.attnload_server_metrics),
         server_metrics_interval_s=server_metrics_interval(parsed.attnload_server_metrics_interval),
         csv_prefix=getattr(parsed, "csv_prefix", None) or None,

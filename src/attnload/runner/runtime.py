@@ -36,6 +36,8 @@ from attnload.runner.openloop import PAIR_STREAM, OpenLoop, OpenStage
 from attnload.runner.options import RunOptions
 from attnload.runner.requestsink import RequestSink
 from attnload.runner.serverview import ServerView
+from attnload.workload.abandon import Abandoner
+from attnload.workload.arrivals import stage_arrivals
 from attnload.workload.conversation import new_salt
 from attnload.workload.prompts import Workload
 from attnload.workload.shapes import ReplaySpec
@@ -153,6 +155,8 @@ class Runtime:
         self.health = RunHealth()
         self.requests = RequestSink(config, options.requests_out, role) if options.requests_out else None
         """``--requests-out``: one line per request (buffered here on a worker, written by the master)."""
+        self.abandoner = Abandoner(options.abandon, config.seed) if options.abandon is not None else None
+        """``--abandon-rate``: draws which requests close their stream early (None: none do)."""
 
     # ------------------------------------------------------------------ users
 
@@ -381,7 +385,7 @@ class Runtime:
                     "stage_duration_s": shape.stage_duration_s if shape else None, "warmup_s": self.options.warmup_s,
                     "profiles": [p.name for p in self.workload.profiles], "max_tokens": self.config.request.max_tokens,
                     "temperature": self.config.request.temperature, "role": self.role,
-                    "paired": self.options.paired, "arrivals": self.arrivals,
+                    "paired": self.options.paired, "arrivals": self.arrivals, "burstiness": self.burstiness,
                     "models": {m.key: {"id": m.id, "attention": m.attention, "url": m.chat_url}
                                for m in self.config.models}}
         workers = max(len(self.workers_seen), 1 if self.role == "local" else 0)
@@ -412,12 +416,18 @@ class Runtime:
         if not isinstance(shape, ReplaySpec):
             return False
         counts = self.recorder.combined().counts
-        finished = counts.get("ok", 0) + counts.get("failed", 0) + counts.get("cancelled", 0)
+        finished = counts.get("ok", 0) + counts.get("failed", 0) + counts.get("cancelled", 0) + counts.get("abandoned", 0)
         return finished >= shape.requests * len(self.config.models)
 
     @property
     def arrivals(self) -> str:
-        return self.options.arrivals or self.config.arrivals
+        """``poisson``, ``constant`` or (``--burstiness``) ``gamma``."""
+        return stage_arrivals(self.options.arrivals or self.config.arrivals, self.options.burstiness)[0]
+
+    @property
+    def burstiness(self) -> float | None:
+        """The gamma shape of the arrivals (Poisson is 1; None: constant)."""
+        return stage_arrivals(self.options.arrivals or self.config.arrivals, self.options.burstiness)[1]
 
     def write_results(self) -> Path | None:
         if self.started_at is None:

@@ -145,9 +145,10 @@ def send_plan(environment: Environment, runtime: Runtime, client: ChatClient, ta
     body = chat_body(target.id, plan.messages, max_tokens=plan.max_tokens, temperature=request.temperature,
                      stream=request.stream, ignore_eos=plan.ignore_eos)
     capture = plan.turn is not None or target.tokenizer is not None  # only then is the text kept
+    abandon = runtime.abandoner.draw(runtime.worker_index) if runtime.abandoner is not None else None
     try:
         record = client.send(body, model_key=target.key, profile=plan.profile, stage=stage,
-                             intended_start=intended_start, capture_text=capture)
+                             intended_start=intended_start, capture_text=capture, abandon=abandon)
     except Cancelled as cancelled:
         _report(environment, runtime, _annotated(runtime, cancelled.record, plan, target, intended_start), who)
         raise GreenletExit() from None
@@ -191,7 +192,7 @@ def _report(environment: Environment, runtime: Runtime, record: RequestRecord, w
     if record.outcome == "ok" and runtime.config.slo.is_set:
         record = replace(record, good=runtime.is_good(record.ttft_s, record.itl_samples, record.e2e_s))
     runtime.observe(record, who)
-    if record.outcome == "cancelled":
+    if record.outcome in ("cancelled", "abandoned"):
         return record  # not a server fault: kept out of Locust's failure table
     exception = None if record.outcome == "ok" else _LocustFailure(f"{record.error}")
     environment.events.request.fire(

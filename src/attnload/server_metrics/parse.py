@@ -69,6 +69,12 @@ class ServerSample:
     ttft_buckets: tuple[tuple[float, float], ...] = ()
     queue_time_sum_s: float | None = None
     queue_time_count: float | None = None
+    aborted: float | None = None
+    """Requests the server aborted, e.g. because the client closed the stream (counter)."""
+
+
+ABORTED = ("vllm:request_success_total", "finished_reason", "abort")
+"""vLLM's count of aborted requests: one series of its finished-request counter (the simulator's too)."""
 
 
 @dataclass(frozen=True)
@@ -227,7 +233,15 @@ def _sample(series: Mapping[str, Series], names: _Names, source: str, model: str
         ttft_buckets=_histogram(series, names.ttft, names.model_label, model),
         queue_time_sum_s=queue_sum,
         queue_time_count=value(tuple(n + "_count" for n in names.queue_time), "count") if queue_sum is not None
-        else None)
+        else None,
+        aborted=_aborted(series, names.model_label, model) if names is VLLM_NAMES else None)
+
+
+def _aborted(series: Mapping[str, Series], label: str, model: str) -> float | None:
+    name, reason_label, reason = ABORTED
+    rows = [(labels, v) for labels, v in _of_model(series.get(name, ()), label, model)
+            if labels.get(reason_label) == reason]
+    return combine(rows, "count", label) if rows else None
 
 
 def _merge(primary: ServerSample, fallback: ServerSample) -> ServerSample:

@@ -19,7 +19,8 @@ from typing import Any
 
 from attnload.server_metrics.parse import ServerSample
 
-_COUNTERS = ("preemptions", "prefix_cache_queries", "prefix_cache_hits", "prompt_tokens", "generation_tokens")
+_COUNTERS = ("preemptions", "prefix_cache_queries", "prefix_cache_hits", "prompt_tokens", "generation_tokens",
+             "aborted")
 _GAUGES = ("kv_cache_usage", "running", "waiting", "prefix_cache_hit_rate")
 
 
@@ -132,7 +133,7 @@ class ServerWindow:
 
     def summary(self) -> dict[str, Any]:
         """The results file's ``stages[].server`` object (null where the server has no such series)."""
-        return {
+        summary = {
             "source": self.source or (self.baseline.source if self.baseline else None),
             "samples": self.samples,
             "kv_cache_usage": self._gauges["kv_cache_usage"].to_json(),
@@ -145,6 +146,10 @@ class ServerWindow:
             "ttft_p50_s": self._ttft_quantile(0.50),
             "ttft_p99_s": self._ttft_quantile(0.99),
         }
+        aborted = self._count("aborted")
+        if aborted:  # only where the server aborted some (--abandon-rate): other summaries stay as they were
+            summary["aborted"] = aborted
+        return summary
 
     def close(self) -> dict[str, Any]:
         """This stage's summary; the window restarts with the last sample as baseline."""

@@ -473,6 +473,8 @@ def _vllm_families(server: SimServer) -> Iterator[Any]:
                                  labels=labels)
     itl = HistogramMetricFamily("vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.",
                                 labels=labels)
+    finished = CounterMetricFamily("vllm:request_success", "Count of successfully processed requests.",
+                                   labels=(*labels, "finished_reason"))  # "abort": the client went away
     for engine in server.engines:
         values = (engine.model.id, "0")
         snap = engine.snapshot()
@@ -488,9 +490,11 @@ def _vllm_families(server: SimServer) -> Iterator[Any]:
         if hits is not None:  # queries: prompt tokens accepted, as vLLM counts tokens looked up
             counters["vllm:prefix_cache_queries"].add_metric(values, truth.prompt_tokens)
             counters["vllm:prefix_cache_hits"].add_metric(values, hits)
+        finished.add_metric((*values, "length"), truth.completed)
+        finished.add_metric((*values, "abort"), truth.cancelled)
         ttft.add_metric(values, _prom_buckets(truth.ttft, VLLM_TTFT_BUCKETS_S), truth.ttft.total)
         itl.add_metric(values, _prom_buckets(truth.itl, VLLM_ITL_BUCKETS_S), truth.itl.total)
-    yield from (*gauges.values(), *counters.values(), ttft, itl)
+    yield from (*gauges.values(), *counters.values(), finished, ttft, itl)
 
 
 def _prom_buckets(hist: LogHistogram, bounds_s: Sequence[float]) -> list[tuple[str, float]]:
