@@ -196,6 +196,6 @@ def test_report_and_web_ui_show_turns_and_ttft_by_context() -> None:
     html = render_html(data)
     assert 'id="turn-table"' in html and 'data-turn="3"' in html and 'id="plot-ttft-context"' in html
     rows = [r for r in llm_rows(data) if str(r["stage"]).startswith("turn")]
-    assert len(rows) == 6 and rows[2]["stage"] == "turn 3" and rows[2]["cached_tokens"] == 180.0
+    assert len(rows) == 6 and rows[2]["stage"] == "turn 3" and rows[2]["cached_tokens"] == "180"
     again = type(data).model_validate_json(data.to_json())
     assert again.models[0].turns[2].ttft_s.p50 == pytest.approx(0.03)
