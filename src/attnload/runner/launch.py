@@ -66,6 +66,7 @@ class LoadPlan:
     stop_timeout_s: float = 0.0
     server_metrics: str = "auto"
     server_metrics_interval: str = "2"
+    gpu_metrics: str = "auto"
     csv_prefix: str | None = None
     """``--csv PREFIX``: handed to the Locust master, which writes Locust's CSVs and ``PREFIX_llm.csv``."""
     snapshot_interval_s: float | None = None
@@ -110,6 +111,7 @@ def plan_from_args(args: argparse.Namespace, config_path: Path) -> LoadPlan:
     max_in_flight = getattr(args, "max_in_flight", None)
     server_metrics = server_metrics_mode(getattr(args, "server_metrics", "auto"))
     interval = str(getattr(args, "server_metrics_interval", "2") or "2")
+    gpu_metrics = server_metrics_mode(getattr(args, "gpu_metrics", "auto"), "--gpu-metrics")
     server_metrics_interval(interval)
     snapshot_s = getattr(args, "snapshot_interval", None)
     if snapshot_s is not None and not (math.isfinite(snapshot_s) and (snapshot_s == 0 or 1 <= snapshot_s <= 86400)):
@@ -122,7 +124,7 @@ def plan_from_args(args: argparse.Namespace, config_path: Path) -> LoadPlan:
                     paired=paired, arrivals=getattr(args, "arrivals", None), max_in_flight=max_in_flight,
                     prometheus_port=getattr(args, "prometheus", None),
                     stop_timeout_s=float(getattr(args, "stop_timeout", 0.0) or 0.0),
-                    server_metrics=server_metrics, server_metrics_interval=interval,
+                    server_metrics=server_metrics, server_metrics_interval=interval, gpu_metrics=gpu_metrics,
                     csv_prefix=getattr(args, "csv", None) or None, snapshot_interval_s=snapshot_s)
 
 
@@ -236,7 +238,8 @@ def _environment(plan: LoadPlan) -> dict[str, str]:
         "warmup": plan.warmup or "0", "spawn-rate": f"{plan.spawn_rate:g}" if plan.spawn_rate else None,
         "paired": "1" if plan.paired else "0", "arrivals": plan.arrivals or "",
         "max-in-flight": str(plan.max_in_flight) if plan.max_in_flight else None,
-        "server-metrics": plan.server_metrics, "server-metrics-interval": plan.server_metrics_interval}))
+        "server-metrics": plan.server_metrics, "server-metrics-interval": plan.server_metrics_interval,
+        "gpu-metrics": plan.gpu_metrics}))
     if plan.snapshot_interval_s is not None:
         env.update(environment({"snapshot-interval": f"{plan.snapshot_interval_s:g}"}))
     env[PARENT_PID_ENV] = str(os.getpid())  # the children stop when this process is gone

@@ -1,0 +1,181 @@
+"""Issue 26, unit level: dcgm-exporter bodies -> per-model GPU windows -> ``stages[].gpu``.
+
+The bodies in tests/data/dcgm/ follow dcgm-exporter's documented format (four H100s on one
+node, two pods, a counter reset, the stock list without SM_ACTIVE, one without the energy
+counter); every expected number below is computed by hand from those files.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from attnload.errors import UsageError
+from attnload.server_metrics import ServerMetricsError
+from attnload.server_metrics.dcgm import has_dcgm, parse_dcgm
+from attnload.server_metrics.gpupoller import GpuMetricsPoller, GpuTarget
+from attnload.server_metrics.gpuwindow import GpuSample, GpuWindow, classify_bound
+from helpers import ROOT
+
+DATA = ROOT / "tests" / "data" / "dcgm"
+LLAMA = (("pod", "llama-70b-.*"),)
+DEEPSEEK = (("namespace", "vllm"), ("pod", "deepseek-v3-.*"))
+
+
+def _read(name: str) -> str:
+    return (DATA / name).read_text(encoding="utf-8")
+
+
+def _sample(name: str, selector: tuple[tuple[str, str], ...], at_s: float) -> GpuSample:
+    exposition = parse_dcgm(_read(name))
+    return GpuSample(exposition.source, at_s, tuple(exposition.select(dict(selector))))
+
+
+def test_parse_reads_units_and_labels() -> None:
+    exposition = parse_dcgm(_read("h100x4_two_pods_t0.prom"))
+    assert exposition.source == "dcgm" and len(exposition.readings) == 4
+    first = exposition.readings[0]
+    assert first.uid == "GPU-3f9a1c2e-7b41-4d0e-9c55-1a2b3c4d5e01"
+    assert first.labels["pod"] == "llama-70b-7d9f8-abcde" and first.labels["Hostname"] == "gpu-node-a"
+    assert first.values["dram_active"] == 0.781522 and first.values["tensor_active"] == 0.121043
+    assert first.values["gpu_util"] == pytest.approx(1.0)  # DCGM's 100 % -> a fraction
+    assert first.values["energy_mj"] == 88412345678 and first.values["fb_used_mib"] == 73545
+    assert "sm_active" not in first.values  # not in the stock counter list: absent, not 0
+
+
+def test_selectors_pick_each_models_gpus() -> None:
+    exposition = parse_dcgm(_read("h100x4_two_pods_t0.prom"))
+    assert [r.labels["gpu"] for r in exposition.select(dict(LLAMA))] == ["0", "1"]
+    assert [r.labels["gpu"] for r in exposition.select(dict(DEEPSEEK))] == ["2", "3"]
+    assert [r.labels["gpu"] for r in exposition.select({"Hostname": "gpu-node-a", "gpu": "[23]"})] == ["2", "3"]
+    assert exposition.select({"pod": "llama"}) == []  # full match, not a substring
+    assert len(exposition.select(None)) == 4  # no selector, no pod named after the model: every GPU
+    assert len(exposition.select(None, frozenset({"llama-70b-7d9f8-abcde"}))) == 2
+
+
+def test_stage_window_means_energy_reset_and_missing_field() -> None:
+    window = GpuWindow()
+    for name, at in (("h100x4_two_pods_t0.prom", 0.0), ("h100x4_two_pods_t1_reset.prom", 10.0)):
+        window.add(_sample(name, DEEPSEEK, at))
+    summary = window.summary()
+    assert summary["gpus"] == 2 and summary["samples"] == 2 and summary["source"] == "dcgm"
+    assert summary["dram_active"]["mean"] == pytest.approx((0.402117 + 0.409905) / 2)
+    assert summary["tensor_active"]["max"] == pytest.approx(0.553210)
+    assert summary["sm_active"] is None  # the exporter does not serve it
+    assert summary["gpu_util"]["mean"] == pytest.approx(0.975)
+    assert summary["power_w"] == pytest.approx(603.5 + 611.0)  # mean over scrapes of the per-scrape sum
+    # GPU 2 advanced 6,035,000 mJ; GPU 3's counter went down to 6,110,000: a reset, the new value is the delta.
+    assert summary["energy_j"] == pytest.approx((6035000 + 6110000) / 1000) and summary["energy_from"] == "counter"
+    assert summary["fb_used_gib"] == pytest.approx(2 * 74569 / 1024)
+    assert summary["bound"] == "neither"  # DRAM 41 %, tensor 55 %: neither dominates 2:1
+
+
+def test_stages_split_energy_and_the_first_sample_is_a_baseline() -> None:
+    window = GpuWindow()
+    window.add(_sample("h100x4_two_pods_t0.prom", LLAMA, 0.0))
+    first = window.close()
+    assert first["energy_j"] is None and first["samples"] == 1  # one scrape: nothing to difference yet
+    window.add(_sample("h100x4_two_pods_t1_reset.prom", LLAMA, 10.0))
+    second = window.close()
+    assert second["energy_j"] == pytest.approx((5122500 + 4987500) / 1000)
+    assert second["bound"] == "bandwidth"  # DRAM 78 %, tensor 12 %
+
+
+def test_energy_from_power_when_the_counter_is_absent() -> None:
+    window = GpuWindow()
+    window.add(_sample("h100x4_no_energy.prom", LLAMA, 0.0))
+    window.add(_sample("h100x4_no_energy.prom", LLAMA, 4.0))
+    summary = window.summary()
+    assert summary["energy_from"] == "power"
+    assert summary["energy_j"] == pytest.approx(4.0 * (512.25 + 498.75))
+
+
+def test_default_counters_only_have_no_activity_and_no_bound() -> None:
+    window = GpuWindow()
+    window.add(_sample("h100x4_default_counters.prom", (), 0.0))
+    summary = window.summary()
+    assert summary["dram_active"] is None and summary["tensor_active"] is None and summary["bound"] is None
+    assert summary["gpus"] == 4 and summary["power_w"] == pytest.approx(512.25 + 498.75 + 603.5 + 611.0)
+
+
+@pytest.mark.parametrize(("dram", "tensor", "bound"), [
+    (0.78, 0.12, "bandwidth"), (0.20, 0.65, "compute"), (0.41, 0.55, "neither"), (0.10, 0.04, "neither"),
+    (0.30, 0.15, "bandwidth"), (0.29, 0.01, "neither"), (None, 0.5, None),
+])
+def test_bound_rule(dram: float | None, tensor: float | None, bound: str | None) -> None:
+    assert classify_bound(dram, tensor) == bound
+
+
+@pytest.mark.parametrize("body", ["<html><body>404 page not found</body></html>", "vllm:num_requests_running 3\n"])
+def test_not_dcgm_is_refused(body: str) -> None:
+    assert not has_dcgm(body)
+    with pytest.raises(ServerMetricsError):
+        parse_dcgm(body)
+
+
+def _poller(bodies: dict[str, list[str]], targets: list[GpuTarget]) -> GpuMetricsPoller:
+    counters = dict.fromkeys(bodies, 0)
+
+    def fetch(url: str) -> str:
+        n = counters[url]
+        counters[url] += 1
+        seq = bodies[url]
+        if seq[min(n, len(seq) - 1)] == "404":
+            raise ServerMetricsError("http", f"{url} answered HTTP 404")
+        return _read(seq[min(n, len(seq) - 1)])
+
+    clock = iter(float(i) * 10 for i in range(100))
+    return GpuMetricsPoller(targets, interval_s=1.0, fetch=fetch, clock=lambda: next(clock))
+
+
+def test_poller_two_models_one_exporter_and_a_404(caplog: pytest.LogCaptureFixture) -> None:
+    url, missing, guessed = "http://dcgm:9400/metrics", "http://gone:9400/metrics", "http://vllm:8000/metrics"
+    poller = _poller({url: ["h100x4_two_pods_t0.prom", "h100x4_two_pods_t1_reset.prom"], missing: ["404"],
+                      guessed: ["404"]}, [
+        GpuTarget("llama", url, frozenset({"llama"}), selector=LLAMA),
+        GpuTarget("deepseek", url, frozenset({"deepseek"}), selector=DEEPSEEK),
+        GpuTarget("broken", missing, frozenset({"x"})),
+        GpuTarget("quiet", guessed, frozenset({"y"}), explicit=False)])
+    with caplog.at_level("DEBUG"):
+        poller.poll_once()
+        stage = poller.close_stage()
+    assert stage["broken"] is None and stage["quiet"] is None
+    assert stage["llama"]["energy_j"] == pytest.approx((5122500 + 4987500) / 1000)
+    assert stage["deepseek"]["gpus"] == 2
+    warnings = [r for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warnings) == 1 and "broken" in warnings[0].getMessage() and "gpu_metrics_url" in warnings[0].getMessage()
+
+
+def test_config_keys_json_and_toml(tmp_path: Path) -> None:
+    from attnload.config.seed import load_config
+
+    json_path = tmp_path / "c.json"
+    json_path.write_text(json.dumps({"base_url": "http://127.0.0.1:8000", "models": {"m": {
+        "id": "llama-3-70b", "attention_type": "GQA", "gpu_metrics_url": "http://dcgm:9400/metrics",
+        "gpu_selector": {"namespace": "vllm", "pod": "llama-.*"}}}}))
+    model = load_config(json_path).models[0]
+    assert model.gpu_metrics_url == "http://dcgm:9400/metrics" and model.gpu_selector == {
+        "namespace": "vllm", "pod": "llama-.*"}
+    toml_path = tmp_path / "c.toml"
+    toml_path.write_text('[provider]\nbase_url = "http://127.0.0.1:8000"\n[models.m]\nid = "x"\nattention = "MLA"\n'
+                         'gpu_metrics_url = "http://dcgm:9400/metrics"\ngpu_selector = {Hostname = "n1", gpu = "0|1"}\n')
+    assert load_config(toml_path).models[0].gpu_selector == {"Hostname": "n1", "gpu": "0|1"}
+
+
+@pytest.mark.parametrize(("key", "value", "says"), [
+    ("gpu_selector", {"pod": "llama-(["}, "not a valid regular expression"),
+    ("gpu_selector", {"bad-label": "x"}, "not a Prometheus label name"),
+    ("gpu_selector", "pod=llama", "gpu_selector"),
+    ("gpu_metrics_url", "dcgm:9400", "gpu_metrics_url"),
+])
+def test_bad_gpu_config_is_one_line(tmp_path: Path, key: str, value: object, says: str) -> None:
+    from attnload.config.seed import load_config
+
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps({"base_url": "http://127.0.0.1:8000", "models": {"m": {
+        "id": "x", "attention_type": "GQA", key: value}}}))
+    with pytest.raises(UsageError) as info:
+        load_config(path)
+    assert says in str(info.value) and "\n" not in str(info.value)
