@@ -102,7 +102,7 @@ def test_default_counters_only_have_no_activity_and_no_bound() -> None:
 
 @pytest.mark.parametrize(("dram", "tensor", "bound"), [
     (0.78, 0.12, "bandwidth"), (0.20, 0.65, "compute"), (0.41, 0.55, "neither"), (0.10, 0.04, "neither"),
-    (0.30, 0.15, "bandwidth"), (0.29, 0.01, "neither"), (None, 0.5, None),
+    (0.30, 0.15, "bandwidth"), (0.24, 0.01, "neither"), (0.26, 0.01, "bandwidth"), (None, 0.5, None),
 ])
 def test_bound_rule(dram: float | None, tensor: float | None, bound: str | None) -> None:
     assert classify_bound(dram, tensor) == bound

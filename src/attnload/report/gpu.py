@@ -114,7 +114,7 @@ def html_section(results: Results) -> str:
                     f'<td data-field="gpu.bound">{escape(gpu.bound or DASH)}</td></tr>')
     note = ('<p class="note">DRAM and tensor: share of cycles the memory interface / tensor pipes were active, mean '
             "over the model's GPUs; W: summed over them; J/token: their energy over the client's output tokens. "
-            "bound: bandwidth when DRAM ≥ 30 % and ≥ 2× tensor, compute the other way round, else neither "
+            "bound: bandwidth when DRAM ≥ 25 % and ≥ 2× tensor, compute the other way round, else neither "
             "(docs/gpu-metrics.md).</p>")
     return (f'{note}<table class="stages" id="gpu-table"><thead><tr><th>model</th><th class="l">stage</th>'
             f"<th>source</th>{head}<th>bound</th></tr></thead><tbody>{''.join(body)}</tbody></table>")
@@ -158,7 +158,9 @@ def measured_gpu(results: Results) -> list[str]:
                 text += f": {gpu.bound}-bound"
                 kv = model.attention_info.get("kv_bytes_per_token")
                 if gpu.bound == "bandwidth" and isinstance(kv, int | float) and kv:
-                    text += f", as {kv / 1024:,.0f} KiB of KV per token predicts"
+                    latent = model.attention.upper() in ("MLA", "GLA")
+                    text += (f", streaming weights more than its {kv / 1024:,.0f} KiB of KV per token" if latent
+                             else f", as {kv / 1024:,.0f} KiB of KV per token predicts")
             elif gpu.bound == "neither":
                 text += ": neither roof (overhead, communication or idle time dominates)"
         if gpu.joules_per_output_token is not None:

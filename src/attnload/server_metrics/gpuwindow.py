@@ -20,7 +20,7 @@ from attnload.server_metrics.dcgm import GpuReading
 from attnload.server_metrics.window import _Gauge, counter_delta
 
 ACTIVITY_FIELDS = ("dram_active", "tensor_active", "sm_active", "gpu_util")
-BUSY_MIN = 0.30
+BUSY_MIN = 0.25
 """A stage is bound by a unit only if that unit was active at least this share of the cycles."""
 DOMINANCE = 2.0
 """...and at least this many times as active as the other unit."""
@@ -30,8 +30,8 @@ MIB_PER_GIB = 1024.0
 def classify_bound(dram_active: float | None, tensor_active: float | None) -> str | None:
     """``bandwidth``, ``compute`` or ``neither`` from mean DRAM and tensor-pipe activity (0–1).
 
-    ``bandwidth``: DRAM ≥ 30 % active and ≥ 2× the tensor pipes (decode streaming weights and KV);
-    ``compute``: tensor pipes ≥ 30 % and ≥ 2× DRAM (prefill, absorbed MLA attention at large
+    ``bandwidth``: DRAM ≥ 25 % active and ≥ 2× the tensor pipes (decode streaming weights and KV);
+    ``compute``: tensor pipes ≥ 25 % and ≥ 2× DRAM (prefill, absorbed MLA attention at large
     batch); ``neither`` otherwise: both low (launch overhead, communication, idle GPUs) or both
     busy (near the roofline ridge). None when either field was not read.
     """
