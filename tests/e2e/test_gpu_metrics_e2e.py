@@ -193,7 +193,7 @@ def test_sim_serves_dcgm_fields_per_virtual_gpu(sim_run: tuple[dict[str, Any], s
 def test_sim_gqa_decode_is_bandwidth_bound_and_mla_uses_more_tensor(sim_run: tuple[dict[str, Any], str]) -> None:
     data, _metrics = sim_run
     gqa, mla = data["models"]
-    heavy_gqa, heavy_mla = gqa["stages"][-1]["gpu"], mla["stages"][-1]["gpu"]
+    heavy_gqa = gqa["stages"][-1]["gpu"]
     assert heavy_gqa["source"] == "attnload-sim" and heavy_gqa["gpus"] == 8 and heavy_gqa["samples"] >= 5
     assert heavy_gqa["bound"] == "bandwidth", heavy_gqa
     assert mla["gpu"]["tensor_active"]["mean"] > gqa["gpu"]["tensor_active"]["mean"], (mla["gpu"], gqa["gpu"])

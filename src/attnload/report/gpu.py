@@ -15,6 +15,7 @@ from html import escape
 from rich import box
 from rich.table import Table
 
+from attnload.attention import KINDS
 from attnload.report.fmt import DASH, series_name, stage_label
 from attnload.results.model import GaugeSummary, GpuSummary, ModelSummary, Results, StageSummary, Totals
 
@@ -158,7 +159,7 @@ def measured_gpu(results: Results) -> list[str]:
                 text += f": {gpu.bound}-bound"
                 kv = model.attention_info.get("kv_bytes_per_token")
                 if gpu.bound == "bandwidth" and isinstance(kv, int | float) and kv:
-                    latent = model.attention.upper() in ("MLA", "GLA")
+                    latent = model.attention in KINDS and KINDS[model.attention].latent
                     text += (f", streaming weights more than its {kv / 1024:,.0f} KiB of KV per token" if latent
                              else f", as {kv / 1024:,.0f} KiB of KV per token predicts")
             elif gpu.bound == "neither":

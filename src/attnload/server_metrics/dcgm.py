@@ -19,7 +19,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from attnload.server_metrics.parse import ServerMetricsError, _read_series
+from attnload.server_metrics.parse import ServerMetricsError, read_series
 
 DCGM, SIM = "dcgm", "attnload-sim"
 PREFIX = "DCGM_FI_"
@@ -86,7 +86,7 @@ def has_dcgm(text: str) -> bool:
 def parse_dcgm(text: str) -> GpuExposition:
     """Parse ``text``; ``ServerMetricsError`` if it is not Prometheus text (``not_prometheus``) or
     carries no DCGM field attnload reads (``no_dcgm``)."""
-    series = _read_series(text)
+    series = read_series(text)
     rows: dict[tuple[str, tuple[tuple[str, str], ...]], dict[str, float]] = {}
     labels_of: dict[tuple[str, tuple[tuple[str, str], ...]], dict[str, str]] = {}
     for name, (metric, factor) in FIELDS.items():
