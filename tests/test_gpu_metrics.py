@@ -179,3 +179,61 @@ def test_bad_gpu_config_is_one_line(tmp_path: Path, key: str, value: object, say
     with pytest.raises(UsageError) as info:
         load_config(path)
     assert says in str(info.value) and "\n" not in str(info.value)
+
+
+def test_a_selector_that_matches_nothing_turns_off_after_three_scrapes(caplog: pytest.LogCaptureFixture) -> None:
+    url = "http://dcgm:9400/metrics"
+    poller = _poller({url: ["h100x4_two_pods_t0.prom"]},
+                     [GpuTarget("typo", url, frozenset({"x"}), selector=(("pod", "lama-.*"),))])
+    poller.poll_once()
+    poller.poll_once()
+    assert poller.off() == {}
+    poller.poll_once()
+    assert "typo" in poller.off() and "fix gpu_selector" in poller.off()["typo"]
+
+
+def test_sim_activity_follows_the_roofline_and_power_stays_under_tdp() -> None:
+    from attnload.sim.costmodel import EngineConfig, GroupLoad, decode_step, deploy
+    from attnload.sim.gpu import GpuActivity, dcgm_text, step_activity
+    from attnload.sim.presets import PRESETS
+
+    dep = deploy(PRESETS["llama-3-70b"], EngineConfig(kv_capacity_scale=0.05))
+    decode = decode_step(dep, 64, 2000)
+    dram, tensor, busy = (x / decode.total_s for x in step_activity(dep, decode))
+    assert dram > 0.35 and tensor < 0.15 and dram > 3 * tensor  # GQA decode streams weights and KV
+    prefill = dep.step_breakdown([GroupLoad.of((), ((0, 4000),))])
+    dram_p, tensor_p, _ = (x / prefill.total_s for x in step_activity(dep, prefill))
+    assert tensor_p > 2 * dram_p  # a long prefill chunk is tensor math
+    now = [0.0]
+    activity = GpuActivity(dep, lambda: now[0])
+    t = 0.0
+    while t < 2.0:  # two seconds of back-to-back decode steps
+        t += decode.total_s
+        activity.step(decode, t)
+    now[0] = t
+    gauges = activity.gauges()
+    assert gauges["DCGM_FI_PROF_DRAM_ACTIVE"] == pytest.approx(dram, rel=0.02)
+    assert gauges["DCGM_FI_PROF_PIPE_TENSOR_ACTIVE"] == pytest.approx(tensor, rel=0.02)
+    assert gauges["DCGM_FI_DEV_GPU_UTIL"] == round(100 * busy)
+    assert dep.hw.idle_w < gauges["DCGM_FI_DEV_POWER_USAGE"] <= dep.hw.tdp_w
+    energy_j = gauges["DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"] / 1000
+    assert dep.hw.idle_w * t < energy_j <= dep.hw.tdp_w * t
+    now[0] = t + 5.0  # five idle seconds: activity 0, power idle, energy grows by idle power only
+    idle = activity.gauges()
+    assert idle["DCGM_FI_PROF_DRAM_ACTIVE"] == 0 and idle["DCGM_FI_DEV_POWER_USAGE"] == dep.hw.idle_w
+    assert idle["DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"] / 1000 == pytest.approx(energy_j + 5 * dep.hw.idle_w, abs=1)
+    text = dcgm_text([("llama-3-70b", activity)])
+    parsed = parse_dcgm(text)
+    assert parsed.source == "dcgm" and len(parsed.readings) == 8  # no attnload_sim_* here: plain DCGM text
+    assert {r.labels["pod"] for r in parsed.readings} == {"llama-3-70b"}
+
+
+def test_gpu_metrics_option_and_its_env_twin() -> None:
+    from attnload.runner.options import OPTION, server_metrics_mode
+
+    option = OPTION["gpu-metrics"]
+    assert option.env == "ATTNLOAD_GPU_METRICS" and option.locust_flag == "--attnload-gpu-metrics"
+    assert option.run is not None and option.run["choices"] == ("auto", "off")
+    assert server_metrics_mode("OFF", "--gpu-metrics") == "off"
+    with pytest.raises(UsageError, match="--gpu-metrics 'sometimes': use auto or off"):
+        server_metrics_mode("sometimes", "--gpu-metrics")

@@ -205,3 +205,27 @@ def test_sim_gqa_decode_is_bandwidth_bound_and_mla_uses_more_tensor(sim_run: tup
             # Power stays between the idle floor and TDP (90-700 W per H200, 8 of them).
             assert 8 * 90 <= block["power_w"] <= 8 * 700, block
             assert block["joules_per_output_token"] == pytest.approx(block["energy_j"] / stage["completion_tokens"])
+
+
+@pytest.mark.parametrize(("args", "env", "expected"), [
+    (("--gpu-metrics", "sometimes"), {}, "invalid choice"),
+])
+def test_bad_gpu_metrics_value_is_one_line_exit_2(tmp_path: Path, args: tuple[str, ...], env: dict[str, str],
+                                                   expected: str) -> None:
+    import os
+    import subprocess
+
+    processes = Processes(tmp_path)
+    try:
+        sim = start_sim(processes, "--mode", "fixed", "--ttft-ms", "5", "--itl-ms", "1")
+        config = tmp_path / "c.json"
+        config.write_text(json.dumps({"base_url": sim, "models": {"m": {"id": "llama-3-70b", "attention_type": "GQA"}},
+                                      "benchmark": {"max_tokens": 4}}))
+        result = subprocess.run(attnload("run", "-c", str(config), "--users", "1", "--duration", "2s", "--results",
+                                         str(tmp_path / "r"), "--metrics-port", "0", *args),
+                                capture_output=True, text=True, timeout=90, env={**os.environ, **env})
+    finally:
+        processes.stop_all()
+    assert result.returncode == 2 and "Traceback" not in result.stderr + result.stdout, result.stderr[-2000:]
+    lines = [line for line in result.stderr.strip().splitlines() if "error" in line]
+    assert lines and expected in lines[-1], result.stderr

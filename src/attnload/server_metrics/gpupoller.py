@@ -22,6 +22,9 @@ from attnload.server_metrics.poller import DEFAULT_INTERVAL_S, Fetch, ScrapeTarg
 log = logging.getLogger(__name__)
 
 OnSample = Callable[[str, GpuSample], None]
+MISSES_BEFORE_OFF = 3
+"""Scrapes in a row whose GPUs match no model's selector before that model's GPU view turns off: a
+Service in front of several nodes' exporters answers from a different node each time."""
 
 
 @dataclass(frozen=True)
@@ -45,6 +48,7 @@ class GpuMetricsPoller(ServerMetricsPoller):
         super().__init__(targets, interval_s=interval_s, fetch=fetch, **kwargs)  # type: ignore[arg-type]
         self.gpu_targets: Mapping[str, GpuTarget] = {t.key: t for t in targets}
         self._on_sample = on_sample
+        self._misses: dict[str, int] = {}
 
     def _record(self, url: str, exposition: GpuExposition) -> None:  # type: ignore[override]
         at_s = self._clock()
@@ -59,10 +63,14 @@ class GpuMetricsPoller(ServerMetricsPoller):
                     self._totals[key].add(sample)
                     if self._on_sample is not None:
                         self._on_sample(key, sample)
-                elif self._windows[key].last is None:
+                elif self._windows[key].last is None and self._missed(key) >= MISSES_BEFORE_OFF:
                     wanted = ", ".join(f"{k}=~{v!r}" for k, v in target.selector) or "its pod name"
                     self._turn_off([key], f"{url} serves {len(exposition.readings)} GPU series, none matches "
                                           f"{wanted} (fix gpu_selector)")
+
+    def _missed(self, key: str) -> int:
+        self._misses[key] = self._misses.get(key, 0) + 1
+        return self._misses[key]
 
     def _turn_off(self, keys: Collection[str], why: str) -> None:
         quiet = [k for k in keys if not self.gpu_targets[k].explicit]
