@@ -237,3 +237,46 @@ def test_gpu_metrics_option_and_its_env_twin() -> None:
     assert server_metrics_mode("OFF", "--gpu-metrics") == "off"
     with pytest.raises(UsageError, match="--gpu-metrics 'sometimes': use auto or off"):
         server_metrics_mode("sometimes", "--gpu-metrics")
+
+
+def _results_with_gpu() -> object:
+    from attnload.results.model import Results
+
+    gpu = {"source": "dcgm", "gpus": 2, "samples": 10, "dram_active": {"mean": 0.78, "max": 0.8},
+           "tensor_active": {"mean": 0.12, "max": 0.13}, "sm_active": None, "gpu_util": {"mean": 1.0, "max": 1.0},
+           "power_w": 1011.0, "energy_j": 2022.0, "energy_from": "counter", "joules_per_output_token": 0.5,
+           "fb_used_gib": 143.6, "bound": "bandwidth"}
+    stage = {"index": 1, "users": 64, "completion_tokens": 4044, "requests": {"ok": 10}, "gpu": gpu}
+    return Results.model_validate({
+        "schema": "attnload.results/v1", "started_at": "2026-12-01T00:00:00+00:00",
+        "ended_at": "2026-12-01T00:01:00+00:00", "duration_s": 60.0, "config_sha256": "x",
+        "models": [{"key": "gqa_model", "model": "llama-3-70b", "attention": "GQA", "completion_tokens": 4044,
+                    "attention_info": {"kv_bytes_per_token": 327680}, "stages": [stage], "gpu": gpu},
+                   {"key": "mla_model", "model": "deepseek-v3", "attention": "MLA", "stages": [
+                       {"index": 1, "users": 64, "requests": {"ok": 5}}]}]})
+
+
+def test_gpu_view_renders_in_console_html_tab_and_explanation() -> None:
+    from rich.console import Console
+
+    from attnload.report import gpu as gpu_view
+    from attnload.report.console import render_table
+    from attnload.report.explain import explain
+    from attnload.report.html import render_html
+    from attnload.report.webui import llm_rows
+
+    results = _results_with_gpu()
+    console = Console(width=200, record=True)
+    console.print(render_table(results))  # type: ignore[arg-type]
+    text = console.export_text()
+    assert "GPU view" in text and "78%" in text and "12%" in text and "bandwidth" in text and "1,011" in text
+    assert "no GPU metrics for mla_model" in text
+    html = render_html(results)  # type: ignore[arg-type]
+    assert 'id="gpu-table"' in html and 'data-field="gpu.dram_active.mean" data-value="0.78"' in html
+    row = llm_rows(results)[0]  # type: ignore[arg-type]
+    assert row["gpu_dram_pct"] == pytest.approx(78.0) and row["gpu_bound"] == "bandwidth"
+    assert llm_rows(results)[1]["gpu_dram_pct"] == ""  # type: ignore[arg-type]
+    paragraphs = " ".join(explain(results))  # type: ignore[arg-type]
+    assert "kept DRAM 78% active and tensor pipes 12%: bandwidth-bound, as 320 KiB of KV per token predicts" \
+        in paragraphs
+    assert gpu_view.has_gpu(results)  # type: ignore[arg-type]
