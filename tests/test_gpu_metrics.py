@@ -51,7 +51,9 @@ def test_selectors_pick_each_models_gpus() -> None:
     assert [r.labels["gpu"] for r in exposition.select(dict(DEEPSEEK))] == ["2", "3"]
     assert [r.labels["gpu"] for r in exposition.select({"Hostname": "gpu-node-a", "gpu": "[23]"})] == ["2", "3"]
     assert exposition.select({"pod": "llama"}) == []  # full match, not a substring
-    assert len(exposition.select(None)) == 4  # no selector, no pod named after the model: every GPU
+    assert exposition.select(None) == []  # pod-mapped, no pod named after the model: no guess
+    unmapped = parse_dcgm(_read("h100x4_default_counters.prom"))
+    assert len(unmapped.select(None)) == 4  # no pod labels at all: the exporter serves one model's GPUs
     assert len(exposition.select(None, frozenset({"llama-70b-7d9f8-abcde"}))) == 2
 
 

@@ -62,7 +62,9 @@ class GpuExposition:
     def select(self, selector: Mapping[str, str] | None, names: frozenset[str] = frozenset()) -> list[GpuReading]:
         """The GPUs a model runs on: those whose labels fully match every ``selector`` regex (a
         missing label is "", as in PromQL). Without a selector: the GPUs whose ``pod`` is one of
-        the model's ``names`` (the simulator's labelling) if any is, else every GPU in the body.
+        the model's ``names`` (the simulator's labelling); if none is, every GPU when the body has
+        no pod labels at all (an exporter serving one model's node), else none (a pod-mapped
+        exporter: which pod is the model's is for ``gpu_selector`` to say, not a guess).
         One GPU listed under several pods counts once."""
         if selector:
             patterns = {label: re.compile(pattern) for label, pattern in selector.items()}
@@ -71,7 +73,8 @@ class GpuExposition:
         else:
             wanted = {n.lower() for n in names}
             rows = [r for r in self.readings if r.labels.get("pod", "").lower() in wanted]
-            rows = rows or list(self.readings)
+            if not rows and not any(r.labels.get("pod") for r in self.readings):
+                rows = list(self.readings)
         unique: dict[str, GpuReading] = {}
         for row in rows:
             unique.setdefault(row.uid, row)
