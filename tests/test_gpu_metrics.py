@@ -282,3 +282,19 @@ def test_gpu_view_renders_in_console_html_tab_and_explanation() -> None:
     assert "kept DRAM 78% active and tensor pipes 12%: bandwidth-bound, as 320 KiB of KV per token predicts" \
         in paragraphs
     assert gpu_view.has_gpu(results)  # type: ignore[arg-type]
+
+
+def test_gpu_targets_explicit_guessed_and_not_guessed(tmp_path: Path) -> None:
+    from attnload.config.seed import load_config
+    from attnload.runner.gpuview import gpu_targets
+
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps({"base_url": "http://127.0.0.1:8000/v1", "models": {
+        "a": {"id": "llama-3-70b", "attention_type": "GQA", "gpu_metrics_url": "http://dcgm:9400/metrics",
+              "gpu_selector": {"pod": "llama-.*"}},
+        "b": {"id": "deepseek-v3", "attention_type": "MLA", "metrics_url": "http://127.0.0.1:8001/metrics"}}}))
+    config = load_config(path)
+    a, b = gpu_targets(config)
+    assert (a.url, a.explicit, a.selector) == ("http://dcgm:9400/metrics", True, (("pod", "llama-.*"),))
+    assert (b.url, b.explicit, b.selector) == ("http://127.0.0.1:8001/metrics", False, ())
+    assert [t.key for t in gpu_targets(config, guess=False)] == ["a"]  # --server-metrics off: no guess

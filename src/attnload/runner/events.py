@@ -128,7 +128,8 @@ def _init_collector(environment: Environment, runtime: Runtime) -> None:
         runtime.server_view = ServerView(scrape_targets(runtime.config, runtime.attention_facts),
                                          runtime.options.server_metrics_interval_s)
     if runtime.options.gpu_metrics == "auto":
-        runtime.gpu_view = GpuView(gpu_targets(runtime.config, runtime.attention_facts),
+        guess = runtime.options.server_metrics == "auto"  # off: the servers' /metrics are not read at all
+        runtime.gpu_view = GpuView(gpu_targets(runtime.config, runtime.attention_facts, guess),
                                    runtime.options.server_metrics_interval_s, on_sample=runtime.fleet.gpu.record)
     if runtime.options.metrics_port:
         try:

@@ -22,10 +22,13 @@ from attnload.server_metrics.gpupoller import GpuMetricsPoller, GpuTarget, OnSam
 Fetch = Callable[[str], str]
 
 
-def gpu_targets(config: TestConfig, attention_facts: FactsLookup = no_facts) -> list[GpuTarget]:
-    """One target per model: ``gpu_metrics_url`` (explicit), else the model server's metrics URL (a guess)."""
+def gpu_targets(config: TestConfig, attention_facts: FactsLookup = no_facts, guess: bool = True) -> list[GpuTarget]:
+    """One target per model: ``gpu_metrics_url`` (explicit), else the model server's metrics URL (a guess;
+    none with ``guess=False``: ``--server-metrics off`` says not to read the servers' /metrics at all)."""
     targets = []
     for m in config.models:
+        if m.gpu_metrics_url is None and not guess:
+            continue
         url = m.gpu_metrics_url or m.metrics_url or default_metrics_url(m.base_url)
         targets.append(GpuTarget(key=m.key, url=url, names=model_names(m, attention_facts),
                                  selector=tuple(sorted((m.gpu_selector or {}).items())),
