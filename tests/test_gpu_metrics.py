@@ -171,6 +171,7 @@ def test_config_keys_json_and_toml(tmp_path: Path) -> None:
     ("gpu_selector", {"bad-label": "x"}, "not a Prometheus label name"),
     ("gpu_selector", "pod=llama", "gpu_selector"),
     ("gpu_metrics_url", "dcgm:9400", "gpu_metrics_url"),
+    ("gpu_selector", {f"l{i}": "x" for i in range(17)}, "at most 16"),
 ])
 def test_bad_gpu_config_is_one_line(tmp_path: Path, key: str, value: object, says: str) -> None:
     from attnload.config.seed import load_config

@@ -53,7 +53,7 @@ class _SeedModel(StrictModel):
     metrics_url: str | None = None
     tokenizer: str | None = None
     gpu_metrics_url: str | None = None
-    gpu_selector: dict[str, str] | None = Field(default=None, max_length=16)
+    gpu_selector: dict[str, str] | None = None
 
     _attention = field_validator("attention")(lambda v: parse_attention(v))
     _url = field_validator("base_url")(lambda v: v if v is None else check_url(v))

@@ -40,6 +40,7 @@ FIELDS: Mapping[str, tuple[str, float]] = {
 """What attnload reads; every other DCGM field in the body is ignored."""
 
 _POD_LABELS = ("namespace", "pod", "container")
+MAX_SELECTOR_LABELS = 16
 
 
 @dataclass(frozen=True)
@@ -112,6 +113,9 @@ def parse_dcgm(text: str) -> GpuExposition:
 def check_selector(selector: Mapping[str, str]) -> dict[str, str]:
     """A config's ``gpu_selector``: label names as Prometheus spells them, values that compile as
     regular expressions (matched in full); else a one-line ``ValueError``."""
+    if len(selector) > MAX_SELECTOR_LABELS:
+        raise ValueError(f"gpu_selector has {len(selector)} labels; at most {MAX_SELECTOR_LABELS} (pod, namespace, "
+                         "Hostname, gpu, ... pick the GPUs)")
     checked = {}
     for label, pattern in selector.items():
         if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", label):
