@@ -32,6 +32,9 @@ MASTER_METRICS = {
     "attnload_goodput_requests_total", "attnload_users", "attnload_target_users", "attnload_target_rate",
     "attnload_stage", "attnload_stage_info", "attnload_workers", "attnload_worker_cpu_ratio",
     "attnload_client_saturated",
+    # the master's per-model re-export of dcgm-exporter's fields (issue 26)
+    "attnload_gpu_dram_active", "attnload_gpu_tensor_active", "attnload_gpu_power_watts",
+    "attnload_gpu_energy_joules_total",
 }
 SIM_METRICS = {
     "attnload_sim_requests_running", "attnload_sim_requests_waiting", "attnload_sim_kv_usage_ratio",
@@ -56,7 +59,7 @@ SERVER_LATENCY = ("attnload_time_to_first_token", "attnload_inter_token", "attnl
 ALLOWED_LABELS = {"model", "attention", "profile", "target", "outcome", "error", "worker", "le", "model_name",
                   "namespace", "job"}
 """Bounded labels only: no request id, prompt, user or timestamp label may appear in a query."""
-UNITS = {"s", "suffix: tok/s", "reqps", "percentunit", "short", "none"}
+UNITS = {"s", "suffix: tok/s", "reqps", "percentunit", "short", "none", "watt", "suffix: J/token"}
 """Grafana unit ids (``suffix:<text>`` is Grafana's custom-unit form); ``tokens/s`` is not one."""
 DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
 
@@ -177,8 +180,12 @@ def test_units_match_the_quantity(dashboard: dict[str, Any]) -> None:
         unit = panel["fieldConfig"]["defaults"]["unit"]
         if "/ on()" in expr:
             assert unit == "none" and panel["type"] == "stat", panel["title"]  # MLA/GQA: a plain number
+        elif " / " in expr and "attnload_gpu_energy_joules_total" in expr:
+            assert unit == "suffix: J/token", panel["title"]  # energy rate over token rate
         elif " / " in expr:
             assert unit == "percentunit", panel["title"]
+        elif "attnload_gpu_power_watts" in expr:
+            assert unit == "watt", panel["title"]
         elif expr.startswith("histogram_quantile("):
             assert unit == "s", panel["title"]
         elif "tokens_total" in expr:
@@ -223,7 +230,7 @@ def test_per_model_queries_honour_the_variables(dashboard: dict[str, Any]) -> No
         split = re.search(r"\bby \(([^)]*)\)", expr)
         if split and "model" in {label.strip() for label in split.group(1).split(",")}:
             assert 'model=~"$model"' in expr and 'attention=~"$attention"' in expr, panel["title"]
-            if "attnload_users" not in expr and "attnload_sim_" not in expr:
+            if "attnload_users" not in expr and "attnload_sim_" not in expr and "attnload_gpu_" not in expr:
                 assert 'profile=~"$profile"' in expr, panel["title"]
 
 

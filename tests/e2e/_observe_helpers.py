@@ -229,6 +229,10 @@ def _master_registry() -> tuple[CollectorRegistry, dict[str, Any]]:
                  "attnload_client_saturated"):
         metrics[name] = Gauge(name, name, registry=reg)
     metrics["cpu"] = Gauge("attnload_worker_cpu_ratio", "worker cpu", ("worker",), registry=reg)
+    gpu_labels = ("model", "attention", "target")  # the master's re-export of each model's DCGM fields
+    for name in ("attnload_gpu_dram_active", "attnload_gpu_tensor_active", "attnload_gpu_power_watts"):
+        metrics[name] = Gauge(name, name, gpu_labels, registry=reg)
+    metrics["gpu_energy"] = Counter("attnload_gpu_energy_joules", "energy", gpu_labels, registry=reg)
     metrics["stage_info"] = Gauge("attnload_stage_info", "stage info", ("stage", "target_users", "target_rate"),
                                   registry=reg)
     return reg, metrics
@@ -274,6 +278,10 @@ def _tick(master: dict[str, Any], sim: dict[str, Any], rng: random.Random, error
     for model, attention in FIXTURE_MODELS:
         slow = 2.0 if attention == "GQA" else 1.0
         master["users"].labels(model, attention, "all", model).set(8 * (stage + 1) / len(FIXTURE_MODELS))
+        master["attnload_gpu_dram_active"].labels(model, attention, model).set(0.7 if attention == "GQA" else 0.4)
+        master["attnload_gpu_tensor_active"].labels(model, attention, model).set(0.1 if attention == "GQA" else 0.5)
+        master["attnload_gpu_power_watts"].labels(model, attention, model).set(4000 + 100 * stage)
+        master["gpu_energy"].labels(model, attention, model).inc(800)
         for name in SERVER_GAUGES:
             sim[name].labels(model).set(0.1 * (stage + 1))
         for name in SERVER_COUNTERS:

@@ -272,7 +272,7 @@ def error_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
         config = write_config(tmp / "config.json", sim, (("llama-3-70b", "GQA"), ("no-such-model", "MLA")))
         yield from load_run(tmp, sim, config, ["--shape", "rate:2", "--stage-duration", "10s",
                                                    "--exit-code-on-error", "0"],
-                            {"sim", "errors", "open_loop", "prefix_cache"})
+                            {"sim", "errors", "open_loop", "prefix_cache", "gpu"})
 
 
 @needs_core

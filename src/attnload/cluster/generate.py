@@ -28,7 +28,7 @@ from typing import Any
 
 import yaml
 
-from attnload.cluster import discovery, extras, names, packaged
+from attnload.cluster import discovery, extras, gpumonitor, names, packaged
 
 log = logging.getLogger(__name__)
 
@@ -140,7 +140,8 @@ def _rewrite_job(job: dict[str, Any]) -> tuple[dict[str, Any] | None, set[str]]:
 
 
 def prometheus_config(local: Mapping[str, Any] | None,
-                      namespaces: Sequence[str] = names.MODEL_SERVER_NAMESPACES) -> dict[str, Any]:
+                      namespaces: Sequence[str] = names.MODEL_SERVER_NAMESPACES,
+                      dcgm: Sequence[str] = names.DCGM_NAMESPACES) -> dict[str, Any]:
     """The in-cluster scrape config: the local one's jobs and intervals, static Service targets,
     and pod discovery of the model servers (the simulator included) in ``namespaces``."""
     local = dict(local or {})
@@ -157,6 +158,7 @@ def prometheus_config(local: Mapping[str, Any] | None,
         if port not in covered:
             jobs.append({"job_name": job_name, "static_configs": [{"targets": [_PORT_TARGETS[port]]}]})
     jobs.append(discovery.scrape_job(namespaces))
+    jobs.append(gpumonitor.scrape_job(dcgm))  # dcgm-exporter where the cluster runs it (no targets otherwise)
     glob = dict(local.get("global") or {})
     glob.setdefault("scrape_interval", "5s")
     glob.setdefault("evaluation_interval", "5s")
@@ -164,12 +166,12 @@ def prometheus_config(local: Mapping[str, Any] | None,
 
 
 def prometheus_config_map(root: Path, namespaces: Sequence[str] = names.MODEL_SERVER_NAMESPACES,
-                          ) -> tuple[dict[str, Any], list[str]]:
+                          dcgm: Sequence[str] = names.DCGM_NAMESPACES) -> tuple[dict[str, Any], list[str]]:
     src = root / "grafana" / "prometheus"
     local_path, rules_path = src / "prometheus.yml", src / "rules.yml"
     local = _read_yaml(local_path) if local_path.is_file() else None
     rules = rules_path.read_text(encoding="utf-8") if rules_path.is_file() else "groups: []\n"
-    prom = yaml.dump(prometheus_config(local, namespaces), Dumper=_Dumper, sort_keys=False, allow_unicode=True)
+    prom = yaml.dump(prometheus_config(local, namespaces, dcgm), Dumper=_Dumper, sort_keys=False, allow_unicode=True)
     data = {"prometheus.yml": prom, "rules.yml": rules}
     sources = _rel(root, [p for p in (local_path, rules_path) if p.is_file()]) or ["defaults"]
     return config_map(names.PROMETHEUS_CONFIG_MAP, "prometheus", data), sources
@@ -223,35 +225,43 @@ def grafana_config_maps(root: Path) -> tuple[list[dict[str, Any]], list[str]]:
     return maps, _rel(root, [*ds_files, *provider_files, *dashboards]) or ["defaults"]
 
 
-def render(root: Path, namespaces: Sequence[str] = names.MODEL_SERVER_NAMESPACES) -> dict[str, str]:
-    """File name in deploy/ -> full generated text; ``namespaces``: where Prometheus discovers model servers."""
+def render(root: Path, namespaces: Sequence[str] = names.MODEL_SERVER_NAMESPACES,
+           dcgm: Sequence[str] = names.DCGM_NAMESPACES) -> dict[str, str]:
+    """File name in deploy/ -> full generated text; ``namespaces``: where Prometheus discovers model servers,
+    ``dcgm``: where it looks for dcgm-exporter."""
     cfg, cfg_src = test_config_map(root)
-    prom, prom_src = prometheus_config_map(root, namespaces)
+    prom, prom_src = prometheus_config_map(root, namespaces, dcgm)
     grafana, grafana_src = grafana_config_maps(root)
     rule, rule_src = extras.prometheus_rule(root)
     boards, boards_src = extras.dashboard_config_maps(root)
     return {
         names.GENERATED_CONFIG_FILE: HEADER.format(sources=", ".join(cfg_src)) + dump_documents([cfg]),
         names.GENERATED_PROMETHEUS_FILE: HEADER.format(sources=", ".join(prom_src))
-        + dump_documents([prom, *discovery.objects(namespaces)]),
+        + dump_documents([prom, *discovery.objects(namespaces), *gpumonitor.objects(dcgm)]),
         names.GENERATED_GRAFANA_FILE: HEADER.format(sources=", ".join(grafana_src)) + dump_documents(grafana),
         names.GENERATED_RULES_FILE: HEADER.format(sources=", ".join(rule_src)) + dump_documents([rule]),
         names.GENERATED_DASHBOARDS_FILE: HEADER.format(sources=", ".join(boards_src)) + dump_documents(boards),
+        names.GENERATED_DCGM_MONITOR_FILE: HEADER.format(sources="src/attnload/cluster/gpumonitor.py")
+        + dump_documents(gpumonitor.monitors(dcgm)),
+        names.GENERATED_DCGM_RBAC_FILE: HEADER.format(sources="src/attnload/cluster/gpumonitor.py")
+        + dump_documents(gpumonitor.rbac(dcgm)),
     }
 
 
-def stale(root: Path, namespaces: Sequence[str] = names.MODEL_SERVER_NAMESPACES) -> list[str]:
+def stale(root: Path, namespaces: Sequence[str] = names.MODEL_SERVER_NAMESPACES,
+          dcgm: Sequence[str] = names.DCGM_NAMESPACES) -> list[str]:
     """Generated files in deploy/ whose content differs from what the sources give now."""
     deploy = root / "deploy"
-    return [name for name, text in render(root, namespaces).items()
+    return [name for name, text in render(root, namespaces, dcgm).items()
             if not (deploy / name).is_file() or (deploy / name).read_text(encoding="utf-8") != text]
 
 
-def write(root: Path, namespaces: Sequence[str] = names.MODEL_SERVER_NAMESPACES) -> list[str]:
+def write(root: Path, namespaces: Sequence[str] = names.MODEL_SERVER_NAMESPACES,
+          dcgm: Sequence[str] = names.DCGM_NAMESPACES) -> list[str]:
     deploy = root / "deploy"
     deploy.mkdir(exist_ok=True)
-    changed = stale(root, namespaces)
-    for name, text in render(root, namespaces).items():
+    changed = stale(root, namespaces, dcgm)
+    for name, text in render(root, namespaces, dcgm).items():
         if name in changed:
             (deploy / name).parent.mkdir(exist_ok=True)
             (deploy / name).write_text(text, encoding="utf-8")
@@ -261,13 +271,14 @@ def write(root: Path, namespaces: Sequence[str] = names.MODEL_SERVER_NAMESPACES)
 _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 
 
-def _namespaces(given: list[str] | None) -> tuple[str, ...]:
+def _namespaces(given: list[str] | None, default: tuple[str, ...] = names.MODEL_SERVER_NAMESPACES,
+                flag: str = "--model-server-namespace") -> tuple[str, ...]:
     """The listed namespaces in order, once each; a name Kubernetes would refuse is a usage error."""
     if not given:
-        return names.MODEL_SERVER_NAMESPACES
+        return default
     for name in given:
         if not _DNS_LABEL.fullmatch(name):
-            print(f"python -m attnload.cluster.generate: error: --model-server-namespace {name!r}: "
+            print(f"python -m attnload.cluster.generate: error: {flag} {name!r}: "
                   "not a Kubernetes namespace name (lowercase letters, digits, '-'; at most 63)", file=sys.stderr)
             raise SystemExit(2)
     return tuple(dict.fromkeys(given))
@@ -280,18 +291,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model-server-namespace", action="append", metavar="NS", dest="namespaces",
                         help="a namespace where Prometheus discovers annotated model-server pods (repeatable; "
                              f"default: {', '.join(names.MODEL_SERVER_NAMESPACES)}; give it too to keep that one)")
+    parser.add_argument("--dcgm-namespace", action="append", metavar="NS", dest="dcgm",
+                        help="a namespace where Prometheus looks for dcgm-exporter pods (repeatable; default: "
+                             f"{', '.join(names.DCGM_NAMESPACES)})")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
     root = args.root.resolve()
     namespaces = _namespaces(args.namespaces)
+    dcgm = _namespaces(args.dcgm, names.DCGM_NAMESPACES, "--dcgm-namespace")
     if args.check:
-        drift = [f"deploy/{n}" for n in stale(root, namespaces)] + [f"{packaged.PACKAGE_DIR}/{n}" for n in packaged.stale(root)]
+        drift = [f"deploy/{n}" for n in stale(root, namespaces, dcgm)] + [f"{packaged.PACKAGE_DIR}/{n}" for n in packaged.stale(root)]
         if drift:
             print(f"stale generated manifests: {', '.join(drift)}; "
                   "run `python -m attnload.cluster.generate` (make deploy-gen)", file=sys.stderr)
             return 1
         return 0
-    changed = [f"deploy/{n}" for n in write(root, namespaces)]
+    changed = [f"deploy/{n}" for n in write(root, namespaces, dcgm)]
     changed += [f"{packaged.PACKAGE_DIR}/{n}" for n in packaged.write(root)]  # after deploy/ is current
     print("regenerated: " + ", ".join(changed) if changed else "deploy/ is up to date")
     return 0

@@ -68,3 +68,18 @@ def labels(component: str, name: str = "attnload") -> dict[str, str]:
         "app.kubernetes.io/part-of": PART_OF,
         "app.kubernetes.io/managed-by": "attnload",
     }
+
+# dcgm-exporter (issue 26): where deploy/'s Prometheus looks for NVIDIA's GPU exporter. The GPU
+# Operator runs it as the DaemonSet `nvidia-dcgm-exporter` (pod label app=nvidia-dcgm-exporter) in
+# `gpu-operator`; the standalone Helm chart labels it app.kubernetes.io/name=dcgm-exporter. Other
+# namespaces: `python -m attnload.cluster.generate --dcgm-namespace NS` (docs/gpu-metrics.md).
+DCGM_NAMESPACES: tuple[str, ...] = ("gpu-operator",)
+DCGM_JOB = "dcgm-exporter"
+DCGM_PORT = 9400
+PROMETHEUS_DCGM_ROLE = "attnload-prometheus-dcgm"        # Role + RoleBinding per dcgm namespace (pods)
+PROMETHEUS_DCGM_POLICY = "attnload-prometheus-dcgm"      # egress Prometheus -> dcgm-exporter pods, TCP 9400
+GENERATED_DCGM_MONITOR_FILE = "extras/dcgm-exporter-monitor.generated.yaml"
+GPU_OPERATOR_DIR = "gpu-operator"
+GENERATED_DCGM_RBAC_FILE = f"{GPU_OPERATOR_DIR}/dcgm-exporter-rbac.generated.yaml"
+"""Objects in the exporter's namespace, so not in deploy/ (whose objects all live in attnload and must apply
+on a cluster without the GPU Operator): `kubectl apply -f deploy/gpu-operator/` where it runs."""

@@ -25,10 +25,10 @@ def packaged_dir() -> Path:
 
 
 def _sources(root: Path) -> dict[str, str]:
-    """Relative path -> text of every deploy/ file the mirror carries (top level and extras/)."""
+    """Relative path -> text of every deploy/ file the mirror carries (top level, extras/, gpu-operator/)."""
     deploy = root / "deploy"
     out: dict[str, str] = {}
-    for directory in (deploy, deploy / names.EXTRAS_DIR):
+    for directory in (deploy, deploy / names.EXTRAS_DIR, deploy / names.GPU_OPERATOR_DIR):
         if not directory.is_dir():
             continue
         for path in sorted(directory.iterdir()):
@@ -61,6 +61,7 @@ def write(root: Path) -> list[str]:
             path.write_text(want[name], encoding="utf-8")
         else:
             path.unlink()
-    if (target / names.EXTRAS_DIR).is_dir() and not any((target / names.EXTRAS_DIR).iterdir()):
-        shutil.rmtree(target / names.EXTRAS_DIR)
+    for sub in (names.EXTRAS_DIR, names.GPU_OPERATOR_DIR):
+        if (target / sub).is_dir() and not any((target / sub).iterdir()):
+            shutil.rmtree(target / sub)
     return changed

@@ -68,6 +68,10 @@ class ModelTarget(StrictModel):
     """The server's Prometheus ``/metrics`` (None: ``/metrics`` at the root of ``base_url``'s host)."""
     tokenizer: str | None = None
     """A local ``tokenizer.json``: exact prompt sizes and token counts when a server sends no usage."""
+    gpu_metrics_url: str | None = None
+    """dcgm-exporter's ``/metrics`` for this model's GPUs (None: DCGM series on ``metrics_url``, if any)."""
+    gpu_selector: dict[str, str] | None = None
+    """Label -> regex (full match) on dcgm-exporter's labels, picking this model's GPUs (docs/gpu-metrics.md)."""
 
     def api_key(self) -> str | None:
         """The key from the environment (never from a file); registered for redaction."""

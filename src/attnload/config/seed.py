@@ -33,6 +33,7 @@ from attnload.config.model import (
 )
 from attnload.config.urls import check_url, metrics_url, resolve_chat_url
 from attnload.errors import UsageError, describe_validation
+from attnload.server_metrics.dcgm import check_selector
 
 _LITERAL_KEY_FIELDS = ("api_key", "apikey", "key", "token", "authorization")
 
@@ -51,11 +52,15 @@ class _SeedModel(StrictModel):
     weight: float = Field(default=1.0, gt=0, le=limits.MAX_WEIGHT)
     metrics_url: str | None = None
     tokenizer: str | None = None
+    gpu_metrics_url: str | None = None
+    gpu_selector: dict[str, str] | None = None
 
     _attention = field_validator("attention")(lambda v: parse_attention(v))
     _url = field_validator("base_url")(lambda v: v if v is None else check_url(v))
     _env = field_validator("api_key_env")(lambda v: env_name(v))
     _metrics = field_validator("metrics_url")(lambda v: metrics_url(v))
+    _gpu_url = field_validator("gpu_metrics_url")(lambda v: v if v is None else check_url(v, "gpu_metrics_url"))
+    _gpu_selector = field_validator("gpu_selector")(lambda v: v if v is None else check_selector(v))
 
 
 JSON_ALIASES = {"attention": "attention_type", "context_window": "max_context"}
@@ -218,7 +223,8 @@ def _targets(models: Mapping[str, _SeedModel], base_url: str, api_key_env: str |
         targets.append(ModelTarget(
             key=key, id=raw.id, attention=raw.attention,
             max_context=raw.context_window, base_url=root, chat_url=chat_url, url_note=note,
-            api_key_env=raw.api_key_env or api_key_env, weight=raw.weight, metrics_url=raw.metrics_url, tokenizer=raw.tokenizer))
+            api_key_env=raw.api_key_env or api_key_env, weight=raw.weight, metrics_url=raw.metrics_url, tokenizer=raw.tokenizer,
+            gpu_metrics_url=raw.gpu_metrics_url, gpu_selector=raw.gpu_selector))
     return tuple(targets)
 
 

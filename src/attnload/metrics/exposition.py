@@ -21,6 +21,7 @@ from prometheus_client.registry import Collector
 from attnload.measure.histogram import LogHistogram
 from attnload.measure.recorder import Recorder, Series
 from attnload.metrics import names
+from attnload.metrics.gpu import GpuGauges
 from attnload.metrics.names import (
     BUCKETS_S,
     CACHED_PROMPT_TOKENS,
@@ -60,6 +61,8 @@ class FleetState:
     workers: int = 0
     worker_cpu_ratio: dict[str, float] = field(default_factory=dict)
     client_saturated: bool = False
+    gpu: GpuGauges = field(default_factory=GpuGauges)
+    """The GPU poller's latest per-model readings (``attnload_gpu_*``, metrics/gpu.py)."""
 
 
 class FleetCollector(Collector):
@@ -141,6 +144,7 @@ class FleetCollector(Collector):
         yield cpu
         yield GaugeMetricFamily(names.CLIENT_SATURATED, "1 when a worker exceeded 90% CPU during the run.",
                                 value=float(state.client_saturated))
+        yield from state.gpu.families(state.model_labels)
 
 
 def _buckets(hist: LogHistogram) -> list[tuple[str, float]]:

@@ -28,3 +28,10 @@ WORKER_CPU_RATIO = "attnload_worker_cpu_ratio"
 CLIENT_SATURATED = "attnload_client_saturated"
 SIM_PREFIX = "attnload_sim_"
 """The simulator's own series (``attnload_sim_*``) are named by the simulator, which imports nothing of this."""
+GPU_LABELS = ("model", "attention", "target")
+"""The master's ``attnload_gpu_*`` series: per model, whatever labels dcgm-exporter used (docs/gpu-metrics.md)."""
+GPU_DRAM_ACTIVE = "attnload_gpu_dram_active"
+GPU_TENSOR_ACTIVE = "attnload_gpu_tensor_active"
+GPU_POWER_WATTS = "attnload_gpu_power_watts"
+GPU_ENERGY_JOULES = "attnload_gpu_energy_joules"  # exposed as attnload_gpu_energy_joules_total
+GPU_COUNT = "attnload_gpu_count"

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from attnload.metrics import names
+from attnload.observe.gpupanels import gpu_view
 from attnload.observe.panels import (
     ATTENTION_COLORS,
     RATE,
@@ -113,6 +114,7 @@ def overview() -> Dashboard:
               (Target(f"sum by ({SPLIT}) (attnload_users{{{SEL_USERS}}})"), TARGET_USERS),
               "Running users per model against the target user count (dashed).", dashed_legend="^target users$"),
         *server_view(),
+        *gpu_view(),
     )
     return Dashboard("attnload-overview", "attnload: GQA vs MLA overview",
                      "Client-side latency and throughput per model, split by attention type, and the server's own "

@@ -232,4 +232,6 @@ def expr_requirements(expr: str) -> frozenset[str]:
         needs.add("prefix_cache")
     if "sglang:" in expr and "vllm:" not in expr:
         needs.add("sglang")
+    if "attnload_gpu_" in expr:  # GPU telemetry: the roofline simulator's DCGM fields (or dcgm-exporter)
+        needs.add("gpu")
     return frozenset(needs)

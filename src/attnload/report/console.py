@@ -11,6 +11,7 @@ from rich.console import Console, Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from attnload.report import gpu as gpu_view
 from attnload.report import server as server_view
 from attnload.report.compare import Comparison
 from attnload.report.explain import MIXED_MODELS_NOTE, presets_differ
@@ -130,6 +131,8 @@ def render_table(results: Results) -> RenderableType:
     server = server_view.console_table(results)
     if server is not None:
         parts.append(server)
+    if (gpu := gpu_view.console_table(results)) is not None:
+        parts.append(gpu)
     paired = _paired_table(results)
     if paired is not None:
         parts.append(paired)

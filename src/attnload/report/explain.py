@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from attnload.report.fmt import count, kib, ms, rate, series_name, stage_label
+from attnload.report.gpu import measured_gpu
 from attnload.report.server import measured_state
 from attnload.results.model import ModelSummary, Results, StageSummary
 
@@ -218,6 +219,7 @@ def explain(results: Results) -> list[str]:
         paragraphs.append(comparison)
     paragraphs.extend(_measured([m for m in results.models if m.requests.ok > 0]))
     paragraphs.extend(measured_state(results))
+    paragraphs.extend(measured_gpu(results))
     if presets_differ(results):
         paragraphs.append(f"Caveat: the {MIXED_MODELS_NOTE}, so not every difference is the attention's doing.")
     if is_simulated(results):

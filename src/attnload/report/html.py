@@ -12,6 +12,7 @@ from html import escape
 from pathlib import Path
 
 from attnload import __version__
+from attnload.report import gpu as gpu_view
 from attnload.report import server as server_view
 from attnload.report.charts import charts
 from attnload.report.compare import Comparison, compare_results
@@ -193,6 +194,8 @@ def render_html(results: Results, compare: Results | None = None, requests: Path
     ]
     if server_view.has_server(results):
         sections.append(("server", "Server view", server_view.html_section(results)))
+    if gpu_view.has_gpu(results):
+        sections.append(("gpu", "GPU view", gpu_view.html_section(results)))
     if any(m.turns for m in results.models):
         sections.append(("turns", "Per conversation turn", turn_table(results)))
     if paired_rows(results):

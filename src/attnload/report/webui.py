@@ -21,6 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from attnload.report import gpu as gpu_view
 from attnload.report.fmt import error_total, ms_bare, rate, series_name, stage_label
 from attnload.report.server import live_cells
 from attnload.results.model import ModelSummary, Results, Totals
@@ -49,6 +50,7 @@ COLUMNS: tuple[tuple[str, str], ...] = (
     ("kv_used_pct", "Server KV used"),
     ("waiting_mean", "Server waiting"),
     ("preemptions", "Preemptions"),
+    *gpu_view.LIVE_COLUMNS,
     ("requests_ok", "OK"),
     ("errors", "Errors"),
     ("prompt_tokens", "Prompt tok (mean)"),
@@ -102,7 +104,7 @@ def llm_rows(results: Results) -> list[dict[str, Any]]:
             "in_flight": in_flight if in_flight is not None else "",
             "requests_ok": totals.requests.ok,
             "errors": error_total(totals),
-            **live_cells(totals),
+            **live_cells(totals), **gpu_view.live_cells(totals),
             "prompt_tokens": "", "cached_tokens": "",
         })
         rows += turn_rows(model)
@@ -117,7 +119,7 @@ def turn_rows(model: ModelSummary) -> list[dict[str, Any]]:
         "itl_p50_ms": _ms_cell(row.itl_s.p50), "itl_p99_ms": _ms_cell(row.itl_s.p99), "output_tok_s": "",
         "in_flight": "", "requests_ok": row.requests - row.failed, "errors": row.failed,
         "prompt_tokens": _mean_cell(row.prompt_tokens_mean), "cached_tokens": _mean_cell(row.cached_tokens_mean),
-        "kv_used_pct": "", "waiting_mean": "", "preemptions": "",
+        "kv_used_pct": "", "waiting_mean": "", "preemptions": "", **dict.fromkeys(gpu_view.LIVE_KEYS, ""),
     } for row in model.turns]
 
 

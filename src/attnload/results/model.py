@@ -128,6 +128,33 @@ class ServerSummary(_Model):
     generation_tokens: int | float | None = None
     ttft_p50_s: float | None = None
     ttft_p99_s: float | None = None
+
+
+class GpuSummary(_Model):
+    """What the model's GPUs did over a stage, from dcgm-exporter or the simulator (docs/gpu-metrics.md).
+
+    Activity is mean/max over the model's GPUs and the stage's scrapes, each a fraction 0-1
+    (``gpu_util`` too: DCGM's percent / 100); None where the exporter lacks the field, never 0."""
+
+    source: str | None = None
+    """``dcgm`` (dcgm-exporter) or ``attnload-sim`` (the simulator's roofline)."""
+    gpus: int = 0
+    samples: int = 0
+    dram_active: GaugeSummary | None = None
+    tensor_active: GaugeSummary | None = None
+    sm_active: GaugeSummary | None = None
+    gpu_util: GaugeSummary | None = None
+    power_w: float | None = None
+    """Mean over the scrapes of the power summed over the model's GPUs, W."""
+    energy_j: float | None = None
+    energy_from: Literal["counter", "power"] | None = None
+    """``counter``: DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION deltas; ``power``: power × time (no counter)."""
+    joules_per_output_token: float | None = None
+    """``energy_j`` over the client's completion tokens of this model and stage."""
+    fb_used_gib: float | None = None
+    bound: Literal["bandwidth", "compute", "neither"] | None = None
+
+
 class TurnSummary(_Model):
     """Conversations: what turn ``turn`` (1-based) of every conversation did; cached tokens rise with it.
 
@@ -172,6 +199,8 @@ class StageSummary(Totals):
     paired: PairedSummary | None = None
     server: ServerSummary | None = None
     """The model server's view of this stage; None where no server metrics were read."""
+    gpu: GpuSummary | None = None
+    """The model's GPUs over this stage; None where no GPU metrics were read."""
     server_gap_reasons: list[str] = []
     """Why the stage carries the ``server_client_gap`` flag (server and client disagree)."""
     trace_arrival_rate_per_s: float | None = None
@@ -195,6 +224,8 @@ class ModelSummary(Totals):
     """Users running against this model when the summary was taken (live snapshots; 0 once stopped)."""
     server: ServerSummary | None = None
     """The model server's view over the whole run (counters: the sum of the stages'); None: not read."""
+    gpu: GpuSummary | None = None
+    """The model's GPUs over the whole run; None: not read."""
     turns: list[TurnSummary] = []
     """Conversation runs: one row per turn index."""
     ttft_by_prompt_tokens: list[PromptLengthBucket] = []

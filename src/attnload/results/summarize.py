@@ -13,6 +13,7 @@ from attnload.measure.histogram import LogHistogram
 from attnload.measure.paired import PairedRecorder
 from attnload.measure.recorder import Recorder, Series
 from attnload.results.context import context_fields, with_replay_rates
+from attnload.results.gpu import GpuResults, per_token, with_gpu
 from attnload.results.model import ClientInfo, ModelSummary, Requests, Results, StageSummary, Summary, Totals
 from attnload.results.server import ServerResults, with_server
 
@@ -65,7 +66,7 @@ def build_results(config: TestConfig, recorder: Recorder, *, started_at: float, 
                   stages: list[StageWindow], client: ClientInfo, run_info: dict[str, Any],
                   attention_info: dict[str, dict[str, Any]] | None = None, paired: PairedRecorder | None = None,
                   sweep: dict[str, dict[str, Any]] | None = None, in_flight: dict[str, int] | None = None,
-                  server: ServerResults | None = None,
+                  server: ServerResults | None = None, gpu: GpuResults | None = None,
                   context: ContextRecorder | None = None, trace_rate_per_s: float | None = None) -> Results:
     """Summaries per model, per profile and per stage; wall times are epoch seconds."""
     duration_s = max(ended_at - started_at, 1e-9)
@@ -82,12 +83,15 @@ def build_results(config: TestConfig, recorder: Recorder, *, started_at: float, 
         stage_summaries = [with_arrivals(s, run_info, trace_rate_per_s is not None) for s in stage_summaries]
         if server is not None:
             stage_summaries = [with_server(s, server.stage(target.key, s.index)) for s in stage_summaries]
+        if gpu is not None:
+            stage_summaries = [with_gpu(s, gpu.stage(target.key, s.index)) for s in stage_summaries]  # type: ignore[misc]
         models.append(ModelSummary(
             **totals(whole, duration_s, slo_set), key=target.key, model=target.id, attention=target.attention,
             stages=stage_summaries, profiles=profiles, attention_info=(attention_info or {}).get(target.key, {}),
             paired=paired.summary(target.key) if paired is not None else None,
             sweep=(sweep or {}).get(target.key), in_flight=(in_flight or {}).get(target.key),
             server=server.total(target.key) if server is not None else None,
+            gpu=per_token(gpu.total(target.key), whole.counts.get("completion_tokens", 0)) if gpu else None,
             **context_fields(context, target.key),
             target=target.key))
     return Results.model_validate({

@@ -26,6 +26,7 @@ from attnload.runner.fleet import (
     write_after_final_counts,
 )
 from attnload.runner.gcpolicy import quiet_full_collections
+from attnload.runner.gpuview import GpuView, gpu_targets
 from attnload.runner.openloop import PAIR_STREAM, ClientPool, OpenLoop
 from attnload.runner.options import add_arguments, exit_usage, options_from, requests_out_option
 from attnload.runner.progress import feed_progress, silence_locust_tables
@@ -149,6 +150,10 @@ def _init_collector(environment: Environment, runtime: Runtime) -> None:
     if runtime.options.server_metrics == "auto":
         runtime.server_view = ServerView(scrape_targets(runtime.config, runtime.attention_facts),
                                          runtime.options.server_metrics_interval_s)
+    if runtime.options.gpu_metrics == "auto":
+        guess = runtime.options.server_metrics == "auto"  # off: the servers' /metrics are not read at all
+        runtime.gpu_view = GpuView(gpu_targets(runtime.config, runtime.attention_facts, guess),
+                                   runtime.options.server_metrics_interval_s, on_sample=runtime.fleet.gpu.record)
     if runtime.options.metrics_port:
         try:
             serve_metrics(runtime.recorder, runtime.fleet, runtime.options.metrics_port,

@@ -70,6 +70,7 @@ class LoadPlan:
     stop_timeout_s: float = 0.0
     server_metrics: str = "auto"
     server_metrics_interval: str = "2"
+    gpu_metrics: str = "auto"
     csv_prefix: str | None = None
     """``--csv PREFIX``: handed to the Locust master, which writes Locust's CSVs and ``PREFIX_llm.csv``."""
     snapshot_interval_s: float | None = None
@@ -119,6 +120,7 @@ def plan_from_args(args: argparse.Namespace, config_path: Path) -> LoadPlan:
     traffic_env = check_arrival_flags(args, shape)
     server_metrics = server_metrics_mode(getattr(args, "server_metrics", "auto"))
     interval = str(getattr(args, "server_metrics_interval", "2") or "2")
+    gpu_metrics = server_metrics_mode(getattr(args, "gpu_metrics", "auto"), "--gpu-metrics")
     server_metrics_interval(interval)
     snapshot_s = getattr(args, "snapshot_interval", None)
     if snapshot_s is not None and not (math.isfinite(snapshot_s) and (snapshot_s == 0 or 1 <= snapshot_s <= 86400)):
@@ -133,7 +135,7 @@ def plan_from_args(args: argparse.Namespace, config_path: Path) -> LoadPlan:
                     traffic_env=traffic_env,
                     prometheus_port=getattr(args, "prometheus", None),
                     stop_timeout_s=float(getattr(args, "stop_timeout", 0.0) or 0.0),
-                    server_metrics=server_metrics, server_metrics_interval=interval,
+                    server_metrics=server_metrics, server_metrics_interval=interval, gpu_metrics=gpu_metrics,
                     csv_prefix=getattr(args, "csv", None) or None, snapshot_interval_s=snapshot_s,
                     locust_stats=bool(getattr(args, "locust_stats", None))
                     or truthy(os.environ.get(OPTION["locust-stats"].env)),
@@ -251,7 +253,8 @@ def _environment(plan: LoadPlan) -> dict[str, str]:
         "paired": "1" if plan.paired else "0", "arrivals": plan.arrivals or "",
         "max-in-flight": str(plan.max_in_flight) if plan.max_in_flight else None,
         "server-metrics": plan.server_metrics, "server-metrics-interval": plan.server_metrics_interval,
-        "locust-stats": "1" if plan.locust_stats else "0"}))
+        "locust-stats": "1" if plan.locust_stats else "0",
+        "gpu-metrics": plan.gpu_metrics}))
     if plan.requests_out:
         env.update(environment({"requests-out": plan.requests_out}))
     env.update(environment(plan.traffic_env or {}))

@@ -46,6 +46,8 @@ class RunOptions:
     server_metrics: str = "auto"
     """``auto``: the master scrapes each model server's /metrics; ``off``: it does not."""
     server_metrics_interval_s: float = 2.0
+    gpu_metrics: str = "auto"
+    """``auto``: the master reads each model's GPUs (gpu_metrics_url, else the server's /metrics); ``off``: not."""
     csv_prefix: str | None = None
     """Locust's own ``--csv PREFIX``: the master also writes ``PREFIX_llm.csv`` with the results."""
     locust_stats: bool = True
@@ -123,6 +125,9 @@ OPTIONS: tuple[Option, ...] = (
            run={"choices": ("auto", "off"), "default": "auto"}),
     Option("server-metrics-interval", "seconds between scrapes of the model servers' /metrics", "2",
            run={"default": "2", "metavar": "S"}),
+    Option("gpu-metrics", "auto: read each model's GPUs from dcgm-exporter (its gpu_metrics_url + gpu_selector, "
+           "else DCGM_FI_* series on the model server's /metrics, as the simulator serves) at the server-metrics "
+           "interval; off: don't", "auto", run={"choices": ("auto", "off"), "default": "auto"}),
     Option("exit-code-on-error", "exit status when any request failed, as Locust's (default 1; 0: ignore failures)",
            run={"type": int, "default": 1, "metavar": "N"}, locust=False),
     Option("fail-on", "also exit 1 when, comma-separated: slo (a model's p99 over the config's slo), saturated "
@@ -199,6 +204,7 @@ def options_from(parsed: Any) -> RunOptions:
         max_in_flight=max(1, int(parsed.attnload_max_in_flight)),
         server_metrics=server_metrics_mode(parsed.attnload_server_metrics),
         server_metrics_interval_s=server_metrics_interval(parsed.attnload_server_metrics_interval),
+        gpu_metrics=server_metrics_mode(getattr(parsed, "attnload_gpu_metrics", "auto"), "--gpu-metrics"),
         csv_prefix=getattr(parsed, "csv_prefix", None) or None,
         locust_stats=truthy(getattr(parsed, "attnload_locust_stats", "1")),
         requests_out=requests_out_option(parsed))
@@ -218,10 +224,10 @@ def requests_out_option(parsed: Any) -> str | None:
     return text if os.path.isabs(text) else os.path.join(str(parsed.attnload_results or "results"), text)
 
 
-def server_metrics_mode(text: str | None) -> str:
+def server_metrics_mode(text: str | None, flag: str = "--server-metrics") -> str:
     value = (text or "auto").strip().lower()
     if value not in ("auto", "off"):
-        raise UsageError(f"--server-metrics {text!r}: use auto or off")
+        raise UsageError(f"{flag} {text!r}: use auto or off")
     return value
 
 

@@ -31,6 +31,7 @@ from attnload.results.model import Results
 from attnload.results.summarize import StageWindow, build_results, client_info
 from attnload.results.write import write_results
 from attnload.runner.dialogs import Traffic
+from attnload.runner.gpuview import GpuView
 from attnload.runner.health import RunHealth
 from attnload.runner.openloop import PAIR_STREAM, OpenLoop, OpenStage
 from attnload.runner.options import RunOptions
@@ -150,6 +151,8 @@ class Runtime:
         """Callable giving the sweep report from final stats (set by the sweep shape)."""
         self.server_view: ServerView | None = None
         """The model servers' /metrics, scraped by the master (or single process) unless --server-metrics off."""
+        self.gpu_view: GpuView | None = None
+        """dcgm-exporter's (or the simulator's) per-GPU gauges per model, unless --gpu-metrics off."""
         self.interrupted = False
         """SIGTERM/SIGINT (or the death of ``attnload run``) ended the run early: results say so."""
         self.health = RunHealth()
@@ -224,8 +227,8 @@ class Runtime:
         self.stage = StageClock()
         self.final_counts_from.clear()
         self.running = True
-        if self.server_view is not None:
-            self.server_view.start()
+        for view in self._views():
+            view.start()
 
     def test_started(self) -> None:
         """Locust's test_start; with a shape it fires after the first tick, which already began the test."""
@@ -242,8 +245,8 @@ class Runtime:
         ``rates`` (per model key) makes it an open-loop stage: a sending process starts
         its share of the schedule (``workers`` shares in all, this one ``worker_index``).
         """
-        if self.server_view is not None:
-            self.server_view.stage_ended(self.stage.index)  # scrapes once: counter deltas end at the boundary
+        for view in self._views():
+            view.stage_ended(self.stage.index)  # scrapes once: counter deltas end at the boundary
         now = time.perf_counter()
         if salt:
             self.run_salt = salt
@@ -314,9 +317,13 @@ class Runtime:
             windows[-1] = replace(windows[-1], end_s=now - self.started_perf)
         if self.open_loop is not None:
             self.open_loop.stop()
-        if self.server_view is not None:
-            self.server_view.stage_ended(self.stage.index)
-            self.server_view.stop()
+        for view in self._views():
+            view.stage_ended(self.stage.index)
+            view.stop()
+
+    def _views(self) -> list[ServerView]:
+        """The scrapers of this run: the server view and the GPU view, where on."""
+        return [v for v in (self.server_view, self.gpu_view) if v is not None]
 
     def use_requests_out(self, path: str | None) -> None:
         """The ``--requests-out`` a test asked for (``/swarm`` may set it per test): reopen when it changed."""
@@ -397,7 +404,9 @@ class Runtime:
                                 in_flight=dict(self.fleet.users) if self.running else None, context=self.context,
                                 trace_rate_per_s=self.trace_rate_per_s,
                                 server=self.server_view.results(self.stage.index if self.running else None)
-                                if self.server_view is not None else None)
+                                if self.server_view is not None else None,
+                                gpu=self.gpu_view.results(self.stage.index if self.running else None)
+                                if self.gpu_view is not None else None)
         client = results.client.model_copy(update=self.health.client_fields(self.spawned))
         update = {"client": client, "interrupted": self.interrupted}
         if self.requests is not None:

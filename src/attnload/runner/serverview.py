@@ -54,10 +54,14 @@ class ServerView:
     def start(self) -> None:
         """A new test: fresh windows (the first scrape is the baseline) and a polling greenlet."""
         self.stop()
-        self.poller = ServerMetricsPoller(self.targets, interval_s=self.interval_s, fetch=self._fetch)
+        self.poller = self._new_poller()
         self.stages = {t.key: {} for t in self.targets}
         self._final = None
         self._greenlet = gevent.spawn(self.poller.run)
+
+    def _new_poller(self) -> ServerMetricsPoller:
+        """The poller of one test (the GPU view, ``runner/gpuview.py``, polls dcgm-exporter instead)."""
+        return ServerMetricsPoller(self.targets, interval_s=self.interval_s, fetch=self._fetch)
 
     def stage_ended(self, index: int) -> None:
         """Close stage ``index`` for every model (one scrape now, so its deltas end here)."""

@@ -203,6 +203,10 @@ def _read_series(text: str) -> dict[str, Series]:
     return series
 
 
+read_series = _read_series
+"""The same reader for other exporters' bodies (dcgm-exporter's, ``server_metrics/dcgm.py``)."""
+
+
 def _model_names(series: Mapping[str, Series], names: _Names) -> list[str]:
     found: dict[str, None] = {}
     for field in (names.running, names.waiting, names.kv_cache_usage, names.generation_tokens):

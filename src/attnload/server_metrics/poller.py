@@ -78,7 +78,13 @@ def fetch_text(url: str, timeout_s: float = DEFAULT_TIMEOUT_S, max_bytes: int = 
 
 
 class ServerMetricsPoller:
-    """Polls the targets' URLs and keeps one ``ServerWindow`` per target key."""
+    """Polls the targets' URLs and keeps one ``ServerWindow`` per target key.
+
+    ``parse``, ``window_type`` and ``explain`` are the hooks the GPU poller
+    (``server_metrics/gpupoller.py``) replaces: same cadence, fetch and failure rules."""
+
+    parse: Callable[[str], Any] = staticmethod(parse_exposition)
+    window_type: Callable[[], Any] = ServerWindow
 
     def __init__(self, targets: Sequence[ScrapeTarget], *, interval_s: float = DEFAULT_INTERVAL_S,
                  fetch: Fetch | None = None, clock: Callable[[], float] = time.monotonic) -> None:
@@ -88,8 +94,8 @@ class ServerMetricsPoller:
         self.interval_s = interval_s
         self._fetch = fetch or fetch_text
         self._clock = clock
-        self._windows = {t.key: ServerWindow() for t in targets}
-        self._totals = {t.key: ServerWindow() for t in targets}
+        self._windows = {t.key: self.window_type() for t in targets}
+        self._totals = {t.key: self.window_type() for t in targets}
         """Whole-run windows, fed the same samples and never closed: the model-level summary."""
         self._off: dict[str, str] = {}
         """Target key -> why its server metrics are off (the warning's text)."""
@@ -111,7 +117,7 @@ class ServerMetricsPoller:
         with self._poll_lock:
             for url in self.urls():
                 try:
-                    exposition = parse_exposition(self._fetch(url))
+                    exposition = self.parse(self._fetch(url))
                 except ServerMetricsError as exc:
                     self._failed(url, exc)
                     continue
@@ -137,7 +143,10 @@ class ServerMetricsPoller:
             log.debug("server metrics: %s (skipped this sample)", exc)  # a restart or a blip mid-run
             return
         keys = [k for k, t in self.targets.items() if t.url == url and k not in self._off]
-        self._turn_off(keys, f"{url}: {_explain(exc)}")
+        self._turn_off(keys, f"{url}: {self.explain(exc)}")
+
+    def explain(self, exc: ServerMetricsError) -> str:
+        return _explain(exc)
 
     def _record(self, url: str, exposition: Exposition) -> None:
         with self._lock:

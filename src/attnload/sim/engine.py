@@ -20,6 +20,7 @@ from typing import Protocol
 from attnload.measure.histogram import LogHistogram
 from attnload.sim.api import EngineRejected, EngineSnapshot, GenerationRequest, GenerationState, ServedModel
 from attnload.sim.costmodel import Deployment
+from attnload.sim.gpu import GpuActivity
 from attnload.sim.scheduler import Scheduler, SimSequence
 
 log = logging.getLogger(__name__)
@@ -99,6 +100,8 @@ class RooflineEngine:
         self._task: asyncio.Task[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._failed: BaseException | None = None
+        self.gpu = GpuActivity(dep, self._clock.now)
+        """Virtual DCGM telemetry of this model's GPUs, fed once per step (``sim/gpu.py``)."""
 
     # ------------------------------------------------------------------ Engine protocol
 
@@ -218,6 +221,7 @@ class RooflineEngine:
                 t_prev = clock.now()
                 continue
             deadline = t_prev + step_s
+            planned = sched.last_step
             await clock.sleep_until(deadline)
             late_s = clock.now() - deadline
             if late_s > LAG_REANCHOR_S:
@@ -226,6 +230,8 @@ class RooflineEngine:
             if len(self._steps_s) < _MAX_STEP_RECORDS:
                 self._steps_s.append(step_s)
             sched.complete(deadline)
+            if planned is not None:
+                self.gpu.step(planned, deadline)
             if len(self._scheduled_gaps) >= _FOLD_GAPS_AT:
                 self._fold_scheduled_gaps()
             t_prev = deadline

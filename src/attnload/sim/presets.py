@@ -63,12 +63,18 @@ class HardwarePreset:
     hbm_bandwidth_bytes_per_s: float
     hbm_bytes: float
     link_bytes_per_s: float
+    tdp_w: float = 700.0
+    """Board power limit (SXM parts' published TDP): the simulated power never exceeds it."""
+    idle_w: float = 90.0
+    """Power of an allocated GPU with no kernel running (clocks up, HBM refreshed); a round figure."""
+    name: str = ""
+    """What dcgm-exporter's ``modelName`` label says for this part."""
 
 
 HARDWARE: dict[str, HardwarePreset] = {
-    "h100": HardwarePreset("h100", 989e12, 1979e12, 3.35e12, 80e9, 450e9),
-    "h200": HardwarePreset("h200", 989e12, 1979e12, 4.8e12, 141e9, 450e9),
-    "a100": HardwarePreset("a100", 312e12, None, 2.039e12, 80e9, 300e9),
+    "h100": HardwarePreset("h100", 989e12, 1979e12, 3.35e12, 80e9, 450e9, 700.0, 90.0, "NVIDIA H100 80GB HBM3"),
+    "h200": HardwarePreset("h200", 989e12, 1979e12, 4.8e12, 141e9, 450e9, 700.0, 90.0, "NVIDIA H200"),
+    "a100": HardwarePreset("a100", 312e12, None, 2.039e12, 80e9, 300e9, 400.0, 60.0, "NVIDIA A100-SXM4-80GB"),
 }
 
 # Attention projection parameters, from the HF configs' projection shapes (§1).

@@ -18,7 +18,7 @@ from collections import OrderedDict, deque
 from collections.abc import Callable, Sequence
 
 from attnload.sim.api import EngineRejected, GenerationState
-from attnload.sim.costmodel import Deployment, GroupLoad
+from attnload.sim.costmodel import Deployment, GroupLoad, StepBreakdown
 
 PREFIX_BLOCK_TOKENS = 16  # one 64-byte prompt block (§4.5)
 
@@ -138,6 +138,8 @@ class Scheduler:
         self.chunked_prefill = dep.cfg.chunked_prefill
         self._prefilling = 0
         """Running sequences with prefill work left (admitted and not yet at their target)."""
+        self.last_step: StepBreakdown | None = None
+        """The breakdown of the step :meth:`plan` planned last (the engine's GPU telemetry reads it)."""
 
     # ------------------------------------------------------------------ requests in and out
 
@@ -234,7 +236,8 @@ class Scheduler:
         self._plan = plan
         if not loads:
             return None
-        return self.dep.step_breakdown(loads).total_s
+        self.last_step = self.dep.step_breakdown(loads)
+        return self.last_step.total_s
 
     def fast_forward(self, now_s: float, max_steps: int, on_step: Callable[[float, int], None]) -> float:
         """Run up to ``max_steps`` pure-decode steps in bulk when nothing can happen in between.

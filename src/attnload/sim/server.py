@@ -31,6 +31,7 @@ from attnload.measure.histogram import LogHistogram
 from attnload.measure.tokens import prompt_tokens
 from attnload.sim.api import Engine, EngineRejected, GenerationRequest, GenerationState
 from attnload.sim.fixed import FixedEngine
+from attnload.sim.gpu import GpuActivity, dcgm_text
 
 log = logging.getLogger(__name__)
 
@@ -143,7 +144,9 @@ class SimServer:
         self._drain_steps()
         registry = CollectorRegistry()
         registry.register(_SimCollector(self))
-        return web.Response(body=generate_latest(registry), content_type="text/plain", charset="utf-8",
+        gpus = dcgm_text((e.model.preset, e.gpu) for e in self.engines if isinstance(getattr(e, "gpu", None),
+                                                                                   GpuActivity))
+        return web.Response(body=generate_latest(registry) + gpus.encode(), content_type="text/plain", charset="utf-8",
                             headers={"X-Content-Type-Options": "nosniff"})
 
     def _drain_steps(self) -> None:

@@ -1,0 +1,54 @@
+"""The master's GPU view: dcgm-exporter's per-GPU gauges per model and stage.
+
+Beside the server view (``runner/serverview.py``), at its cadence, with its fetch and its
+stage boundaries: one ``GpuMetricsPoller`` per test. A model's source is its
+``gpu_metrics_url``; without one, ``--gpu-metrics auto`` tries the model server's own
+/metrics (the simulator publishes DCGM names there; vLLM does not, which is quietly no
+GPU view). Each scrape also updates the master's ``attnload_gpu_*`` series, so Grafana's
+GPU row reads per model and attention whatever labels the exporter uses.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from attnload.attention import FactsLookup, no_facts
+from attnload.config.model import TestConfig
+from attnload.results.gpu import GpuResults
+from attnload.runner.serverview import ServerView, model_names
+from attnload.server_metrics import default_metrics_url
+from attnload.server_metrics.gpupoller import GpuMetricsPoller, GpuTarget, OnSample
+
+Fetch = Callable[[str], str]
+
+
+def gpu_targets(config: TestConfig, attention_facts: FactsLookup = no_facts, guess: bool = True) -> list[GpuTarget]:
+    """One target per model: ``gpu_metrics_url`` (explicit), else the model server's metrics URL (a guess;
+    none with ``guess=False``: ``--server-metrics off`` says not to read the servers' /metrics at all)."""
+    targets = []
+    for m in config.models:
+        if m.gpu_metrics_url is None and not guess:
+            continue
+        url = m.gpu_metrics_url or m.metrics_url or default_metrics_url(m.base_url)
+        targets.append(GpuTarget(key=m.key, url=url, names=model_names(m, attention_facts),
+                                 selector=tuple(sorted((m.gpu_selector or {}).items())),
+                                 explicit=m.gpu_metrics_url is not None))
+    return targets
+
+
+class GpuView(ServerView):
+    """Per test: a GPU poller, the finished stages' GPU summaries and the whole-run ones."""
+
+    def __init__(self, targets: list[GpuTarget], interval_s: float, fetch: Fetch | None = None,
+                 on_sample: OnSample | None = None) -> None:
+        super().__init__(list(targets), interval_s, fetch)
+        self.gpu_targets = targets
+        self._on_sample = on_sample
+
+    def _new_poller(self) -> GpuMetricsPoller:  # type: ignore[override]
+        return GpuMetricsPoller(self.gpu_targets, interval_s=self.interval_s, fetch=self._fetch,
+                                on_sample=self._on_sample)
+
+    def results(self, running_stage: int | None = None) -> GpuResults:  # type: ignore[override]
+        base = super().results(running_stage)
+        return GpuResults(stages=base.stages, totals=base.totals)
