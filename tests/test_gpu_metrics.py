@@ -277,7 +277,7 @@ def test_gpu_view_renders_in_console_html_tab_and_explanation() -> None:
     html = render_html(results)  # type: ignore[arg-type]
     assert 'id="gpu-table"' in html and 'data-field="gpu.dram_active.mean" data-value="0.78"' in html
     row = llm_rows(results)[0]  # type: ignore[arg-type]
-    assert row["gpu_dram_pct"] == pytest.approx(78.0) and row["gpu_bound"] == "bandwidth"
+    assert row["gpu_dram_pct"] == "78.0 %" and row["gpu_bound"] == "bandwidth"
     assert llm_rows(results)[1]["gpu_dram_pct"] == ""  # type: ignore[arg-type]
     paragraphs = " ".join(explain(results))  # type: ignore[arg-type]
     assert "kept DRAM 78% active and tensor pipes 12%: bandwidth-bound, as 320 KiB of KV per token predicts" \
