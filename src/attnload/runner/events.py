@@ -30,6 +30,7 @@ from attnload.runner.replay import ReplaySchedule
 from attnload.runner.runtime import Runtime
 from attnload.runner.serverview import ServerView, scrape_targets
 from attnload.runner.shape import STAGE_MESSAGE, StageMessage
+from attnload.runner.startspread import wire as wire_start_spread
 from attnload.runner.stops import (
     install_stop_handlers,
     snapshot_interval,
@@ -61,6 +62,7 @@ def _on_init(environment: Environment, attention_facts: FactsLookup, **_: Any) -
         exit_usage(exc)
         return
     environment.attnload = runtime  # type: ignore[attr-defined]
+    wire_start_spread(runner, runtime.start_spread, role)  # workers ask the master which user is a model's pilot
     events = environment.events
     watch_parent_from_env()  # started by `attnload run`: stop when it is gone
     if not isinstance(runner, MasterRunner):

@@ -28,7 +28,13 @@ from attnload.errors import UsageError
 from attnload.results.model import Results, load_results
 from attnload.runner.dialogs import check_traffic
 from attnload.runner.flagcheck import check_flag_limits
-from attnload.runner.options import environment, server_metrics_interval, server_metrics_mode
+from attnload.runner.options import (
+    OPTION,
+    environment,
+    parse_start_spread,
+    server_metrics_interval,
+    server_metrics_mode,
+)
 from attnload.runner.stops import INTERRUPT_GRACE_S, PARENT_PID_ENV, die_with_parent
 from attnload.workload.shapes import (
     ReplaySpec,
@@ -70,6 +76,8 @@ class LoadPlan:
     """``--csv PREFIX``: handed to the Locust master, which writes Locust's CSVs and ``PREFIX_llm.csv``."""
     snapshot_interval_s: float | None = None
     metrics_host: str = "127.0.0.1"
+    start_spread: str | None = None
+    """``--start-spread`` as given (None: ATTNLOAD_START_SPREAD from the environment, else auto)."""
 
 
 @dataclass(frozen=True)
@@ -114,6 +122,11 @@ def plan_from_args(args: argparse.Namespace, config_path: Path) -> LoadPlan:
     snapshot_s = getattr(args, "snapshot_interval", None)
     if snapshot_s is not None and not (math.isfinite(snapshot_s) and (snapshot_s == 0 or 1 <= snapshot_s <= 86400)):
         raise UsageError(f"--snapshot-interval {snapshot_s:g}: use 0 (off) or 1 to 86400 seconds")
+    start_spread = getattr(args, "start_spread", None)
+    if start_spread is not None:
+        parse_start_spread(start_spread)
+    else:
+        parse_start_spread(os.environ.get(OPTION["start-spread"].env), OPTION["start-spread"].env)
     check_reachable(config)
     return LoadPlan(config=config, config_path=config_path, shape=shape, spawn_rate=args.spawn_rate,
                     workers=args.workers, results_dir=Path(args.results), metrics_port=args.metrics_port,
@@ -123,7 +136,8 @@ def plan_from_args(args: argparse.Namespace, config_path: Path) -> LoadPlan:
                     prometheus_port=getattr(args, "prometheus", None),
                     stop_timeout_s=float(getattr(args, "stop_timeout", 0.0) or 0.0),
                     server_metrics=server_metrics, server_metrics_interval=interval,
-                    csv_prefix=getattr(args, "csv", None) or None, snapshot_interval_s=snapshot_s)
+                    csv_prefix=getattr(args, "csv", None) or None, snapshot_interval_s=snapshot_s,
+                    start_spread=start_spread)
 
 
 def execute(plan: LoadPlan, *, quiet: bool = False) -> Results | None:
@@ -236,7 +250,8 @@ def _environment(plan: LoadPlan) -> dict[str, str]:
         "warmup": plan.warmup or "0", "spawn-rate": f"{plan.spawn_rate:g}" if plan.spawn_rate else None,
         "paired": "1" if plan.paired else "0", "arrivals": plan.arrivals or "",
         "max-in-flight": str(plan.max_in_flight) if plan.max_in_flight else None,
-        "server-metrics": plan.server_metrics, "server-metrics-interval": plan.server_metrics_interval}))
+        "server-metrics": plan.server_metrics, "server-metrics-interval": plan.server_metrics_interval,
+        "start-spread": plan.start_spread}))
     if plan.snapshot_interval_s is not None:
         env.update(environment({"snapshot-interval": f"{plan.snapshot_interval_s:g}"}))
     env[PARENT_PID_ENV] = str(os.getpid())  # the children stop when this process is gone

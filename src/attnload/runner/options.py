@@ -9,6 +9,7 @@ An option named ``stage-duration`` is ``--stage-duration`` for ``attnload run``,
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 from collections.abc import Mapping
@@ -42,6 +43,8 @@ class RunOptions:
     server_metrics_interval_s: float = 2.0
     csv_prefix: str | None = None
     """Locust's own ``--csv PREFIX``: the master also writes ``PREFIX_llm.csv`` with the results."""
+    start_spread: str | float = "auto"
+    """``auto``, ``off`` or seconds: how new closed-loop users' first requests are spread (``startspread.py``)."""
 
 
 @dataclass(frozen=True)
@@ -90,6 +93,10 @@ OPTIONS: tuple[Option, ...] = (
     Option("replay-speed", "replay:PATH shapes: trace speed-up (2 = twice the rate; default 1)", "1",
            run={"default": None}),
     Option("warmup", "seconds at each stage start excluded from stage stats", "0", run={"default": "0"}),
+    Option("start-spread", "closed loop: spread each stage's new users' first requests so users started together "
+           "do not stay in phase. auto (default): over about one request's duration (the first stage: one pilot "
+           "user per model starts at once, the others at golden-ratio offsets of its duration); off: start at "
+           "once; SECONDS: over that fixed time", "auto", run={"default": None, "metavar": "auto|off|S"}),
     Option("profile", "comma-separated workload profiles (default: all)", run={"default": ""}),
     Option("paired", "send each prompt to every model at once; results get per-pair deltas with a CI", "0",
            run={"action": "store_true"}),
@@ -175,7 +182,8 @@ def options_from(parsed: Any) -> RunOptions:
         arrivals=_arrivals(parsed.attnload_arrivals), max_in_flight=max(1, int(parsed.attnload_max_in_flight)),
         server_metrics=server_metrics_mode(parsed.attnload_server_metrics),
         server_metrics_interval_s=server_metrics_interval(parsed.attnload_server_metrics_interval),
-        csv_prefix=getattr(parsed, "csv_prefix", None) or None)
+        csv_prefix=getattr(parsed, "csv_prefix", None) or None,
+        start_spread=parse_start_spread(getattr(parsed, "attnload_start_spread", "auto")))
 
 
 def server_metrics_mode(text: str | None) -> str:
@@ -194,6 +202,22 @@ def server_metrics_interval(text: str | float | None) -> float:
         value = parse_duration(raw, "--server-metrics-interval")
     if not 0.1 <= value <= 3600:
         raise UsageError(f"--server-metrics-interval {raw}: use 0.1 to 3600 seconds (default 2)")
+    return value
+
+
+def parse_start_spread(text: str | float | None, spelled: str = "--start-spread") -> str | float:
+    """``auto`` (default), ``off`` or a positive number of seconds (``2`` or ``2s``)."""
+    raw = str(text if text is not None else "auto").strip().lower()
+    if raw in ("", "auto"):
+        return "auto"
+    if raw in ("off", "0", "0s", "none"):
+        return "off"
+    try:
+        value = float(raw[:-1] if raw.endswith("s") else raw)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or not 0 < value <= 3600:
+        raise UsageError(f"{spelled} {text}: use auto, off, or 0.1 to 3600 seconds (e.g. 3 or 3s)")
     return value
 
 

@@ -34,6 +34,7 @@ from attnload.runner.health import RunHealth
 from attnload.runner.openloop import PAIR_STREAM, OpenLoop, OpenStage
 from attnload.runner.options import RunOptions
 from attnload.runner.serverview import ServerView
+from attnload.runner.startspread import StartSpread
 from attnload.workload.conversation import new_salt
 from attnload.workload.prompts import Workload
 from attnload.workload.shapes import ReplaySpec
@@ -149,6 +150,11 @@ class Runtime:
         self.interrupted = False
         """SIGTERM/SIGINT (or the death of ``attnload run``) ended the run early: results say so."""
         self.health = RunHealth()
+        self.start_spread = StartSpread(
+            options.start_spread, stage_duration_s=options.shape.stage_duration_s if options.shape else None,
+            seed=config.seed, role=role, recorder=self.recorder,
+            placement=lambda: (self.worker_index, self.worker_count))
+        """When each new closed-loop user sends its first request (``--start-spread``)."""
 
     # ------------------------------------------------------------------ users
 
@@ -211,6 +217,7 @@ class Runtime:
         self.ended_at = None
         self.stage = StageClock()
         self.final_counts_from.clear()
+        self.start_spread.reset()
         self.running = True
         if self.server_view is not None:
             self.server_view.start()
