@@ -152,6 +152,10 @@ class StageSummary(Totals):
 
     index: int = 0
     users: int | None = None
+    """Closed loop: this model's own users in the stage (what it had, e.g. 4 of ``concurrency:8`` over two
+    models; with ``--paired`` every user drives every model)."""
+    users_total: int | None = None
+    """Closed loop: the stage's users over all models, as the shape names them (``concurrency:8`` → 8)."""
     rate: float | None = None
     start_s: float = 0.0
     end_s: float = 0.0

@@ -216,7 +216,7 @@ def parse_start_spread(text: str | float | None, spelled: str = "--start-spread"
         value = float(raw[:-1] if raw.endswith("s") else raw)
     except ValueError:
         value = math.nan
-    if not math.isfinite(value) or not 0 < value <= 3600:
+    if not math.isfinite(value) or not 0.1 <= value <= 3600:
         raise UsageError(f"{spelled} {text}: use auto, off, or 0.1 to 3600 seconds (e.g. 3 or 3s)")
     return value
 
