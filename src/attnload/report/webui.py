@@ -49,6 +49,7 @@ COLUMNS: tuple[tuple[str, str, int | None], ...] = (
     ("kv_used_pct", "Server KV used (%)", 0),
     ("waiting_mean", "Server waiting", 1),
     ("preemptions", "Preemptions", None),
+    ("server_ttft_p50_ms", "Server TTFT p50 (ms)", None),
     ("requests_ok", "OK", None),
     ("errors", "Errors", None),
     ("prompt_tokens", "Prompt tok (mean)", 0),
@@ -100,7 +101,7 @@ def turn_rows(model: ModelSummary) -> list[dict[str, Any]]:
         "ttft_p50_ms": _ms(row.ttft_s.p50), "ttft_p99_ms": _ms(row.ttft_s.p99), "itl_p50_ms": _ms(row.itl_s.p50),
         "itl_p99_ms": _ms(row.itl_s.p99), "output_tok_s": "", "in_flight": "", "requests_ok": row.requests - row.failed,
         "errors": row.failed, "prompt_tokens": row.prompt_tokens_mean, "cached_tokens": row.cached_tokens_mean,
-        "kv_used_pct": "", "waiting_mean": "", "preemptions": "",
+        "kv_used_pct": "", "waiting_mean": "", "preemptions": "", "server_ttft_p50_ms": "",
     } for row in model.turns]
 
 

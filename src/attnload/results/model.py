@@ -56,7 +56,9 @@ class Totals(_Model):
     e2e_s: Summary = Summary()
     prompt_tokens: int = 0
     completion_tokens: int = 0
-    cached_prompt_tokens: int = 0
+    cached_prompt_tokens: int | None = None
+    """Sum of ``usage.prompt_tokens_details.cached_tokens``; None when no request here reported it
+    (a server that reports 0 gives 0)."""
     estimated_tokens: bool = False
     """True when some token counts came from the local estimator (server sent no usage)."""
     output_tokens_per_s: float = 0.0
@@ -123,6 +125,12 @@ class ServerSummary(_Model):
     generation_tokens: int | float | None = None
     ttft_p50_s: float | None = None
     ttft_p99_s: float | None = None
+    ttft_p50_bucket_s: tuple[float, float | None] | None = None
+    """``[lower, upper]`` seconds of the server histogram's bucket holding the p50 (upper None: the
+    ``+Inf`` bucket): ``ttft_p50_s`` is interpolated inside it, so the true p50 is only known to lie there."""
+    ttft_p99_bucket_s: tuple[float, float | None] | None = None
+    """The same for the p99."""
+
 class TurnSummary(_Model):
     """Conversations: what turn ``turn`` (1-based) of every conversation did; cached tokens rise with it.
 
@@ -133,6 +141,7 @@ class TurnSummary(_Model):
     failed: int = 0
     prompt_tokens_mean: float | None = None
     cached_tokens_mean: float | None = None
+    """Mean over the successful requests whose server reported cached tokens; None when none did."""
     ttft_s: Summary = Summary()
     itl_s: Summary = Summary()
 

@@ -65,6 +65,12 @@ def summary(hist: LogHistogram) -> Summary:
     return Summary.model_validate(hist.summary())
 
 
+def cached_total(counts: dict[str, int]) -> int | None:
+    """Cached prompt tokens the server reported; None when no request of the scope reported any
+    (absent is not zero: vLLM sends them only with ``--enable-prompt-tokens-details``)."""
+    return counts.get("cached_prompt_tokens", 0) if counts.get("cached_reported", 0) else None
+
+
 def totals(series: Series, duration_s: float, slo_set: bool) -> dict[str, Any]:
     """The fields shared by model, profile and stage summaries."""
     counts = series.counts
@@ -76,7 +82,7 @@ def totals(series: Series, duration_s: float, slo_set: bool) -> dict[str, Any]:
         "ttft_s": summary(series.hists["ttft"]), "itl_s": summary(series.hists["itl"]),
         "tpot_s": summary(series.hists["tpot"]), "e2e_s": summary(series.hists["e2e"]),
         "prompt_tokens": counts.get("prompt_tokens", 0), "completion_tokens": counts.get("completion_tokens", 0),
-        "cached_prompt_tokens": counts.get("cached_prompt_tokens", 0),
+        "cached_prompt_tokens": cached_total(counts),
         "estimated_tokens": counts.get("estimated", 0) > 0,
         "output_tokens_per_s": counts.get("completion_tokens", 0) / duration_s,
         "requests_per_s": counts.get("ok", 0) / duration_s,
