@@ -103,6 +103,8 @@ CASES = [
     Case("users-absurd", "run", _json(), ("--users", "1e+09"), flags=("--users", "1000000000")),
     Case("spawn-rate-inf", "run", _json(), ("--spawn-rate", "inf"), flags=("--spawn-rate", "inf")),
     Case("stop-timeout-nan", "run", _json(), ("--stop-timeout", "nan"), flags=("--stop-timeout", "nan")),
+    *[Case(f"start-spread-{value}", "run", _json(), ("--start-spread", value, "auto, off"),
+           flags=("--start-spread", value)) for value in ("soon", "-1", "inf", "nan", "0.01")],
     Case("duration-absurd", "run", _json(), ("--duration", "99999h"), flags=("--duration", "99999h")),
     Case("weight-infinity", "run", _json(model=', "weight": Infinity'), ("models.a.weight", "Infinity")),
     Case("weight-nan-toml", "run", _toml(extra="weight = nan\n"), ("models.a.weight", "NaN"), ".toml"),

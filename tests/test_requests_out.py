@@ -40,8 +40,8 @@ FACTS = TargetFacts("mla_model", "deepseek-chat", "MLA")
 def _record(**changes: object) -> RequestRecord:
     base = RequestRecord(model_key="mla_model", profile="chat", stage=2, outcome="ok", error=None, ttft_s=0.25,
                          itl_samples=((0.01, 1), (0.03, 1), (0.02, 2)), e2e_s=0.31, prompt_tokens=900,
-                         completion_tokens=5, cached_prompt_tokens=0, tokens_estimated=False,
-                         started_perf=100.0, http_status=200, cached_tokens_reported=None)
+                         completion_tokens=5, cached_prompt_tokens=None, tokens_estimated=False,
+                         started_perf=100.0, http_status=200)
     return replace(base, **changes)  # type: ignore[arg-type]
 
 
@@ -73,7 +73,7 @@ def test_a_closed_loop_line_maps_perf_times_to_epoch() -> None:
 
 def test_an_open_loop_line_counts_from_the_intended_start() -> None:
     record = _record(dispatch_lag_s=0.5, stage=-1, turn=2, outcome="failed", error="rate_limited", ttft_s=None,
-                     itl_samples=(), http_status=429, cached_tokens_reported=128)
+                     itl_samples=(), http_status=429, cached_prompt_tokens=128)
     line = request_line(record, FACTS, worker=0, who=Who(conversation="w0o5"), now_perf=1000.0,
                         now_epoch=1_700_000_900.0)
     assert line["intended_s"] == 1_699_999_999.5 and line["start_s"] == 1_700_000_000.0

@@ -140,7 +140,9 @@ def test_window_exact_deltas_and_ttft_quantiles() -> None:
         "requests_running": {"mean": 38.0, "max": 64.0}, "requests_waiting": {"mean": 3.5, "max": 7.0},
         "preemptions": 5, "prefix_cache_hit_ratio": 0.2, "prompt_tokens": 20000, "generation_tokens": 40000,
         # delta: 80 in (0.75, 1], 110 in (1, 2.5], 10 in (2.5, 5]; interpolated as histogram_quantile
-        "ttft_p50_s": pytest.approx(1.0 + 1.5 * 20 / 110, rel=1e-12), "ttft_p99_s": pytest.approx(4.5, rel=1e-12)}
+        "ttft_p50_s": pytest.approx(1.0 + 1.5 * 20 / 110, rel=1e-12), "ttft_p99_s": pytest.approx(4.5, rel=1e-12),
+        # the buckets those quantiles were interpolated in (vLLM's bounds: …0.75, 1.0, 2.5, 5.0…)
+        "ttft_p50_bucket_s": (1.0, 2.5), "ttft_p99_bucket_s": (2.5, 5.0)}
     assert window.queue_time_mean_s == pytest.approx(0.3)  # (65 - 5) s over (300 - 100) requests
 
 

@@ -133,7 +133,8 @@ def test_http_acceptance_7_13(acceptance: tuple[dict[str, Any], Poller]) -> None
     assert (gqa["attention"], mla["attention"]) == ("GQA", "MLA")
     g1, g2, m1, m2 = stage(gqa, 0), stage(gqa, 1), stage(mla, 0), stage(mla, 1)
     report = {"gqa": [g1, g2], "mla": [m1, m2]}
-    assert (g1["users"], g2["users"]) == (64, 144)
+    assert (g1["users_total"], g2["users_total"]) == (64, 144)
+    assert (g1["users"], g2["users"], m1["users"], m2["users"]) == (32, 72, 32, 72)  # each model's own users
     for s in (g1, g2, m1, m2):
         assert s["requests"]["failed"] == 0 and s["requests"]["ok"] > 50, (s["requests"], s["errors"])
     # ITL: MLA's decode step is ≥ 2.5× GQA's in both stages.

@@ -219,6 +219,11 @@ def test_recorded_server_values_appear_and_a_broken_one_is_null(
         assert got[field] == pytest.approx(want[field]), field
     for field in ("ttft_p50_s", "ttft_p99_s"):
         assert got[field] == pytest.approx(want[field], rel=1e-9), field
+    for field in ("ttft_p50_bucket_s", "ttft_p99_bucket_s"):  # the buckets those were interpolated in
+        assert got[field] == (None if want[field] is None else list(want[field])), field
+    if flavour == "vllm":
+        assert got["ttft_p50_bucket_s"] == [1.0, 2.5]
+        assert "1,000–2,500" in log  # the console shows vLLM's coarse p50 as its bucket, not "1,272.7"
     for gauge in ("kv_cache_usage", "requests_running", "requests_waiting"):
         assert got[gauge]["max"] == pytest.approx(want[gauge]["max"]), gauge  # t1's value (the larger here)
     assert served["server"]["generation_tokens"] == want["generation_tokens"]

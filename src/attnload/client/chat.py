@@ -339,10 +339,10 @@ class ChatClient:
             e2e_s=end - origin,
             prompt_tokens=reported_prompt if isinstance(reported_prompt, int) else prompt_tokens(body.get("messages", ())),
             completion_tokens=completion,
-            cached_prompt_tokens=int(details.get("cached_tokens") or 0) if isinstance(details, dict) else 0,
+            cached_prompt_tokens=cached_tokens(details),
             tokens_estimated=estimated, dispatch_lag_s=None if intended_start is None else started - intended_start,
             reply_text=None if run.texts is None else "".join(run.texts), started_perf=started,
-            http_status=_status_code(run), cached_tokens_reported=_cached_tokens(details))
+            http_status=_status_code(run))
 
 
 def _status_code(run: _Run) -> int | None:
@@ -351,13 +351,15 @@ def _status_code(run: _Run) -> int | None:
     return response.get_code() if response is not None and response.headers_complete else None
 
 
-def _cached_tokens(details: Any) -> int | None:
-    cached = details.get("cached_tokens") if isinstance(details, dict) else None
-    return cached if isinstance(cached, int) else None
-
-
 class Abandoned(Exception):
     """The client gives up on the stream on purpose (``--abandon-after``): not a failure."""
+
+
+def cached_tokens(details: object) -> int | None:
+    """``usage.prompt_tokens_details.cached_tokens``; None when the server did not report it (vLLM only
+    does with ``--enable-prompt-tokens-details``): absent is not zero."""
+    value = details.get("cached_tokens") if isinstance(details, dict) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
 
 
 class Cancelled(Exception):

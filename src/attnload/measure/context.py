@@ -102,4 +102,4 @@ def _rekeyed(record: RequestRecord, kind: str, index: int) -> RequestRecord:
         model_key=record.model_key, profile=kind, stage=index, outcome=record.outcome, error=record.error,
         ttft_s=record.ttft_s, itl_samples=record.itl_samples, e2e_s=record.e2e_s,
         prompt_tokens=record.prompt_tokens if ok else 0, completion_tokens=record.completion_tokens if ok else 0,
-        cached_prompt_tokens=record.cached_prompt_tokens if ok else 0, tokens_estimated=record.tokens_estimated)
+        cached_prompt_tokens=record.cached_prompt_tokens if ok else None, tokens_estimated=record.tokens_estimated)

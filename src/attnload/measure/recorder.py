@@ -16,7 +16,8 @@ from attnload.measure.histogram import LogHistogram
 
 HISTOGRAMS = ("ttft", "itl", "tpot", "e2e", "lag")
 COUNTERS = ("ok", "failed", "cancelled", "abandoned", "prompt_tokens", "completion_tokens", "cached_prompt_tokens",
-            "estimated", "good")
+            "estimated", "good", "cached_reported")
+"""``cached_reported``: requests whose server reported cached tokens (the sum counts only those)."""
 
 
 @dataclass
@@ -64,7 +65,8 @@ class RequestRecord:
     e2e_s: float
     prompt_tokens: int
     completion_tokens: int
-    cached_prompt_tokens: int
+    cached_prompt_tokens: int | None
+    """``usage.prompt_tokens_details.cached_tokens``; None when the server did not report it."""
     tokens_estimated: bool
     dispatch_lag_s: float | None = None
     good: bool = False
@@ -78,8 +80,6 @@ class RequestRecord:
     """``perf_counter`` when the request went on the wire (the per-request log's ``start_s``)."""
     http_status: int | None = None
     """The response's HTTP status (None: no response head arrived)."""
-    cached_tokens_reported: int | None = None
-    """``usage.prompt_tokens_details.cached_tokens`` as the server sent it; None when it sent none."""
 
     @property
     def tpot_s(self) -> float | None:
@@ -147,7 +147,9 @@ def _apply(series: Series, record: RequestRecord) -> None:
         series.errors[record.error] = series.errors.get(record.error, 0) + 1
     counts["prompt_tokens"] += record.prompt_tokens
     counts["completion_tokens"] += record.completion_tokens
-    counts["cached_prompt_tokens"] += record.cached_prompt_tokens
+    if record.cached_prompt_tokens is not None:
+        counts["cached_prompt_tokens"] += record.cached_prompt_tokens
+        counts["cached_reported"] += 1
     counts["estimated"] += record.tokens_estimated and record.outcome == "ok"  # unfinished requests never have usage
     counts["good"] += record.good
     hists = series.hists

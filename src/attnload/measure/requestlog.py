@@ -109,7 +109,7 @@ def request_line(record: RequestRecord, facts: TargetFacts, worker: int, who: Wh
         "e2e_s": _us(record.e2e_s), "itl_p50_s": _us(p50), "itl_max_s": _us(peak),
         "chunks": len(record.itl_samples) + (record.ttft_s is not None),
         "prompt_tokens": record.prompt_tokens, "completion_tokens": record.completion_tokens,
-        "cached_tokens": record.cached_tokens_reported, "tokens_estimated": record.tokens_estimated,
+        "cached_tokens": record.cached_prompt_tokens, "tokens_estimated": record.tokens_estimated,
         "dispatch_lag_s": _us(lag), "status": status_of(record), "error_class": record.error,
         "http_status": record.http_status,
     }

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from attnload.report.fmt import METRICS, Metric, stage_label, stage_x
-from attnload.results.model import ModelSummary, Results, Totals
+from attnload.results.model import ModelSummary, Results, StageSummary, Totals
 
 DEFAULT_THRESHOLD = 0.10
 FAILURE_RATIO_STEP = 0.01
@@ -91,11 +91,17 @@ def _row(key: str, stage: str | None, base: Totals, cur: Totals, threshold: floa
     return Row(key, stage, [_delta(m, base, cur, threshold) for m in METRICS], (fb, fc), failure_regression)
 
 
+def _load_key(stage: StageSummary) -> float | None:
+    """The stage's load as the shape named it: ``users_total`` where recorded (older files carry the
+    stage total in ``users``), so runs written before and after per-model users still pair."""
+    return float(stage.users_total) if stage.users_total is not None else stage_x(stage)
+
+
 def _stage_rows(base: ModelSummary, cur: ModelSummary, threshold: float) -> list[Row]:
-    by_load = {stage_x(s): s for s in base.stages}
+    by_load = {_load_key(s): s for s in base.stages}
     rows = []
     for stage in cur.stages:
-        match = by_load.get(stage_x(stage))
+        match = by_load.get(_load_key(stage))
         if match is not None:
             rows.append(_row(cur.key, stage_label(stage), match, stage, threshold))
     return rows

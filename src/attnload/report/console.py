@@ -29,6 +29,7 @@ from attnload.report.fmt import (
     stage_label,
 )
 from attnload.report.paired import ci_ms, diff_ms, paired_rows
+from attnload.report.turns import cached_notes
 from attnload.results.model import ModelSummary, Results, StageSummary, Totals
 
 
@@ -139,6 +140,7 @@ def render_table(results: Results) -> RenderableType:
     notes: list[str] = []
     if presets_differ(results):
         notes.append(f"note: {MIXED_MODELS_NOTE}")
+    notes.extend(f"note: {text}" for text in cached_notes(results))
     if results.client.client_saturated:
         reasons = "; ".join(results.client.saturation_reasons) or f"CPU {results.client.cpu_max_ratio:.0%}"
         notes.append(f"warning: client saturated ({reasons}): latencies include load-generator delay")

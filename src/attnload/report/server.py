@@ -17,6 +17,7 @@ from rich.table import Table
 
 from attnload.report.fmt import DASH, ms_bare, percent, series_name, stage_label
 from attnload.results.model import ModelSummary, Results, ServerSummary, StageSummary, Totals
+from attnload.results.server import bucket_range, is_wide
 
 
 def _share(value: float | None) -> str:
@@ -37,6 +38,20 @@ class Column:
     path: str
     get: Callable[[Totals, ServerSummary], float | int | None]
     show: Callable[[float | None], str]
+    text: Callable[[ServerSummary], str] | None = None
+    """How the cell reads when not ``show(get(...))``: a server TTFT in a wide bucket reads as its range."""
+
+    def render(self, totals: Totals, server: ServerSummary) -> str:
+        return self.text(server) if self.text is not None else self.show(self.get(totals, server))
+
+
+def server_ttft(seconds: float | None, bucket: tuple[float, float | None] | None) -> str:
+    """A server TTFT quantile in ms: the bucket it falls in when the bucket is wide ("100–250"), else
+    the interpolated value (docs/server-metrics.md, "Coarse buckets")."""
+    if seconds is not None and is_wide(bucket):
+        assert bucket is not None
+        return bucket_range(bucket)
+    return ms_bare(seconds)
 
 
 COLUMNS: tuple[Column, ...] = (
@@ -46,7 +61,8 @@ COLUMNS: tuple[Column, ...] = (
     Column("waiting mean", "server.requests_waiting.mean", lambda t, s: s.requests_waiting.mean, _number),
     Column("waiting max", "server.requests_waiting.max", lambda t, s: s.requests_waiting.max, _number),
     Column("preemptions", "server.preemptions", lambda t, s: s.preemptions, _number),
-    Column("TTFT p50 ms server", "server.ttft_p50_s", lambda t, s: s.ttft_p50_s, ms_bare),
+    Column("TTFT p50 ms server", "server.ttft_p50_s", lambda t, s: s.ttft_p50_s, ms_bare,
+           lambda s: server_ttft(s.ttft_p50_s, s.ttft_p50_bucket_s)),
     Column("TTFT p50 ms client", "ttft_s.p50", lambda t, s: t.ttft_s.p50, ms_bare),
     Column("gen tokens server", "server.generation_tokens", lambda t, s: s.generation_tokens, _number),
     Column("tokens client", "completion_tokens", lambda t, s: t.completion_tokens, _number),
@@ -92,7 +108,7 @@ def console_table(results: Results) -> Table | None:
     last = None
     for model, stage, server in found:
         totals: Totals = stage if stage is not None else model
-        shown = [column.show(column.get(totals, server)) for column in COLUMNS]  # type: ignore[arg-type]
+        shown = [column.render(totals, server) for column in COLUMNS]
         cells = [" / ".join(shown[i] for i in indexes) for _, indexes in _CONSOLE_GROUPS]
         gap = "server_client_gap" if stage is not None and "server_client_gap" in stage.flags else ""
         table.add_row(model.key if model.key != last else "", stage_label(stage) if stage else "run", *cells, gap,
@@ -119,7 +135,7 @@ def html_section(results: Results) -> str:
             value = column.get(totals, server)  # type: ignore[arg-type]
             raw = "" if value is None else repr(value)
             cells.append(f'<td class="num" data-field="{escape(column.path)}" data-value="{escape(raw)}">'
-                         f"{escape(column.show(value))}</td>")
+                         f"{escape(column.render(totals, server))}</td>")
         reasons = stage.server_gap_reasons if stage is not None else []
         gap = (f'<span class="flag" title="{escape("; ".join(reasons))}">server_client_gap</span>'
                if reasons else "")
@@ -139,9 +155,10 @@ def live_cells(totals: Totals) -> dict[str, str]:
     (``2.3 %``, ``1.5``, ``12``); blank where no server metrics."""
     server = getattr(totals, "server", None)
     if server is None:
-        return {"kv_used_pct": "", "waiting_mean": "", "preemptions": ""}
+        return {"kv_used_pct": "", "waiting_mean": "", "preemptions": "", "server_ttft_p50_ms": ""}
     return {"kv_used_pct": percent(server.kv_cache_usage.mean),
-            "waiting_mean": _number(server.requests_waiting.mean), "preemptions": _number(server.preemptions)}
+            "waiting_mean": _number(server.requests_waiting.mean), "preemptions": _number(server.preemptions),
+            "server_ttft_p50_ms": server_ttft(server.ttft_p50_s, server.ttft_p50_bucket_s)}
 
 
 def measured_state(results: Results) -> list[str]:

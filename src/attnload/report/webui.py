@@ -50,6 +50,7 @@ COLUMNS: tuple[tuple[str, str], ...] = (
     ("kv_used_pct", "Server KV used"),
     ("waiting_mean", "Server waiting"),
     ("preemptions", "Preemptions"),
+    ("server_ttft_p50_ms", "Server TTFT p50 (ms)"),
     *gpu_view.LIVE_COLUMNS,
     ("requests_ok", "OK"),
     ("errors", "Errors"),
@@ -119,7 +120,7 @@ def turn_rows(model: ModelSummary) -> list[dict[str, Any]]:
         "itl_p50_ms": _ms_cell(row.itl_s.p50), "itl_p99_ms": _ms_cell(row.itl_s.p99), "output_tok_s": "",
         "in_flight": "", "requests_ok": row.requests - row.failed, "errors": row.failed,
         "prompt_tokens": _mean_cell(row.prompt_tokens_mean), "cached_tokens": _mean_cell(row.cached_tokens_mean),
-        "kv_used_pct": "", "waiting_mean": "", "preemptions": "", **dict.fromkeys(gpu_view.LIVE_KEYS, ""),
+        "kv_used_pct": "", "waiting_mean": "", "preemptions": "", "server_ttft_p50_ms": "", **dict.fromkeys(gpu_view.LIVE_KEYS, ""),
     } for row in model.turns]
 
 

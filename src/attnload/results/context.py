@@ -28,7 +28,7 @@ def context_fields(context: ContextRecorder | None, model_key: str) -> dict[str,
         turns.append(TurnSummary(
             turn=turn, requests=ok + counts.get("failed", 0), failed=counts.get("failed", 0),
             prompt_tokens_mean=_mean(counts.get("prompt_tokens", 0), ok),
-            cached_tokens_mean=_mean(counts.get("cached_prompt_tokens", 0), ok),
+            cached_tokens_mean=_mean(counts.get("cached_prompt_tokens", 0), counts.get("cached_reported", 0)),
             ttft_s=_summary(series, "ttft"), itl_s=_summary(series, "itl")))
     buckets = []
     for high, series in context.by(model_key, PROMPT).items():

@@ -58,7 +58,9 @@ class Totals(_Model):
     e2e_s: Summary = Summary()
     prompt_tokens: int = 0
     completion_tokens: int = 0
-    cached_prompt_tokens: int = 0
+    cached_prompt_tokens: int | None = None
+    """Sum of ``usage.prompt_tokens_details.cached_tokens``; None when no request here reported it
+    (a server that reports 0 gives 0)."""
     estimated_tokens: bool = False
     """True when some token counts came from the local estimator (server sent no usage)."""
     output_tokens_per_s: float = 0.0
@@ -128,6 +130,11 @@ class ServerSummary(_Model):
     generation_tokens: int | float | None = None
     ttft_p50_s: float | None = None
     ttft_p99_s: float | None = None
+    ttft_p50_bucket_s: tuple[float, float | None] | None = None
+    """``[lower, upper]`` seconds of the server histogram's bucket holding the p50 (upper None: the
+    ``+Inf`` bucket): ``ttft_p50_s`` is interpolated inside it, so the true p50 is only known to lie there."""
+    ttft_p99_bucket_s: tuple[float, float | None] | None = None
+    """The same for the p99."""
 
 
 class GpuSummary(_Model):
@@ -165,6 +172,7 @@ class TurnSummary(_Model):
     failed: int = 0
     prompt_tokens_mean: float | None = None
     cached_tokens_mean: float | None = None
+    """Mean over the successful requests whose server reported cached tokens; None when none did."""
     ttft_s: Summary = Summary()
     itl_s: Summary = Summary()
 
@@ -184,6 +192,10 @@ class StageSummary(Totals):
 
     index: int = 0
     users: int | None = None
+    """Closed loop: this model's own users in the stage (what it had, e.g. 4 of ``concurrency:8`` over two
+    models; with ``--paired`` every user drives every model)."""
+    users_total: int | None = None
+    """Closed loop: the stage's users over all models, as the shape names them (``concurrency:8`` → 8)."""
     rate: float | None = None
     start_s: float = 0.0
     end_s: float = 0.0

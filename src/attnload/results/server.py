@@ -14,8 +14,10 @@ count explains (docs/server-metrics.md, "Agreement check"):
 - **TTFT.** The server measures from when it received the request, the client from when it
   sent it: the client's p50 is larger by network and gateway time. A server p50 below half
   the client's with more than 50 ms between them (or above twice the client's, which no
-  network explains) is flagged. Half/twice leave room for the server's histogram buckets
-  (vLLM's 1–2.5 s bucket interpolates a true 2.4 s as 1.75 s, 0.73×).
+  network explains) is flagged. The server's p50 comes from histogram buckets (vLLM's TTFT:
+  …0.1, 0.25, 0.5…), so it is only known to lie in its bucket: a client p50 inside that bucket
+  is no gap, and half/twice are measured from the bucket's edges, not from the interpolated
+  value (vLLM's 1–2.5 s bucket interpolates a true 2.4 s as 1.75 s).
 """
 
 from __future__ import annotations
@@ -34,6 +36,8 @@ TTFT_RATIO = 0.5
 TTFT_MIN_GAP_S = 0.05
 """...when they are also this far apart (a few ms of network is no gap)."""
 MIN_REQUESTS_FOR_TTFT = 10
+WIDE_BUCKET_RATIO = 1.25
+"""A bucket whose upper bound exceeds this multiple of its lower one is shown as its range ("100–250 ms")."""
 
 
 @dataclass
@@ -74,14 +78,44 @@ def gap_reasons(stage: StageSummary, server: ServerSummary) -> list[str]:
                            f"(allowed difference {allowance:.0f})")
     client_p50, server_p50 = stage.ttft_s.p50, server.ttft_p50_s
     if client_p50 is not None and server_p50 is not None and stage.ttft_s.count >= MIN_REQUESTS_FOR_TTFT:
-        apart = abs(client_p50 - server_p50) > TTFT_MIN_GAP_S
-        if apart and server_p50 < TTFT_RATIO * client_p50:
-            reasons.append(f"server TTFT p50 {server_p50 * 1000:.0f} ms < half the client's "
+        bucket = server.ttft_p50_bucket_s
+        low, high = (bucket[0], bucket[1]) if bucket is not None else (server_p50, server_p50)
+        shown = ttft_text(server_p50, bucket)
+        if high is not None and high < TTFT_RATIO * client_p50 and client_p50 - high > TTFT_MIN_GAP_S:
+            reasons.append(f"server TTFT p50 {shown} < half the client's "
                            f"{client_p50 * 1000:.0f} ms (a gateway or the network adds time)")
-        elif apart and server_p50 > client_p50 / TTFT_RATIO:
-            reasons.append(f"server TTFT p50 {server_p50 * 1000:.0f} ms > twice the client's "
+        elif low > client_p50 / TTFT_RATIO and low - client_p50 > TTFT_MIN_GAP_S:
+            reasons.append(f"server TTFT p50 {shown} > twice the client's "
                            f"{client_p50 * 1000:.0f} ms (another model's series, or other traffic)")
     return reasons
+
+
+def is_wide(bucket: tuple[float, float | None] | None) -> bool:
+    """Whether a quantile's bucket is too coarse to print the interpolated value alone."""
+    if bucket is None:
+        return False
+    low, high = bucket
+    return high is None or low <= 0 or high > WIDE_BUCKET_RATIO * low
+
+
+def _ms(seconds: float) -> str:
+    value = seconds * 1000.0
+    return f"{value:,.0f}" if value >= 10 or value.is_integer() else f"{value:.2g}"
+
+
+def bucket_range(bucket: tuple[float, float | None]) -> str:
+    """``100–250`` (ms), ``0–1`` for the first bucket, ``>2,560,000`` for the ``+Inf`` one."""
+    low, high = bucket
+    return f">{_ms(low)}" if high is None else f"{_ms(low)}–{_ms(high)}"
+
+
+def ttft_text(seconds: float | None, bucket: tuple[float, float | None] | None, unit: str = " ms") -> str:
+    """A server TTFT quantile as it should read: its bucket when wide ("100–250 ms"), else the value."""
+    if seconds is None:
+        return "—"
+    if bucket is not None and is_wide(bucket):
+        return bucket_range(bucket) + unit
+    return f"{seconds * 1000:.0f}{unit}"
 
 
 def token_allowance(stage: StageSummary) -> float:

@@ -37,10 +37,39 @@ class StageWindow:
     flags: tuple[str, ...] = ()
     rates: dict[str, float] | None = None
     """Open-loop rate per model key (a sweep gives each model its own)."""
+    model_users: dict[str, int] | None = None
+    """Closed loop: the users each model had (sampled by the runner); None: split ``users`` by weight."""
+
+
+def split_users(total: int, config: TestConfig, paired: bool) -> dict[str, int]:
+    """Each model's share of ``total`` closed-loop users as the runner assigns them: round-robin over
+    the models, each taking ``round(weight)`` slots (``--paired``: every user drives every model)."""
+    if paired:
+        return {m.key: total for m in config.models}
+    slots = [m.key for m in config.models for _ in range(max(1, round(m.weight)))]
+    shares = dict.fromkeys((m.key for m in config.models), 0)
+    for i in range(total):
+        shares[slots[i % len(slots)]] += 1
+    return shares
+
+
+def stage_users(window: StageWindow, config: TestConfig, model_key: str, paired: bool) -> int | None:
+    """What ``stages[].users`` reports for one model: its own users, measured when sampled."""
+    if window.users is None:
+        return None
+    if window.model_users is not None:
+        return window.model_users.get(model_key, 0)
+    return split_users(window.users, config, paired).get(model_key, 0)
 
 
 def summary(hist: LogHistogram) -> Summary:
     return Summary.model_validate(hist.summary())
+
+
+def cached_total(counts: dict[str, int]) -> int | None:
+    """Cached prompt tokens the server reported; None when no request of the scope reported any
+    (absent is not zero: vLLM sends them only with ``--enable-prompt-tokens-details``)."""
+    return counts.get("cached_prompt_tokens", 0) if counts.get("cached_reported", 0) else None
 
 
 def totals(series: Series, duration_s: float, slo_set: bool) -> dict[str, Any]:
@@ -54,7 +83,7 @@ def totals(series: Series, duration_s: float, slo_set: bool) -> dict[str, Any]:
         "ttft_s": summary(series.hists["ttft"]), "itl_s": summary(series.hists["itl"]),
         "tpot_s": summary(series.hists["tpot"]), "e2e_s": summary(series.hists["e2e"]),
         "prompt_tokens": counts.get("prompt_tokens", 0), "completion_tokens": counts.get("completion_tokens", 0),
-        "cached_prompt_tokens": counts.get("cached_prompt_tokens", 0),
+        "cached_prompt_tokens": cached_total(counts),
         "estimated_tokens": counts.get("estimated", 0) > 0,
         "output_tokens_per_s": counts.get("completion_tokens", 0) / duration_s,
         "requests_per_s": counts.get("ok", 0) / duration_s,
@@ -78,7 +107,9 @@ def build_results(config: TestConfig, recorder: Recorder, *, started_at: float, 
                                             slo_set))
                     for p in config.profiles if any(k[0] == target.key and k[1] == p.name for k in recorder.series)}
         stage_summaries = [with_replay_rates(_stage_summary(recorder, target.key, window, slo_set, paired,
-                                                            replay=trace_rate_per_s is not None), context,
+                                                            replay=trace_rate_per_s is not None,
+                                                            users=stage_users(window, config, target.key,
+                                                                              paired is not None)), context,
                                              target.key, trace_rate_per_s) for window in stages]
         stage_summaries = [with_arrivals(s, run_info, trace_rate_per_s is not None) for s in stage_summaries]
         if server is not None:
@@ -101,7 +132,8 @@ def build_results(config: TestConfig, recorder: Recorder, *, started_at: float, 
 
 
 def _stage_summary(recorder: Recorder, model_key: str, window: StageWindow, slo_set: bool,
-                   paired: PairedRecorder | None, replay: bool = False) -> StageSummary:
+                   paired: PairedRecorder | None, replay: bool = False, users: int | None = None
+                   ) -> StageSummary:
     series = recorder.combined(model_key=model_key, stage=window.index)
     window_s = max(window.end_s - window.start_s, 1e-9)
     fields = totals(series, window_s, slo_set)
@@ -121,7 +153,8 @@ def _stage_summary(recorder: Recorder, model_key: str, window: StageWindow, slo_
         if (behind or short) and "client_behind" not in flags:
             flags.append("client_behind")
     return StageSummary(
-        **fields, index=window.index, users=window.users, rate=rate, start_s=window.start_s, end_s=window.end_s,
+        **fields, index=window.index, users=users if users is not None else window.users,
+        users_total=window.users, rate=rate, start_s=window.start_s, end_s=window.end_s,
         dispatch_lag_s=summary(lag) if lag.count else None, flags=flags, achieved_rate_rps=achieved,
         paired=paired.summary(model_key, window.index) if paired is not None else None)
 

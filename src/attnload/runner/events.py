@@ -34,6 +34,7 @@ from attnload.runner.replay import ReplaySchedule
 from attnload.runner.runtime import Runtime
 from attnload.runner.serverview import ServerView, scrape_targets
 from attnload.runner.shape import STAGE_MESSAGE, StageMessage
+from attnload.runner.startspread import wire as wire_start_spread
 from attnload.runner.stops import (
     install_stop_handlers,
     snapshot_interval,
@@ -69,6 +70,7 @@ def _on_init(environment: Environment, attention_facts: FactsLookup, **_: Any) -
     environment.attnload = runtime  # type: ignore[attr-defined]
     if not options.locust_stats:
         silence_locust_tables()
+    wire_start_spread(runner, runtime.start_spread, role)  # workers ask the master which user is a model's pilot
     events = environment.events
     watch_parent_from_env()  # started by `attnload run`: stop when it is gone
     # `attnload cluster run --requests-out` sets it per test through /swarm (Locust copies it to workers);

@@ -30,7 +30,14 @@ from attnload.results.requests_file import requests_out_path
 from attnload.runner.arrivalflags import check_arrival_flags
 from attnload.runner.dialogs import check_traffic
 from attnload.runner.flagcheck import check_flag_limits
-from attnload.runner.options import OPTION, environment, server_metrics_interval, server_metrics_mode, truthy
+from attnload.runner.options import (
+    OPTION,
+    environment,
+    parse_start_spread,
+    server_metrics_interval,
+    server_metrics_mode,
+    truthy,
+)
 from attnload.runner.stops import INTERRUPT_GRACE_S, PARENT_PID_ENV, die_with_parent
 from attnload.workload.shapes import (
     ReplaySpec,
@@ -79,6 +86,8 @@ class LoadPlan:
     """``--locust-stats`` (or ``ATTNLOAD_LOCUST_STATS=1``): Locust's own request tables on the console too."""
     requests_out: str | None = None
     """``--requests-out PATH`` (absolute): the master writes the per-request JSONL there."""
+    start_spread: str | None = None
+    """``--start-spread`` as given (None: ATTNLOAD_START_SPREAD from the environment, else auto)."""
 
 
 @dataclass(frozen=True)
@@ -126,6 +135,11 @@ def plan_from_args(args: argparse.Namespace, config_path: Path) -> LoadPlan:
     if snapshot_s is not None and not (math.isfinite(snapshot_s) and (snapshot_s == 0 or 1 <= snapshot_s <= 86400)):
         raise UsageError(f"--snapshot-interval {snapshot_s:g}: use 0 (off) or 1 to 86400 seconds")
     requests_out = requests_out_path(getattr(args, "requests_out", None) or os.environ.get(OPTION["requests-out"].env))
+    start_spread = getattr(args, "start_spread", None)
+    if start_spread is not None:
+        parse_start_spread(start_spread)
+    else:
+        parse_start_spread(os.environ.get(OPTION["start-spread"].env), OPTION["start-spread"].env)
     check_reachable(config)
     return LoadPlan(config=config, config_path=config_path, shape=shape, spawn_rate=args.spawn_rate,
                     workers=args.workers, results_dir=Path(args.results), metrics_port=args.metrics_port,
@@ -139,7 +153,7 @@ def plan_from_args(args: argparse.Namespace, config_path: Path) -> LoadPlan:
                     csv_prefix=getattr(args, "csv", None) or None, snapshot_interval_s=snapshot_s,
                     locust_stats=bool(getattr(args, "locust_stats", None))
                     or truthy(os.environ.get(OPTION["locust-stats"].env)),
-                    requests_out=requests_out)
+                    requests_out=requests_out, start_spread=start_spread)
 
 
 def execute(plan: LoadPlan, *, quiet: bool = False) -> Results | None:
@@ -254,7 +268,7 @@ def _environment(plan: LoadPlan) -> dict[str, str]:
         "max-in-flight": str(plan.max_in_flight) if plan.max_in_flight else None,
         "server-metrics": plan.server_metrics, "server-metrics-interval": plan.server_metrics_interval,
         "locust-stats": "1" if plan.locust_stats else "0",
-        "gpu-metrics": plan.gpu_metrics}))
+        "gpu-metrics": plan.gpu_metrics, "start-spread": plan.start_spread}))
     if plan.requests_out:
         env.update(environment({"requests-out": plan.requests_out}))
     env.update(environment(plan.traffic_env or {}))

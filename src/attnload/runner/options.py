@@ -9,6 +9,7 @@ An option named ``stage-duration`` is ``--stage-duration`` for ``attnload run``,
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 from collections.abc import Mapping
@@ -54,6 +55,8 @@ class RunOptions:
     """Locust's own request tables on the console; ``attnload run`` turns them off unless ``--locust-stats``."""
     requests_out: str | None = None
     """``--requests-out PATH``: the master (or single process) writes one JSON line per request there."""
+    start_spread: str | float = "auto"
+    """``auto``, ``off`` or seconds: how new closed-loop users' first requests are spread (``startspread.py``)."""
 
 
 @dataclass(frozen=True)
@@ -102,6 +105,10 @@ OPTIONS: tuple[Option, ...] = (
     Option("replay-speed", "replay:PATH shapes: trace speed-up (2 = twice the rate; default 1)", "1",
            run={"default": None}),
     Option("warmup", "seconds at each stage start excluded from stage stats", "0", run={"default": "0"}),
+    Option("start-spread", "closed loop: spread each stage's new users' first requests so users started together "
+           "do not stay in phase. auto (default): over about one request's duration (the first stage: one pilot "
+           "user per model starts at once, the others at golden-ratio offsets of its duration); off: start at "
+           "once; SECONDS: over that fixed time", "auto", run={"default": None, "metavar": "auto|off|S"}),
     Option("profile", "comma-separated workload profiles (default: all)", run={"default": ""}),
     Option("paired", "send each prompt to every model at once; results get per-pair deltas with a CI", "0",
            run={"action": "store_true"}),
@@ -207,7 +214,8 @@ def options_from(parsed: Any) -> RunOptions:
         gpu_metrics=server_metrics_mode(getattr(parsed, "attnload_gpu_metrics", "auto"), "--gpu-metrics"),
         csv_prefix=getattr(parsed, "csv_prefix", None) or None,
         locust_stats=truthy(getattr(parsed, "attnload_locust_stats", "1")),
-        requests_out=requests_out_option(parsed))
+        requests_out=requests_out_option(parsed),
+        start_spread=parse_start_spread(getattr(parsed, "attnload_start_spread", "auto")))
 
 
 def truthy(value: object) -> bool:
@@ -240,6 +248,22 @@ def server_metrics_interval(text: str | float | None) -> float:
         value = parse_duration(raw, "--server-metrics-interval")
     if not 0.1 <= value <= 3600:
         raise UsageError(f"--server-metrics-interval {raw}: use 0.1 to 3600 seconds (default 2)")
+    return value
+
+
+def parse_start_spread(text: str | float | None, spelled: str = "--start-spread") -> str | float:
+    """``auto`` (default), ``off`` or a positive number of seconds (``2`` or ``2s``)."""
+    raw = str(text if text is not None else "auto").strip().lower()
+    if raw in ("", "auto"):
+        return "auto"
+    if raw in ("off", "0", "0s", "none"):
+        return "off"
+    try:
+        value = float(raw[:-1] if raw.endswith("s") else raw)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or not 0.1 <= value <= 3600:
+        raise UsageError(f"{spelled} {text}: use auto, off, or 0.1 to 3600 seconds (e.g. 3 or 3s)")
     return value
 
 

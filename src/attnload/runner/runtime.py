@@ -37,6 +37,7 @@ from attnload.runner.openloop import PAIR_STREAM, OpenLoop, OpenStage
 from attnload.runner.options import RunOptions
 from attnload.runner.requestsink import RequestSink
 from attnload.runner.serverview import ServerView
+from attnload.runner.startspread import StartSpread
 from attnload.workload.abandon import Abandoner
 from attnload.workload.arrivals import stage_arrivals
 from attnload.workload.conversation import new_salt
@@ -48,6 +49,8 @@ log = logging.getLogger(__name__)
 
 WARMUP_STAGE = -1
 """Stage tag of requests that started before the test or inside a stage's warm-up window."""
+USERS_REPORT_LAG_S = 3.5
+"""Workers report their users every 3 s: a master's count is current this long after a stage starts."""
 
 
 
@@ -97,6 +100,8 @@ class StageClock:
     windows: list[StageWindow] = field(default_factory=list)
     rates: dict[str, float] | None = None
     """Open-loop rates per model key of the current stage; None in a closed-loop stage."""
+    model_users: dict[int, dict[str, int]] = field(default_factory=dict)
+    """Per stage, the users each model had at the last sample of the stage (``note_stage_users``)."""
 
 
 class Runtime:
@@ -160,6 +165,11 @@ class Runtime:
         """``--requests-out``: one line per request (buffered here on a worker, written by the master)."""
         self.abandoner = Abandoner(options.abandon, config.seed) if options.abandon is not None else None
         """``--abandon-rate``: draws which requests close their stream early (None: none do)."""
+        self.start_spread = StartSpread(
+            options.start_spread, stage_duration_s=options.shape.stage_duration_s if options.shape else None,
+            seed=config.seed, role=role, recorder=self.recorder,
+            placement=lambda: (self.worker_index, self.worker_count))
+        """When each new closed-loop user sends its first request (``--start-spread``)."""
 
     # ------------------------------------------------------------------ users
 
@@ -180,6 +190,21 @@ class Runtime:
 
     def release(self, target: ModelTarget) -> None:
         self.users_by_model[target.key] -= 1
+
+    def note_stage_users(self) -> None:
+        """Sample each model's users for the current stage (every shape tick; the last sample of a
+        stage is what ``stages[].users`` reports). A master's counts come from worker reports (every
+        ~3 s): a sample closer than that to the stage start may still show the previous stage."""
+        clock = self.stage
+        if clock.index < 0 or not self.running:
+            return
+        if self.role == "master":
+            if time.perf_counter() - clock.started < USERS_REPORT_LAG_S:
+                return
+            users = dict(self.fleet.users)
+        else:
+            users = dict(self.users_by_model)
+        clock.model_users[clock.index] = {key: int(n) for key, n in users.items()}
 
     def stage_for(self, start_perf: float) -> int:
         """Stage tag of a request starting now; warm-up requests are tagged ``WARMUP_STAGE``."""
@@ -226,6 +251,7 @@ class Runtime:
         self.ended_at = None
         self.stage = StageClock()
         self.final_counts_from.clear()
+        self.start_spread.reset()
         self.running = True
         for view in self._views():
             view.start()
@@ -385,7 +411,8 @@ class Runtime:
     def results(self) -> Results:
         started = self.started_at or time.time()
         ended = self.ended_at or time.time()
-        windows = [w for w in self.stage.windows if w.end_s > w.start_s] if self.options.shape else []
+        windows = [replace(w, model_users=self.stage.model_users.get(w.index))
+                   for w in self.stage.windows if w.end_s > w.start_s] if self.options.shape else []
         info = {m.key: details for m in self.config.models if (details := self.attention_facts(m.id))}
         shape = self.options.shape
         run_info = {"source": os.path.basename(self.config.source), "shape": shape.to_text() if shape else None,

@@ -111,6 +111,8 @@ class StagedShape(LoadTestShape):
 
     def _runtime(self) -> Runtime | None:
         runtime: Runtime | None = getattr(self.runner.environment, "attnload", None) if self.runner else None
+        if runtime is not None:
+            runtime.note_stage_users()  # before any stage change: the last sample of a stage is its users
         if runtime is not None and runtime.stop_requested:
             return None  # SIGTERM: end the test the way a finished shape does, so workers drain and report
         if runtime is not None and not runtime.running:

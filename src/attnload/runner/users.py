@@ -24,8 +24,6 @@ from attnload.runner.runtime import Runtime
 from attnload.workload.prompts import PlannedRequest
 
 log = logging.getLogger(__name__)
-SPAWN_SPREAD_S = 1.0
-GOLDEN_RATIO = 0.6180339887498949
 OPEN_LOOP_IDLE_S = 0.2
 _OPEN_CONVERSATIONS = itertools.count(1)
 """Open-loop conversations started by this process (their ids in ``--requests-out``)."""
@@ -41,18 +39,15 @@ class ChatUser(User):
 
     abstract = True
     wait_time = constant(0)
+    _pilot: str | None = None
+    """The pace key while this user is its model's pilot and has not sent yet (``startspread.py``)."""
 
     def on_start(self) -> None:
         runtime: Runtime = self.environment.attnload  # type: ignore[attr-defined]
         self.runtime = runtime
-        # Locust dispatches users in one-second batches (floor(spawn rate) at a time). Spreading each
-        # user's first request over that second makes the spawn rate an arrival rate; otherwise a batch
-        # of identical requests prefills together and stays in lockstep, inflating TTFT for the run.
-        # A golden-ratio sequence spreads them evenly without knowing the batch size.
         runtime.spawned += 1
         self.user_no = runtime.spawned
         self.who = Who(user=self.user_no)
-        gevent.sleep(SPAWN_SPREAD_S * ((runtime.spawned * GOLDEN_RATIO) % 1.0))
         if runtime.paired is not None:
             self.targets = runtime.assign_all()
             self.chats = {t.key: chat_client(runtime, t) for t in self.targets}
@@ -62,6 +57,9 @@ class ChatUser(User):
         keys = [t.key for t in self.targets] if runtime.paired is not None else [self.target.key]
         self.session = runtime.traffic.session(keys) if runtime.traffic.conversational else None
         self.sizer = runtime.traffic.sizer(keys)
+        # Users started together must not stay in phase: the first request waits its offset (startspread.py).
+        pace = PAIR_STREAM if runtime.paired is not None else self.target.key
+        self._pilot = pace if runtime.start_spread.first_request(pace, runtime.stage.index, keys) else None
 
     def on_stop(self) -> None:
         if self.runtime.paired is not None:
@@ -78,6 +76,9 @@ class ChatUser(User):
         if runtime.stage.rates is not None:
             gevent.sleep(OPEN_LOOP_IDLE_S)  # an open-loop stage: the scheduler sends, users being stopped idle
             return
+        if self._pilot is not None:
+            self._pilot_request(self._pilot)
+            return
         if self.session is not None:
             self._converse(self.session)
             return
@@ -88,6 +89,15 @@ class ChatUser(User):
             return
         send_plan(self.environment, runtime, self.chat, self.target, plan, stage, None, self.who)
 
+    def _pilot_request(self, pace: str) -> None:
+        """The first stage's pilot: its first answer tells the waiting users how long a request takes."""
+        self._pilot = None
+        started = time.perf_counter()
+        try:
+            self.chat_completion()
+        finally:
+            keys = [t.key for t in self.targets] if self.runtime.paired is not None else [self.target.key]
+            self.runtime.start_spread.pilot_done(pace, keys, time.perf_counter() - started)
 
     def _converse(self, session: Session) -> None:
         """One step of this user's conversation: think (after the previous answer), send, keep the reply."""

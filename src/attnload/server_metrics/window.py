@@ -55,6 +55,19 @@ def histogram_quantile(q: float, buckets: Sequence[tuple[float, float]]) -> floa
     return start + (end - start) * (rank - before) / in_bucket
 
 
+def histogram_bucket(q: float, buckets: Sequence[tuple[float, float]]) -> tuple[float, float | None] | None:
+    """``(lower, upper)`` bounds in seconds of the bucket :func:`histogram_quantile` interpolates in
+    for ``q`` (the first bucket starts at 0; the ``+Inf`` bucket's upper bound is None). A server's
+    buckets are coarse (vLLM's TTFT: …0.1, 0.25, 0.5…): the quantile is only known to lie in here."""
+    if len(buckets) < 2 or not math.isinf(buckets[-1][0]) or buckets[-1][1] <= 0:
+        return None
+    rank = q * buckets[-1][1]
+    index = next(i for i, (_, count) in enumerate(buckets) if count >= rank or i == len(buckets) - 1)
+    lower = 0.0 if index == 0 else buckets[index - 1][0]
+    upper = buckets[index][0]
+    return (lower, None if math.isinf(upper) else upper)
+
+
 @dataclass
 class _Gauge:
     total: float = 0.0
@@ -145,6 +158,8 @@ class ServerWindow:
             "generation_tokens": self._count("generation_tokens"),
             "ttft_p50_s": self._ttft_quantile(0.50),
             "ttft_p99_s": self._ttft_quantile(0.99),
+            "ttft_p50_bucket_s": histogram_bucket(0.50, sorted(self._ttft.items())),
+            "ttft_p99_bucket_s": histogram_bucket(0.99, sorted(self._ttft.items())),
         }
         aborted = self._count("aborted")
         if aborted:  # only where the server aborted some (--abandon-rate): other summaries stay as they were
