@@ -28,15 +28,17 @@ import gevent.ssl
 from gevent import GreenletExit
 from geventhttpclient.response import HTTPParseError, HTTPResponse
 
+from attnload import native
 from attnload.client.budget import DRAIN_READS, MAX_HEADER_BYTES, YIELD_EVERY, max_events
 from attnload.client.classify import classify_error_object, classify_exception, classify_status
-from attnload.client.sse import SseSplitter
+from attnload.client.sse import CompiledSseSplitter, SseSplitter
 from attnload.client.transport import RECV_BYTES, Endpoint, Response, SocketReader, Timeouts
 from attnload.errors import ErrorClass, RequestFailed
 from attnload.measure.recorder import RequestRecord, split_gaps
 from attnload.measure.tokens import chunk_tokens, prompt_tokens
 
 FRAMING_TAIL_S = 1.0
+_EXTENSION = native.extension()
 
 
 class ChatClient:
@@ -143,7 +145,7 @@ class ChatClient:
         origin = intended_start if intended_start is not None else started
         stream = bool(body.get("stream", True))
         max_tokens = int(body.get("max_tokens") or body.get("max_completion_tokens") or 0)
-        run = _Run(stream, max_tokens)
+        run = new_run(stream, max_tokens)
         if capture_text:
             run.texts = []
         error: RequestFailed | None = None
@@ -273,6 +275,8 @@ class ChatClient:
                     raise RequestFailed(ErrorClass.BAD_RESPONSE, f"response headers exceed {MAX_HEADER_BYTES} bytes")
             if run.sse.events and run.stream:  # only a 200 feeds the splitter: the streaming common case first
                 run.consume(at, origin)
+                # The per-read point: content chunks so far = len(run.chunk_tokens), elapsed = at - origin;
+                # a stop condition on either is checked here, once per read, on both implementations.
                 if run.done:
                     run.done_at = at
                     self._finish_framing(sock, response)
@@ -305,7 +309,7 @@ class ChatClient:
                 budget -= len(data)
                 response.feed(data)
                 if response.sse is not None:
-                    response.sse.events.clear()  # events after [DONE] are not part of the answer
+                    response.sse.discard()  # events after [DONE] are not part of the answer
         except (OSError, HTTPParseError, gevent.socket.timeout, RequestFailed):
             pass  # the answer is complete; only the connection's reuse is at stake
         if not response.message_complete or response.should_close():
@@ -361,123 +365,67 @@ _TOKEN_CACHE: dict[str, int] = {}
 _TOKEN_CACHE_SIZE = 65536
 
 
-class _Run:
-    """State of one response being read: timings, chunk token estimates, usage, finish."""
+class _RunChecks:
+    """What both implementations of a run share: the rare events, and the checks at the end.
 
-    __slots__ = ("stream", "max_tokens", "sse", "response", "first_at", "last_at", "gaps", "chunk_tokens",
-                 "usage", "finish_reason", "done", "done_at", "eof", "plain_head", "plain_tail", "texts",
-                 "events_left")
+    A run holds ``sse`` (its splitter), ``first_at``/``last_at``/``gaps``/``chunk_tokens``/
+    ``texts`` (the timings and counts), ``plain_head``/``plain_tail`` and ``events_left``;
+    ``_Run`` keeps them in Python, ``_CRun`` in C. ``consume`` stamps every chunk whose bytes
+    around the content equal the last plain delta's and hands any other event to ``_event``.
+    """
 
-    def __init__(self, stream: bool, max_tokens: int) -> None:
-        self.stream = stream
-        self.max_tokens = max_tokens
-        self.sse = SseSplitter()
-        self.response: Response | None = None
-        self.first_at: float | None = None
-        self.last_at = 0.0
-        self.gaps: list[float] = []
-        self.chunk_tokens: list[int] = []
-        self.usage: dict[str, Any] | None = None
-        self.finish_reason: str | None = None
-        self.done = False
-        self.done_at: float | None = None
-        self.eof = False
-        self.plain_head: bytes | None = None  # the bytes before and after the last plain delta's content
-        self.plain_tail = b""
-        self.texts: list[str] | None = None
-        """The content pieces as streamed, only when the caller asked for the text."""
-        self.events_left = max_events(max_tokens)
-        """Events this response may still carry before it counts as a stream that will not end."""
+    __slots__ = ()
 
-    def consume(self, at: float, origin: float) -> None:
-        """Handle the events parsed so far; all of them arrived in the ``recv`` that returned at ``at``."""
-        events, self.sse.events = self.sse.events, []
-        self.events_left -= len(events)
-        if self.events_left < 0:
-            self._runaway()
-        for kind, data in events:
-            if kind == b"message":
-                # A stream's chunks differ only in their content: same bytes before and after it as the
-                # last plain delta means the same fields, so only the content needs checking.
-                head, tail = self.plain_head, self.plain_tail
-                raw: bytes | None = None
-                if head is not None and data.startswith(head) and data.endswith(tail) \
-                        and len(data) >= len(head) + len(tail):
-                    raw = data[len(head):len(data) - len(tail)]
-                    if _PLAIN_CONTENT.fullmatch(raw) is None:
-                        raw = None
-                if raw is None:
-                    plain = _PLAIN_DELTA.fullmatch(data)
-                    if plain is not None:  # the bytes pin every field the slow path would read
-                        raw = plain.group(1)
-                        self.plain_head, self.plain_tail = data[:plain.start(1)], data[plain.end(1):]
-                if raw is not None:
-                    if not raw:
-                        continue  # empty content, finish_reason null: nothing to record
-                    try:
-                        text = raw.decode()
-                    except UnicodeDecodeError:
-                        pass  # let json.loads report it exactly as it always has
-                    else:
-                        if self.first_at is None:
-                            self.first_at = at
-                        else:
-                            self.gaps.append(at - self.last_at)
-                        self.last_at = at
-                        tokens = _TOKEN_CACHE.get(text)
-                        if tokens is None:
-                            tokens = chunk_tokens(text)
-                            if len(_TOKEN_CACHE) < _TOKEN_CACHE_SIZE:
-                                _TOKEN_CACHE[text] = tokens
-                        self.chunk_tokens.append(tokens)
-                        if self.texts is not None:
-                            self.texts.append(text)
-                        continue
-            if data == b"[DONE]":
-                self.done = True
-                continue
-            try:
-                chunk = json.loads(data)
-            except ValueError:
-                if kind == b"error":  # an SSE error event whose data is plain text
-                    raise classify_error_object(data[:300].decode("utf-8", errors="replace"), 200) from None
-                raise RequestFailed(ErrorClass.BAD_RESPONSE, f"malformed JSON in stream: {data[:80]!r}") from None
-            if not isinstance(chunk, dict):
-                raise RequestFailed(ErrorClass.BAD_RESPONSE, f"stream chunk is not an object: {data[:80]!r}")
-            if kind == b"error" or "error" in chunk:
-                raise classify_error_object(chunk.get("error", chunk), 200)
-            usage = chunk.get("usage")
-            if isinstance(usage, dict):
-                self.usage = usage
-            choices = chunk.get("choices")
-            if not isinstance(choices, list):
-                if usage is None:
-                    raise RequestFailed(ErrorClass.BAD_RESPONSE, "stream chunk without `choices`")
-                continue
-            if not choices:
-                continue
-            choice = choices[0]
-            if not isinstance(choice, dict):
-                raise RequestFailed(ErrorClass.BAD_RESPONSE, "`choices[0]` is not an object")
-            delta = choice.get("delta") or {}
-            text = delta.get("content") or delta.get("reasoning_content") or delta.get("reasoning") \
-                if isinstance(delta, dict) else None
-            if text and isinstance(text, str):
-                self._slow_content(at, text, delta)
-            if choice.get("finish_reason"):
-                self.finish_reason = choice["finish_reason"]
-
-    def _slow_content(self, at: float, text: str, delta: dict[str, Any]) -> None:
-        """A content (or reasoning) chunk the fast path did not match: time it, count it, keep its content."""
-        if self.first_at is None:
-            self.first_at = at
-        else:
-            self.gaps.append(at - self.last_at)
-        self.last_at = at
-        self.chunk_tokens.append(chunk_tokens(text))
-        content = delta.get("content")
-        if self.texts is not None and isinstance(content, str):
-            self.texts.append(content)
+    def _event(self, kind: bytes, data: bytes, at: float) -> None:
+        """One event the same-bytes check did not take: a first or changed plain delta, [DONE], JSON."""
+        if kind == b"message":
+            plain = _PLAIN_DELTA.fullmatch(data)
+            if plain is not None:  # the bytes pin every field the slow path would read
+                self.plain_head, self.plain_tail = data[:plain.start(1)], data[plain.end(1):]
+                raw = plain.group(1)
+                if not raw:
+                    return  # empty content, finish_reason null: nothing to record
+                try:
+                    text = raw.decode()
+                except UnicodeDecodeError:
+                    pass  # let json.loads report it exactly as it always has
+                else:
+                    self._stamp(at, _tokens(text), text)
+                    return
+        if data == b"[DONE]":
+            self.done = True
+            return
+        try:
+            chunk = json.loads(data)
+        except ValueError:
+            if kind == b"error":  # an SSE error event whose data is plain text
+                raise classify_error_object(data[:300].decode("utf-8", errors="replace"), 200) from None
+            raise RequestFailed(ErrorClass.BAD_RESPONSE, f"malformed JSON in stream: {data[:80]!r}") from None
+        if not isinstance(chunk, dict):
+            raise RequestFailed(ErrorClass.BAD_RESPONSE, f"stream chunk is not an object: {data[:80]!r}")
+        if kind == b"error" or "error" in chunk:
+            raise classify_error_object(chunk.get("error", chunk), 200)
+        usage = chunk.get("usage")
+        if isinstance(usage, dict):
+            self.usage = usage
+        choices = chunk.get("choices")
+        if not isinstance(choices, list):
+            if usage is None:
+                raise RequestFailed(ErrorClass.BAD_RESPONSE, "stream chunk without `choices`")
+            return
+        if not choices:
+            return
+        choice = choices[0]
+        if not isinstance(choice, dict):
+            raise RequestFailed(ErrorClass.BAD_RESPONSE, "`choices[0]` is not an object")
+        delta = choice.get("delta") or {}
+        text = delta.get("content") or delta.get("reasoning_content") or delta.get("reasoning") \
+            if isinstance(delta, dict) else None
+        if text and isinstance(text, str):
+            content = delta.get("content")  # a content (or reasoning) chunk: time it, count it, keep its content
+            self._stamp(at, chunk_tokens(text), content if isinstance(content, str) else None)
+        if choice.get("finish_reason"):
+            self.finish_reason = choice["finish_reason"]
 
     def _runaway(self) -> None:
         raise RequestFailed(ErrorClass.TRUNCATED, f"more than {max_events(self.max_tokens)} events for max_tokens "
@@ -535,6 +483,114 @@ class _Run:
             if produced < self.max_tokens:
                 raise RequestFailed(ErrorClass.TRUNCATED,
                                     f"finish_reason length after {produced} of max_tokens {self.max_tokens}")
+
+
+class _Run(_RunChecks):
+    """The pure-Python run: the reference the compiled one (``_CRun``) is tested against."""
+
+    __slots__ = ("stream", "max_tokens", "sse", "response", "first_at", "last_at", "gaps", "chunk_tokens",
+                 "usage", "finish_reason", "done", "done_at", "eof", "plain_head", "plain_tail", "texts",
+                 "events_left")
+
+    def __init__(self, stream: bool, max_tokens: int) -> None:
+        self.stream = stream
+        self.max_tokens = max_tokens
+        self.sse = SseSplitter()
+        self.response: Response | None = None
+        self.first_at: float | None = None
+        self.last_at = 0.0
+        self.gaps: list[float] = []
+        self.chunk_tokens: list[int] = []
+        self.usage: dict[str, Any] | None = None
+        self.finish_reason: str | None = None
+        self.done = False
+        self.done_at: float | None = None
+        self.eof = False
+        self.plain_head: bytes | None = None  # the bytes before and after the last plain delta's content
+        self.plain_tail = b""
+        self.texts: list[str] | None = None
+        """The content pieces as streamed, only when the caller asked for the text."""
+        self.events_left = max_events(max_tokens)
+        """Events this response may still carry before it counts as a stream that will not end."""
+
+    def consume(self, at: float, origin: float) -> None:
+        """Handle the events parsed so far; all of them arrived in the ``recv`` that returned at ``at``."""
+        events, self.sse.events = self.sse.events, []
+        self.events_left -= len(events)
+        if self.events_left < 0:
+            self._runaway()
+        for kind, data in events:
+            # A stream's chunks differ only in their content: same bytes before and after it as the
+            # last plain delta means the same fields, so only the content needs checking.
+            head, tail = self.plain_head, self.plain_tail
+            if head is not None and kind == b"message" and data.startswith(head) and data.endswith(tail) \
+                    and len(data) >= len(head) + len(tail):
+                raw = data[len(head):len(data) - len(tail)]
+                if _PLAIN_CONTENT.fullmatch(raw) is not None:
+                    if not raw:
+                        continue  # empty content, finish_reason null: nothing to record
+                    try:
+                        text = raw.decode()
+                    except UnicodeDecodeError:
+                        pass
+                    else:
+                        if self.first_at is None:
+                            self.first_at = at
+                        else:
+                            self.gaps.append(at - self.last_at)
+                        self.last_at = at
+                        self.chunk_tokens.append(_tokens(text))
+                        if self.texts is not None:
+                            self.texts.append(text)
+                        continue
+            self._event(kind, data, at)
+
+    def _stamp(self, at: float, tokens: int, text: str | None) -> None:
+        """Time one content chunk, count its tokens, keep its text (None: nothing to keep)."""
+        if self.first_at is None:
+            self.first_at = at
+        else:
+            self.gaps.append(at - self.last_at)
+        self.last_at = at
+        self.chunk_tokens.append(tokens)
+        if text is not None and self.texts is not None:
+            self.texts.append(text)
+
+
+_CRun: type | None = None
+if _EXTENSION is not None:
+    class _CRun(_EXTENSION.RunBase, _RunChecks):  # type: ignore[no-redef]
+        """The compiled run: splitting and the same-bytes stamping in C (attnload/_fastpath.c)."""
+
+        __slots__ = ("stream", "max_tokens", "response", "usage", "finish_reason", "done_at", "eof")
+
+        def __init__(self, stream: bool, max_tokens: int) -> None:
+            self.stream = stream
+            self.max_tokens = max_tokens
+            self.sse = CompiledSseSplitter()
+            self.response: Response | None = None
+            self.usage: dict[str, Any] | None = None
+            self.finish_reason: str | None = None
+            self.done_at: float | None = None
+            self.eof = False
+            self.events_left = max_events(max_tokens)
+
+
+def new_run(stream: bool, max_tokens: int) -> _Run:
+    """A run of the implementation ``attnload.native`` chose (the C one unless it is absent or turned off)."""
+    if _CRun is not None and native.active() is not None:
+        return _CRun(stream, max_tokens)  # type: ignore[no-any-return]
+    return _Run(stream, max_tokens)
+
+
+def _tokens(text: str) -> int:
+    """``chunk_tokens(text)``, cached: token texts repeat, so most chunks hit."""
+    tokens = _TOKEN_CACHE.get(text)
+    if tokens is None:
+        tokens = chunk_tokens(text)
+        if len(_TOKEN_CACHE) < _TOKEN_CACHE_SIZE:
+            _TOKEN_CACHE[text] = tokens
+    return tokens
 
 
 def _is_event_stream(response: Response) -> bool:

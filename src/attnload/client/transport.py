@@ -39,7 +39,7 @@ class Response(HTTPResponse):
     def _on_body(self, buf: bytearray) -> None:
         code = self.get_code()
         if self.sse is not None and code == 200:
-            self.sse.feed(bytes(buf))
+            self.sse.feed(buf)  # the splitter copies what it keeps (buf is reused by llhttp)
             return
         self.body_bytes += len(buf)
         if self.body_bytes > MAX_BODY_BYTES:
