@@ -504,13 +504,21 @@ run_fast(RunBase *self, PyObject *kind, PyObject *data, double at)
 }
 
 static PyObject *
-run_consume(RunBase *self, PyObject *const *args, Py_ssize_t nargs)
+run_consume(RunBase *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
-    if (nargs < 1 || nargs > 2) {
-        PyErr_SetString(PyExc_TypeError, "consume(at, origin=0.0)");
+    PyObject *at_arg = nargs >= 1 ? args[0] : NULL;
+    Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
+    for (Py_ssize_t i = 0; i < nkw; i++) {  /* consume(at=..., origin=...) as the pure path allows */
+        if (PyUnicode_CompareWithASCIIString(PyTuple_GET_ITEM(kwnames, i), "at") == 0)
+            at_arg = args[nargs + i];
+        else if (PyUnicode_CompareWithASCIIString(PyTuple_GET_ITEM(kwnames, i), "origin") != 0)
+            at_arg = NULL;
+    }
+    if (at_arg == NULL || nargs > 2) {
+        PyErr_SetString(PyExc_TypeError, "consume(at, origin)");
         return NULL;
     }
-    double at = PyFloat_AsDouble(args[0]);
+    double at = PyFloat_AsDouble(at_arg);
     if (at == -1.0 && PyErr_Occurred())
         return NULL;
     PyObject *events;
@@ -747,7 +755,7 @@ static PyMemberDef run_members[] = {
 };
 
 static PyMethodDef run_methods[] = {
-    {"consume", (PyCFunction)(void (*)(void))run_consume, METH_FASTCALL,
+    {"consume", (PyCFunction)(void (*)(void))run_consume, METH_FASTCALL | METH_KEYWORDS,
      "Handle the parsed events; all arrived in the recv that returned at `at`."},
     {"_stamp", (PyCFunction)(void (*)(void))run_stamp_method, METH_FASTCALL,
      "Time one content chunk, count its tokens, keep its text (None: not kept)."},
