@@ -23,7 +23,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from attnload import native
-from attnload.client import chat, sse
+from attnload.client import run as runs
+from attnload.client import sse
 from attnload.errors import RequestFailed
 from attnload.measure.histogram import LogHistogram
 from attnload.measure.recorder import split_gaps
@@ -62,8 +63,8 @@ def _run_stream(compiled: bool, stream: bytes, cuts: list[int], capture: bool, m
                 ) -> tuple[object, ...]:
     native.use(compiled)
     try:
-        run = chat.new_run(True, max_tokens)
-        assert type(run) is (chat._CRun if compiled else chat._Run)
+        run = runs.new_run(True, max_tokens)
+        assert type(run) is (runs.CRun if compiled else runs.PyRun)
         if capture:
             run.texts = []
         failure = None
@@ -162,14 +163,14 @@ def test_gap_pairs_are_identical(gaps: list[float], tokens: list[int], completio
 
 
 def test_pure_python_env_turns_the_extension_off() -> None:
-    code = ("from attnload import native; from attnload.client import chat; "
-            "print(native.implementation(), type(chat.new_run(True, 4)).__name__)")
+    code = ("from attnload import native; from attnload.client import run; "
+            "print(native.implementation(), type(run.new_run(True, 4)).__name__)")
     env = {**os.environ, "ATTNLOAD_PURE_PYTHON": "1"}
     pure = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     env.pop("ATTNLOAD_PURE_PYTHON")
     compiled = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
-    assert pure.stdout.split() == ["python", "_Run"]
-    assert compiled.stdout.split() == ["compiled", "_CRun"]
+    assert pure.stdout.split() == ["python", "PyRun"]
+    assert compiled.stdout.split() == ["compiled", "CRun"]
 
 
 def test_a_missing_extension_is_said_once(monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
@@ -180,7 +181,7 @@ def test_a_missing_extension_is_said_once(monkeypatch: pytest.MonkeyPatch, caplo
         with caplog.at_level("INFO", logger="attnload"):
             for _ in range(5):
                 assert native.active() is None
-                chat.new_run(True, 4)
+                runs.new_run(True, 4)
         lines = [r.getMessage() for r in caplog.records if "pure-Python" in r.getMessage()]
         assert len(lines) == 1 and "not installed" in lines[0]
     finally:
@@ -202,7 +203,7 @@ def test_installs_and_runs_without_a_c_compiler(tmp_path: Path) -> None:
                    env=env, check=True, capture_output=True, timeout=120)
     code = ("import logging, sys; logging.basicConfig(level=logging.INFO); import attnload; "
             "assert attnload.__file__.startswith(sys.argv[1]), attnload.__file__; "
-            "from attnload import native; from attnload.client.chat import new_run; "
+            "from attnload import native; from attnload.client.run import new_run; "
             "runs = [new_run(True, 4) for _ in range(3)]; "
             "r = runs[0]; r.sse.feed(b'data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"hi there\"},"
             "\"finish_reason\":null}]}\\n\\ndata: [DONE]\\n\\n'); r.consume(1.0, 0.0); "

@@ -9,6 +9,7 @@ one log line, the first time a client or histogram asks, never per user or per r
 
 from __future__ import annotations
 
+import importlib
 import logging
 import os
 from types import ModuleType
@@ -23,10 +24,9 @@ _active: object = _UNSET
 def extension() -> ModuleType | None:
     """The compiled module when it was built and imports, whatever the switch says."""
     try:
-        from attnload import _fastpath
+        return importlib.import_module("attnload._fastpath")
     except ImportError:
         return None
-    return _fastpath
 
 
 def forced_pure() -> bool:
