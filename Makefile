@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 
 .PHONY: demo test test-pure test-acceptance test-fast lint bench bench-quick deploy-gen dashboards test-image observe clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml setup.py src/attnload/_fastpath.c  # a changed C file rebuilds the extension
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[test]'
