@@ -9,12 +9,14 @@ ARG BASE_IMAGE=docker.io/library/debian:bookworm-20250520-slim
 
 # ---------------------------------------------------------------- build: a venv with attnload
 FROM ${BASE_IMAGE} AS build
+# gcc and the Python headers build the compiled client path (attnload._fastpath); the runtime stage
+# needs neither, and without them pip would still install the pure-Python path.
 RUN apt-get update \
- && apt-get install -y --no-install-recommends python3 python3-venv ca-certificates \
+ && apt-get install -y --no-install-recommends python3 python3-venv ca-certificates gcc libc6-dev python3-dev \
  && rm -rf /var/lib/apt/lists/*
 RUN python3 -m venv /opt/attnload
 WORKDIR /src
-# .dockerignore is an allowlist: only pyproject, README, src, locustfiles, examples arrive.
+# .dockerignore is an allowlist: only pyproject, setup.py, README, src, locustfiles, examples arrive.
 COPY . .
 # An optional build secret `cacert` lets pip through a TLS-intercepting proxy without
 # baking the bundle into a layer: podman build --secret id=cacert,src=/etc/ssl/certs/ca-certificates.crt

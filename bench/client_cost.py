@@ -14,6 +14,12 @@ are the change in the server's emitted-token count (truth, not the client's clai
 TTFT p50 and ITL p99 errors are client histogram minus server histogram over the whole
 run, both in attnload's ``LogHistogram`` buckets.
 
+Rows: ``attnload`` (the compiled per-chunk path), ``attnload-py`` (the same client with
+``ATTNLOAD_PURE_PYTHON=1``), ``naive`` and, with ``--kinds``, ``openai``. The default ladder,
+128/256/384/512/768 streams, ends with the honest-stream capacity per core of each client: the
+largest stream count at which it is not flagged saturated and its TTFT p50 is within
+``HONEST_TTFT_MS`` of the server's.
+
 ``--quick`` (``make bench-quick``) fits in about two minutes; ``--json`` keeps the rows.
 """
 
@@ -38,7 +44,13 @@ from attnload.measure.histogram import LogHistogram
 
 HERE = Path(__file__).resolve().parent
 PYTHON = sys.executable
-KINDS = ("attnload", "naive", "openai")
+KINDS = ("attnload", "attnload-py", "naive")
+OPTIONAL_KINDS = ("openai",)
+PURE = "attnload-py"
+"""attnload with ``ATTNLOAD_PURE_PYTHON=1``: the fallback when the C extension is not built."""
+LADDER = (128, 256, 384, 512, 768)
+HONEST_TTFT_MS = 2.0
+"""A client is honest at a stream count when not saturated and its TTFT p50 is this close to the server's."""
 BEFORE = "attnload-before"
 """The kind name of attnload loaded from ``--before-src`` instead of this tree."""
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
@@ -66,6 +78,8 @@ class Row:
     errors: dict[str, int]
     saturated: bool | None
     saturation_reasons: list[str]
+    impl: str = ""
+    """attnload's per-chunk path as the client process reported it: ``compiled`` or ``python``."""
 
     @property
     def ttft_err_ms(self) -> float | None:
@@ -166,10 +180,13 @@ def measure(kind: str, streams: int, server: ReferenceServer, core: int | None, 
     metrics_port = free_port() if kind.startswith("attnload") else 0
     run_s = warmup_s + window_s + 0.5
     env = dict(os.environ)
+    env.pop("ATTNLOAD_PURE_PYTHON", None)
+    if kind == PURE:
+        env["ATTNLOAD_PURE_PYTHON"] = "1"
     if kind == BEFORE:  # attnload from another source tree (e.g. `git archive HEAD src`): same run, A/B
         env["PYTHONPATH"] = before_src
     process = subprocess.Popen(pinned(core, [PYTHON, str(HERE / "client_proc.py"), "--kind",
-                                             "attnload" if kind == BEFORE else kind, "--url",
+                                             "attnload" if kind in (BEFORE, PURE) else kind, "--url",
                                              server.url, "--users", str(streams), "--max-tokens", str(tokens),
                                              "--run-s", str(run_s), "--metrics-port", str(metrics_port),
                                              "--out", str(out)]),
@@ -212,7 +229,7 @@ def measure(kind: str, streams: int, server: ReferenceServer, core: int | None, 
                itl_p99_ms=_ms(measured_itl.quantile(0.99)), truth_itl_p99_ms=_ms(truth_itl.quantile(0.99)),
                ok=int(client["ok"]), failed=int(client["failed"]), errors=dict(client["errors"]),
                saturated=client["saturated"] if client["saturated"] is not None else (cpu1 - cpu0) / wall > 0.9,
-               saturation_reasons=list(client["saturation_reasons"]))
+               saturation_reasons=list(client["saturation_reasons"]), impl=str(client.get("impl", "")))
 
 
 def _ms(value: float | None) -> float | None:
@@ -249,7 +266,33 @@ def table(rows: list[Row]) -> str:
                    for reason in r.saturation_reasons}
         if reasons:
             lines.append(f"attnload at {streams} streams flagged itself saturated: " + "; ".join(sorted(reasons)))
+    capacity = honest_capacity(rows)
+    if capacity:
+        lines.append("")
+        lines.append(f"honest-stream capacity per core (not saturated, TTFT p50 within {HONEST_TTFT_MS:g} ms of the "
+                     f"server's), of the counts measured:")
+        for kind, count in capacity.items():
+            lines.append(f"  {kind:<15} {count if count else f'none (< {min(r.streams for r in rows)})'}")
+        ours, naive = capacity.get("attnload"), capacity.get("naive")
+        if ours and naive:
+            lines.append(f"  attnload / naive: {ours / naive:.1f}x")
     return "\n".join(lines)
+
+
+def honest(row: Row) -> bool:
+    """Not saturated and TTFT p50 within ``HONEST_TTFT_MS`` of the server's truth, with nothing failed."""
+    err = row.ttft_err_ms
+    return not row.saturated and err is not None and abs(err) <= HONEST_TTFT_MS and row.failed == 0
+
+
+def honest_capacity(rows: list[Row]) -> dict[str, int]:
+    """Per client: the largest stream count whose every run was honest (0: none was)."""
+    out: dict[str, int] = {}
+    for kind in dict.fromkeys(r.kind for r in rows):
+        counts = sorted({r.streams for r in rows if r.kind == kind})
+        good = [n for n in counts if all(honest(r) for r in rows if r.kind == kind and r.streams == n)]
+        out[kind] = max(good) if good else 0
+    return out
 
 
 def _cpu_per_token(rows: list[Row], streams: int) -> dict[str, float]:
@@ -265,20 +308,24 @@ def _cpu_per_token(rows: list[Row], streams: int) -> dict[str, float]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="256 streams, two short runs per client (≤ 2 min)")
-    parser.add_argument("--streams", default="", help="comma-separated stream counts (default 8,256,1024)")
-    parser.add_argument("--kinds", default=",".join(KINDS))
+    parser.add_argument("--quick", action="store_true",
+                        help="128 and 256 streams, one short run per client (about 2 min)")
+    parser.add_argument("--streams", default="",
+                        help=f"comma-separated stream counts (default the ladder {','.join(map(str, LADDER))})")
+    parser.add_argument("--kinds", default=",".join(KINDS), help=f"of {', '.join(KINDS + OPTIONAL_KINDS)}")
     parser.add_argument("--warmup-s", type=float, default=None)
     parser.add_argument("--window-s", type=float, default=None)
     parser.add_argument("--ttft-ms", type=float, default=50.0)
     parser.add_argument("--itl-ms", type=float, default=10.0)
     parser.add_argument("--tokens", type=int, default=128)
-    parser.add_argument("--repeat", type=int, default=2, help="runs per client and stream count, interleaved")
+    parser.add_argument("--repeat", type=int, default=None,
+                        help="runs per client and stream count, interleaved (default 2; --quick 1)")
     parser.add_argument("--json", default="", help="also write the rows here")
     parser.add_argument("--before-src", default="",
                         help="also run attnload imported from this src/ directory (kind attnload-before)")
     args = parser.parse_args(argv)
-    streams = [int(s) for s in (args.streams or ("8,256,1024" if not args.quick else "256")).split(",")]
+    streams = [int(s) for s in (args.streams or ("128,256" if args.quick else ",".join(map(str, LADDER)))).split(",")]
+    repeat = args.repeat if args.repeat is not None else (1 if args.quick else 2)
     kinds = [k for k in args.kinds.split(",") if k]
     if args.before_src:
         kinds.insert(1, BEFORE)
@@ -295,7 +342,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with tempfile.TemporaryDirectory(prefix="attnload-bench-") as tmp:
             for count in streams:
-                for kind in [k for _ in range(args.repeat) for k in kinds]:  # repeats interleaved
+                for kind in [k for _ in range(repeat) for k in kinds]:  # repeats interleaved
                     row = measure(kind, count, server, client_core, warmup_s, window_s, args.tokens, Path(tmp),
                                   args.before_src)
                     rows.append(row)

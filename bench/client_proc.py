@@ -5,7 +5,8 @@ and reads its CPU from ``/proc/PID/stat``. Three kinds share the request body an
 way timings are stamped, so only the client stack differs:
 
 - ``attnload``: ``attnload.users.ChatUser`` with the real ``Runtime`` (workload, recorder,
-  saturation check) and Prometheus ``/metrics`` served from this process.
+  saturation check) and Prometheus ``/metrics`` served from this process; the compiled
+  per-chunk path unless ``ATTNLOAD_PURE_PYTHON=1`` (``client_cost.py``'s ``attnload-py`` row).
 - ``naive``: Locust ``FastHttpUser`` with a hand SSE parser (``readline(b"\\n")`` +
   ``json.loads`` per line), the usual first attempt.
 - ``openai``: a Locust user driving the openai SDK's streaming client (one shared
@@ -244,6 +245,10 @@ def _run() -> int:
     gevent.sleep(ARGS.run_s)
     runner.quit()
     out: dict[str, Any] = {"kind": ARGS.kind, "users": ARGS.users, "pid": os.getpid(), "gc": gc_pauses.summary()}
+    if runtime is not None:
+        from attnload import native
+
+        out["impl"] = native.implementation()  # compiled, or python (ATTNLOAD_PURE_PYTHON=1 / not built)
     if runtime is not None:
         from attnload.results.summarize import client_info
 

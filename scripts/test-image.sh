@@ -73,6 +73,11 @@ smoke() {
   version="$("${RUN[@]}" --network none --read-only "$IMAGE" --version)"
   [[ "$version" == attnload* ]] || { echo "unexpected --version: $version" >&2; exit 1; }
   log "  $version"
+  log "smoke: the compiled client path is in the image"
+  local impl
+  impl="$("${RUN[@]}" --network none --read-only --entrypoint python3 "$IMAGE" -c \
+    'from attnload import native; print(native.implementation())')"
+  [[ "$impl" == compiled ]] || { echo "image runs the pure-Python client path: $impl" >&2; exit 1; }
   log "smoke: runs as non-root"
   local uid
   uid="$("${RUN[@]}" --network none --entrypoint id "$IMAGE" -u)"

@@ -14,9 +14,11 @@ from hypothesis import strategies as st
 
 from attnload.client.chat import ChatClient, chat_body
 from attnload.client.classify import classify_status
-from attnload.client.sse import SseSplitter
+from attnload.client.sse import new_splitter
 from attnload.client.transport import Timeouts
 from attnload.errors import ErrorClass, RequestFailed
+
+pytestmark = pytest.mark.usefixtures("client_impl")  # every test on both per-chunk paths
 
 
 def sse(*events: str) -> bytes:
@@ -182,7 +184,7 @@ def test_error_detail_never_contains_the_key() -> None:
 
 
 def test_sse_splitter_handles_crlf_and_split_events() -> None:
-    splitter = SseSplitter()
+    splitter = new_splitter()
     for piece in (b"data: {\"a\"", b": 1}\r\n\r\ndata: [DO", b"NE]\r\n\r\n"):
         splitter.feed(piece)
     assert splitter.events == [(b"message", b'{"a": 1}'), (b"message", b"[DONE]")]
@@ -193,12 +195,12 @@ def test_sse_splitter_handles_crlf_and_split_events() -> None:
        garbage=st.binary(max_size=40), position=st.integers(min_value=0, max_value=400))
 def test_sse_fuzz_only_classified_errors(cuts: list[int], garbage: bytes, position: int) -> None:
     """Split, merged or garbled streams yield events or a classified failure, nothing else."""
-    from attnload.client.chat import _Run
+    from attnload.client.chat import new_run
 
     stream = sse(chunk(role=True), chunk("a b "), chunk("c "), chunk(finish="length"), USAGE, "[DONE]")
     position = min(position, len(stream))
     stream = stream[:position] + garbage + stream[position:]
-    run = _Run(stream=True, max_tokens=3)
+    run = new_run(stream=True, max_tokens=3)
     points = sorted({min(c, len(stream)) for c in cuts} | {0, len(stream)})
     try:
         for start, end in zip(points, points[1:], strict=False):

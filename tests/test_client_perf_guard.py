@@ -71,18 +71,19 @@ _CHUNKS = [
 ]
 
 
+@pytest.mark.usefixtures("client_impl")  # the fast path of each implementation against json.loads
 @pytest.mark.parametrize("chunk", _CHUNKS)
 def test_plain_delta_fast_path_matches_json_loads(chunk: bytes, monkeypatch: pytest.MonkeyPatch) -> None:
     """The regex fast path for content deltas must change cost, never results or errors."""
     import re
 
-    from attnload.client import chat as client
+    from attnload.client import run as client
     from attnload.errors import RequestFailed
 
     def consume(fast: bool) -> tuple[object, ...]:
         if not fast:
             monkeypatch.setattr(client, "_PLAIN_DELTA", re.compile(rb"(?!)"))
-        run = client._Run(True, 16)
+        run = client.new_run(True, 16) if fast else client.PyRun(True, 16)  # json.loads for every chunk
         run.sse.events.extend([(b"message", chunk), (b"message", chunk)])
         try:
             run.consume(1.0, 0.0)
@@ -95,13 +96,14 @@ def test_plain_delta_fast_path_matches_json_loads(chunk: bytes, monkeypatch: pyt
     assert consume(True) == consume(False)
 
 
+@pytest.mark.usefixtures("client_impl")
 def test_plain_delta_stream_cache_matches_json_loads(monkeypatch: pytest.MonkeyPatch) -> None:
     """Within one stream the fast path reuses the bytes around the last content; every mix of
     chunks (escapes, other fields, a changed id, errors) must still read as json.loads reads it."""
     import itertools
     import re
 
-    from attnload.client import chat as client
+    from attnload.client import run as client
     from attnload.errors import RequestFailed
 
     base = b'{"id":"c","choices":[{"index":0,"delta":{"content":"%s"},"finish_reason":null}]}'
@@ -111,7 +113,7 @@ def test_plain_delta_stream_cache_matches_json_loads(monkeypatch: pytest.MonkeyP
     def consume(chunks: tuple[bytes, ...], fast: bool) -> tuple[object, ...]:
         if not fast:
             monkeypatch.setattr(client, "_PLAIN_DELTA", re.compile(rb"(?!)"))
-        run = client._Run(True, 16)
+        run = client.new_run(True, 16) if fast else client.PyRun(True, 16)  # json.loads for every chunk
         try:
             for at, chunk in enumerate(chunks):
                 run.sse.events.append((b"message", chunk))

@@ -9,6 +9,8 @@ import pytest
 from attnload.measure.histogram import LogHistogram
 from attnload.measure.recorder import Recorder, RequestRecord, split_gaps
 
+pytestmark = pytest.mark.usefixtures("client_impl")  # every test on both per-chunk paths
+
 
 def exact_quantile(values: list[float], q: float) -> float:
     ordered = sorted(values)

@@ -5,7 +5,10 @@ bytes before yielding and the SDK costs ~0.3 ms CPU per chunk (docs/design.md, p
 distorting TTFT/ITL at high concurrency. Here a gevent socket is read in whatever chunks
 the kernel gives, geventhttpclient's C parser (llhttp) removes HTTP framing, and
 ``SseSplitter`` cuts events without per-chunk string concatenation. Every byte of a
-``recv`` is stamped with the time that ``recv`` returned.
+``recv`` is stamped with the time that ``recv`` returned. The per-chunk work (splitting,
+the plain-delta check, stamping, token counting) runs in C when the extension was built
+(``_CRun``, attnload/_fastpath.c) and in Python otherwise (``PyRun``); ``attnload.native``
+chooses, and both give the same records (docs/performance.md, "The compiled path").
 
 Failures become :class:`RequestFailed` with a docs/design.md :class:`ErrorClass` in one place
 (``classify_status``, ``classify_exception``); a hostile server can only produce a
@@ -16,7 +19,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import socket
 import time
 from collections.abc import Sequence
@@ -26,18 +28,17 @@ import gevent
 import gevent.socket
 import gevent.ssl
 from gevent import GreenletExit
-from geventhttpclient.response import HTTPParseError, HTTPResponse
+from geventhttpclient.response import HTTPParseError
 
-from attnload.client.budget import DRAIN_READS, MAX_HEADER_BYTES, YIELD_EVERY, max_events
-from attnload.client.classify import classify_error_object, classify_exception, classify_status
-from attnload.client.sse import SseSplitter
+from attnload.client.budget import DRAIN_READS, MAX_HEADER_BYTES, YIELD_EVERY
+from attnload.client.classify import classify_exception, classify_status
+from attnload.client.run import NEVER, PyRun, header, new_run
 from attnload.client.transport import RECV_BYTES, Endpoint, Response, SocketReader, Timeouts
 from attnload.errors import ErrorClass, RequestFailed
 from attnload.measure.recorder import RequestRecord, split_gaps
-from attnload.measure.tokens import chunk_tokens, prompt_tokens
+from attnload.measure.tokens import prompt_tokens
 
 FRAMING_TAIL_S = 1.0
-_NEVER = float("inf")
 
 
 class ChatClient:
@@ -147,11 +148,11 @@ class ChatClient:
         origin = intended_start if intended_start is not None else started
         stream = bool(body.get("stream", True))
         max_tokens = int(body.get("max_tokens") or body.get("max_completion_tokens") or 0)
-        run = _Run(stream, max_tokens)
+        run = new_run(stream, max_tokens)
         if capture_text:
             run.texts = []
         if abandon is not None:
-            run.abandon_chunks, run.abandon_at = abandon[0] or _NEVER, origin + (abandon[1] or _NEVER)
+            run.abandon_chunks, run.abandon_at = abandon[0] or NEVER, origin + (abandon[1] or NEVER)
         error: RequestFailed | None = None
         outcome = "ok"
         try:
@@ -190,7 +191,7 @@ class ChatClient:
                 self._resume_at = time.perf_counter() + min(error.retry_after_s, self.retry_after_max_s)
         return self._record(body, run, origin, outcome, error, model_key, profile, stage, intended_start, started)
 
-    def _read_buffered(self, run: _Run, origin: float) -> None:
+    def _read_buffered(self, run: PyRun, origin: float) -> None:
         """At a stop, take what already sits in the kernel's receive buffer, without waiting.
 
         The server counts a response complete once it has written it; if the test stops before
@@ -222,7 +223,7 @@ class ChatClient:
         if wait > 0:
             gevent.sleep(wait)  # a GreenletExit here cancels nothing: no request is in flight
 
-    def _exchange(self, payload: bytes, run: _Run, origin: float) -> None:
+    def _exchange(self, payload: bytes, run: PyRun, origin: float) -> None:
         timeouts = self.timeouts
         deadline = origin + timeouts.total_s
         first_deadline = origin + timeouts.ttft_s if timeouts.ttft_s else deadline
@@ -282,6 +283,8 @@ class ChatClient:
                     raise RequestFailed(ErrorClass.BAD_RESPONSE, f"response headers exceed {MAX_HEADER_BYTES} bytes")
             if run.sse.events and run.stream:  # only a 200 feeds the splitter: the streaming common case first
                 run.consume(at, origin)
+                # The per-read point: content chunks so far = len(run.chunk_tokens), elapsed = at - origin;
+                # a stop condition on either is checked here, once per read, on both implementations.
                 if run.done:
                     run.done_at = at
                     self._finish_framing(sock, response)
@@ -290,7 +293,7 @@ class ChatClient:
                     raise Abandoned  # --abandon-after reached: send() closes the connection
             if response.headers_complete and response.get_code() != 200:
                 if response.message_complete:
-                    raise classify_status(response.get_code(), bytes(response.body), _header(response, "retry-after"))
+                    raise classify_status(response.get_code(), bytes(response.body), header(response, "retry-after"))
                 continue
             if response.message_complete:
                 if response.should_close():
@@ -316,13 +319,13 @@ class ChatClient:
                 budget -= len(data)
                 response.feed(data)
                 if response.sse is not None:
-                    response.sse.events.clear()  # events after [DONE] are not part of the answer
+                    response.sse.discard()  # events after [DONE] are not part of the answer
         except (OSError, HTTPParseError, gevent.socket.timeout, RequestFailed):
             pass  # the answer is complete; only the connection's reuse is at stake
         if not response.message_complete or response.should_close():
             self.close()
 
-    def _record(self, body: dict[str, Any], run: _Run, origin: float, outcome: str, error: RequestFailed | None,
+    def _record(self, body: dict[str, Any], run: PyRun, origin: float, outcome: str, error: RequestFailed | None,
                 model_key: str, profile: str, stage: int, intended_start: float | None, started: float
                 ) -> RequestRecord:
         end = run.done_at or time.perf_counter()
@@ -345,7 +348,7 @@ class ChatClient:
             http_status=_status_code(run))
 
 
-def _status_code(run: _Run) -> int | None:
+def _status_code(run: PyRun) -> int | None:
     """The HTTP status of the response, once its head arrived (per request, for ``--requests-out``)."""
     response = run.response
     return response.get_code() if response is not None and response.headers_complete else None
@@ -370,217 +373,7 @@ class Cancelled(Exception):
         self.record = record
 
 
-# A plain content delta, the bulk of every stream: one choice, index 0, finish_reason null,
-# delta {content} (optionally after role "assistant"), content without escapes or control
-# characters, and only scalar fields (never "error" or "choices") around "choices".
-# json.loads of such bytes yields exactly: no error, no usage dict, choices[0].delta.content
-# == group(1).decode() — so consume() reads it without json.loads (~5 µs a chunk saved);
-# anything else takes the full path below.
-_PLAIN_STRING = rb'[^"\\\x00-\x1f]*'  # a JSON string body without escapes or control characters
-_SCALAR_FIELD = rb'(?!"error"|"choices")"\w+":(?:"' + _PLAIN_STRING + rb'"|-?(?:0|[1-9]\d*)|null)'
-_PLAIN_DELTA = re.compile(
-    rb'\{(?:' + _SCALAR_FIELD + rb',)*"choices":\[\{"index":0,"delta":\{(?:"role":"assistant",)?'
-    rb'"content":"(' + _PLAIN_STRING + rb')"\}(?:,"logprobs":null)?,"finish_reason":null(?:,"stop_reason":null)?\}\]'
-    rb'(?:,' + _SCALAR_FIELD + rb')*\}')
-_PLAIN_CONTENT = re.compile(_PLAIN_STRING)
-"""The content group of ``_PLAIN_DELTA`` alone: a chunk that repeats the previous match's bytes
-around its content matches the whole pattern exactly when its content matches this."""
-_TOKEN_CACHE: dict[str, int] = {}
-"""chunk text -> ``chunk_tokens(text)``: token texts repeat, so most chunks hit (bounded)."""
-_TOKEN_CACHE_SIZE = 65536
-
-
-class _Run:
-    """State of one response being read: timings, chunk token estimates, usage, finish."""
-
-    __slots__ = ("stream", "max_tokens", "sse", "response", "first_at", "last_at", "gaps", "chunk_tokens",
-                 "usage", "finish_reason", "done", "done_at", "eof", "plain_head", "plain_tail", "texts",
-                 "events_left", "abandon_chunks", "abandon_at")
-
-    def __init__(self, stream: bool, max_tokens: int) -> None:
-        self.stream = stream
-        self.max_tokens = max_tokens
-        self.sse = SseSplitter()
-        self.response: Response | None = None
-        self.first_at: float | None = None
-        self.last_at = 0.0
-        self.gaps: list[float] = []
-        self.chunk_tokens: list[int] = []
-        self.usage: dict[str, Any] | None = None
-        self.finish_reason: str | None = None
-        self.done = False
-        self.done_at: float | None = None
-        self.eof = False
-        self.plain_head: bytes | None = None  # the bytes before and after the last plain delta's content
-        self.plain_tail = b""
-        self.texts: list[str] | None = None
-        """The content pieces as streamed, only when the caller asked for the text."""
-        self.events_left = max_events(max_tokens)
-        """Events this response may still carry before it counts as a stream that will not end."""
-        self.abandon_chunks: float = _NEVER
-        self.abandon_at = _NEVER
-        """``--abandon-after``: content chunks read, or the perf_counter time, at which the client leaves."""
-
-    def consume(self, at: float, origin: float) -> None:
-        """Handle the events parsed so far; all of them arrived in the ``recv`` that returned at ``at``."""
-        events, self.sse.events = self.sse.events, []
-        self.events_left -= len(events)
-        if self.events_left < 0:
-            self._runaway()
-        for kind, data in events:
-            if kind == b"message":
-                # A stream's chunks differ only in their content: same bytes before and after it as the
-                # last plain delta means the same fields, so only the content needs checking.
-                head, tail = self.plain_head, self.plain_tail
-                raw: bytes | None = None
-                if head is not None and data.startswith(head) and data.endswith(tail) \
-                        and len(data) >= len(head) + len(tail):
-                    raw = data[len(head):len(data) - len(tail)]
-                    if _PLAIN_CONTENT.fullmatch(raw) is None:
-                        raw = None
-                if raw is None:
-                    plain = _PLAIN_DELTA.fullmatch(data)
-                    if plain is not None:  # the bytes pin every field the slow path would read
-                        raw = plain.group(1)
-                        self.plain_head, self.plain_tail = data[:plain.start(1)], data[plain.end(1):]
-                if raw is not None:
-                    if not raw:
-                        continue  # empty content, finish_reason null: nothing to record
-                    try:
-                        text = raw.decode()
-                    except UnicodeDecodeError:
-                        pass  # let json.loads report it exactly as it always has
-                    else:
-                        if self.first_at is None:
-                            self.first_at = at
-                        else:
-                            self.gaps.append(at - self.last_at)
-                        self.last_at = at
-                        tokens = _TOKEN_CACHE.get(text)
-                        if tokens is None:
-                            tokens = chunk_tokens(text)
-                            if len(_TOKEN_CACHE) < _TOKEN_CACHE_SIZE:
-                                _TOKEN_CACHE[text] = tokens
-                        self.chunk_tokens.append(tokens)
-                        if self.texts is not None:
-                            self.texts.append(text)
-                        continue
-            if data == b"[DONE]":
-                self.done = True
-                continue
-            try:
-                chunk = json.loads(data)
-            except ValueError:
-                if kind == b"error":  # an SSE error event whose data is plain text
-                    raise classify_error_object(data[:300].decode("utf-8", errors="replace"), 200) from None
-                raise RequestFailed(ErrorClass.BAD_RESPONSE, f"malformed JSON in stream: {data[:80]!r}") from None
-            if not isinstance(chunk, dict):
-                raise RequestFailed(ErrorClass.BAD_RESPONSE, f"stream chunk is not an object: {data[:80]!r}")
-            if kind == b"error" or "error" in chunk:
-                raise classify_error_object(chunk.get("error", chunk), 200)
-            usage = chunk.get("usage")
-            if isinstance(usage, dict):
-                self.usage = usage
-            choices = chunk.get("choices")
-            if not isinstance(choices, list):
-                if usage is None:
-                    raise RequestFailed(ErrorClass.BAD_RESPONSE, "stream chunk without `choices`")
-                continue
-            if not choices:
-                continue
-            choice = choices[0]
-            if not isinstance(choice, dict):
-                raise RequestFailed(ErrorClass.BAD_RESPONSE, "`choices[0]` is not an object")
-            delta = choice.get("delta") or {}
-            text = delta.get("content") or delta.get("reasoning_content") or delta.get("reasoning") \
-                if isinstance(delta, dict) else None
-            if text and isinstance(text, str):
-                self._slow_content(at, text, delta)
-            if choice.get("finish_reason"):
-                self.finish_reason = choice["finish_reason"]
-
-    def _slow_content(self, at: float, text: str, delta: dict[str, Any]) -> None:
-        """A content (or reasoning) chunk the fast path did not match: time it, count it, keep its content."""
-        if self.first_at is None:
-            self.first_at = at
-        else:
-            self.gaps.append(at - self.last_at)
-        self.last_at = at
-        self.chunk_tokens.append(chunk_tokens(text))
-        content = delta.get("content")
-        if self.texts is not None and isinstance(content, str):
-            self.texts.append(content)
-
-    def _runaway(self) -> None:
-        raise RequestFailed(ErrorClass.TRUNCATED, f"more than {max_events(self.max_tokens)} events for max_tokens "
-                                                  f"{self.max_tokens} and no [DONE]: the stream would not end, so it "
-                                                  f"was cut")
-
-    def finish(self) -> None:
-        """Check the completed response: non-streaming body, [DONE], truncation."""
-        response = self.response
-        assert response is not None
-        if response.headers_complete and response.get_code() != 200:
-            raise classify_status(response.get_code(), bytes(response.body), _header(response, "retry-after"))
-        if not self.stream:
-            self._finish_unary(bytes(response.body), response)
-            return
-        if response.headers_complete and not _is_event_stream(response) and not self.first_at:
-            # A 200 that is not SSE: a gateway error page or a JSON body (error or a non-streamed answer).
-            self._finish_unary(bytes(response.body) + self.sse.pending, response)
-            return
-        if not self.done:
-            if not response.headers_complete:
-                raise RequestFailed(ErrorClass.CONNECTION, "connection closed before the response headers")
-            raise RequestFailed(ErrorClass.TRUNCATED, "stream ended without [DONE]")
-        self._check_length()
-
-    def _finish_unary(self, raw: bytes, response: Response) -> None:
-        try:
-            data = json.loads(raw)
-        except ValueError:
-            snippet = raw[:120].decode("utf-8", errors="replace").replace("\n", " ")
-            raise RequestFailed(ErrorClass.BAD_RESPONSE, f"response is not JSON: {snippet!r}") from None
-        if not isinstance(data, dict):
-            raise RequestFailed(ErrorClass.BAD_RESPONSE, "response is not a JSON object")
-        if "error" in data:
-            raise classify_error_object(data["error"], 200)
-        choices = data.get("choices")
-        if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
-            raise RequestFailed(ErrorClass.BAD_RESPONSE, "response has no `choices` (reading choices failed)")
-        message = choices[0].get("message") or {}
-        text = message.get("content") or message.get("reasoning_content") or "" if isinstance(message, dict) else ""
-        self.first_at = time.perf_counter()
-        self.chunk_tokens = [chunk_tokens(text)] if text else []
-        content = message.get("content") if isinstance(message, dict) else None
-        if self.texts is not None and isinstance(content, str):
-            self.texts.append(content)
-        self.finish_reason = choices[0].get("finish_reason")
-        usage = data.get("usage")
-        self.usage = usage if isinstance(usage, dict) else None
-        self._check_length()
-
-    def _check_length(self) -> None:
-        if self.finish_reason == "length" and self.max_tokens:
-            completion = (self.usage or {}).get("completion_tokens")
-            produced = completion if isinstance(completion, int) else sum(self.chunk_tokens)
-            if produced < self.max_tokens:
-                raise RequestFailed(ErrorClass.TRUNCATED,
-                                    f"finish_reason length after {produced} of max_tokens {self.max_tokens}")
-
-
-def _is_event_stream(response: Response) -> bool:
-    return "text/event-stream" in str(_header(response, "content-type") or "").lower()
-
-
-def _header(response: HTTPResponse, name: str) -> str | None:
-    value = response.get(name)
-    if isinstance(value, list):
-        return value[0] if value else None
-    return value
-
-
-def _timeout_detail(run: _Run, timeouts: Timeouts) -> str:
+def _timeout_detail(run: PyRun, timeouts: Timeouts) -> str:
     if run.response is None or not run.response.headers_complete:
         limit = f"ttft {timeouts.ttft_s:g} s" if timeouts.ttft_s and run.stream else f"total {timeouts.total_s:g} s"
         return f"no response headers in time ({limit})"

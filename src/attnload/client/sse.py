@@ -1,7 +1,13 @@
-"""Server-sent events split from raw body bytes, without per-chunk string concatenation."""
+"""Server-sent events split from raw body bytes, without per-chunk string concatenation.
+
+``SseSplitter`` is the pure-Python reference; ``CompiledSseSplitter`` (when the C extension
+was built) gives the same events, pending bytes and budget failures; ``new_splitter()`` picks
+the one ``attnload.native`` chose.
+"""
 
 from __future__ import annotations
 
+from attnload import native
 from attnload.client.budget import MAX_DATALESS_BLOCKS, MAX_EVENT_BYTES
 from attnload.errors import ErrorClass, RequestFailed
 
@@ -36,6 +42,8 @@ class SseSplitter:
         self.max_dataless = max_dataless
 
     def feed(self, data: bytes) -> None:
+        if type(data) is not bytes:
+            data = bytes(data)  # llhttp hands a bytearray it reuses
         if not self._buffer and not self._cr and data.startswith(b"data: ") and data.find(b"\n") == len(data) - 2 \
                 and data.endswith(b"\n\n") and b"\r" not in data:
             self.events.append((b"message", bytes(data[6:-2])))  # one whole one-line event per read: most reads
@@ -93,8 +101,11 @@ class SseSplitter:
     def _overflow(self) -> None:
         size = len(self._buffer) + self._parts_size
         self._buffer, self._parts, self._parts_size = b"", [], 0
-        raise RequestFailed(ErrorClass.BAD_RESPONSE, f"an SSE event grew past {self.max_event_bytes} bytes "
-                                                     f"({size} read) without ending: a runaway or non-SSE stream")
+        raise overflow_error(self.max_event_bytes, size)
+
+    def discard(self) -> None:
+        """Forget the parsed events not yet consumed (events after [DONE] are not part of the answer)."""
+        self.events.clear()
 
     def _event(self, block: bytes) -> None:
         if block.startswith(b"data:") and b"\n" not in block:  # the common case: one data line
@@ -111,8 +122,7 @@ class SseSplitter:
             return
         self.dropped += 1
         if self.dropped > self.max_dataless:
-            raise RequestFailed(ErrorClass.BAD_RESPONSE, f"more than {self.max_dataless} blocks without a data "
-                                                         f"field: the 200 body is not an event stream")
+            raise dataless_error(self.max_dataless)
 
     @property
     def pending(self) -> bytes:
@@ -120,3 +130,35 @@ class SseSplitter:
         if self._parts:
             self._buffer, self._parts, self._parts_size = b"".join((self._buffer, *self._parts)), [], 0
         return self._buffer
+
+
+def overflow_error(max_event_bytes: int, size: int) -> RequestFailed:
+    return RequestFailed(ErrorClass.BAD_RESPONSE, f"an SSE event grew past {max_event_bytes} bytes "
+                                                  f"({size} read) without ending: a runaway or non-SSE stream")
+
+
+def dataless_error(max_dataless: int) -> RequestFailed:
+    return RequestFailed(ErrorClass.BAD_RESPONSE, f"more than {max_dataless} blocks without a data "
+                                                  f"field: the 200 body is not an event stream")
+
+
+_EXTENSION = native.extension()
+CompiledSseSplitter: type | None = None
+if _EXTENSION is not None:
+    class CompiledSseSplitter(_EXTENSION.Splitter):  # type: ignore[no-redef]
+        """``SseSplitter`` in C (attnload/_fastpath.c): the budgets' failures are raised here."""
+
+        __slots__ = ()
+
+        def _overflow(self, size: int) -> None:
+            raise overflow_error(self.max_event_bytes, size)
+
+        def _dataless(self) -> None:
+            raise dataless_error(self.max_dataless)
+
+
+def new_splitter(max_event_bytes: int = MAX_EVENT_BYTES, max_dataless: int = MAX_DATALESS_BLOCKS) -> SseSplitter:
+    """A splitter of the active implementation (``attnload.native``)."""
+    if native.active() is not None and CompiledSseSplitter is not None:
+        return CompiledSseSplitter(max_event_bytes, max_dataless)  # type: ignore[no-any-return]
+    return SseSplitter(max_event_bytes, max_dataless)

@@ -35,11 +35,18 @@ class Response(HTTPResponse):
         self.sse = sse
         self.body = bytearray()
         self.body_bytes = 0
+        self._sink: Any = None
+        """``sse.feed`` once a 200's body has started: later body chunks skip the status check."""
 
     def _on_body(self, buf: bytearray) -> None:
+        sink = self._sink
+        if sink is not None:
+            sink(buf)  # the splitter copies what it keeps (buf is reused by llhttp)
+            return
         code = self.get_code()
         if self.sse is not None and code == 200:
-            self.sse.feed(bytes(buf))
+            sink = self._sink = self.sse.feed
+            sink(buf)
             return
         self.body_bytes += len(buf)
         if self.body_bytes > MAX_BODY_BYTES:

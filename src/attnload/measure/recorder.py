@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from attnload import native
 from attnload.measure.histogram import LogHistogram
 
 HISTOGRAMS = ("ttft", "itl", "tpot", "e2e", "lag")
@@ -185,6 +186,9 @@ def split_gaps(gaps_s: list[float], chunk_tokens: list[int], completion_tokens: 
         wanted = completion_tokens - chunk_tokens[0]
         if wanted >= len(later) and wanted != sum(later):
             later = _rescale(later, wanted)
+    fast = native.active()
+    if fast is not None and type(gaps_s) is list and type(later) is list:
+        return fast.gap_pairs(gaps_s, later)  # type: ignore[no-any-return]
     return tuple((gap / n, n) for gap, n in zip(gaps_s, later, strict=False))
 
 
