@@ -1,0 +1,144 @@
+"""Cross-check: attnload and ``vllm bench serve`` against the same real vLLM, side by side.
+
+Two load generators measuring one server must agree when they send the same thing. One vLLM
+(CPU build) server runs the tiny GQA model (``attnload.engines.tiny_models``) pinned to core 0,
+with prefix caching on (``--block-size 32``) as a real deployment has it. Then, at the same input
+and output lengths (``ignore_eos``), the same concurrency and the same chat endpoint:
+
+1. ``vllm bench serve`` with fresh prompts (a new ``--seed``), then ``attnload run`` for as long
+   as vllm bench took (``--stop-timeout`` lets the last requests finish): ITL p50, TPOT p50,
+   E2E p50, TTFT p50 and output throughput side by side, and for ITL p50 and E2E p50 a line with
+   the word ``ratio`` and attnload / vllm-bench (expected within 0.9–1.1);
+2. ``vllm bench serve`` again with the *same* seed: it re-sends identical prompts, so its TTFT is
+   the prefix cache's, not the model's; attnload, run again, salts every prompt and does not.
+
+vllm bench runs as ``ENV/bin/python -m vllm.entrypoints.cli.main bench serve`` from the vLLM env
+(the CPU wheel's ``vllm`` console script fails). ``--quick`` (``make bench-vllm-quick``) fits in
+about 6 minutes here; ``--json`` keeps the rows. Output in docs/vllm.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from attnload.engines import tiny_models
+from attnload.engines.vllm import ServerSpec, require_vllm_env, running
+from attnload.runner.launch import free_port
+
+ROWS = (("TTFT p50", "ttft_s", "median_ttft_ms"), ("ITL p50", "itl_s", "median_itl_ms"),
+        ("TPOT p50", "tpot_s", "median_tpot_ms"), ("E2E p50", "e2e_s", "median_e2el_ms"))
+RATIO_ROWS = ("ITL p50", "E2E p50")
+BAND = (0.9, 1.1)
+
+
+def vllm_bench(env: Path, spec: ServerSpec, out: Path, *, input_len: int, output_len: int, concurrency: int,
+               prompts: int, seed: int) -> tuple[dict[str, Any], float]:
+    """One ``vllm bench serve`` run; its saved result JSON and its wall time."""
+    out.mkdir(parents=True, exist_ok=True)
+    name = f"vllm-bench-seed{seed}-{int(time.time() * 1000)}.json"
+    command = [str(env / "bin" / "python"), "-m", "vllm.entrypoints.cli.main", "bench", "serve",
+               "--backend", "openai-chat", "--endpoint", "/v1/chat/completions",
+               "--base-url", spec.base_url, "--model", spec.served_name, "--tokenizer", str(spec.model_dir),
+               "--dataset-name", "random", "--random-input-len", str(input_len),
+               "--random-output-len", str(output_len), "--random-range-ratio", "0", "--ignore-eos",
+               "--num-prompts", str(prompts), "--max-concurrency", str(concurrency), "--seed", str(seed),
+               "--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", "50,99",
+               "--save-result", "--result-dir", str(out), "--result-filename", name, "--disable-tqdm"]
+    env_vars = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_CPU_OMP_THREADS_BIND": "1"}
+    started = time.monotonic()
+    done = subprocess.run(command, env=env_vars, capture_output=True, text=True, timeout=1800)
+    if done.returncode != 0:
+        raise SystemExit(f"vllm bench serve failed ({done.returncode}): {done.stderr[-2000:]}")
+    return json.loads((out / name).read_text(encoding="utf-8")), time.monotonic() - started
+
+
+def attnload_run(spec: ServerSpec, out: Path, *, input_len: int, output_len: int, concurrency: int,
+                 duration_s: float) -> dict[str, Any]:
+    """One ``attnload run`` at the same lengths and concurrency; its model summary."""
+    out.mkdir(parents=True, exist_ok=True)
+    config = {"base_url": f"{spec.base_url}/v1",
+              "models": {"gqa_model": {"id": spec.served_name, "attention_type": "GQA",
+                                       "tokenizer": str(spec.model_dir / "tokenizer.json")}},
+              "workload": {"fixed": {"prompt_tokens": input_len, "max_tokens": output_len, "ignore_eos": True}},
+              "request": {"total_timeout_s": 600, "idle_timeout_s": 300}}
+    path = out / "config.json"
+    path.write_text(json.dumps(config), encoding="utf-8")
+    results = out / "results"
+    command = [sys.executable, "-m", "attnload", "run", "-c", str(path), "--users", str(concurrency),
+               "--duration", f"{max(5, round(duration_s))}s", "--spawn-rate", "100", "--workers", "1",
+               "--stop-timeout", "600", "--metrics-port", "0", "--results", str(results)]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=1800)
+    if done.returncode != 0:
+        raise SystemExit(f"attnload run failed ({done.returncode}): {done.stderr[-2000:]}")
+    data = json.loads((results / (results / "latest.txt").read_text().strip()).read_text(encoding="utf-8"))
+    return data["models"][0]
+
+
+def table(title: str, ours: dict[str, Any], theirs: dict[str, Any]) -> list[str]:
+    lines = [title, f"  {'':10} {'attnload':>12} {'vllm bench':>12}   (ms; tokens/s)"]
+    for label, our_key, their_key in ROWS:
+        mine = (ours[our_key]["p50"] or 0.0) * 1000
+        other = float(theirs[their_key])
+        ratio = mine / other if other else float("nan")
+        if label in RATIO_ROWS:
+            verdict = "within 0.9-1.1" if BAND[0] <= ratio <= BAND[1] else "OUTSIDE 0.9-1.1"
+            lines.append(f"  {label:10} {mine:12.1f} {other:12.1f}   ratio {ratio:.3f} ({verdict})")
+        else:
+            lines.append(f"  {label:10} {mine:12.1f} {other:12.1f}   attnload/vllm-bench {ratio:.3f}")
+    lines.append(f"  {'output/s':10} {ours['output_tokens_per_s']:12.1f} {float(theirs['output_throughput']):12.1f}"
+                 f"   requests: {ours['requests']['ok']} vs {theirs['completed']}")
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="shorter runs (~6 min here)")
+    parser.add_argument("--input-len", type=int, default=None)
+    parser.add_argument("--output-len", type=int, default=None)
+    parser.add_argument("--concurrency", type=int, default=4)
+    parser.add_argument("--json", type=Path, default=None, help="also write the rows here")
+    args = parser.parse_args(argv)
+    input_len = args.input_len or (64 if args.quick else 128)
+    output_len = args.output_len or (48 if args.quick else 96)
+    prompts = args.concurrency * (4 if args.quick else 8)
+    env = require_vllm_env()
+    with tempfile.TemporaryDirectory(prefix="attnload-crosscheck-") as tmp:
+        root = Path(tmp)
+        tiny_models.write_pair(root / "models")
+        spec = ServerSpec(root / "models" / tiny_models.GQA_NAME, tiny_models.GQA_NAME, free_port(), core=0,
+                          kv_cache_bytes=256 * 2**20, max_model_len=2048, block_size=32, max_num_seqs=32)
+        print(f"vLLM (CPU) {spec.served_name} on core 0; clients on core 1; input {input_len}, output "
+              f"{output_len} (ignore_eos), concurrency {args.concurrency}, {prompts} prompts per vllm bench run",
+              flush=True)
+        with running([spec], root / "logs"):
+            seed = random.SystemRandom().randrange(1, 2**31)
+            lengths = {"input_len": input_len, "output_len": output_len, "concurrency": args.concurrency}
+            vllm_bench(env, spec, root / "warm", **lengths, prompts=args.concurrency, seed=seed + 1)  # warm-up
+            fresh, took_s = vllm_bench(env, spec, root / "bench", **lengths, prompts=prompts, seed=seed)
+            ours = attnload_run(spec, root / "attnload-1", **lengths, duration_s=took_s)
+            lines = table(f"fresh prompts (vllm bench --seed {seed}; attnload salts each prompt):", ours, fresh)
+            again, _ = vllm_bench(env, spec, root / "bench", **lengths, prompts=prompts, seed=seed)
+            ours_again = attnload_run(spec, root / "attnload-2", **lengths, duration_s=took_s)
+            lines += table(f"repeated seed (vllm bench --seed {seed} again: identical prompts; attnload again):",
+                           ours_again, again)
+            lines.append(f"  prefix-cache effect: vllm bench TTFT p50 {fresh['median_ttft_ms']:.1f} -> "
+                         f"{again['median_ttft_ms']:.1f} ms; attnload {ours['ttft_s']['p50'] * 1000:.1f} -> "
+                         f"{ours_again['ttft_s']['p50'] * 1000:.1f} ms")
+    print("\n".join(lines))
+    if args.json:
+        args.json.write_text(json.dumps({"fresh": {"attnload": ours, "vllm_bench": fresh},
+                                         "repeated": {"attnload": ours_again, "vllm_bench": again}}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
