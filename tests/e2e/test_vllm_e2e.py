@@ -4,7 +4,7 @@ One pair of servers per session (a cold CPU server takes ~1 min on 2 cores), sha
 - ``tiny-gqa``: prefix caching with ``--block-size 32`` and ``--enable-prompt-tokens-details``;
 - ``tiny-mla``: the CPU MLA backend (block 16, no prefix cache), started *without*
   ``--enable-prompt-tokens-details``, so vLLM sends no ``prompt_tokens_details`` at all;
-- both with the same 8 MiB KV budget: 512 GQA tokens (16 KiB each) against ~1,800 MLA tokens.
+- both with the same 8 MiB KV budget: 480 GQA tokens (16 KiB each) against 1,808 MLA tokens.
 
 Truth comes from vLLM itself: its counters and gauges, scraped here with prometheus_client's own
 parser (not attnload's), and its real error bodies. ``make test-vllm`` runs these (``.ci/run`` too,
@@ -35,7 +35,8 @@ from helpers import DIRECT, Processes, attnload, free_port, latest_results
 pytestmark = [pytest.mark.vllm, pytest.mark.e2e, pytest.mark.timeout(900)]
 
 KV_BYTES = 8 * 2**20
-MAX_MODEL_LEN = 512
+MAX_MODEL_LEN = 448
+"""8 MiB hold 16 GQA blocks of 32 tokens, one of them vLLM's null block: 480 tokens, so 448 fits."""
 
 
 @dataclass(frozen=True)
@@ -75,7 +76,8 @@ def series(base_url: str) -> dict[str, float]:
 
 def config(pair: Pair, directory: Path, workload: dict[str, Any], *, gqa_id: str | None = None) -> Path:
     def entry(spec: ServerSpec, attention: str, model_id: str | None = None) -> dict[str, Any]:
-        return {"id": model_id or spec.served_name, "attention_type": attention, "base_url": f"{spec.base_url}/v1"}
+        return {"id": model_id or spec.served_name, "attention_type": attention, "base_url": f"{spec.base_url}/v1",
+                "tokenizer": str(pair.models / tiny_models.GQA_NAME / "tokenizer.json")}  # exact prompt sizes
 
     data = {"base_url": f"{pair.gqa.base_url}/v1",
             "models": {"gqa_model": entry(pair.gqa, "GQA", gqa_id), "mla_model": entry(pair.mla, "MLA")},
@@ -198,12 +200,12 @@ def test_vllm_error_bodies_get_their_classes(vllm_pair: Pair) -> None:
     status, body = post_chat(vllm_pair.gqa, {"model": vllm_pair.gqa.served_name, "max_tokens": 8,
                                              "messages": [{"role": "user", "content": long_text}]})
     failure = classify_status(status, body)
-    assert status == 400 and failure.error_class in (ErrorClass.CONTEXT_LENGTH, ErrorClass.BAD_REQUEST), body
-    assert failure.error_class is ErrorClass.CONTEXT_LENGTH and "\n" not in failure.detail
+    assert status == 400 and failure.kind in (ErrorClass.CONTEXT_LENGTH, ErrorClass.BAD_REQUEST), body
+    assert failure.kind is ErrorClass.CONTEXT_LENGTH and "\n" not in failure.detail
     status, body = post_chat(vllm_pair.gqa, {"model": "no-such-model", "max_tokens": 8,
                                              "messages": [{"role": "user", "content": "hi"}]})
     failure = classify_status(status, body)
-    assert status == 404 and failure.error_class is ErrorClass.NOT_FOUND and "\n" not in failure.detail, body
+    assert status == 404 and failure.kind is ErrorClass.NOT_FOUND and "\n" not in failure.detail, body
 
 
 def test_attnload_check_against_vllm(vllm_pair: Pair, tmp_path: Path) -> None:
@@ -222,8 +224,8 @@ def test_attnload_check_against_vllm(vllm_pair: Pair, tmp_path: Path) -> None:
 
 def test_equal_kv_budget_queues_gqa_while_mla_admits(vllm_pair: Pair, processes: Processes,
                                                      tmp_path: Path) -> None:
-    """Same 8 MiB of KV: 6 requests of ~250 tokens fill GQA's 512 tokens (it queues or preempts),
-    while MLA's ~1,800 tokens hold all six at once."""
+    """Same 8 MiB of KV: 6 requests of ~250 tokens (8 blocks of 32) overflow GQA's 15 blocks (it
+    queues or preempts), while MLA's 1,808 tokens (113 blocks of 16) hold all six at once."""
     path = config(vllm_pair, tmp_path, {"long": {"prompt_tokens": 200, "max_tokens": 48, "ignore_eos": True}})
     before = {s.served_name: series(s.base_url) for s in (vllm_pair.gqa, vllm_pair.mla)}
     with Watcher(vllm_pair.gqa.base_url, vllm_pair.mla.base_url) as watcher:

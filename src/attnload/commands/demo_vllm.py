@@ -25,8 +25,9 @@ from attnload.runner.stops import signal_exit_code
 VLLM_SHAPE = "concurrency:2,8"
 VLLM_STAGE_S = "60s"
 KV_CACHE_BYTES = 16 * 2**20
-"""Per server: 1,024 GQA tokens (16 KiB each in bf16) against ~3,600 MLA tokens (4.5 KiB)."""
-MAX_MODEL_LEN = 1024
+"""Per server: 992 GQA tokens (31 blocks of 32 at 16 KiB a token, one more is vLLM's null block)
+against ~3,600 MLA tokens (4.5 KiB a token)."""
+MAX_MODEL_LEN = 960
 USER_TOKENS = 48
 MAX_TOKENS = 64
 TURNS = 5

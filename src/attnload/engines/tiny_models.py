@@ -17,6 +17,8 @@ import json
 import sys
 from pathlib import Path
 
+from attnload.workload.prompts import filler_text
+
 HIDDEN = 1024
 LAYERS = 4
 MAX_POSITIONS = 4096
@@ -75,8 +77,9 @@ def _train_tokenizer(vocab: int):  # noqa: ANN202 - tokenizers is an optional ex
     tokenizer.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(vocab_size=vocab, special_tokens=list(SPECIALS), show_progress=False,
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
-    corpus = [" ".join(_WORDS[(i * 7 + j * 13) % len(_WORDS)] for j in range(40)) + f" {i} {i * 37 % 1000}"
-              for i in range(2000)]
+    # attnload's own prompt filler and salts are in the corpus, so its prompts tokenize to sensible lengths
+    corpus = [" ".join(_WORDS[(i * 7 + j * 13) % len(_WORDS)] for j in range(40)) + f" {i} {i * 37 % 1000} {i:08x}"
+              for i in range(2000)] + [filler_text(2000, seed=i) for i in range(200)]
     tokenizer.train_from_iterator(corpus, trainer=trainer)
     return tokenizer
 

@@ -9,7 +9,9 @@ Facts the commands encode (each checked on this build, docs/vllm.md):
 - every CPU server pins its OpenMP workers to core 0 unless ``VLLM_CPU_OMP_THREADS_BIND`` says
   otherwise, so each server gets its own core (two on one core stall each other);
 - ``--enforce-eager`` starts in about a minute on 2 cores (no compile step);
-- the KV budget is ``--kv-cache-memory-bytes`` (honoured by the CPU worker), equal for both models;
+- the KV budget is ``--kv-cache-memory-bytes`` (honoured by the CPU worker, which then skips its warm-up
+  and memory-fraction check), equal for both models; ``VLLM_CPU_KVCACHE_SPACE`` (whole GiB, legacy) would
+  override it, so it is removed from the servers' environment;
 - the CPU prefix cache's default block is 128 tokens: ``--block-size 32`` lets short conversations hit it
   (the MLA backend forces 16 and turns prefix caching off).
 """
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import re
 import signal
 import subprocess
 import time
@@ -96,8 +99,9 @@ def server_environment(spec: ServerSpec) -> dict[str, str]:
     """The parent's environment, with this server's OpenMP threads on its own core and no hub access."""
     env = dict(os.environ)
     env.update({"VLLM_CPU_OMP_THREADS_BIND": str(spec.core), "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1",
-                "TRANSFORMERS_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1",
-                "VLLM_CPU_KVCACHE_SPACE": env.get("VLLM_CPU_KVCACHE_SPACE", "1")})
+                "TRANSFORMERS_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"})
+    # the CPU platform lets this legacy variable (whole GiB) override --kv-cache-memory-bytes: the flag decides
+    env.pop("VLLM_CPU_KVCACHE_SPACE", None)
     for proxy in ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY"):
         env.pop(proxy, None)  # the servers only ever talk to 127.0.0.1
     return env
@@ -119,12 +123,14 @@ class VllmServer:
     log_path: Path
     started_s: float = field(default_factory=time.monotonic)
 
-    def log_tail(self, lines: int = 8) -> str:
+    def root_cause(self) -> str:
+        """The first ``SomethingError: ...`` line of the log (vLLM prints the engine's cause before its own)."""
         try:
             text = self.log_path.read_text(encoding="utf-8", errors="replace").splitlines()
         except OSError:
             return ""
-        return " | ".join(line.strip() for line in text[-lines:])
+        causes = [line.strip() for line in text if re.match(r"^[A-Za-z_.]*(Error|Exception): ", line)]
+        return (causes[0] if causes else " | ".join(line.strip() for line in text[-3:]))[:400]
 
     def stop(self, timeout_s: float = 20.0) -> None:
         """SIGTERM to the whole group (api server + engine core), then SIGKILL what is left."""
@@ -162,7 +168,7 @@ def wait_ready(servers: Sequence[VllmServer], timeout_s: float = START_TIMEOUT_S
         for server in list(pending):
             if server.process.poll() is not None:
                 raise UsageError(f"vLLM for {server.spec.served_name} exited with status {server.process.returncode}: "
-                                 f"see {server.log_path} ({server.log_tail(3)})")
+                                 f"{server.root_cause()} (log: {server.log_path})")
             try:
                 with _DIRECT.open(f"{server.spec.base_url}/v1/models", timeout=2.0):
                     pending.remove(server)
