@@ -1,0 +1,94 @@
+"""engines/: the tiny models' geometry and files, the vLLM command line, and the demo without vLLM.
+
+No vLLM here: these run everywhere. The same code against a real vLLM is tests/e2e/test_vllm_e2e.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from attnload.engines import tiny_models
+from attnload.engines.vllm import (
+    ENV_VAR,
+    INSTALL_HINT,
+    ServerSpec,
+    server_command,
+    server_environment,
+    vllm_env,
+)
+from helpers import attnload
+
+
+def test_kv_geometry_is_the_real_pairs() -> None:
+    """llama-3-70b's KV row (8 heads × 128 × K and V) against DeepSeek-V3's latent (512 + 64 rope)."""
+    gqa, mla = tiny_models.gqa_config(), tiny_models.mla_config()
+    assert tiny_models.kv_elements_per_token_per_layer(gqa) == 2048
+    assert tiny_models.kv_elements_per_token_per_layer(mla) == 576
+    assert gqa["num_attention_heads"] > gqa["num_key_value_heads"] == 8  # grouped, not MHA
+    assert mla["kv_lora_rank"] == 512 and mla["qk_rope_head_dim"] == 64  # the only shape the CPU MLA backend runs
+    assert mla["first_k_dense_replace"] == mla["num_hidden_layers"] and isinstance(mla["n_routed_experts"], int)
+    bytes_per_token = [tiny_models.kv_elements_per_token_per_layer(c) * tiny_models.LAYERS * 2 for c in (gqa, mla)]
+    assert bytes_per_token == [16 * 1024, 4608]  # 16 KiB vs 4.5 KiB in bf16
+
+
+def test_write_pair_makes_loadable_folders(tmp_path: Path) -> None:
+    from tokenizers import Tokenizer
+
+    gqa, mla = tiny_models.write_pair(tmp_path)
+    for folder in (gqa, mla):
+        assert tiny_models.is_complete(folder)
+        config = json.loads((folder / "config.json").read_text())
+        tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
+        assert config["vocab_size"] == tokenizer.get_vocab_size()  # every id the model can emit decodes
+        assert tokenizer.token_to_id("</s>") == config["eos_token_id"]
+        settings = json.loads((folder / "tokenizer_config.json").read_text())
+        assert "add_generation_prompt" in settings["chat_template"] and settings["eos_token"] == "</s>"
+        assert json.loads((folder / "generation_config.json").read_text())["eos_token_id"] == config["eos_token_id"]
+    text = "Explain the attention mechanism of a transformer. 请用 100 字介绍 Transformer 架构。"
+    ids = Tokenizer.from_file(str(gqa / "tokenizer.json")).encode(text).ids
+    assert 5 < len(ids) < len(text.encode())  # byte-level BPE: anything encodes, and merges were learnt
+    assert json.loads((gqa / "config.json").read_text())["architectures"] == ["LlamaForCausalLM"]
+    assert json.loads((mla / "config.json").read_text())["architectures"] == ["DeepseekV2ForCausalLM"]
+
+
+def test_server_command_and_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    spec = ServerSpec(Path("/m/tiny-gqa"), "tiny-gqa", 8123, core=1, kv_cache_bytes=8 * 2**20, block_size=32,
+                      prompt_tokens_details=False)
+    command = server_command(Path("/env"), spec)
+    assert command[:3] == ["/env/bin/python", "-m", "vllm.entrypoints.openai.api_server"]
+    joined = " ".join(command)
+    for part in ("--load-format dummy", "--enforce-eager", "--kv-cache-memory-bytes 8388608", "--block-size 32",
+                 "--served-model-name tiny-gqa", "--port 8123", "--enable-prefix-caching"):
+        assert part in joined
+    assert "--enable-prompt-tokens-details" not in command
+    monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "4")
+    env = server_environment(spec)
+    assert env["VLLM_CPU_OMP_THREADS_BIND"] == "1" and env["HF_HUB_OFFLINE"] == "1"
+    assert "VLLM_CPU_KVCACHE_SPACE" not in env  # it would override --kv-cache-memory-bytes
+
+
+@pytest.mark.e2e
+def test_demo_vllm_without_vllm_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    env_dir = tmp_path / "no-vllm-here"
+    done = subprocess.run(attnload("demo", "--engine", "vllm", "--results", str(tmp_path / "r")),
+                          capture_output=True, text=True, timeout=60, env={**os.environ, ENV_VAR: str(env_dir)})
+    assert done.returncode == 2
+    assert done.stderr.strip().count("\n") == 0 and "make vllm-env" in done.stderr, done.stderr
+    assert INSTALL_HINT in done.stderr and not (tmp_path / "r").exists()
+
+
+def test_vllm_env_needs_vllm_inside(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "python").write_text("")
+    monkeypatch.setenv(ENV_VAR, str(tmp_path))
+    assert vllm_env() is None  # a virtualenv without vllm is not one
+    package = tmp_path / "lib" / "python3.11" / "site-packages" / "vllm"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    assert vllm_env() == tmp_path
+
