@@ -7,7 +7,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -21,7 +24,7 @@ from attnload.engines.vllm import (
     server_environment,
     vllm_env,
 )
-from helpers import attnload
+from helpers import attnload, free_port
 
 
 def test_kv_geometry_is_the_real_pairs() -> None:
@@ -115,3 +118,42 @@ def test_demo_vllm_config_loads_and_sizes_fit(tmp_path: Path) -> None:
     assert gqa_blocks * demo_vllm.GQA_BLOCK >= demo_vllm.MAX_MODEL_LEN
     first_turn = demo_vllm.USER_TOKENS + demo_vllm.MAX_TOKENS + 4  # bos, <|user|>, <|assistant|>, newlines
     assert 4 * -(-first_turn // demo_vllm.GQA_BLOCK) > gqa_blocks  # 4 users/model overflow GQA from turn 1
+
+
+@pytest.mark.e2e
+def test_servers_are_stopped_as_groups_on_sigterm(tmp_path: Path) -> None:
+    """``running()`` under SIGTERM: exit 143 and nothing left of either server's process group, the
+    child that ignores SIGTERM included (vLLM's engine core outlives its api server otherwise)."""
+    env_dir = tmp_path / "fake-env"
+    (env_dir / "bin").mkdir(parents=True)
+    package = env_dir / "lib" / "python3.11" / "site-packages" / "vllm"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    fake = Path(__file__).with_name("fake_vllm_server.py")
+    python = env_dir / "bin" / "python"
+    python.write_text(f'#!/bin/sh\nshift 2\nexec {sys.executable} {fake} "$@"\n')  # drops "-m vllm...api_server"
+    python.chmod(0o755)
+    script = (f"from pathlib import Path; import time; from attnload.engines.vllm import ServerSpec, running\n"
+              f"specs = [ServerSpec(Path('/m'), f'm{{i}}', {free_port()} + i, core=i, kv_cache_bytes=1) for i in (0, 1)]\n"
+              f"with running(specs, Path({str(tmp_path)!r}) / 'logs', timeout_s=60):\n"
+              f"    Path({str(tmp_path)!r}, 'ready').write_text('1'); time.sleep(120)\n")
+    env = {**os.environ, ENV_VAR: str(env_dir), "FAKE_VLLM_PIDS": str(tmp_path)}
+    process = subprocess.Popen([sys.executable, "-c", script], env=env)
+    deadline = time.monotonic() + 60
+    while not (tmp_path / "ready").exists():
+        assert process.poll() is None and time.monotonic() < deadline, "the fake servers did not come up"
+        time.sleep(0.1)
+    pids = [int(p) for f in tmp_path.glob("*.pids") for p in f.read_text().split()]
+    assert len(pids) == 4
+    process.send_signal(signal.SIGTERM)
+    assert process.wait(timeout=60) == 143
+    alive = [pid for pid in pids if _alive(pid)]
+    assert alive == []
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"  # a zombie is gone, only unreaped
