@@ -5,17 +5,19 @@ Two load generators measuring one server must agree when they send the same thin
 with prefix caching on (``--block-size 32``) as a real deployment has it. Then, at the same input
 and output lengths (``ignore_eos``), the same concurrency and the same chat endpoint:
 
-1. ``vllm bench serve`` with fresh prompts (a new ``--seed``), then ``attnload run`` for as long
-   as vllm bench took (``--stop-timeout`` lets the last requests finish): ITL p50, TPOT p50,
-   E2E p50, TTFT p50 and output throughput side by side, and for ITL p50 and E2E p50 a line with
-   the word ``ratio`` and attnload / vllm-bench (expected within 0.9–1.1);
-2. ``vllm bench serve`` again with the *same* seed: it re-sends identical prompts, so its TTFT is
-   the prefix cache's, not the model's; attnload, run again, salts every prompt and does not.
+1. rounds of ``vllm bench serve`` with fresh prompts (a new ``--seed`` each) and ``attnload run``
+   for as long as vllm bench's own benchmark duration (``--stop-timeout`` lets the last requests
+   finish), alternating which goes first, because the shared machine's load drifts between runs:
+   ITL p50, TPOT p50, E2E p50, TTFT p50 and output throughput side by side (medians over rounds),
+   and for ITL p50 and E2E p50 a line with the word ``ratio`` and attnload / vllm-bench (expected
+   within 0.9–1.1);
+2. ``vllm bench serve`` again with the last round's seed: it re-sends identical prompts, so its
+   TTFT is the prefix cache's, not the model's; attnload, run again each round, salts every prompt.
 
 vllm bench runs from the vLLM env as ``vllm.benchmarks.serve``'s own ``add_cli_args`` + ``main``, which is
 what ``vllm bench serve`` calls (the CPU wheel's ``vllm`` CLI, console script or ``-m
 vllm.entrypoints.cli.main``, looks up a distribution named ``vllm`` and fails). ``--quick`` (``make bench-vllm-quick``) fits in
-about 6 minutes here; ``--json`` keeps the rows. Output in docs/vllm.md.
+about 6 minutes on an idle 2-core machine; ``--json`` keeps the rows. Output in docs/vllm.md.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import argparse
 import json
 import os
 import random
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -96,60 +99,79 @@ def attnload_run(spec: ServerSpec, out: Path, *, input_len: int, output_len: int
     return data["models"][0]
 
 
-def table(title: str, ours: dict[str, Any], theirs: dict[str, Any]) -> list[str]:
-    lines = [title, f"  {'':10} {'attnload':>12} {'vllm bench':>12}   (ms; tokens/s)"]
-    for label, our_key, their_key in ROWS:
-        mine = (ours[our_key]["p50"] or 0.0) * 1000
-        other = float(theirs[their_key])
+def _p50s_ms(ours: dict[str, Any], theirs: dict[str, Any]) -> dict[str, tuple[float, float]]:
+    rows = {label: ((ours[our_key]["p50"] or 0.0) * 1000, float(theirs[their_key])) for label, our_key, their_key in ROWS}
+    rows["output/s"] = (float(ours["output_tokens_per_s"]), float(theirs["output_throughput"]))
+    return rows
+
+
+def table(title: str, rounds: list[dict[str, tuple[float, float]]]) -> list[str]:
+    """Each row: the median over rounds of each tool's p50 (rounds alternate which tool goes first)."""
+    lines = [title, f"  {'':10} {'attnload':>12} {'vllm bench':>12}   (ms; output tokens/s; median of {len(rounds)} rounds)"]
+    for label in [r[0] for r in ROWS] + ["output/s"]:
+        mine = statistics.median(r[label][0] for r in rounds)
+        other = statistics.median(r[label][1] for r in rounds)
         ratio = mine / other if other else float("nan")
         if label in RATIO_ROWS:
             verdict = "within 0.9-1.1" if BAND[0] <= ratio <= BAND[1] else "OUTSIDE 0.9-1.1"
             lines.append(f"  {label:10} {mine:12.1f} {other:12.1f}   ratio {ratio:.3f} ({verdict})")
         else:
             lines.append(f"  {label:10} {mine:12.1f} {other:12.1f}   attnload/vllm-bench {ratio:.3f}")
-    lines.append(f"  {'output/s':10} {ours['output_tokens_per_s']:12.1f} {float(theirs['output_throughput']):12.1f}"
-                 f"   requests: {ours['requests']['ok']} vs {theirs['completed']}")
     return lines
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="shorter runs (~6 min here)")
+    parser.add_argument("--quick", action="store_true", help="2 rounds of 12 prompts (~6 min on an idle 2-core machine)")
+    parser.add_argument("--rounds", type=int, default=None, help="interleaved rounds (quick 2, else 3)")
     parser.add_argument("--input-len", type=int, default=None)
     parser.add_argument("--output-len", type=int, default=None)
     parser.add_argument("--concurrency", type=int, default=4)
     parser.add_argument("--json", type=Path, default=None, help="also write the rows here")
     args = parser.parse_args(argv)
     input_len = args.input_len or (64 if args.quick else 128)
-    output_len = args.output_len or (48 if args.quick else 96)
-    prompts = args.concurrency * (4 if args.quick else 8)
+    output_len = args.output_len or (32 if args.quick else 96)
+    prompts = args.concurrency * (3 if args.quick else 6)
+    n_rounds = args.rounds or (2 if args.quick else 3)
     env = require_vllm_env()
+    kept: dict[str, Any] = {"rounds": []}
     with tempfile.TemporaryDirectory(prefix="attnload-crosscheck-") as tmp:
         root = Path(tmp)
         tiny_models.write_pair(root / "models")
         spec = ServerSpec(root / "models" / tiny_models.GQA_NAME, tiny_models.GQA_NAME, free_port(), core=0,
                           kv_cache_bytes=256 * 2**20, max_model_len=2048, block_size=32, max_num_seqs=32)
         print(f"vLLM (CPU) {spec.served_name} on core 0; clients on core 1; input {input_len}, output "
-              f"{output_len} (ignore_eos), concurrency {args.concurrency}, {prompts} prompts per vllm bench run",
-              flush=True)
+              f"{output_len} (ignore_eos), concurrency {args.concurrency}, {prompts} prompts per vllm bench run, "
+              f"{n_rounds} interleaved rounds", flush=True)
+        lengths = {"input_len": input_len, "output_len": output_len, "concurrency": args.concurrency}
+        rounds: list[dict[str, tuple[float, float]]] = []
         with running([spec], root / "logs"):
-            seed = random.SystemRandom().randrange(1, 2**31)
-            lengths = {"input_len": input_len, "output_len": output_len, "concurrency": args.concurrency}
-            vllm_bench(env, spec, root / "warm", **lengths, prompts=args.concurrency, seed=seed + 1)  # warm-up
-            fresh, took_s = vllm_bench(env, spec, root / "bench", **lengths, prompts=prompts, seed=seed)
-            ours = attnload_run(spec, root / "attnload-1", **lengths, duration_s=took_s)
-            lines = table(f"fresh prompts (vllm bench --seed {seed}; attnload salts each prompt):", ours, fresh)
+            rng = random.SystemRandom()
+            vllm_bench(env, spec, root / "warm", **lengths, prompts=args.concurrency, seed=rng.randrange(1, 2**31))
+            for index in range(n_rounds):
+                seed = rng.randrange(1, 2**31)
+                # the machine's load drifts: alternate which tool goes first, and take medians over rounds
+                if index % 2 == 0:
+                    theirs, _ = vllm_bench(env, spec, root / "bench", **lengths, prompts=prompts, seed=seed)
+                    ours = attnload_run(spec, root / f"attnload-{index}", **lengths, duration_s=theirs["duration"])
+                else:
+                    ours = attnload_run(spec, root / f"attnload-{index}", **lengths, duration_s=kept["rounds"][-1][1]["duration"])
+                    theirs, _ = vllm_bench(env, spec, root / "bench", **lengths, prompts=prompts, seed=seed)
+                rounds.append(_p50s_ms(ours, theirs))
+                kept["rounds"].append((ours, theirs))
             again, _ = vllm_bench(env, spec, root / "bench", **lengths, prompts=prompts, seed=seed)
-            ours_again = attnload_run(spec, root / "attnload-2", **lengths, duration_s=took_s)
-            lines += table(f"repeated seed (vllm bench --seed {seed} again: identical prompts; attnload again):",
-                           ours_again, again)
-            lines.append(f"  prefix-cache effect: vllm bench TTFT p50 {fresh['median_ttft_ms']:.1f} -> "
-                         f"{again['median_ttft_ms']:.1f} ms; attnload {ours['ttft_s']['p50'] * 1000:.1f} -> "
-                         f"{ours_again['ttft_s']['p50'] * 1000:.1f} ms")
+    lines = table("fresh prompts (a new vllm bench --seed each round; attnload salts each prompt):", rounds)
+    first_ttft = [r["TTFT p50"] for r in rounds]
+    lines.append(f"repeated seed (vllm bench --seed {seed} again: the last round's prompts, identical):")
+    lines.append(f"  TTFT p50   vllm bench {first_ttft[-1][1]:.1f} -> {float(again['median_ttft_ms']):.1f} ms "
+                 f"(its prefix cache, not the model); E2E p50 {rounds[-1]['E2E p50'][1]:.1f} -> "
+                 f"{float(again['median_e2el_ms']):.1f} ms")
+    lines.append("  TTFT p50   attnload, round by round: " + " -> ".join(f"{t[0]:.1f}" for t in first_ttft)
+                 + " ms (fresh salt per request: no cache effect)")
     print("\n".join(lines))
     if args.json:
-        args.json.write_text(json.dumps({"fresh": {"attnload": ours, "vllm_bench": fresh},
-                                         "repeated": {"attnload": ours_again, "vllm_bench": again}}, indent=2))
+        kept["repeated_vllm_bench"] = again
+        args.json.write_text(json.dumps(kept, indent=2))
     return 0
 
 
