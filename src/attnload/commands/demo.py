@@ -28,14 +28,21 @@ _DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # loopba
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--shape", default=DEMO_SHAPE, help=f"users per stage, both models together ({DEMO_SHAPE})")
-    parser.add_argument("--stage-duration", default=DEMO_STAGE_S, help=f"length of each stage ({DEMO_STAGE_S})")
+    parser.add_argument("--engine", choices=("sim", "vllm"), default="sim",
+                        help="sim: the built-in simulator; vllm: two real vLLM CPU servers with tiny GQA/MLA models "
+                             "(`make vllm-env` first; docs/vllm.md)")
+    parser.add_argument("--shape", default=None,
+                        help=f"users per stage, both models together ({DEMO_SHAPE}; vllm: concurrency:2,8)")
+    parser.add_argument("--stage-duration", default=None,
+                        help=f"length of each stage ({DEMO_STAGE_S}; vllm: 60s)")
     parser.add_argument("--spawn-rate", type=float, default=20.0, help="users started per second")
     parser.add_argument("--workers", type=int, default=2, help="local Locust worker processes")
     parser.add_argument("--kv-capacity-scale", type=float, default=0.05,
                         help="shrink simulated KV memory so the capacity knee fits a laptop run")
     parser.add_argument("--tokens-per-event", type=int, default=1,
                         help="tokens per SSE event from the simulator (>1 smooths ITL percentiles toward the mean)")
+    parser.add_argument("--kv-cache-bytes", type=int, default=8 * 2**20,
+                        help="--engine vllm: KV cache bytes per server, equal for both models (8 MiB)")
     parser.add_argument("--results", default="results", help="directory for results JSON + HTML")
     parser.add_argument("--metrics-port", type=int, default=9646, help="master's /metrics port (0 = off)")
     parser.add_argument("--locust-stats", action="store_true", default=None,
@@ -54,6 +61,12 @@ def demo_config(base_url: str) -> dict[str, object]:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.engine == "vllm":
+        from attnload.commands import demo_vllm
+
+        return demo_vllm.run(args)
+    args.shape = args.shape or DEMO_SHAPE
+    args.stage_duration = args.stage_duration or DEMO_STAGE_S
     port = free_port()
     with tempfile.TemporaryDirectory(prefix="attnload-demo-") as tmp:
         config_path = Path(tmp) / "demo_config.json"
