@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -193,8 +194,12 @@ def test_a_missing_extension_is_said_once(monkeypatch: pytest.MonkeyPatch, caplo
 def test_installs_and_runs_without_a_c_compiler(tmp_path: Path) -> None:
     """``CC=false``: the wheel builds without the extension, installs, and a client runs on the fallback."""
     env = {**os.environ, "CC": "false", "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
+    # a clean copy of the sources: a checkout's build/ (or in-place .so) from an earlier build would be reused
+    source = tmp_path / "source"
+    shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(
+        ".git", ".venv*", "build", "dist", "results", "*.so", "*.egg-info", "__pycache__", ".*_cache"))
     build = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp_path / "dist"),
-                            str(ROOT)], env=env, capture_output=True, text=True, timeout=500)
+                            str(source)], env=env, capture_output=True, text=True, timeout=500)
     assert build.returncode == 0, build.stderr[-2000:]
     wheel = next((tmp_path / "dist").glob("attnload-*.whl"))
     assert not [n for n in zipfile.ZipFile(wheel).namelist() if "_fastpath" in n and n.endswith(".so")]

@@ -118,16 +118,20 @@ def test_abandoned_streams_close_mid_stream_and_are_not_failures(processes: Proc
     summary = data["models"][0]
     requests = summary["requests"]
     total = requests["ok"] + requests["failed"] + requests["cancelled"] + requests["abandoned"]
-    assert total == 800 and requests["failed"] == 0 and requests["cancelled"] == 0
+    assert total == 800 and requests["failed"] == 0
+    assert requests["cancelled"] <= 0.02 * total, requests  # only requests still in flight at the stop
     assert 0.25 <= requests["abandoned"] / total <= 0.35, requests
     assert summary["stages"][0]["requests"]["abandoned"] == requests["abandoned"]
     assert summary["profiles"]["p"]["requests"]["abandoned"] == requests["abandoned"]
-    assert summary["errors"] == {}  # not an error class
-    assert summary["ttft_s"]["count"] == total and summary["e2e_s"]["count"] == requests["ok"]  # TTFT yes, e2e no
+    assert {k: n for k, n in summary["errors"].items() if k != "cancelled"} == {}  # abandoned is not an error class
+    # TTFT yes, e2e no (a request cancelled at the stop may or may not have had its first token)
+    assert requests["ok"] + requests["abandoned"] <= summary["ttft_s"]["count"] <= total
+    assert summary["e2e_s"]["count"] == requests["ok"]
     truth = http_json(sim + "/stats")["models"]["llama-3-70b"]
     assert truth["received"] == total
     assert truth["completed"] == requests["ok"]
-    assert truth["cancelled"] == requests["abandoned"]  # each abandoned stream's connection was seen closing
+    # each abandoned stream's connection was seen closing (and any cancelled at the stop)
+    assert truth["cancelled"] == requests["abandoned"] + requests["cancelled"]
     emitted_per_abandoned = (truth["completion_tokens"] - truth["completed_completion_tokens"]) / requests["abandoned"]
     assert 5.0 <= emitted_per_abandoned <= 9.0  # about 5 chunks (one token each) before the server saw it go
     server_view = summary["server"]  # the server's /metrics as the run scraped it, next to the client's count
@@ -136,7 +140,7 @@ def test_abandoned_streams_close_mid_stream_and_are_not_failures(processes: Proc
           f"{truth['cancelled']} (scraped {server_view['aborted']}), {emitted_per_abandoned:.2f} tokens emitted each")
     metrics = http_text(sim + "/metrics")
     assert (f'vllm:request_success_total{{engine="0",finished_reason="abort",model_name="llama-3-70b"}} '
-            f'{float(requests["abandoned"])}') in metrics
+            f'{float(requests["abandoned"] + requests["cancelled"])}') in metrics
     rows = (csv_prefix.parent / "run_llm.csv").read_text(encoding="utf-8").splitlines()
     header = rows[0].split(",")
     aggregated = dict(zip(header, rows[-1].split(","), strict=True))

@@ -31,9 +31,10 @@ def test_litellm_invalid_model_is_not_found(processes: Processes, tmp_path: Path
     summary = latest_results(results)["models"][0]
     sent = http_json(url + "/counts")["chat"]
     assert sent > 0 and summary["requests"]["ok"] == 0
-    assert summary["errors"] == {"not_found": summary["requests"]["failed"]}, (summary["errors"], output)
+    failures = {k: n for k, n in summary["errors"].items() if k != "cancelled"}  # the stop may cancel one in flight
+    assert failures == {"not_found": summary["requests"]["failed"]}, (summary["errors"], output)
     assert summary["requests"]["failed"] + summary["requests"]["cancelled"] == sent
-    assert "bad_request" not in output and "not_found 0" not in output and f"not_found {sent}" in output, output
+    assert "bad_request" not in output and "not_found 0" not in output and f"not_found {summary['requests']['failed']}" in output, output
     # the one-line fix: `attnload check` names the class and the gateway's model list
     check = processes.start(attnload("check", "-c", str(config)), name="check")
     check.wait(timeout=60)

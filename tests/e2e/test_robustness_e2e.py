@@ -276,4 +276,4 @@ def test_stop_timeout_lets_in_flight_requests_finish_and_counts_them(processes: 
     requests = latest_results(results)["models"][0]["requests"]
     server = http_json(sim + "/stats")["models"]["llama-3-70b"]
     assert server["cancelled"] == 0 and server["completed"] == server["received"], server  # all finished
-    assert requests == {"ok": server["completed"], "failed": 0, "cancelled": 0}, (requests, server)
+    assert requests == {"ok": server["completed"], "failed": 0, "cancelled": 0, "abandoned": 0}, (requests, server)
