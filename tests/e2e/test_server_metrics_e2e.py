@@ -191,7 +191,9 @@ def _run_recorded(tmp: Path, metrics: str, chat_id: str, good: str, bad: str) ->
                        "broken": {"id": "llama-3-8b", "attention_type": "GQA", "metrics_url": metrics + bad}},
             "benchmark": {"max_tokens": 16}}))
         run = processes.start(attnload("run", "-c", str(config), "--users", "2", "--duration", "8s", "--results",
-                                       str(tmp / "results"), "--metrics-port", "0", "--server-metrics-interval", "1"),
+                                       str(tmp / "results"), "--metrics-port", "0", "--server-metrics-interval", "1",
+                                       # the recorded server answers t0 then t1: no second reader of it
+                                       "--gpu-metrics", "off"),
                               name="run")
         assert run.wait(timeout=90) == 0, processes.log_of(run)[-3000:]
         return latest_results(tmp / "results"), processes.log_of(run)
