@@ -13,12 +13,11 @@ as its baseline, so consecutive stages split the energy exactly. ``bound`` is
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any
 
 from attnload.server_metrics.dcgm import GpuReading
-from attnload.server_metrics.window import counter_delta
+from attnload.server_metrics.window import Gauge, counter_delta
 
 ACTIVITY_FIELDS = ("dram_active", "tensor_active", "sm_active", "gpu_util")
 BUSY_MIN = 0.25
@@ -43,24 +42,6 @@ def classify_bound(dram_active: float | None, tensor_active: float | None) -> st
     if tensor_active >= BUSY_MIN and tensor_active >= DOMINANCE * dram_active:
         return "compute"
     return "neither"
-
-
-@dataclass
-class _Gauge:
-    total: float = 0.0
-    n: int = 0
-    peak: float = -math.inf
-
-    def add(self, value: float) -> None:
-        self.total += value
-        self.n += 1
-        self.peak = max(self.peak, value)
-
-    def to_json(self) -> dict[str, float | None]:
-        return {"mean": self.mean(), "max": self.peak if self.n else None}
-
-    def mean(self) -> float | None:
-        return self.total / self.n if self.n else None
 
 
 @dataclass(frozen=True)
@@ -91,9 +72,9 @@ class GpuWindow:
         self.source: str | None = baseline.source if baseline else None
         self.gpus = 0
         self._last = baseline
-        self._activity = {name: _Gauge() for name in ACTIVITY_FIELDS}
-        self._power = _Gauge()
-        self._fb = _Gauge()
+        self._activity = {name: Gauge() for name in ACTIVITY_FIELDS}
+        self._power = Gauge()
+        self._fb = Gauge()
         self._energy_mj = 0.0
         self._energy_read = False
         self._from_power = False

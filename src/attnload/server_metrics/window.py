@@ -69,7 +69,9 @@ def histogram_bucket(q: float, buckets: Sequence[tuple[float, float]]) -> tuple[
 
 
 @dataclass
-class _Gauge:
+class Gauge:
+    """A gauge over a window's scrapes: mean and max (None before the first sample)."""
+
     total: float = 0.0
     n: int = 0
     peak: float = -math.inf
@@ -80,7 +82,7 @@ class _Gauge:
         self.peak = max(self.peak, value)
 
     def to_json(self) -> dict[str, float | None]:
-        return {"mean": self.total / self.n if self.n else None, "max": self.peak if self.n else None}
+        return {"mean": self.mean(), "max": self.peak if self.n else None}
 
     def mean(self) -> float | None:
         return self.total / self.n if self.n else None
@@ -99,7 +101,7 @@ class ServerWindow:
         self.source: str | None = None
         self._last = baseline
         self._deltas: dict[str, float] = {}
-        self._gauges = {name: _Gauge() for name in _GAUGES}
+        self._gauges = {name: Gauge() for name in _GAUGES}
         self._ttft: dict[float, float] = {}
         self._queue = [0.0, 0.0]  # seconds waited, requests
 
