@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import http.server
 import json
 import os
 import shutil
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +38,19 @@ def http_json(url: str, data: bytes | None = None, timeout: float = 10.0) -> Any
 def http_text(url: str, timeout: float = 10.0) -> str:
     with DIRECT.open(url, timeout=timeout) as response:
         return response.read().decode()
+
+
+@contextmanager
+def serve_in_thread(handler: type[http.server.BaseHTTPRequestHandler]) -> Iterator[str]:
+    """A threaded HTTP server on 127.0.0.1 for the ``with`` block; yields its base URL."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 def wait_http(url: str, process: subprocess.Popen[bytes] | None = None, timeout_s: float = 30.0) -> None:

@@ -17,7 +17,6 @@ from __future__ import annotations
 import http.server
 import json
 import re
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -25,7 +24,7 @@ from typing import Any
 import pytest
 
 from attnload.server_metrics.dcgm import parse_dcgm
-from helpers import ROOT, Processes, attnload, http_text, latest_results, start_sim
+from helpers import ROOT, Processes, attnload, http_text, latest_results, serve_in_thread, start_sim
 
 pytestmark = [pytest.mark.e2e]
 
@@ -67,14 +66,8 @@ class _Exporter(http.server.BaseHTTPRequestHandler):
 
 @pytest.fixture(scope="module")
 def exporter() -> Iterator[str]:
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Exporter)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serve_in_thread(_Exporter) as url:
+        yield url
 
 
 def _run(tmp: Path, models: dict[str, Any], *args: str) -> tuple[dict[str, Any], str]:

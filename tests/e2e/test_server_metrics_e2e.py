@@ -25,7 +25,17 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from attnload.server_metrics import ServerWindow, parse_exposition
-from helpers import ROOT, Processes, attnload, free_port, http_json, http_text, latest_results, start_sim
+from helpers import (
+    ROOT,
+    Processes,
+    attnload,
+    free_port,
+    http_json,
+    http_text,
+    latest_results,
+    serve_in_thread,
+    start_sim,
+)
 
 pytestmark = [pytest.mark.e2e]
 
@@ -169,14 +179,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 
 @pytest.fixture(scope="module")
 def metrics_server() -> Iterator[str]:
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serve_in_thread(_Handler) as url:
+        yield url
 
 
 def _run_recorded(tmp: Path, metrics: str, chat_id: str, good: str, bad: str) -> tuple[dict[str, Any], str]:
