@@ -35,7 +35,7 @@ class OptionalBuildExt(build_ext):
 
 
 setup(
-    ext_modules=[Extension("attnload._fastpath", ["src/attnload/_fastpath.c"], optional=True,
-                           extra_compile_args=["-O2"])],
+    ext_modules=[Extension("attnload._fastpath", ["src/attnload/_fastpath.c", "src/attnload/_fastread.c"],
+                           depends=["src/attnload/_fastpath.h"], optional=True, extra_compile_args=["-O2"])],
     cmdclass={"build_ext": OptionalBuildExt},
 )

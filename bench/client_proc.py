@@ -37,6 +37,9 @@ from attnload.measure.histogram import LogHistogram
 
 TTFT = LogHistogram()
 ITL = LogHistogram()
+FIRST_TOKENS: list[tuple[float, float]] = []
+"""(perf_counter at the first content token, TTFT) per request: exact, so ``client_cost.py`` takes the
+median over its window (perf_counter is CLOCK_MONOTONIC, one clock for the server and the client)."""
 COUNTS = {"ok": 0, "failed": 0}
 ERRORS: dict[str, int] = {}
 ARGS: argparse.Namespace
@@ -89,6 +92,7 @@ class NaiveUser(FastHttpUser):
                     else:
                         first = now
                         TTFT.record(now - start)
+                        FIRST_TOKENS.append((now, now - start))
                     last = now
         except Exception as exc:  # noqa: BLE001 - a baseline: count and carry on
             _fail(type(exc).__name__)
@@ -123,6 +127,7 @@ class OpenAIUser(User):
                     else:
                         first = now
                         TTFT.record(now - start)
+                        FIRST_TOKENS.append((now, now - start))
                     last = now
         except Exception as exc:  # noqa: BLE001 - a baseline: count and carry on
             _fail(type(exc).__name__)
@@ -149,6 +154,14 @@ def _attnload_env(env_users: int) -> tuple[type[User], Any]:
                       "local")
     if ARGS.metrics_port:
         serve_metrics(runtime.recorder, runtime.fleet, ARGS.metrics_port, host="127.0.0.1")
+    observe = runtime.observe
+
+    def observe_first_token(record: Any, *args: Any, **kwargs: Any) -> None:
+        if record.ttft_s is not None:  # closed loop: latencies count from started_perf
+            FIRST_TOKENS.append((record.started_perf + record.ttft_s, record.ttft_s))
+        observe(record, *args, **kwargs)
+
+    runtime.observe = observe_first_token  # type: ignore[method-assign]
     runtime.begin_test()
     runtime.enter_stage(0, env_users, None)
     quiet_full_collections()
@@ -244,7 +257,8 @@ def _run() -> int:
     print("SPAWNED", flush=True)
     gevent.sleep(ARGS.run_s)
     runner.quit()
-    out: dict[str, Any] = {"kind": ARGS.kind, "users": ARGS.users, "pid": os.getpid(), "gc": gc_pauses.summary()}
+    out: dict[str, Any] = {"kind": ARGS.kind, "users": ARGS.users, "pid": os.getpid(), "gc": gc_pauses.summary(),
+                           "first_tokens": FIRST_TOKENS}
     if runtime is not None:
         from attnload import native
 

@@ -66,6 +66,8 @@ class Truth:
         self.tokens = 0
         self.ttft = LogHistogram()
         self.itl = LogHistogram()
+        self.first_tokens: list[tuple[float, float]] = []
+        """(perf_counter at the first content write, TTFT) per stream: exact, for medians over a window."""
         self.started = time.perf_counter()
         self.requests: list[dict[str, Any]] = []
 
@@ -73,7 +75,7 @@ class Truth:
         return {"received": self.received, "completed": self.completed, "cancelled": self.cancelled,
                 "completion_tokens": self.tokens, "elapsed_s": time.perf_counter() - self.started,
                 "ttft": self.ttft.to_wire(), "itl": self.itl.to_wire(),
-                "ttft_s": self.ttft.summary(), "itl_s": self.itl.summary()}
+                "ttft_s": self.ttft.summary(), "itl_s": self.itl.summary(), "first_tokens": self.first_tokens}
 
 
 class Settings:
@@ -135,6 +137,7 @@ class _Stream:
             truth.itl.record(now - self.last_at)
         else:
             truth.ttft.record(now - self.received_at)
+            truth.first_tokens.append((now, now - self.received_at))
             if self.entry is not None:
                 self.entry["ttft_s"] = now - self.received_at
         self.last_at = now

@@ -14,8 +14,7 @@
  *
  * The pure-Python code stays the reference; tests run both and compare (tests/test_fastpath.py).
  */
-#define PY_SSIZE_T_CLEAN
-#include <Python.h>
+#include "_fastpath.h"
 #include <structmember.h>
 #include <math.h>
 #include <string.h>
@@ -24,17 +23,6 @@ static PyObject *MESSAGE;      /* b"message", shared by every event of the defau
 static PyObject *EMPTY_BYTES;  /* b"" */
 
 /* ------------------------------------------------------------------------------------ Splitter */
-
-typedef struct {
-    PyObject_HEAD
-    char *buf;            /* the unfinished event's bytes (CRs normalised), PyMem: tracemalloc sees it */
-    Py_ssize_t len, cap;
-    int cr;               /* the last byte fed was a CR */
-    PyObject *events;     /* list of (kind, data) not yet consumed */
-    Py_ssize_t dropped;
-    Py_ssize_t max_event_bytes;
-    Py_ssize_t max_dataless;
-} Splitter;
 
 static int
 splitter_reserve(Splitter *self, Py_ssize_t extra)
@@ -176,29 +164,18 @@ find_blank(const char *p, const char *end)
     return NULL;
 }
 
-static PyObject *
-splitter_feed(Splitter *self, PyObject *arg)
+/* Add the bytes of one read (or one chunk of it); 0, or -1 with an exception set. */
+int
+splitter_feed_bytes(Splitter *self, const char *data, Py_ssize_t n)
 {
-    Py_buffer view;
-    if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0)
-        return NULL;
-    const char *data = view.buf;
-    Py_ssize_t n = view.len;
     /* one whole one-line event per read: most reads */
     if (self->len == 0 && !self->cr && n >= 8 && memcmp(data, "data: ", 6) == 0 && data[n - 1] == '\n'
             && data[n - 2] == '\n' && memchr(data, '\n', (size_t)(n - 2)) == NULL
-            && memchr(data, '\r', (size_t)n) == NULL) {
-        int rc = append_event(self, MESSAGE, data + 6, n - 8);
-        PyBuffer_Release(&view);
-        if (rc < 0)
-            return NULL;
-        Py_RETURN_NONE;
-    }
+            && memchr(data, '\r', (size_t)n) == NULL)
+        return append_event(self, MESSAGE, data + 6, n - 8);
     Py_ssize_t old = self->len;
-    if (splitter_reserve(self, n) < 0) {
-        PyBuffer_Release(&view);
-        return NULL;
-    }
+    if (splitter_reserve(self, n) < 0)
+        return -1;
     char *out = self->buf + self->len;
     if (self->cr || memchr(data, '\r', (size_t)n) != NULL) {
         const char *p = data, *end = data + n;
@@ -219,10 +196,9 @@ splitter_feed(Splitter *self, PyObject *arg)
         memcpy(out, data, (size_t)n);
         out += n;
     }
-    PyBuffer_Release(&view);
     self->len = out - self->buf;
     if (self->len == old)
-        Py_RETURN_NONE;
+        return 0;
     const char *buf = self->buf, *end = buf + self->len;
     const char *start = buf;
     const char *from = buf + (old ? old - 1 : 0);  /* the kept bytes held no blank line */
@@ -235,7 +211,7 @@ splitter_feed(Splitter *self, PyObject *arg)
             Py_ssize_t used = blank + 2 - buf;  /* keep the buffer consistent: drop what was parsed */
             memmove(self->buf, self->buf + used, (size_t)(self->len - used));
             self->len -= used;
-            return NULL;
+            return -1;
         }
         start = from = blank + 2;
         completed = 1;
@@ -249,8 +225,21 @@ splitter_feed(Splitter *self, PyObject *arg)
         splitter_reset(self);
         PyObject *r = PyObject_CallMethod((PyObject *)self, "_overflow", "n", size);
         Py_XDECREF(r);
-        return NULL;  /* _overflow raises */
+        return -1;  /* _overflow raises */
     }
+    return 0;
+}
+
+static PyObject *
+splitter_feed(Splitter *self, PyObject *arg)
+{
+    Py_buffer view;
+    if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    int rc = splitter_feed_bytes(self, view.buf, view.len);
+    PyBuffer_Release(&view);
+    if (rc < 0)
+        return NULL;
     Py_RETURN_NONE;
 }
 
@@ -357,7 +346,7 @@ static PyGetSetDef splitter_getset[] = {
     {NULL}
 };
 
-static PyTypeObject SplitterType = {
+PyTypeObject SplitterType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "attnload._fastpath.Splitter",
     .tp_basicsize = sizeof(Splitter),
@@ -375,19 +364,6 @@ static PyTypeObject SplitterType = {
 
 /* ------------------------------------------------------------------------------------ RunBase */
 
-typedef struct {
-    PyObject_HEAD
-    PyObject *sse;          /* the splitter whose events consume() reads */
-    PyObject *first_at;     /* None or float */
-    double last_at;
-    PyObject *gaps;         /* list of float */
-    PyObject *chunk_tokens; /* list of int */
-    PyObject *texts;        /* None or list of str */
-    PyObject *plain_head;   /* None or bytes: the bytes before the last plain delta's content */
-    PyObject *plain_tail;   /* bytes after it */
-    Py_ssize_t events_left;
-    char done;
-} RunBase;
 
 /* ceil(bytes / 4) unless the text has words: str.split() semantics on a valid UTF-8 string */
 static Py_ssize_t
@@ -521,6 +497,15 @@ run_consume(RunBase *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kw
     double at = PyFloat_AsDouble(at_arg);
     if (at == -1.0 && PyErr_Occurred())
         return NULL;
+    if (run_consume_at(self, at) < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+/* consume(at) on the run's own fields; 0, or -1 with an exception set. */
+int
+run_consume_at(RunBase *self, double at)
+{
     PyObject *events;
     if (Py_IS_TYPE(self->sse, &SplitterType) || PyObject_TypeCheck(self->sse, &SplitterType)) {
         events = ((Splitter *)self->sse)->events;
@@ -528,12 +513,12 @@ run_consume(RunBase *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kw
     } else {
         events = PyObject_GetAttrString(self->sse, "events");
         if (events == NULL)
-            return NULL;
+            return -1;
     }
     if (!PyList_Check(events)) {
         Py_DECREF(events);
         PyErr_SetString(PyExc_TypeError, "sse.events must be a list");
-        return NULL;
+        return -1;
     }
     Py_ssize_t count = PyList_GET_SIZE(events);
     /* take the events out first, as the pure path does (events, sse.events = sse.events, []) */
@@ -541,7 +526,7 @@ run_consume(RunBase *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kw
     if (taken == NULL || PyList_SetSlice(events, 0, count, NULL) < 0) {
         Py_XDECREF(taken);
         Py_DECREF(events);
-        return NULL;
+        return -1;
     }
     Py_DECREF(events);
     self->events_left -= count;
@@ -549,32 +534,32 @@ run_consume(RunBase *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kw
         Py_DECREF(taken);
         PyObject *r = PyObject_CallMethod((PyObject *)self, "_runaway", NULL);
         Py_XDECREF(r);
-        return NULL;
+        return -1;
     }
     for (Py_ssize_t i = 0; i < count; i++) {
         PyObject *pair = PyList_GET_ITEM(taken, i);
         if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2) {
             Py_DECREF(taken);
             PyErr_SetString(PyExc_TypeError, "events are (kind, data) pairs");
-            return NULL;
+            return -1;
         }
         PyObject *kind = PyTuple_GET_ITEM(pair, 0), *data = PyTuple_GET_ITEM(pair, 1);
         int fast = run_fast(self, kind, data, at);
         if (fast < 0) {
             Py_DECREF(taken);
-            return NULL;
+            return -1;
         }
         if (fast)
             continue;
         PyObject *r = PyObject_CallMethod((PyObject *)self, "_event", "OOd", kind, data, at);
         if (r == NULL) {
             Py_DECREF(taken);
-            return NULL;
+            return -1;
         }
         Py_DECREF(r);
     }
     Py_DECREF(taken);
-    Py_RETURN_NONE;
+    return 0;
 }
 
 static PyObject *
@@ -721,6 +706,9 @@ run_set_texts_checked(RunBase *self, PyObject *v, void *c)
     return run_set_texts(self, v, c);
 }
 
+static PyObject *run_get_framed(RunBase *self, void *c) { return PyBool_FromLong(self->framing != CHUNK_OFF); }
+static PyObject *run_get_body_complete(RunBase *self, void *c) { return PyBool_FromLong(self->framing == CHUNK_COMPLETE); }
+static PyObject *run_get_trailing(RunBase *self, void *c) { return PyBool_FromLong(self->trailing); }
 static PyObject *run_get_done(RunBase *self, void *c) { return PyBool_FromLong(self->done); }
 static int
 run_set_done(RunBase *self, PyObject *v, void *c)
@@ -745,6 +733,9 @@ static PyGetSetDef run_getset[] = {
     {"plain_head", (getter)run_get_plain_head, (setter)run_set_plain_head_checked, NULL, NULL},
     {"plain_tail", (getter)run_get_plain_tail, (setter)run_set_plain_tail, NULL, NULL},
     {"done", (getter)run_get_done, (setter)run_set_done, "[DONE] seen", NULL},
+    {"framed", (getter)run_get_framed, NULL, "the chunked body is framed here, not by llhttp", NULL},
+    {"body_complete", (getter)run_get_body_complete, NULL, "the chunked body framed here has ended", NULL},
+    {"trailing", (getter)run_get_trailing, NULL, "bytes came after that body's end", NULL},
     {NULL}
 };
 
@@ -759,6 +750,11 @@ static PyMethodDef run_methods[] = {
      "Handle the parsed events; all arrived in the recv that returned at `at`."},
     {"_stamp", (PyCFunction)(void (*)(void))run_stamp_method, METH_FASTCALL,
      "Time one content chunk, count its tokens, keep its text (None: not kept)."},
+    {"start_body", (PyCFunction)run_start_body, METH_O,
+     "Frame this 200's chunked body here from now on, starting with the body bytes read with the head."},
+    {"feed_body", (PyCFunction)run_feed_body, METH_O, "More bytes of the chunked body framed here."},
+    {"pump", (PyCFunction)(void (*)(void))run_pump, METH_FASTCALL,
+     "pump(reader, at, deadline, first_deadline, idle_s, abandon_chunks, abandon_at, tail_s) -> (PUMP_*, at)"},
     {NULL}
 };
 
@@ -942,7 +938,7 @@ PyInit__fastpath(void)
     Py_INCREF(&SplitterType);
     Py_INCREF(&RunBaseType);
     if (PyModule_AddObject(module, "Splitter", (PyObject *)&SplitterType) < 0
-            || PyModule_AddObject(module, "RunBase", (PyObject *)&RunBaseType) < 0) {
+            || PyModule_AddObject(module, "RunBase", (PyObject *)&RunBaseType) < 0 || fastread_init(module) < 0) {
         Py_DECREF(module);
         return NULL;
     }

@@ -32,8 +32,20 @@ from geventhttpclient.response import HTTPParseError
 
 from attnload.client.budget import DRAIN_READS, MAX_HEADER_BYTES, YIELD_EVERY
 from attnload.client.classify import classify_exception, classify_status
-from attnload.client.run import NEVER, PyRun, header, new_run
-from attnload.client.transport import RECV_BYTES, Endpoint, Response, SocketReader, Timeouts
+from attnload.client.run import (
+    BODY_ERRORS,
+    NEVER,
+    PUMP_ABANDON,
+    PUMP_DONE_OPEN,
+    PUMP_EOF,
+    PUMP_TIMEOUT,
+    PyRun,
+    frames_chunked,
+    frames_in_c,
+    header,
+    new_run,
+)
+from attnload.client.transport import RECV_BYTES, Endpoint, Response, SocketReader, Timeouts, head_end
 from attnload.errors import ErrorClass, RequestFailed
 from attnload.measure.recorder import RequestRecord, split_gaps
 from attnload.measure.tokens import prompt_tokens
@@ -51,16 +63,19 @@ class ChatClient:
 
     def _recv(self, sock: Any, wait_s: float) -> bytes:
         """One read of at most ``RECV_BYTES`` within ``wait_s``; raises ``TimeoutError`` past it."""
+        if type(sock) is not gevent.socket.socket:  # TLS: only its own recv decrypts
+            self._tls_reads += 1
+            if self._tls_reads % YIELD_EVERY == 0:
+                gevent.sleep(0)  # its recv returns buffered bytes without a hub switch: let others run
+            sock.settimeout(wait_s)
+            return bytes(sock.recv(RECV_BYTES))
+        return self._reader_of(sock).recv(wait_s)
+
+    def _reader_of(self, sock: Any) -> SocketReader:
         reader = self._reader
         if reader is None or reader.sock is not sock:
-            if type(sock) is not gevent.socket.socket:  # TLS: only its own recv decrypts
-                self._tls_reads += 1
-                if self._tls_reads % YIELD_EVERY == 0:
-                    gevent.sleep(0)  # its recv returns buffered bytes without a hub switch: let others run
-                sock.settimeout(wait_s)
-                return bytes(sock.recv(RECV_BYTES))
             reader = self._reader = SocketReader(sock)
-        return reader.recv(wait_s)
+        return reader
 
     def __init__(self, url: str, api_key: str | None, timeouts: Timeouts,
                  ssl_context: gevent.ssl.SSLContext | None = None, retry_after_max_s: float = 0.0) -> None:
@@ -210,10 +225,13 @@ class ChatClient:
                 data = os.read(sock.fileno(), RECV_BYTES)  # the fd is non-blocking under gevent
                 if not data:
                     return
-                response.feed(data)
+                if run.framed:
+                    run.feed_body(data)
+                else:
+                    response.feed(data)
                 if run.stream and run.sse.events:
                     run.consume(time.perf_counter(), origin)
-        except (BlockingIOError, OSError, HTTPParseError, RequestFailed):
+        except (BlockingIOError, OSError, RequestFailed, *BODY_ERRORS):
             return  # nothing more buffered, or bytes that would not have made a complete answer
 
     def _back_off(self) -> None:
@@ -244,6 +262,9 @@ class ChatClient:
         run.response = response
         fresh = not reused  # a reused connection that dies before any byte was closed idle: resend once
         head_bytes = 0
+        after_end = False
+        head_tail = b"" if run.stream and frames_in_c(run) and type(sock) is gevent.socket.socket else None
+        """The head's last bytes so far while the compiled loop may take this stream (None: it will not)."""
         while True:
             now = time.perf_counter()
             limit = deadline if run.first_at is not None or not run.stream else min(first_deadline, deadline)
@@ -274,9 +295,26 @@ class ChatClient:
                 return
             fresh = True
             try:
-                response.feed(data)
-            except HTTPParseError as exc:
-                raise RequestFailed(ErrorClass.BAD_RESPONSE, f"malformed HTTP response ({exc})") from None
+                if head_tail is not None and not response.headers_complete:
+                    cut = head_end(head_tail, data)
+                    if cut < 0:
+                        head_tail = (head_tail + data)[-3:]
+                        response.feed(data)
+                    else:  # llhttp parses the head alone; a 200's chunked body is then framed in C
+                        head_tail = None
+                        response.feed(data[:cut])
+                        if frames_chunked(response):
+                            run.start_body(data[cut:])
+                            self._pump(run, sock, at, deadline, first_deadline)
+                            return
+                        if cut < len(data):  # llhttp reads an empty feed as the peer's close
+                            response.feed(data[cut:])
+                else:
+                    response.feed(data)
+            except BODY_ERRORS as exc:
+                if not response.ended:
+                    raise RequestFailed(ErrorClass.BAD_RESPONSE, f"malformed HTTP response ({exc})") from None
+                after_end = True  # llhttp refused bytes after the message's end: the answer stands
             if not response.headers_complete:
                 head_bytes += len(data)
                 if head_bytes > MAX_HEADER_BYTES:
@@ -287,10 +325,18 @@ class ChatClient:
                 # a stop condition on either is checked here, once per read, on both implementations.
                 if run.done:
                     run.done_at = at
-                    self._finish_framing(sock, response)
+                    if after_end:
+                        self.close()
+                    else:
+                        self._finish_framing(sock, response)
                     return
                 if len(run.chunk_tokens) >= run.abandon_chunks or at >= run.abandon_at:
                     raise Abandoned  # --abandon-after reached: send() closes the connection
+            if after_end:  # the connection carries bytes of no response: it goes
+                self.close()
+                if response.get_code() != 200:
+                    raise classify_status(response.get_code(), bytes(response.body), header(response, "retry-after"))
+                return
             if response.headers_complete and response.get_code() != 200:
                 if response.message_complete:
                     raise classify_status(response.get_code(), bytes(response.body), header(response, "retry-after"))
@@ -299,6 +345,36 @@ class ChatClient:
                 if response.should_close():
                     self.close()
                 return
+
+    def _pump(self, run: Any, sock: Any, at: float, deadline: float, first_deadline: float) -> None:
+        """The rest of a 200's chunked stream in the compiled loop (``RunBase.pump``, attnload/_fastread.c).
+
+        The same reads, stamps, deadlines and stop conditions as the loop in ``_exchange`` and
+        ``_finish_framing``, without a Python frame per read; each way it can end maps to what
+        that loop does at the same point.
+        """
+        reader = self._reader_of(sock)
+        reader.greenlet = gevent.getcurrent()
+        timeouts = self.timeouts
+        try:
+            code, _ = run.pump(reader, at, deadline, first_deadline, timeouts.idle_s, float(run.abandon_chunks),
+                               run.abandon_at, FRAMING_TAIL_S)
+        except TimeoutError:
+            raise RequestFailed(ErrorClass.TIMEOUT, _timeout_detail(run, timeouts)) from None
+        except BODY_ERRORS as exc:
+            raise RequestFailed(ErrorClass.BAD_RESPONSE, f"malformed HTTP response ({exc})") from None
+        if code == PUMP_ABANDON:
+            raise Abandoned
+        if code == PUMP_TIMEOUT:
+            raise RequestFailed(ErrorClass.TIMEOUT, _timeout_detail(run, timeouts))
+        response = run.response
+        if code == PUMP_EOF:
+            self.close()
+            run.eof = True
+            return
+        response.message_complete = code != PUMP_DONE_OPEN  # done or complete: the body's last chunk came
+        if code == PUMP_DONE_OPEN or run.trailing or response.should_close():
+            self.close()
 
     def _finish_framing(self, sock: Any, response: Response) -> None:
         """After [DONE], read the few bytes that end the HTTP message so the connection stays reusable.

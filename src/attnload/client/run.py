@@ -13,7 +13,7 @@ import re
 import time
 from typing import Any
 
-from geventhttpclient.response import HTTPResponse
+from geventhttpclient.response import HTTPParseError, HTTPResponse
 
 from attnload import native
 from attnload.client.budget import max_events
@@ -24,6 +24,12 @@ from attnload.errors import ErrorClass, RequestFailed
 from attnload.measure.tokens import chunk_tokens
 
 _EXTENSION = native.extension()
+
+BODY_ERRORS: tuple[type[Exception], ...] = (HTTPParseError,) + ((_EXTENSION.FramingError,) if _EXTENSION else ())
+"""What a malformed HTTP response raises: llhttp's error, or the compiled chunked framing's."""
+PUMP_DONE, PUMP_DONE_OPEN, PUMP_COMPLETE, PUMP_EOF, PUMP_TIMEOUT, PUMP_ABANDON = range(6)
+"""How ``RunBase.pump`` ended (attnload/_fastread.c): [DONE] then the message's end (or not: close
+the connection), the body's end without [DONE], the peer closed, a deadline passed, ``--abandon-after``."""
 
 
 # A plain content delta, the bulk of every stream: one choice, index 0, finish_reason null,
@@ -173,6 +179,9 @@ class RunChecks:
 class PyRun(RunChecks):
     """The pure-Python run: the reference the compiled one (``CRun``) is tested against."""
 
+    framed = False
+    """The body is never framed outside llhttp on this path (``CRun.framed``: by the compiled loop)."""
+
     __slots__ = ("stream", "max_tokens", "sse", "response", "first_at", "last_at", "gaps", "chunk_tokens",
                  "usage", "finish_reason", "done", "done_at", "eof", "plain_head", "plain_tail", "texts",
                  "events_left", "abandon_chunks", "abandon_at")
@@ -263,6 +272,19 @@ if _EXTENSION is not None:
             self.eof = False
             self.events_left = max_events(max_tokens)
             self.abandon_chunks = self.abandon_at = NEVER
+
+
+def frames_in_c(run: PyRun) -> bool:
+    """The compiled read loop can take this run's body (``RunBase.pump``)."""
+    return CRun is not None and type(run) is CRun
+
+
+def frames_chunked(response: Response) -> bool:
+    """A 200 whose head is parsed and whose body is chunked and no more: what the compiled loop frames."""
+    encoding = response.get("transfer-encoding")
+    return response.headers_complete and not response.message_complete and response.get_code() == 200 \
+        and isinstance(encoding, str) and encoding.strip().lower() == "chunked" \
+        and response.get("content-length") is None
 
 
 def new_run(stream: bool, max_tokens: int) -> PyRun:

@@ -37,6 +37,14 @@ class Response(HTTPResponse):
         self.body_bytes = 0
         self._sink: Any = None
         """``sse.feed`` once a 200's body has started: later body chunks skip the status check."""
+        self.ended = False
+        """The final (not 1xx) message ended; llhttp's ``message_complete`` goes back to False when bytes
+        of a next one follow, and its error on bytes after the end must not fail a complete answer."""
+
+    def _on_message_complete(self) -> None:
+        super()._on_message_complete()
+        if self.get_code() >= 200:
+            self.ended = True
 
     def _on_body(self, buf: bytearray) -> None:
         sink = self._sink
@@ -120,6 +128,13 @@ class SocketReader:
             self.greenlet.throw(TimeoutError("read deadline passed"))
         else:
             self._arm(self.until)
+
+
+def head_end(tail: bytes, data: bytes) -> int:
+    """Where in ``data`` the response head ends (just past its blank line), or -1; ``tail`` is the
+    last bytes read before ``data`` (up to 3), so a blank line cut between reads is found."""
+    at = (tail + data).find(b"\r\n\r\n")
+    return at if at < 0 else at + 4 - len(tail)
 
 
 @dataclass(frozen=True)
