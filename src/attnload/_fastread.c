@@ -9,8 +9,8 @@
  *   wait      the connection's io watcher through the gevent hub, with the reader's own deadline
  *             timer (SocketReader: the same hub.wait, so kills, timeouts and other greenlets behave
  *             exactly as on the Python loop);
- *   read      one recv(2) into a buffer shared by every connection (the GIL is held and nothing
- *             switches greenlets until the bytes are copied into the splitter);
+ *   read      one recv(2) into a buffer shared by the thread's connections (the GIL is held and
+ *             nothing switches greenlets until the bytes are copied into the splitter);
  *   stamp     the clock right after that recv: time.perf_counter's clock and rounding, so TTFT and
  *             gaps are the same recv timestamps as on the Python loop;
  *   frame     chunk sizes, extensions, data, trailers: what llhttp accepts from such a server, and
@@ -35,7 +35,7 @@ enum { PUMP_DONE, PUMP_DONE_OPEN, PUMP_COMPLETE, PUMP_EOF, PUMP_TIMEOUT, PUMP_AB
 #define PUMP_FAILED (-2)
 
 PyObject *FramingError;
-static char recv_buffer[RECV_BYTES];
+static _Thread_local char recv_buffer[RECV_BYTES];  /* per OS thread: each has its own hub */
 static PyObject *S_SOCK, *S_HUB, *S_IO, *S_WAIT, *S_TIMER, *S_ARMED_UNTIL, *S_UNTIL, *S_WAITING, *S_ARM, *S_DONE_AT;
 
 /* time.perf_counter() on Linux: CLOCK_MONOTONIC in nanoseconds, then _PyTime_AsSecondsDouble. */

@@ -246,18 +246,7 @@ class ChatClient:
         deadline = origin + timeouts.total_s
         first_deadline = origin + timeouts.ttft_s if timeouts.ttft_s else deadline
         request = self._head + str(len(payload)).encode() + b"\r\n\r\n" + payload
-        reused = self._sock is not None
-        if self._sock is None:
-            self._sock = self._connect()
-        sock = self._sock
-        try:
-            sock.sendall(request)
-        except OSError:
-            if not reused:
-                raise
-            self.close()  # a keep-alive connection the server closed: reconnect once
-            sock = self._sock = self._connect()
-            sock.sendall(request)
+        sock, reused = self._send_request(request)
         response = Response(run.sse if run.stream else None)
         run.response = response
         fresh = not reused  # a reused connection that dies before any byte was closed idle: resend once
@@ -279,9 +268,7 @@ class ChatClient:
                 if fresh:
                     raise
                 data = b""
-            except TimeoutError:
-                raise RequestFailed(ErrorClass.TIMEOUT, _timeout_detail(run, timeouts)) from None
-            except gevent.socket.timeout:
+            except (TimeoutError, gevent.socket.timeout):
                 raise RequestFailed(ErrorClass.TIMEOUT, _timeout_detail(run, timeouts)) from None
             at = time.perf_counter()
             if not data:
@@ -296,19 +283,10 @@ class ChatClient:
             fresh = True
             try:
                 if head_tail is not None and not response.headers_complete:
-                    cut = head_end(head_tail, data)
-                    if cut < 0:
-                        head_tail = (head_tail + data)[-3:]
-                        response.feed(data)
-                    else:  # llhttp parses the head alone; a 200's chunked body is then framed in C
-                        head_tail = None
-                        response.feed(data[:cut])
-                        if frames_chunked(response):
-                            run.start_body(data[cut:])
-                            self._pump(run, sock, at, deadline, first_deadline)
-                            return
-                        if cut < len(data):  # llhttp reads an empty feed as the peer's close
-                            response.feed(data[cut:])
+                    head_tail, framed = _feed_head(response, run, data, head_tail)
+                    if framed:
+                        self._pump(run, sock, at, deadline, first_deadline)
+                        return
                 else:
                     response.feed(data)
             except BODY_ERRORS as exc:
@@ -332,19 +310,30 @@ class ChatClient:
                     return
                 if len(run.chunk_tokens) >= run.abandon_chunks or at >= run.abandon_at:
                     raise Abandoned  # --abandon-after reached: send() closes the connection
-            if after_end:  # the connection carries bytes of no response: it goes
-                self.close()
-                if response.get_code() != 200:
-                    raise classify_status(response.get_code(), bytes(response.body), header(response, "retry-after"))
-                return
+            ended = response.message_complete or after_end  # after_end: the connection carries junk, it goes
             if response.headers_complete and response.get_code() != 200:
-                if response.message_complete:
+                if ended:
                     raise classify_status(response.get_code(), bytes(response.body), header(response, "retry-after"))
                 continue
-            if response.message_complete:
-                if response.should_close():
+            if ended:
+                if after_end or response.should_close():
                     self.close()
                 return
+
+    def _send_request(self, request: bytes) -> tuple[Any, bool]:
+        """Send on the keep-alive connection, or a new one: (socket, whether it was a reused one)."""
+        reused = self._sock is not None
+        if self._sock is None:
+            self._sock = self._connect()
+        try:
+            self._sock.sendall(request)
+        except OSError:
+            if not reused:
+                raise
+            self.close()  # a keep-alive connection the server closed: reconnect once
+            self._sock = self._connect()
+            self._sock.sendall(request)
+        return self._sock, reused
 
     def _pump(self, run: Any, sock: Any, at: float, deadline: float, first_deadline: float) -> None:
         """The rest of a 200's chunked stream in the compiled loop (``RunBase.pump``, attnload/_fastread.c).
@@ -422,6 +411,23 @@ class ChatClient:
             tokens_estimated=estimated, dispatch_lag_s=None if intended_start is None else started - intended_start,
             reply_text=None if run.texts is None else "".join(run.texts), started_perf=started,
             http_status=_status_code(run))
+
+
+def _feed_head(response: Response, run: Any, data: bytes, seen: bytes) -> tuple[bytes | None, bool]:
+    """Feed llhttp one read, but no further than the head's end; a 200's chunked body then goes to
+    the compiled loop's framing. Returns the head's last bytes so far (None once it ended, so the
+    next search is not needed) and whether the compiled framing took the body."""
+    cut = head_end(seen, data)
+    if cut < 0:
+        response.feed(data)
+        return (seen + data)[-3:], False
+    response.feed(data[:cut])
+    if frames_chunked(response):
+        run.start_body(data[cut:])
+        return None, True
+    if cut < len(data):  # llhttp reads an empty feed as the peer's close
+        response.feed(data[cut:])
+    return None, False
 
 
 def _status_code(run: PyRun) -> int | None:
