@@ -3,7 +3,8 @@
 No sockets and no hub: one recorded stream (128 plain deltas as the reference server frames
 them, HTTP/1.1 chunked, one chunk per read) goes through the steps the stream loop runs per
 read, each timed on its own with ``time.process_time`` (CPU, so a busy machine's waits do not
-count), best of ``--repeat``: llhttp (``Response.feed`` with the splitter detached), the SSE
+count), best of ``--repeat``: the HTTP framing (pure Python: llhttp's ``Response.feed`` with the
+splitter detached; compiled: the read loop's own chunk framing, ``RunBase.feed_body``), the SSE
 split, the content check and stamping (``consume``), the record's gap pairs, and the two ITL
 histogram updates ``Recorder.add`` makes per request. What it leaves out (the hub switch and
 the ``recv`` syscall) is measured in the profiles of docs/performance.md.
@@ -71,6 +72,14 @@ def measure(compiled: bool, tokens: int, answers: int, repeat: int) -> dict[str,
             for data in reads:
                 response.feed(data)
 
+    def framed_in_c() -> None:  # the compiled read loop's chunk framing, which feeds the splitter too
+        for _ in range(answers):
+            run = chat.new_run(True, tokens)
+            run.start_body(b"")
+            for data in reads:
+                run.feed_body(data)
+                run.sse.events = []
+
     def split_only() -> None:
         for _ in range(answers):
             splitter = chat.new_run(True, tokens).sse
@@ -108,7 +117,11 @@ def measure(compiled: bool, tokens: int, answers: int, repeat: int) -> dict[str,
     per = answers * tokens / 1e6  # µs per chunk
     split = best(repeat, split_only)
     both = best(repeat, split_and_consume)
-    out = {"llhttp": best(repeat, http_only) / per, "sse split": split / per, "content check + stamp": (both - split) / per,
+    if compiled:  # the C framing calls the splitter itself: its split is in the framing row
+        framing, split_row = best(repeat, framed_in_c), 0.0
+    else:
+        framing, split_row = best(repeat, http_only), split
+    out = {"http framing": framing / per, "sse split": split_row / per, "content check + stamp": (both - split) / per,
            "gap pairs": best(repeat, pairs) / per, "ITL histogram x2": best(repeat, histogram) / per}
     native.reset()
     return out

@@ -287,6 +287,10 @@ def table(rows: list[Row]) -> str:
         ours, naive = capacity.get("attnload"), capacity.get("naive")
         if ours and naive:
             lines.append(f"  attnload / naive: {ours / naive:.1f}x")
+        elif ours and naive == 0:
+            lowest = min(r.streams for r in rows)
+            lines.append(f"  attnload / naive: more than {ours / lowest:.1f}x (naive was honest at none of the counts; "
+                         f"--streams with counts below {lowest} puts a number on it)")
     return "\n".join(lines)
 
 
