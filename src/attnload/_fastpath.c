@@ -754,7 +754,7 @@ static PyMethodDef run_methods[] = {
      "Frame this 200's chunked body here from now on, starting with the body bytes read with the head."},
     {"feed_body", (PyCFunction)run_feed_body, METH_O, "More bytes of the chunked body framed here."},
     {"pump", (PyCFunction)(void (*)(void))run_pump, METH_FASTCALL,
-     "pump(reader, at, deadline, first_deadline, idle_s, abandon_chunks, abandon_at, tail_s) -> (PUMP_*, at)"},
+     "pump(reader, at, deadline, first_deadline, idle_s, abandon_chunks, abandon_at, tail_s) -> PUMP_*"},
     {NULL}
 };
 

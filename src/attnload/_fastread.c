@@ -366,7 +366,7 @@ wait_and_recv(PyObject *reader, PyObject *wait, PyObject *io, int fd, double unt
 
 /* After a read's bytes were framed: consume its events, then the first stop condition met, or PUMP_GO_ON. */
 static int
-after_read(RunBase *self, double at, double abandon_chunks, double abandon_at, double *done_at)
+after_read(RunBase *self, double at, double abandon_chunks, double abandon_at)
 {
     if (PyList_GET_SIZE(((Splitter *)self->sse)->events)) {
         if (run_consume_at(self, at) < 0)
@@ -377,7 +377,6 @@ after_read(RunBase *self, double at, double abandon_chunks, double abandon_at, d
             Py_XDECREF(when);
             if (rc < 0)
                 return PUMP_FAILED;
-            *done_at = at;
             return PUMP_GO_ON;  /* the loop reads what ends the message */
         }
         if ((double)PyList_GET_SIZE(self->chunk_tokens) >= abandon_chunks || at >= abandon_at)
@@ -397,9 +396,8 @@ get_doubles(PyObject *const *args, double *out, Py_ssize_t n)
     return 0;
 }
 
-/* pump(reader, at, deadline, first_deadline, idle_s, abandon_chunks, abandon_at, tail_s) -> (PUMP_*, at)
- * `at` is when the bytes fed by start_body were read; the returned time is when [DONE] arrived for
- * PUMP_DONE and PUMP_DONE_OPEN (the connection is then reusable, or not), else the last read's. */
+/* pump(reader, at, deadline, first_deadline, idle_s, abandon_chunks, abandon_at, tail_s) -> PUMP_*
+ * `at` is when the bytes fed by start_body were read; [DONE]'s arrival is set as the run's done_at. */
 PyObject *
 run_pump(RunBase *self, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -428,9 +426,9 @@ run_pump(RunBase *self, PyObject *const *args, Py_ssize_t nargs)
         Py_XDECREF(wait);
         return NULL;
     }
-    double done_at = at, tail_until = 0.0;
+    double tail_until = 0.0;
     Py_ssize_t tail_left = RECV_BYTES;  /* _finish_framing's byte budget */
-    int code = self->done ? (done_at = at, PUMP_GO_ON) : after_read(self, at, abandon_chunks, abandon_at, &done_at);
+    int code = self->done ? PUMP_GO_ON : after_read(self, at, abandon_chunks, abandon_at);
     while (code == PUMP_GO_ON) {
         double now = perf_counter(), until;
         if (self->done) {
@@ -481,13 +479,13 @@ run_pump(RunBase *self, PyObject *const *args, Py_ssize_t nargs)
             continue;
         }
         code = dechunk(self, recv_buffer, n, 1) < 0 ? PUMP_FAILED
-                                                    : after_read(self, at, abandon_chunks, abandon_at, &done_at);
+                                                    : after_read(self, at, abandon_chunks, abandon_at);
     }
     Py_DECREF(wait);
     Py_DECREF(io);
     if (code == PUMP_FAILED)
         return NULL;
-    return Py_BuildValue("(id)", code, code == PUMP_DONE || code == PUMP_DONE_OPEN ? done_at : at);
+    return PyLong_FromLong(code);
 }
 
 int

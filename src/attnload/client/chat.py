@@ -346,8 +346,8 @@ class ChatClient:
         reader.greenlet = gevent.getcurrent()
         timeouts = self.timeouts
         try:
-            code, _ = run.pump(reader, at, deadline, first_deadline, timeouts.idle_s, float(run.abandon_chunks),
-                               run.abandon_at, FRAMING_TAIL_S)
+            code = run.pump(reader, at, deadline, first_deadline, timeouts.idle_s, float(run.abandon_chunks),
+                            run.abandon_at, FRAMING_TAIL_S)
         except TimeoutError:
             raise RequestFailed(ErrorClass.TIMEOUT, _timeout_detail(run, timeouts)) from None
         except BODY_ERRORS as exc:
