@@ -9,7 +9,7 @@ ARG BASE_IMAGE=docker.io/library/debian:bookworm-20250520-slim
 
 # ---------------------------------------------------------------- build: a venv with attnload
 FROM ${BASE_IMAGE} AS build
-# gcc and the Python headers build the compiled client path (attnload._fastpath); the runtime stage
+# gcc and the Python headers build the compiled client path (attnload.native._fastpath); the runtime stage
 # needs neither, and without them pip would still install the pure-Python path.
 RUN apt-get update \
  && apt-get install -y --no-install-recommends python3 python3-venv ca-certificates gcc libc6-dev python3-dev \

@@ -18,7 +18,7 @@ VLLM_STAMP := $(VLLM_ENV)/.installed
 
 .PHONY: vllm-env demo-vllm test-vllm bench-vllm bench-vllm-quick tiny-models demo test test-pure test-acceptance test-fast lint bench bench-quick deploy-gen dashboards test-image observe clean
 
-$(STAMP): pyproject.toml setup.py src/attnload/_fastpath.c src/attnload/_fastread.c src/attnload/_fastpath.h  # a changed C file rebuilds the extension
+$(STAMP): pyproject.toml setup.py src/attnload/native/fastpath.c src/attnload/native/fastread.c src/attnload/native/fastpath.h  # a changed C file rebuilds the extension
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[test]'
@@ -88,10 +88,10 @@ test-image: $(STAMP)
 	bash scripts/test-image.sh
 
 dashboards: $(STAMP)
-	$(BIN)/python -m attnload.observe.dashboards
+	$(BIN)/python -m attnload.dashboards.generate
 
 observe: $(STAMP)
-	$(BIN)/python -m attnload.observe.prometheus --master 127.0.0.1:9646 --sim 127.0.0.1:8000 --port 9090
+	$(BIN)/python -m attnload.dashboards.prometheus --master 127.0.0.1:9646 --sim 127.0.0.1:8000 --port 9090
 
 clean:
 	rm -rf $(VENV) results .pytest_cache build src/attnload/*.so

@@ -1,4 +1,4 @@
-"""Build hook for the optional C extension ``attnload._fastpath`` (everything else is in pyproject.toml).
+"""Build hook for the optional C extension ``attnload.native._fastpath`` (everything else is in pyproject.toml).
 
 Why optional: the extension only makes the client's per-chunk work cheaper (docs/performance.md);
 without a C compiler or Python headers the build warns once and the package installs with the
@@ -30,12 +30,21 @@ class OptionalBuildExt(build_ext):
 
     @staticmethod
     def _skipped(exc: BaseException) -> None:
-        print(f"attnload: the C extension was not built ({exc}); the pure-Python client path will be used",
-              file=sys.stderr)
+        print(
+            f"attnload: the C extension was not built ({exc}); the pure-Python client path will be used",
+            file=sys.stderr,
+        )
 
 
 setup(
-    ext_modules=[Extension("attnload._fastpath", ["src/attnload/_fastpath.c", "src/attnload/_fastread.c"],
-                           depends=["src/attnload/_fastpath.h"], optional=True, extra_compile_args=["-O2"])],
+    ext_modules=[
+        Extension(
+            "attnload.native._fastpath",
+            ["src/attnload/native/fastpath.c", "src/attnload/native/fastread.c"],
+            depends=["src/attnload/native/fastpath.h"],
+            optional=True,
+            extra_compile_args=["-O2"],
+        )
+    ],
     cmdclass={"build_ext": OptionalBuildExt},
 )

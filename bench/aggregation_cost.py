@@ -20,8 +20,8 @@ from locust.rpc.protocol import Message
 from locust.runners import WORKER_REPORT_INTERVAL
 from prometheus_client import CollectorRegistry, generate_latest
 
+from attnload.exporter.exposition import FleetCollector, FleetState
 from attnload.measure.recorder import Recorder, RequestRecord
-from attnload.metrics.exposition import FleetCollector, FleetState
 
 
 def worker_delta(streams: int, models: int, tokens: int, rng: random.Random, worker: int) -> bytes:
@@ -31,11 +31,23 @@ def worker_delta(streams: int, models: int, tokens: int, rng: random.Random, wor
     requests = int(streams * WORKER_REPORT_INTERVAL / request_s)
     for i in range(requests):
         gaps = tuple((rng.lognormvariate(-4.6, 0.15), 1) for _ in range(tokens - 1))
-        recorder.add(RequestRecord(model_key=f"model{i % models}", profile=("short", "long")[i % 2], stage=1,
-                                   outcome="ok", error=None, ttft_s=rng.lognormvariate(-3.0, 0.2), itl_samples=gaps,
-                                   e2e_s=request_s * rng.uniform(0.95, 1.1), prompt_tokens=40,
-                                   completion_tokens=tokens, cached_prompt_tokens=0, tokens_estimated=False,
-                                   dispatch_lag_s=rng.expovariate(1000)))
+        recorder.add(
+            RequestRecord(
+                model_key=f"model{i % models}",
+                profile=("short", "long")[i % 2],
+                stage=1,
+                outcome="ok",
+                error=None,
+                ttft_s=rng.lognormvariate(-3.0, 0.2),
+                itl_samples=gaps,
+                e2e_s=request_s * rng.uniform(0.95, 1.1),
+                prompt_tokens=40,
+                completion_tokens=tokens,
+                cached_prompt_tokens=0,
+                tokens_estimated=False,
+                dispatch_lag_s=rng.expovariate(1000),
+            )
+        )
     return Message("stats", {"attnload": {"delta": recorder.take_delta(), "users": {}}}, f"worker{worker}").serialize()
 
 
@@ -63,10 +75,14 @@ def main(argv: list[str] | None = None) -> int:
     body = generate_latest(registry)
     scrape_s = time.process_time() - started
     sizes = sorted(len(m) for m in messages)
-    print(f"{args.workers} workers × {args.streams} streams, {args.models} models × 2 profiles, "
-          f"report every {WORKER_REPORT_INTERVAL:g} s; message size median {sizes[len(sizes) // 2]} bytes")
-    print(f"master merge CPU per interval: {per_interval_s * 1000:.1f} ms = "
-          f"{per_interval_s / WORKER_REPORT_INTERVAL:.2%} of one core (goal < 5%)")
+    print(
+        f"{args.workers} workers × {args.streams} streams, {args.models} models × 2 profiles, "
+        f"report every {WORKER_REPORT_INTERVAL:g} s; message size median {sizes[len(sizes) // 2]} bytes"
+    )
+    print(
+        f"master merge CPU per interval: {per_interval_s * 1000:.1f} ms = "
+        f"{per_interval_s / WORKER_REPORT_INTERVAL:.2%} of one core (goal < 5%)"
+    )
     print(f"one Prometheus scrape of the merged series: {scrape_s * 1000:.1f} ms CPU, {len(body)} bytes")
     return 0 if per_interval_s / WORKER_REPORT_INTERVAL < 0.05 else 1
 

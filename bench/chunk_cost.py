@@ -4,7 +4,7 @@ No sockets and no hub: one recorded stream (128 plain deltas as the reference se
 them, HTTP/1.1 chunked, one chunk per read) goes through the steps the stream loop runs per
 read, each timed on its own with ``time.process_time`` (CPU, so a busy machine's waits do not
 count), best of ``--repeat``: the HTTP framing (pure Python: llhttp's ``Response.feed`` with the
-splitter detached; compiled: the read loop's own chunk framing, ``RunBase.feed_body``), the SSE
+splitter detached; compiled: the read loop's own chunk framing, ``StreamBase.feed_body``), the SSE
 split, the content check and stamping (``consume``), the record's gap pairs, and the two ITL
 histogram updates ``Recorder.add`` makes per request. What it leaves out (the hub switch and
 the ``recv`` syscall) is measured in the profiles of docs/performance.md.
@@ -25,19 +25,24 @@ from attnload.measure.histogram import LogHistogram
 from attnload.measure.recorder import split_gaps
 
 WORDS = ["the", " quick", " brown", " fox", " jumps", " over", " lazy", " dog", ",", " and"]
-HEAD = (b'{"id":"chatcmpl-ref","object":"chat.completion.chunk","created":1,"model":"ref-model",'
-        b'"choices":[{"index":0,"delta":{"content":"')
+HEAD = (
+    b'{"id":"chatcmpl-ref","object":"chat.completion.chunk","created":1,"model":"ref-model",'
+    b'"choices":[{"index":0,"delta":{"content":"'
+)
 TAIL = b'"},"finish_reason":null}]}'
 
 
 def events(tokens: int) -> list[bytes]:
     """The SSE events of one answer: role chunk, ``tokens`` plain deltas, finish, usage, [DONE]."""
-    out = [b'data: {"id":"chatcmpl-ref","choices":[{"index":0,"delta":{"role":"assistant","content":""},'
-           b'"finish_reason":null}]}\n\n']
+    out = [
+        b'data: {"id":"chatcmpl-ref","choices":[{"index":0,"delta":{"role":"assistant","content":""},'
+        b'"finish_reason":null}]}\n\n'
+    ]
     out += [b"data: " + HEAD + WORDS[i % len(WORDS)].encode() + TAIL + b"\n\n" for i in range(tokens)]
     out.append(b'data: {"id":"chatcmpl-ref","choices":[{"index":0,"delta":{},"finish_reason":"length"}]}\n\n')
-    out.append(b'data: {"id":"chatcmpl-ref","choices":[],"usage":{"prompt_tokens":9,"completion_tokens":%d}}\n\n'
-               % tokens)
+    out.append(
+        b'data: {"id":"chatcmpl-ref","choices":[],"usage":{"prompt_tokens":9,"completion_tokens":%d}}\n\n' % tokens
+    )
     out.append(b"data: [DONE]\n\n")
     return out
 
@@ -74,7 +79,7 @@ def measure(compiled: bool, tokens: int, answers: int, repeat: int) -> dict[str,
 
     def framed_in_c() -> None:  # the compiled read loop's chunk framing, which feeds the splitter too
         for _ in range(answers):
-            run = chat.new_run(True, tokens)
+            run = chat.new_stream(True, tokens)
             run.start_body(b"")
             for data in reads:
                 run.feed_body(data)
@@ -82,21 +87,21 @@ def measure(compiled: bool, tokens: int, answers: int, repeat: int) -> dict[str,
 
     def split_only() -> None:
         for _ in range(answers):
-            splitter = chat.new_run(True, tokens).sse
+            splitter = chat.new_stream(True, tokens).sse
             for data in stream:
                 splitter.feed(data)
                 splitter.events = []
 
     def split_and_consume() -> None:
         for _ in range(answers):
-            run = chat.new_run(True, tokens)
+            run = chat.new_stream(True, tokens)
             feed, at = run.sse.feed, 0.0
             for i, data in enumerate(stream):
                 feed(data)
                 at += JITTER[i % len(JITTER)]
                 run.consume(at, 0.0)
 
-    run = chat.new_run(True, tokens)
+    run = chat.new_stream(True, tokens)
     at = 0.0
     for i, data in enumerate(stream):
         run.sse.feed(data)
@@ -121,8 +126,13 @@ def measure(compiled: bool, tokens: int, answers: int, repeat: int) -> dict[str,
         framing, split_row = best(repeat, framed_in_c), 0.0
     else:
         framing, split_row = best(repeat, http_only), split
-    out = {"http framing": framing / per, "sse split": split_row / per, "content check + stamp": (both - split) / per,
-           "gap pairs": best(repeat, pairs) / per, "ITL histogram x2": best(repeat, histogram) / per}
+    out = {
+        "http framing": framing / per,
+        "sse split": split_row / per,
+        "content check + stamp": (both - split) / per,
+        "gap pairs": best(repeat, pairs) / per,
+        "ITL histogram x2": best(repeat, histogram) / per,
+    }
     native.reset()
     return out
 
@@ -143,8 +153,11 @@ def main(argv: list[str] | None = None) -> int:
         ratio = f"{values[1] / values[0]:>9.2f}x" if len(values) == 2 and values[0] else ""
         print(f"{step:<24}" + "".join(f"{v:>10.2f}" for v in values) + " " + ratio)
     totals = [sum(rows[k].values()) for k in rows]
-    print(f"{'total':<24}" + "".join(f"{v:>10.2f}" for v in totals)
-          + (f" {totals[1] / totals[0]:>9.2f}x" if len(totals) == 2 else ""))
+    print(
+        f"{'total':<24}"
+        + "".join(f"{v:>10.2f}" for v in totals)
+        + (f" {totals[1] / totals[0]:>9.2f}x" if len(totals) == 2 else "")
+    )
     return 0
 
 

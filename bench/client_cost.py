@@ -136,10 +136,24 @@ class ReferenceServer:
     def __init__(self, core: int | None, ttft_ms: float, itl_ms: float, tokens: int) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.process = subprocess.Popen(pinned(core, [PYTHON, str(HERE / "reference_server.py"), "--port",
-                                                      str(self.port), "--ttft-ms", str(ttft_ms), "--itl-ms",
-                                                      str(itl_ms), "--output-tokens", str(tokens)]),
-                                        start_new_session=True)
+        self.process = subprocess.Popen(
+            pinned(
+                core,
+                [
+                    PYTHON,
+                    str(HERE / "reference_server.py"),
+                    "--port",
+                    str(self.port),
+                    "--ttft-ms",
+                    str(ttft_ms),
+                    "--itl-ms",
+                    str(itl_ms),
+                    "--output-tokens",
+                    str(tokens),
+                ],
+            ),
+            start_new_session=True,
+        )
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:
             try:
@@ -176,8 +190,17 @@ def _scrape_loop(port: int, stop: threading.Event) -> None:
             pass
 
 
-def measure(kind: str, streams: int, server: ReferenceServer, core: int | None, warmup_s: float, window_s: float,
-            tokens: int, workdir: Path, before_src: str = "") -> Row:
+def measure(
+    kind: str,
+    streams: int,
+    server: ReferenceServer,
+    core: int | None,
+    warmup_s: float,
+    window_s: float,
+    tokens: int,
+    workdir: Path,
+    before_src: str = "",
+) -> Row:
     """Run one client at ``streams`` concurrent streams and measure it over a steady window."""
     server.reset()
     out = workdir / f"{kind}-{streams}.json"
@@ -189,13 +212,34 @@ def measure(kind: str, streams: int, server: ReferenceServer, core: int | None, 
         env["ATTNLOAD_PURE_PYTHON"] = "1"
     if kind == BEFORE:  # attnload from another source tree (e.g. `git archive HEAD src`): same run, A/B
         env["PYTHONPATH"] = before_src
-    process = subprocess.Popen(pinned(core, [PYTHON, str(HERE / "client_proc.py"), "--kind",
-                                             "attnload" if kind in (BEFORE, PURE) else kind, "--url",
-                                             server.url, "--users", str(streams), "--max-tokens", str(tokens),
-                                             "--run-s", str(run_s), "--metrics-port", str(metrics_port),
-                                             "--out", str(out)]),
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
-                               env=env)
+    process = subprocess.Popen(
+        pinned(
+            core,
+            [
+                PYTHON,
+                str(HERE / "client_proc.py"),
+                "--kind",
+                "attnload" if kind in (BEFORE, PURE) else kind,
+                "--url",
+                server.url,
+                "--users",
+                str(streams),
+                "--max-tokens",
+                str(tokens),
+                "--run-s",
+                str(run_s),
+                "--metrics-port",
+                str(metrics_port),
+                "--out",
+                str(out),
+            ],
+        ),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        env=env,
+    )
     stop = threading.Event()
     try:
         assert process.stdout is not None
@@ -225,16 +269,26 @@ def measure(kind: str, streams: int, server: ReferenceServer, core: int | None, 
     truth_itl = LogHistogram.from_wire(truth["itl"])
     emitted = tokens1 - tokens0
     wall = t1 - t0
-    return Row(kind=kind, streams=streams,
-               cpu_s_per_1k_tokens=(cpu1 - cpu0) / (emitted / 1000) if emitted else None,
-               client_cpu_s=cpu1 - cpu0, window_tokens=emitted,
-               client_cpu_ratio=(cpu1 - cpu0) / wall, server_cpu_ratio=server_cpu / wall, tokens_per_s=emitted / wall,
-               ttft_p50_ms=window_median_ms(client["first_tokens"], t0, t1),
-               truth_ttft_p50_ms=window_median_ms(truth["first_tokens"], t0, t1),
-               itl_p99_ms=_ms(measured_itl.quantile(0.99)), truth_itl_p99_ms=_ms(truth_itl.quantile(0.99)),
-               ok=int(client["ok"]), failed=int(client["failed"]), errors=dict(client["errors"]),
-               saturated=client["saturated"] if client["saturated"] is not None else (cpu1 - cpu0) / wall > 0.9,
-               saturation_reasons=list(client["saturation_reasons"]), impl=str(client.get("impl", "")))
+    return Row(
+        kind=kind,
+        streams=streams,
+        cpu_s_per_1k_tokens=(cpu1 - cpu0) / (emitted / 1000) if emitted else None,
+        client_cpu_s=cpu1 - cpu0,
+        window_tokens=emitted,
+        client_cpu_ratio=(cpu1 - cpu0) / wall,
+        server_cpu_ratio=server_cpu / wall,
+        tokens_per_s=emitted / wall,
+        ttft_p50_ms=window_median_ms(client["first_tokens"], t0, t1),
+        truth_ttft_p50_ms=window_median_ms(truth["first_tokens"], t0, t1),
+        itl_p99_ms=_ms(measured_itl.quantile(0.99)),
+        truth_itl_p99_ms=_ms(truth_itl.quantile(0.99)),
+        ok=int(client["ok"]),
+        failed=int(client["failed"]),
+        errors=dict(client["errors"]),
+        saturated=client["saturated"] if client["saturated"] is not None else (cpu1 - cpu0) / wall > 0.9,
+        saturation_reasons=list(client["saturation_reasons"]),
+        impl=str(client.get("impl", "")),
+    )
 
 
 def window_median_ms(first_tokens: list[list[float]], t0: float, t1: float) -> float | None:
@@ -253,17 +307,21 @@ def _fmt(value: float | None, spec: str) -> str:
 
 def table(rows: list[Row]) -> str:
     """The comparison table, with attnload's CPU ratio to each baseline at the same stream count."""
-    head = (f"{'client':<15} {'streams':>7} {'CPU-s/1k tok':>12} {'client CPU':>10} {'server CPU':>10} {'tok/s':>8} "
-            f"{'TTFT p50 (truth)':>18} {'err ms':>7} {'ITL p99 (truth)':>17} {'err ms':>7} {'ok':>6} "
-            f"{'failed':>6} {'saturated':>9}")
+    head = (
+        f"{'client':<15} {'streams':>7} {'CPU-s/1k tok':>12} {'client CPU':>10} {'server CPU':>10} {'tok/s':>8} "
+        f"{'TTFT p50 (truth)':>18} {'err ms':>7} {'ITL p99 (truth)':>17} {'err ms':>7} {'ok':>6} "
+        f"{'failed':>6} {'saturated':>9}"
+    )
     lines = [head, "-" * len(head)]
     for row in rows:
         ttft = f"{_fmt(row.ttft_p50_ms, '.1f')} ({_fmt(row.truth_ttft_p50_ms, '.1f')})"
         itl = f"{_fmt(row.itl_p99_ms, '.1f')} ({_fmt(row.truth_itl_p99_ms, '.1f')})"
-        lines.append(f"{row.kind:<15} {row.streams:>7} {_fmt(row.cpu_s_per_1k_tokens, '.4f'):>12} "
-                     f"{row.client_cpu_ratio:>10.0%} {row.server_cpu_ratio:>10.0%} {row.tokens_per_s:>8.0f} {ttft:>18} "
-                     f"{_fmt(row.ttft_err_ms, '+.2f'):>7} {itl:>17} {_fmt(row.itl_err_ms, '+.2f'):>7} "
-                     f"{row.ok:>6} {row.failed:>6} {'yes' if row.saturated else 'no':>9}")
+        lines.append(
+            f"{row.kind:<15} {row.streams:>7} {_fmt(row.cpu_s_per_1k_tokens, '.4f'):>12} "
+            f"{row.client_cpu_ratio:>10.0%} {row.server_cpu_ratio:>10.0%} {row.tokens_per_s:>8.0f} {ttft:>18} "
+            f"{_fmt(row.ttft_err_ms, '+.2f'):>7} {itl:>17} {_fmt(row.itl_err_ms, '+.2f'):>7} "
+            f"{row.ok:>6} {row.failed:>6} {'yes' if row.saturated else 'no':>9}"
+        )
     lines.append("")
     for streams in sorted({r.streams for r in rows}):
         per_token = _cpu_per_token(rows, streams)
@@ -273,15 +331,18 @@ def table(rows: list[Row]) -> str:
         ratios = [f"{kind} {ours / theirs:.2f}x" for kind, theirs in per_token.items() if theirs]
         if ratios:
             lines.append(f"attnload CPU per token at {streams} streams, as a fraction of: " + ", ".join(ratios))
-        reasons = {reason for r in rows if r.kind == "attnload" and r.streams == streams
-                   for reason in r.saturation_reasons}
+        reasons = {
+            reason for r in rows if r.kind == "attnload" and r.streams == streams for reason in r.saturation_reasons
+        }
         if reasons:
             lines.append(f"attnload at {streams} streams flagged itself saturated: " + "; ".join(sorted(reasons)))
     capacity = honest_capacity(rows)
     if capacity:
         lines.append("")
-        lines.append(f"honest-stream capacity per core (not saturated, TTFT p50 within {HONEST_TTFT_MS:g} ms of the "
-                     f"server's), of the counts measured:")
+        lines.append(
+            f"honest-stream capacity per core (not saturated, TTFT p50 within {HONEST_TTFT_MS:g} ms of the "
+            f"server's), of the counts measured:"
+        )
         for kind, count in capacity.items():
             lines.append(f"  {kind:<15} {count if count else f'none (< {min(r.streams for r in rows)})'}")
         ours, naive = capacity.get("attnload"), capacity.get("naive")
@@ -289,8 +350,10 @@ def table(rows: list[Row]) -> str:
             lines.append(f"  attnload / naive: {ours / naive:.1f}x")
         elif ours and naive == 0:
             lowest = min(r.streams for r in rows)
-            lines.append(f"  attnload / naive: more than {ours / lowest:.1f}x (naive was honest at none of the counts; "
-                         f"--streams with counts below {lowest} puts a number on it)")
+            lines.append(
+                f"  attnload / naive: more than {ours / lowest:.1f}x (naive was honest at none of the counts; "
+                f"--streams with counts below {lowest} puts a number on it)"
+            )
     return "\n".join(lines)
 
 
@@ -323,21 +386,25 @@ def _cpu_per_token(rows: list[Row], streams: int) -> dict[str, float]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true",
-                        help="128 and 256 streams, one short run per client (about 2 min)")
-    parser.add_argument("--streams", default="",
-                        help=f"comma-separated stream counts (default the ladder {','.join(map(str, LADDER))})")
+    parser.add_argument(
+        "--quick", action="store_true", help="128 and 256 streams, one short run per client (about 2 min)"
+    )
+    parser.add_argument(
+        "--streams", default="", help=f"comma-separated stream counts (default the ladder {','.join(map(str, LADDER))})"
+    )
     parser.add_argument("--kinds", default=",".join(KINDS), help=f"of {', '.join(KINDS + OPTIONAL_KINDS)}")
     parser.add_argument("--warmup-s", type=float, default=None)
     parser.add_argument("--window-s", type=float, default=None)
     parser.add_argument("--ttft-ms", type=float, default=50.0)
     parser.add_argument("--itl-ms", type=float, default=10.0)
     parser.add_argument("--tokens", type=int, default=128)
-    parser.add_argument("--repeat", type=int, default=None,
-                        help="runs per client and stream count, interleaved (default 2; --quick 1)")
+    parser.add_argument(
+        "--repeat", type=int, default=None, help="runs per client and stream count, interleaved (default 2; --quick 1)"
+    )
     parser.add_argument("--json", default="", help="also write the rows here")
-    parser.add_argument("--before-src", default="",
-                        help="also run attnload imported from this src/ directory (kind attnload-before)")
+    parser.add_argument(
+        "--before-src", default="", help="also run attnload imported from this src/ directory (kind attnload-before)"
+    )
     args = parser.parse_args(argv)
     streams = [int(s) for s in (args.streams or ("128,256" if args.quick else ",".join(map(str, LADDER)))).split(",")]
     repeat = args.repeat if args.repeat is not None else (1 if args.quick else 2)
@@ -348,21 +415,31 @@ def main(argv: list[str] | None = None) -> int:
     window_s = args.window_s if args.window_s is not None else (5.0 if args.quick else 10.0)
     client_core, server_core = cores()
     load = os.getloadavg()
-    print(f"client core {client_core}, server core {server_core}; {os.cpu_count()} CPUs; "
-          f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} at start", flush=True)
-    print(f"reference server: TTFT {args.ttft_ms:g} ms, ITL {args.itl_ms:g} ms, {args.tokens} tokens per request; "
-          f"warm-up {warmup_s:g} s, window {window_s:g} s", flush=True)
+    print(
+        f"client core {client_core}, server core {server_core}; {os.cpu_count()} CPUs; "
+        f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} at start",
+        flush=True,
+    )
+    print(
+        f"reference server: TTFT {args.ttft_ms:g} ms, ITL {args.itl_ms:g} ms, {args.tokens} tokens per request; "
+        f"warm-up {warmup_s:g} s, window {window_s:g} s",
+        flush=True,
+    )
     rows: list[Row] = []
     server = ReferenceServer(server_core, args.ttft_ms, args.itl_ms, args.tokens)
     try:
         with tempfile.TemporaryDirectory(prefix="attnload-bench-") as tmp:
             for count in streams:
                 for kind in [k for _ in range(repeat) for k in kinds]:  # repeats interleaved
-                    row = measure(kind, count, server, client_core, warmup_s, window_s, args.tokens, Path(tmp),
-                                  args.before_src)
+                    row = measure(
+                        kind, count, server, client_core, warmup_s, window_s, args.tokens, Path(tmp), args.before_src
+                    )
                     rows.append(row)
-                    print(f"  {kind:<15} {count:>5} streams: {_fmt(row.cpu_s_per_1k_tokens, '.4f')} CPU-s/1k tok, "
-                          f"{row.tokens_per_s:.0f} tok/s", flush=True)
+                    print(
+                        f"  {kind:<15} {count:>5} streams: {_fmt(row.cpu_s_per_1k_tokens, '.4f')} CPU-s/1k tok, "
+                        f"{row.tokens_per_s:.0f} tok/s",
+                        flush=True,
+                    )
     finally:
         server.stop()
     print()

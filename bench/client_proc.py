@@ -46,8 +46,14 @@ ARGS: argparse.Namespace
 
 
 def _body(model: str, max_tokens: int) -> dict[str, Any]:
-    return {"model": model, "messages": [{"role": "user", "content": "Explain the transformer architecture."}],
-            "max_tokens": max_tokens, "temperature": 0, "stream": True, "stream_options": {"include_usage": True}}
+    return {
+        "model": model,
+        "messages": [{"role": "user", "content": "Explain the transformer architecture."}],
+        "max_tokens": max_tokens,
+        "temperature": 0,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
 
 
 def _fail(kind: str) -> None:
@@ -101,8 +107,14 @@ class NaiveUser(FastHttpUser):
             _fail("no [DONE]")
             return
         COUNTS["ok"] += 1
-        self.environment.events.request.fire(request_type="POST", name="chat", response_time=(last - start) * 1000,
-                                             response_length=0, exception=None, context={})
+        self.environment.events.request.fire(
+            request_type="POST",
+            name="chat",
+            response_time=(last - start) * 1000,
+            response_length=0,
+            exception=None,
+            context={},
+        )
 
 
 _OPENAI: Any = None
@@ -133,25 +145,37 @@ class OpenAIUser(User):
             _fail(type(exc).__name__)
             return
         COUNTS["ok"] += 1
-        self.environment.events.request.fire(request_type="POST", name="chat", response_time=(last - start) * 1000,
-                                             response_length=0, exception=None, context={})
+        self.environment.events.request.fire(
+            request_type="POST",
+            name="chat",
+            response_time=(last - start) * 1000,
+            response_length=0,
+            exception=None,
+            context={},
+        )
 
 
 def _attnload_env(env_users: int) -> tuple[type[User], Any]:
     """attnload's own user and runtime, wired as ``register(events)`` wires a local run."""
-    from attnload.config.seed import load_config
-    from attnload.metrics.exposition import serve_metrics
+    from attnload.config.load import load_config
+    from attnload.exporter.exposition import serve_metrics
+    from attnload.plan.options import RunOptions
     from attnload.runner.gcpolicy import quiet_full_collections
-    from attnload.runner.options import RunOptions
     from attnload.runner.runtime import Runtime
     from attnload.runner.users import ChatUser
 
     config = Path(ARGS.out).with_suffix(".config.json")
-    config.write_text(json.dumps({
-        "base_url": ARGS.url, "models": {"ref": {"id": ARGS.model, "attention_type": "GQA"}},
-        "benchmark": {"max_tokens": ARGS.max_tokens, "temperature": 0}}), encoding="utf-8")
-    runtime = Runtime(load_config(config), RunOptions(config_path=str(config), metrics_port=ARGS.metrics_port),
-                      "local")
+    config.write_text(
+        json.dumps(
+            {
+                "base_url": ARGS.url,
+                "models": {"ref": {"id": ARGS.model, "attention_type": "GQA"}},
+                "benchmark": {"max_tokens": ARGS.max_tokens, "temperature": 0},
+            }
+        ),
+        encoding="utf-8",
+    )
+    runtime = Runtime(load_config(config), RunOptions(config_path=str(config), metrics_port=ARGS.metrics_port), "local")
     if ARGS.metrics_port:
         serve_metrics(runtime.recorder, runtime.fleet, ARGS.metrics_port, host="127.0.0.1")
     observe = runtime.observe
@@ -235,10 +259,16 @@ def _run() -> int:
             import httpx  # type: ignore[no-redef]
 
         platform.processor()  # cached once here: 1000 users forking `uname -p` at once stalls everything
-        _OPENAI = OpenAI(base_url=ARGS.url + "/v1", api_key="bench", max_retries=0,
-                         http_client=httpx.Client(limits=httpx.Limits(max_connections=ARGS.users + 16,
-                                                                      max_keepalive_connections=ARGS.users + 16),
-                                                  timeout=600.0, trust_env=False))
+        _OPENAI = OpenAI(
+            base_url=ARGS.url + "/v1",
+            api_key="bench",
+            max_retries=0,
+            http_client=httpx.Client(
+                limits=httpx.Limits(max_connections=ARGS.users + 16, max_keepalive_connections=ARGS.users + 16),
+                timeout=600.0,
+                trust_env=False,
+            ),
+        )
         user_class = OpenAIUser
     env = Environment(user_classes=[user_class], events=events)
     if runtime is not None:
@@ -257,8 +287,13 @@ def _run() -> int:
     print("SPAWNED", flush=True)
     gevent.sleep(ARGS.run_s)
     runner.quit()
-    out: dict[str, Any] = {"kind": ARGS.kind, "users": ARGS.users, "pid": os.getpid(), "gc": gc_pauses.summary(),
-                           "first_tokens": FIRST_TOKENS}
+    out: dict[str, Any] = {
+        "kind": ARGS.kind,
+        "users": ARGS.users,
+        "pid": os.getpid(),
+        "gc": gc_pauses.summary(),
+        "first_tokens": FIRST_TOKENS,
+    }
     if runtime is not None:
         from attnload import native
 
@@ -269,13 +304,27 @@ def _run() -> int:
         runtime.test_stopped()
         series = runtime.recorder.combined()
         info = client_info(1, 0, runtime.cpu_max_ratio, runtime.recorder)
-        out.update(ttft=series.hists["ttft"].to_wire(), itl=series.hists["itl"].to_wire(),
-                   ok=series.counts["ok"], failed=series.counts["failed"], errors=series.errors,
-                   saturated=info.client_saturated, saturation_reasons=info.saturation_reasons,
-                   cpu_max_ratio=runtime.cpu_max_ratio)
+        out.update(
+            ttft=series.hists["ttft"].to_wire(),
+            itl=series.hists["itl"].to_wire(),
+            ok=series.counts["ok"],
+            failed=series.counts["failed"],
+            errors=series.errors,
+            saturated=info.client_saturated,
+            saturation_reasons=info.saturation_reasons,
+            cpu_max_ratio=runtime.cpu_max_ratio,
+        )
     else:
-        out.update(ttft=TTFT.to_wire(), itl=ITL.to_wire(), ok=COUNTS["ok"], failed=COUNTS["failed"], errors=ERRORS,
-                   saturated=None, saturation_reasons=[], cpu_max_ratio=runner.current_cpu_usage / 100.0)
+        out.update(
+            ttft=TTFT.to_wire(),
+            itl=ITL.to_wire(),
+            ok=COUNTS["ok"],
+            failed=COUNTS["failed"],
+            errors=ERRORS,
+            saturated=None,
+            saturation_reasons=[],
+            cpu_max_ratio=runner.current_cpu_usage / 100.0,
+        )
     Path(ARGS.out).write_text(json.dumps(out), encoding="utf-8")
     return 0
 

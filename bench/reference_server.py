@@ -40,8 +40,10 @@ from typing import Any
 from attnload.measure.histogram import LogHistogram
 
 _HEAD_END = b"\r\n\r\n"
-_SSE_HEAD = (b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
-             b"Transfer-Encoding: chunked\r\n\r\n")
+_SSE_HEAD = (
+    b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
+    b"Transfer-Encoding: chunked\r\n\r\n"
+)
 
 
 def _chunk(payload: bytes) -> bytes:
@@ -72,17 +74,31 @@ class Truth:
         self.requests: list[dict[str, Any]] = []
 
     def to_json(self) -> dict[str, Any]:
-        return {"received": self.received, "completed": self.completed, "cancelled": self.cancelled,
-                "completion_tokens": self.tokens, "elapsed_s": time.perf_counter() - self.started,
-                "ttft": self.ttft.to_wire(), "itl": self.itl.to_wire(),
-                "ttft_s": self.ttft.summary(), "itl_s": self.itl.summary(), "first_tokens": self.first_tokens}
+        return {
+            "received": self.received,
+            "completed": self.completed,
+            "cancelled": self.cancelled,
+            "completion_tokens": self.tokens,
+            "elapsed_s": time.perf_counter() - self.started,
+            "ttft": self.ttft.to_wire(),
+            "itl": self.itl.to_wire(),
+            "ttft_s": self.ttft.summary(),
+            "itl_s": self.itl.summary(),
+            "first_tokens": self.first_tokens,
+        }
 
 
 class Settings:
     """Fixed timings of every stream (seconds) and the default output length."""
 
-    def __init__(self, ttft_s: float, itl_s: float, output_tokens: int, ttft_per_prompt_token_s: float = 0.0,
-                 keep_requests: bool = False) -> None:
+    def __init__(
+        self,
+        ttft_s: float,
+        itl_s: float,
+        output_tokens: int,
+        ttft_per_prompt_token_s: float = 0.0,
+        keep_requests: bool = False,
+    ) -> None:
         self.ttft_s = ttft_s
         self.itl_s = itl_s
         self.output_tokens = output_tokens
@@ -93,11 +109,31 @@ class Settings:
 class _Stream:
     """One streaming response in flight, driven by ``loop.call_at`` from absolute deadlines."""
 
-    __slots__ = ("proto", "truth", "itl_s", "left", "emitted", "deadline", "last_at", "received_at",
-                 "token", "tail", "handle", "entry")
+    __slots__ = (
+        "proto",
+        "truth",
+        "itl_s",
+        "left",
+        "emitted",
+        "deadline",
+        "last_at",
+        "received_at",
+        "token",
+        "tail",
+        "handle",
+        "entry",
+    )
 
-    def __init__(self, proto: ChatProtocol, truth: Truth, settings: Settings, max_tokens: int, model: str,
-                 include_usage: bool, prompt_tokens: int) -> None:
+    def __init__(
+        self,
+        proto: ChatProtocol,
+        truth: Truth,
+        settings: Settings,
+        max_tokens: int,
+        model: str,
+        include_usage: bool,
+        prompt_tokens: int,
+    ) -> None:
         self.proto = proto
         self.truth = truth
         self.itl_s = settings.itl_s
@@ -107,18 +143,34 @@ class _Stream:
         self.last_at = 0.0
         self.entry: dict[str, Any] | None = None
         if settings.keep_requests:
-            self.entry = {"t_recv": time.time(), "prompt_tokens": prompt_tokens, "ttft_s": None, "tokens": 0,
-                          "done": False}
+            self.entry = {
+                "t_recv": time.time(),
+                "prompt_tokens": prompt_tokens,
+                "ttft_s": None,
+                "tokens": 0,
+                "done": False,
+            }
             truth.requests.append(self.entry)
-        prefix = ('{"id":"chatcmpl-ref","object":"chat.completion.chunk","created":0,"model":'
-                  + json.dumps(model) + ',"choices":[{"index":0,"delta":')
+        prefix = (
+            '{"id":"chatcmpl-ref","object":"chat.completion.chunk","created":0,"model":'
+            + json.dumps(model)
+            + ',"choices":[{"index":0,"delta":'
+        )
         self.token = _event(prefix + '{"content":"tok "},"finish_reason":null}]}')
         tail = _event(prefix + '{},"finish_reason":"length"}]}')
         if include_usage:
-            usage = {"prompt_tokens": prompt_tokens, "completion_tokens": max_tokens,
-                     "total_tokens": prompt_tokens + max_tokens}
-            tail += _event('{"id":"chatcmpl-ref","object":"chat.completion.chunk","created":0,"model":'
-                           + json.dumps(model) + ',"choices":[],"usage":' + json.dumps(usage) + "}")
+            usage = {
+                "prompt_tokens": prompt_tokens,
+                "completion_tokens": max_tokens,
+                "total_tokens": prompt_tokens + max_tokens,
+            }
+            tail += _event(
+                '{"id":"chatcmpl-ref","object":"chat.completion.chunk","created":0,"model":'
+                + json.dumps(model)
+                + ',"choices":[],"usage":'
+                + json.dumps(usage)
+                + "}"
+            )
         self.tail = tail + _event("[DONE]") + b"0\r\n\r\n"
         loop = proto.loop
         proto.transport.write(_SSE_HEAD + _event(prefix + '{"role":"assistant","content":""},"finish_reason":null}]}'))
@@ -209,8 +261,8 @@ class ChatProtocol(asyncio.Protocol):
                     length = int(value.strip())
             if len(buffer) < end + 4 + length:
                 return
-            body = buffer[end + 4:end + 4 + length]
-            self.buffer = buffer[end + 4 + length:]
+            body = buffer[end + 4 : end + 4 + length]
+            self.buffer = buffer[end + 4 + length :]
             method, _, rest = lines[0].partition(" ")
             path = rest.partition(" ")[0]
             self.route(method, path.split("?", 1)[0], body)
@@ -232,36 +284,52 @@ class ChatProtocol(asyncio.Protocol):
 
     def reply(self, status: int, body: bytes) -> None:
         reason = {200: "OK", 400: "Bad Request", 404: "Not Found"}.get(status, "OK")
-        self.transport.write(b"HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
-                             % (status, reason.encode(), len(body), body))
+        self.transport.write(
+            b"HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+            % (status, reason.encode(), len(body), body)
+        )
 
     def chat(self, raw: bytes) -> None:
         try:
             body = json.loads(raw)
             model = str(body["model"])
-            max_tokens = int(body.get("max_tokens") or body.get("max_completion_tokens")
-                             or self.settings.output_tokens)
+            max_tokens = int(body.get("max_tokens") or body.get("max_completion_tokens") or self.settings.output_tokens)
         except (ValueError, KeyError, TypeError):
             self.reply(400, b'{"error":{"message":"bad request","type":"invalid_request_error","code":"bad"}}')
             return
         self.truth.received += 1
-        prompt_tokens = sum(len(str(m.get("content", ""))) // 4 + 4 for m in body.get("messages") or ()
-                            if isinstance(m, dict))
+        prompt_tokens = sum(
+            len(str(m.get("content", ""))) // 4 + 4 for m in body.get("messages") or () if isinstance(m, dict)
+        )
         if not body.get("stream"):
             self.unary(model, max_tokens, prompt_tokens)
             return
         include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
-        self.stream = _Stream(self, self.truth, self.settings, max(1, max_tokens), model, include_usage,
-                              prompt_tokens)
+        self.stream = _Stream(self, self.truth, self.settings, max(1, max_tokens), model, include_usage, prompt_tokens)
 
     def unary(self, model: str, max_tokens: int, prompt_tokens: int) -> None:
         """Non-streaming answer after the whole generation time (kept for completeness)."""
         delay = self.settings.ttft_s + self.settings.itl_s * (max_tokens - 1)
-        body = json.dumps({"id": "chatcmpl-ref", "object": "chat.completion", "created": 0, "model": model,
-                           "choices": [{"index": 0, "message": {"role": "assistant", "content": "tok " * max_tokens},
-                                        "finish_reason": "length"}],
-                           "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": max_tokens,
-                                     "total_tokens": prompt_tokens + max_tokens}}).encode()
+        body = json.dumps(
+            {
+                "id": "chatcmpl-ref",
+                "object": "chat.completion",
+                "created": 0,
+                "model": model,
+                "choices": [
+                    {
+                        "index": 0,
+                        "message": {"role": "assistant", "content": "tok " * max_tokens},
+                        "finish_reason": "length",
+                    }
+                ],
+                "usage": {
+                    "prompt_tokens": prompt_tokens,
+                    "completion_tokens": max_tokens,
+                    "total_tokens": prompt_tokens + max_tokens,
+                },
+            }
+        ).encode()
 
         def done() -> None:
             if not self.closed:
@@ -319,20 +387,30 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ttft-ms", type=float, default=50.0)
     parser.add_argument("--itl-ms", type=float, default=10.0)
     parser.add_argument("--output-tokens", type=int, default=128)
-    parser.add_argument("--ttft-per-kprompt-ms", type=float, default=0.0,
-                        help="extra TTFT per 1,000 prompt tokens (each request its own TTFT)")
+    parser.add_argument(
+        "--ttft-per-kprompt-ms",
+        type=float,
+        default=0.0,
+        help="extra TTFT per 1,000 prompt tokens (each request its own TTFT)",
+    )
     parser.add_argument("--keep-requests", action="store_true", help="keep per-request truth for GET /requests")
     parser.add_argument("--procs", type=int, default=1, help="processes sharing the port via SO_REUSEPORT")
     parser.add_argument("--truth-ports", default="", help="per-process /stats ports (default port+1+i)")
     args = parser.parse_args(argv)
     raise_fd_limit()
-    settings = Settings(args.ttft_ms / 1000.0, args.itl_ms / 1000.0, args.output_tokens,
-                        args.ttft_per_kprompt_ms / 1e6, args.keep_requests)
+    settings = Settings(
+        args.ttft_ms / 1000.0,
+        args.itl_ms / 1000.0,
+        args.output_tokens,
+        args.ttft_per_kprompt_ms / 1e6,
+        args.keep_requests,
+    )
     if args.procs <= 1:
         asyncio.run(_serve(_listen(args.host, args.port, False), None, settings))
         return 0
-    own_ports = [int(p) for p in args.truth_ports.split(",")] if args.truth_ports else truth_ports(args.port,
-                                                                                               args.procs)
+    own_ports = (
+        [int(p) for p in args.truth_ports.split(",")] if args.truth_ports else truth_ports(args.port, args.procs)
+    )
     if len(own_ports) != args.procs:
         parser.error("--truth-ports needs one port per process")
     sockets = [(_listen(args.host, args.port, True), _listen(args.host, own, False)) for own in own_ports]

@@ -67,10 +67,25 @@ def _sample(run: subprocess.Popen[str], peaks: dict[str, float], stop: threading
 def measure(args: argparse.Namespace, with_requests: bool) -> dict[str, Any]:
     port = free_port()
     ports = [free_port() for _ in range(args.server_procs)]
-    server = subprocess.Popen([PYTHON, str(HERE / "reference_server.py"), "--port", str(port), "--procs",
-                               str(args.server_procs), "--truth-ports", ",".join(map(str, ports)),
-                               "--ttft-ms", str(args.ttft_ms), "--itl-ms", str(args.itl_ms),
-                               "--output-tokens", str(args.tokens)], start_new_session=True)
+    server = subprocess.Popen(
+        [
+            PYTHON,
+            str(HERE / "reference_server.py"),
+            "--port",
+            str(port),
+            "--procs",
+            str(args.server_procs),
+            "--truth-ports",
+            ",".join(map(str, ports)),
+            "--ttft-ms",
+            str(args.ttft_ms),
+            "--itl-ms",
+            str(args.itl_ms),
+            "--output-tokens",
+            str(args.tokens),
+        ],
+        start_new_session=True,
+    )
     result: dict[str, Any] = {"requests_out": with_requests}
     try:
         deadline = time.monotonic() + 20
@@ -84,18 +99,42 @@ def measure(args: argparse.Namespace, with_requests: bool) -> dict[str, Any]:
                 time.sleep(0.1)
         with tempfile.TemporaryDirectory(prefix="attnload-reqmem-") as tmp:
             config = Path(tmp) / "config.json"
-            config.write_text(json.dumps({"base_url": f"http://127.0.0.1:{port}",
-                                          "models": {"ref": {"id": "ref-model", "attention_type": "GQA"}},
-                                          "benchmark": {"max_tokens": args.tokens, "temperature": 0}}))
+            config.write_text(
+                json.dumps(
+                    {
+                        "base_url": f"http://127.0.0.1:{port}",
+                        "models": {"ref": {"id": "ref-model", "attention_type": "GQA"}},
+                        "benchmark": {"max_tokens": args.tokens, "temperature": 0},
+                    }
+                )
+            )
             out = Path(tmp) / "requests.jsonl.gz"
-            command = [PYTHON, "-m", "attnload", "run", "-c", str(config), "--users", str(args.streams),
-                       "--spawn-rate", str(max(args.streams / 10, 1)), "--duration", f"{args.duration_s:g}s",
-                       "--workers", str(args.workers), "--results", str(Path(tmp) / "results"),
-                       "--metrics-port", "0", *(["--requests-out", str(out)] if with_requests else [])]
+            command = [
+                PYTHON,
+                "-m",
+                "attnload",
+                "run",
+                "-c",
+                str(config),
+                "--users",
+                str(args.streams),
+                "--spawn-rate",
+                str(max(args.streams / 10, 1)),
+                "--duration",
+                f"{args.duration_s:g}s",
+                "--workers",
+                str(args.workers),
+                "--results",
+                str(Path(tmp) / "results"),
+                "--metrics-port",
+                "0",
+                *(["--requests-out", str(out)] if with_requests else []),
+            ]
             peaks: dict[str, float] = {}
             stop = threading.Event()
-            run = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                                   start_new_session=True)
+            run = subprocess.Popen(
+                command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True
+            )
             threading.Thread(target=_sample, args=(run, peaks, stop), daemon=True).start()
             _, stderr = run.communicate(timeout=args.duration_s + 180)
             stop.set()
@@ -104,8 +143,12 @@ def measure(args: argparse.Namespace, with_requests: bool) -> dict[str, Any]:
             if latest.exists():
                 data = json.loads((Path(tmp) / "results" / latest.read_text().strip()).read_text())
                 requests = data["models"][0]["requests"]
-                result.update(requests=requests, requests_total=sum(requests.values()),
-                              requests_out_summary=data.get("requests_out"), client=data.get("client"))
+                result.update(
+                    requests=requests,
+                    requests_total=sum(requests.values()),
+                    requests_out_summary=data.get("requests_out"),
+                    client=data.get("client"),
+                )
             if with_requests and out.exists():
                 with gzip.open(out, "rt") as handle:
                     result["lines"] = sum(1 for _ in handle)
@@ -136,11 +179,16 @@ def main(argv: list[str] | None = None) -> int:
     runs = [measure(args, True)] + ([measure(args, False)] if args.without else [])
     print(json.dumps(runs, indent=2, default=str))
     first = runs[0]
-    ok = (first.get("exit_code") == 0 and first.get("master_rss_mib", 1e9) < args.limit_mib
-          and first.get("lines") == first.get("requests_total"))
-    print(f"master peak RSS {first.get('master_rss_mib', float('nan')):.0f} MiB with --requests-out "
-          f"(limit {args.limit_mib:g}); lines {first.get('lines')} = requests {first.get('requests_total')}"
-          + (f"; without: {runs[1].get('master_rss_mib', float('nan')):.0f} MiB" if args.without else ""))
+    ok = (
+        first.get("exit_code") == 0
+        and first.get("master_rss_mib", 1e9) < args.limit_mib
+        and first.get("lines") == first.get("requests_total")
+    )
+    print(
+        f"master peak RSS {first.get('master_rss_mib', float('nan')):.0f} MiB with --requests-out "
+        f"(limit {args.limit_mib:g}); lines {first.get('lines')} = requests {first.get('requests_total')}"
+        + (f"; without: {runs[1].get('master_rss_mib', float('nan')):.0f} MiB" if args.without else "")
+    )
     return 0 if ok else 1
 
 

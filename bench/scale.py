@@ -76,19 +76,38 @@ def main(argv: list[str] | None = None) -> int:
     hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
     request_s = args.ttft_ms / 1000 + (args.tokens - 1) * args.itl_ms / 1000
     rate = args.streams / request_s  # Little's law: concurrency = rate × time in system
-    print(f"fd limit soft {soft} hard {hard}; ephemeral ports "
-          f"{Path('/proc/sys/net/ipv4/ip_local_port_range').read_text().split()}; load {os.getloadavg()[0]:.2f}")
-    print(f"target {args.streams} streams: {'closed loop' if args.closed else f'rate {rate:.0f} req/s'}, "
-          f"{request_s:.1f} s per request, {args.workers} workers, {args.server_procs} server processes")
+    print(
+        f"fd limit soft {soft} hard {hard}; ephemeral ports "
+        f"{Path('/proc/sys/net/ipv4/ip_local_port_range').read_text().split()}; load {os.getloadavg()[0]:.2f}"
+    )
+    print(
+        f"target {args.streams} streams: {'closed loop' if args.closed else f'rate {rate:.0f} req/s'}, "
+        f"{request_s:.1f} s per request, {args.workers} workers, {args.server_procs} server processes"
+    )
     port = free_port()
     ports = [free_port() for _ in range(args.server_procs)] if args.server_procs > 1 else [port]
-    server = subprocess.Popen([PYTHON, str(HERE / "reference_server.py"), "--port", str(port), "--procs",
-                               str(args.server_procs), "--truth-ports", ",".join(map(str, ports)), "--ttft-ms", str(args.ttft_ms), "--itl-ms", str(args.itl_ms),
-                               "--output-tokens", str(args.tokens)], start_new_session=True)
+    server = subprocess.Popen(
+        [
+            PYTHON,
+            str(HERE / "reference_server.py"),
+            "--port",
+            str(port),
+            "--procs",
+            str(args.server_procs),
+            "--truth-ports",
+            ",".join(map(str, ports)),
+            "--ttft-ms",
+            str(args.ttft_ms),
+            "--itl-ms",
+            str(args.itl_ms),
+            "--output-tokens",
+            str(args.tokens),
+        ],
+        start_new_session=True,
+    )
     samples: list[tuple[float, dict[str, int]]] = []
     stop = threading.Event()
-    result: dict[str, Any] = {"streams_target": args.streams, "workers": args.workers, "fd_soft": soft,
-                              "fd_hard": hard}
+    result: dict[str, Any] = {"streams_target": args.streams, "workers": args.workers, "fd_soft": soft, "fd_hard": hard}
     try:
         deadline = time.monotonic() + 20
         while True:
@@ -101,20 +120,57 @@ def main(argv: list[str] | None = None) -> int:
                 time.sleep(0.1)
         with tempfile.TemporaryDirectory(prefix="attnload-scale-") as tmp:
             config = Path(tmp) / "config.json"
-            config.write_text(json.dumps({"base_url": f"http://127.0.0.1:{port}",
-                                          "models": {"ref": {"id": "ref-model", "attention_type": "GQA"}},
-                                          "benchmark": {"max_tokens": args.tokens, "temperature": 0}}))
+            config.write_text(
+                json.dumps(
+                    {
+                        "base_url": f"http://127.0.0.1:{port}",
+                        "models": {"ref": {"id": "ref-model", "attention_type": "GQA"}},
+                        "benchmark": {"max_tokens": args.tokens, "temperature": 0},
+                    }
+                )
+            )
             per_worker = -(-args.streams // max(args.workers, 1))
-            load = (["--users", str(args.streams), "--spawn-rate", str(max(args.streams / 10, 1)),
-                     "--duration", f"{args.duration_s:g}s"] if args.closed else
-                    ["--shape", f"rate:{rate:.2f}", "--stage-duration", f"{args.duration_s:g}s",
-                     "--arrivals", "constant", "--max-in-flight", str(int(per_worker * 1.5))])
-            command = [PYTHON, "-m", "attnload", "run", "-c", str(config), *load, "--workers", str(args.workers),
-                       "--results", str(Path(tmp) / "results"), "--metrics-port", "0"]
+            load = (
+                [
+                    "--users",
+                    str(args.streams),
+                    "--spawn-rate",
+                    str(max(args.streams / 10, 1)),
+                    "--duration",
+                    f"{args.duration_s:g}s",
+                ]
+                if args.closed
+                else [
+                    "--shape",
+                    f"rate:{rate:.2f}",
+                    "--stage-duration",
+                    f"{args.duration_s:g}s",
+                    "--arrivals",
+                    "constant",
+                    "--max-in-flight",
+                    str(int(per_worker * 1.5)),
+                ]
+            )
+            command = [
+                PYTHON,
+                "-m",
+                "attnload",
+                "run",
+                "-c",
+                str(config),
+                *load,
+                "--workers",
+                str(args.workers),
+                "--results",
+                str(Path(tmp) / "results"),
+                "--metrics-port",
+                "0",
+            ]
             threading.Thread(target=_sample, args=(ports, stop, samples), daemon=True).start()
             started = time.monotonic()
-            run = subprocess.run(command, capture_output=True, text=True, timeout=args.duration_s + 120,
-                                 start_new_session=True)
+            run = subprocess.run(
+                command, capture_output=True, text=True, timeout=args.duration_s + 120, start_new_session=True
+            )
             result["wall_s"] = time.monotonic() - started
             result["exit_code"] = run.returncode
             result["stderr_tail"] = run.stderr[-1500:]
@@ -124,11 +180,16 @@ def main(argv: list[str] | None = None) -> int:
             if latest.exists():
                 data = json.loads((Path(tmp) / "results" / latest.read_text().strip()).read_text())
                 model = data["models"][0]
-                result.update(requests=model["requests"], errors=model["errors"], client=data.get("client"),
-                              ttft_s=model.get("ttft_s"), itl_s=model.get("itl_s"),
-                              output_tokens_per_s=model.get("output_tokens_per_s"),
-                              dispatch_lag_s=[s.get("dispatch_lag_s") for s in model.get("stages", [])],
-                              flags=[s.get("flags") for s in model.get("stages", [])])
+                result.update(
+                    requests=model["requests"],
+                    errors=model["errors"],
+                    client=data.get("client"),
+                    ttft_s=model.get("ttft_s"),
+                    itl_s=model.get("itl_s"),
+                    output_tokens_per_s=model.get("output_tokens_per_s"),
+                    dispatch_lag_s=[s.get("dispatch_lag_s") for s in model.get("stages", [])],
+                    flags=[s.get("flags") for s in model.get("stages", [])],
+                )
     finally:
         stop.set()
         server.terminate()
@@ -141,8 +202,11 @@ def main(argv: list[str] | None = None) -> int:
         in_flight = [s["received"] - s["completed"] - s["cancelled"] for _, s in samples]
         result["peak_concurrent_streams"] = max(in_flight)
         result["server_cancelled"] = samples[-1][1]["cancelled"]
-        rates = [(b[1]["completion_tokens"] - a[1]["completion_tokens"]) / (b[0] - a[0])
-                 for a, b in zip(samples, samples[1:], strict=False) if b[0] > a[0]]
+        rates = [
+            (b[1]["completion_tokens"] - a[1]["completion_tokens"]) / (b[0] - a[0])
+            for a, b in zip(samples, samples[1:], strict=False)
+            if b[0] > a[0]
+        ]
         result["peak_tokens_per_s"] = max(rates) if rates else None
     print(json.dumps(result, indent=2, default=str))
     if args.json:

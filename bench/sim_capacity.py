@@ -38,8 +38,17 @@ MODEL = "llama-3-70b"
 class Target:
     """One server under test as a child process (always stopped)."""
 
-    def __init__(self, name: str, core: int | None, itl_ms: float, *, src: str | None = None,
-                 profile: str | None = None, reference: bool = False, roofline: bool = False) -> None:
+    def __init__(
+        self,
+        name: str,
+        core: int | None,
+        itl_ms: float,
+        *,
+        src: str | None = None,
+        profile: str | None = None,
+        reference: bool = False,
+        roofline: bool = False,
+    ) -> None:
         self.name = name
         self.reference = reference
         port = free_port()
@@ -49,13 +58,26 @@ class Target:
             args = [PYTHON, str(HERE / "reference_server.py"), "--port", str(port), *timings]
         else:
             mode = ["--mode", "roofline"] if roofline else ["--mode", "fixed", *timings]
-            args = [PYTHON, *(["-m", "cProfile", "-o", profile] if profile else []), "-m", "attnload", "sim",
-                    "--host", "127.0.0.1", "--port", str(port), "--models", MODEL, *mode]
+            args = [
+                PYTHON,
+                *(["-m", "cProfile", "-o", profile] if profile else []),
+                "-m",
+                "attnload",
+                "sim",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--models",
+                MODEL,
+                *mode,
+            ]
         env = dict(os.environ)
         if src:
             env["PYTHONPATH"] = os.pathsep.join([str(Path(src).resolve()), *filter(None, [env.get("PYTHONPATH")])])
-        self.process = subprocess.Popen(pinned(core, args), start_new_session=True, stdout=subprocess.DEVNULL,
-                                        stderr=subprocess.DEVNULL, env=env)
+        self.process = subprocess.Popen(
+            pinned(core, args), start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env
+        )
         deadline = time.monotonic() + 30
         while True:
             try:
@@ -84,10 +106,31 @@ class Target:
 def measure(target: Target, streams: int, client_core: int | None, window_s: float, itl_s: float) -> dict[str, float]:
     """Sim CPU (share of one core), emitted tokens/s, emitted ITL and the schedule's ITL (fixed: ``itl_s``)."""
     out = f"/tmp/sim-cap-{os.getpid()}.json"
-    client = subprocess.Popen(pinned(client_core, [
-        PYTHON, str(HERE / "client_proc.py"), "--kind", "attnload", "--url", target.url, "--model", MODEL,
-        "--users", str(streams), "--run-s", str(window_s + 3), "--out", out]),
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, start_new_session=True)
+    client = subprocess.Popen(
+        pinned(
+            client_core,
+            [
+                PYTHON,
+                str(HERE / "client_proc.py"),
+                "--kind",
+                "attnload",
+                "--url",
+                target.url,
+                "--model",
+                MODEL,
+                "--users",
+                str(streams),
+                "--run-s",
+                str(window_s + 3),
+                "--out",
+                out,
+            ],
+        ),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        start_new_session=True,
+    )
     try:
         assert client.stdout is not None
         while "SPAWNED" not in client.stdout.readline():
@@ -109,9 +152,16 @@ def measure(target: Target, streams: int, client_core: int | None, window_s: flo
     itl = after["itl_s"]  # since start: cumulative, dominated by the window
     schedule = after.get("itl_schedule_s") or {"p50": itl_s, "p99": itl_s}
     tokens_s = (after["completion_tokens"] - before["completion_tokens"]) / elapsed
-    return {"cpu": cpu, "tokens_s": tokens_s, "us_per_token": cpu / tokens_s * 1e6 if tokens_s else 0.0,
-            "p50_ms": itl["p50"] * 1000, "p99_ms": itl["p99"] * 1000, "schedule_p50_ms": schedule["p50"] * 1000,
-            "schedule_p99_ms": schedule["p99"] * 1000, "load": (load0 + os.getloadavg()[0]) / 2}
+    return {
+        "cpu": cpu,
+        "tokens_s": tokens_s,
+        "us_per_token": cpu / tokens_s * 1e6 if tokens_s else 0.0,
+        "p50_ms": itl["p50"] * 1000,
+        "p99_ms": itl["p99"] * 1000,
+        "schedule_p50_ms": schedule["p50"] * 1000,
+        "schedule_p99_ms": schedule["p99"] * 1000,
+        "load": (load0 + os.getloadavg()[0]) / 2,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -131,14 +181,23 @@ def main(argv: list[str] | None = None) -> int:
         specs.append({"name": "reference", "reference": True})
     specs.append({"name": "sim-roofline", "roofline": True})
     ok = True
-    print(f"{'server':<12} {'streams':>7} {'CPU':>5} {'tok/s':>7} {'µs/tok':>7} {'vs fixed':>8} {'ITL p50':>8} "
-          f"{'p99':>6} {'schedule p50':>12} {'p99':>6} {'p99 excess':>10} {'load':>5}")
+    print(
+        f"{'server':<12} {'streams':>7} {'CPU':>5} {'tok/s':>7} {'µs/tok':>7} {'vs fixed':>8} {'ITL p50':>8} "
+        f"{'p99':>6} {'schedule p50':>12} {'p99':>6} {'p99 excess':>10} {'load':>5}"
+    )
     for streams in [int(s) for s in args.streams.split(",")]:
         fixed_us: float | None = None
         for spec in specs:
             # A fresh server per row: the ITL histogram is cumulative since the server started.
-            target = Target(spec["name"], sim_core, args.itl_ms, src=spec.get("src"), profile=spec.get("profile"),
-                            reference=spec.get("reference", False), roofline=spec.get("roofline", False))
+            target = Target(
+                spec["name"],
+                sim_core,
+                args.itl_ms,
+                src=spec.get("src"),
+                profile=spec.get("profile"),
+                reference=spec.get("reference", False),
+                roofline=spec.get("roofline", False),
+            )
             try:
                 row = measure(target, streams, client_core, args.window_s, args.itl_ms / 1000)
             finally:
@@ -149,10 +208,13 @@ def main(argv: list[str] | None = None) -> int:
             if spec["name"] == "sim":
                 fixed_us = row["us_per_token"]
             ratio = f"{row['us_per_token'] / fixed_us:.2f}x" if fixed_us else "—"
-            print(f"{spec['name']:<12} {streams:>7} {row['cpu']:>5.0%} {row['tokens_s']:>7.0f} "
-                  f"{row['us_per_token']:>7.1f} {ratio:>8} {row['p50_ms']:>5.1f} ms {row['p99_ms']:>6.1f} "
-                  f"{row['schedule_p50_ms']:>9.1f} ms {row['schedule_p99_ms']:>6.1f} {excess:>+10.1f} "
-                  f"{row['load']:>5.2f}", flush=True)
+            print(
+                f"{spec['name']:<12} {streams:>7} {row['cpu']:>5.0%} {row['tokens_s']:>7.0f} "
+                f"{row['us_per_token']:>7.1f} {ratio:>8} {row['p50_ms']:>5.1f} ms {row['p99_ms']:>6.1f} "
+                f"{row['schedule_p50_ms']:>9.1f} ms {row['schedule_p99_ms']:>6.1f} {excess:>+10.1f} "
+                f"{row['load']:>5.2f}",
+                flush=True,
+            )
     return 0 if ok else 1
 
 

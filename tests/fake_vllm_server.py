@@ -19,8 +19,9 @@ def main() -> None:
     args = sys.argv[1:]
     port = int(args[args.index("--port") + 1])
     pid_dir = Path(os.environ["FAKE_VLLM_PIDS"])
-    child = subprocess.Popen([sys.executable, "-c", "import signal, time; signal.signal(signal.SIGTERM, "
-                              "signal.SIG_IGN); time.sleep(600)"])
+    child = subprocess.Popen(
+        [sys.executable, "-c", "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)"]
+    )
     (pid_dir / f"{port}.pids").write_text(f"{os.getpid()} {child.pid}")
 
     class Handler(http.server.BaseHTTPRequestHandler):

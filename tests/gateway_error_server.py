@@ -59,7 +59,9 @@ def main() -> None:
     parser.add_argument("--body-file", type=Path, required=True)
     parser.add_argument("--serves", default="gpt-4o")
     args = parser.parse_args()
-    server = ThreadingHTTPServer(("127.0.0.1", args.port), make_handler(args.status, args.body_file.read_bytes(), args.serves))
+    server = ThreadingHTTPServer(
+        ("127.0.0.1", args.port), make_handler(args.status, args.body_file.read_bytes(), args.serves)
+    )
     server.daemon_threads = True
     server.serve_forever()
 

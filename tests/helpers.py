@@ -83,12 +83,19 @@ class Processes:
         self.log_dir = log_dir
         self.items: list[tuple[subprocess.Popen[bytes], Path]] = []
 
-    def start(self, args: Sequence[str], env: dict[str, str] | None = None, name: str = "proc",
-              cwd: Path | None = None) -> subprocess.Popen[bytes]:
+    def start(
+        self, args: Sequence[str], env: dict[str, str] | None = None, name: str = "proc", cwd: Path | None = None
+    ) -> subprocess.Popen[bytes]:
         log = self.log_dir / f"{name}-{len(self.items)}.log"
         handle = log.open("wb")
-        process = subprocess.Popen(list(args), env={**os.environ, **(env or {})}, stdout=handle,
-                                   stderr=subprocess.STDOUT, cwd=cwd or ROOT, start_new_session=True)
+        process = subprocess.Popen(
+            list(args),
+            env={**os.environ, **(env or {})},
+            stdout=handle,
+            stderr=subprocess.STDOUT,
+            cwd=cwd or ROOT,
+            start_new_session=True,
+        )
         self.items.append((process, log))
         return process
 
@@ -124,12 +131,15 @@ def start_sim(processes: Processes, *args: str) -> str:
     return url
 
 
-def write_config(directory: Path, base_url: str, models: dict[str, tuple[str, str]] | None = None,
-                 **extra: Any) -> Path:
+def write_config(
+    directory: Path, base_url: str, models: dict[str, tuple[str, str]] | None = None, **extra: Any
+) -> Path:
     """A seed-format JSON config; ``models`` maps key -> (id, attention)."""
     models = models or {"gqa_model": ("llama-3-70b", "GQA"), "mla_model": ("deepseek-chat", "MLA")}
-    data: dict[str, Any] = {"base_url": base_url,
-                            "models": {k: {"id": i, "attention_type": a} for k, (i, a) in models.items()}}
+    data: dict[str, Any] = {
+        "base_url": base_url,
+        "models": {k: {"id": i, "attention_type": a} for k, (i, a) in models.items()},
+    }
     data.update(extra)
     path = directory / "config.json"
     path.write_text(json.dumps(data), encoding="utf-8")

@@ -23,19 +23,47 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 MODES: tuple[str, ...] = (
-    "ok", "auth", "not_found", "rate_limited", "quota", "context_length", "server_500", "html_503",
-    "slow_first_byte", "stall", "reset", "malformed", "no_choices", "no_done", "early_length", "error_event",
+    "ok",
+    "auth",
+    "not_found",
+    "rate_limited",
+    "quota",
+    "context_length",
+    "server_500",
+    "html_503",
+    "slow_first_byte",
+    "stall",
+    "reset",
+    "malformed",
+    "no_choices",
+    "no_done",
+    "early_length",
+    "error_event",
 )
 EXPECTED: dict[str, str] = {
-    "ok": "ok", "auth": "auth", "not_found": "not_found", "rate_limited": "rate_limited", "quota": "quota",
-    "context_length": "context_length", "server_500": "server", "html_503": "server",
-    "slow_first_byte": "timeout", "stall": "timeout", "reset": "connection", "malformed": "bad_response",
-    "no_choices": "bad_response", "no_done": "truncated", "early_length": "truncated", "error_event": "server",
+    "ok": "ok",
+    "auth": "auth",
+    "not_found": "not_found",
+    "rate_limited": "rate_limited",
+    "quota": "quota",
+    "context_length": "context_length",
+    "server_500": "server",
+    "html_503": "server",
+    "slow_first_byte": "timeout",
+    "stall": "timeout",
+    "reset": "connection",
+    "malformed": "bad_response",
+    "no_choices": "bad_response",
+    "no_done": "truncated",
+    "early_length": "truncated",
+    "error_event": "server",
 }
 """The docs/design.md error class each mode must produce (``"ok"`` for success)."""
 
-SSE_HEAD = (b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
-            b"Transfer-Encoding: chunked\r\n\r\n")
+SSE_HEAD = (
+    b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
+    b"Transfer-Encoding: chunked\r\n\r\n"
+)
 
 
 @dataclass
@@ -58,24 +86,33 @@ def _event(payload: object) -> bytes:
 
 def _delta(content: str | None, finish: str | None = None) -> dict[str, object]:
     delta = {"content": content} if content is not None else {}
-    return {"id": "x", "object": "chat.completion.chunk", "choices": [
-        {"index": 0, "delta": delta, "finish_reason": finish}]}
+    return {
+        "id": "x",
+        "object": "chat.completion.chunk",
+        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+    }
 
 
 def _usage(completion: int) -> dict[str, object]:
-    return {"id": "x", "object": "chat.completion.chunk", "choices": [],
-            "usage": {"prompt_tokens": 5, "completion_tokens": completion, "total_tokens": 5 + completion}}
+    return {
+        "id": "x",
+        "object": "chat.completion.chunk",
+        "choices": [],
+        "usage": {"prompt_tokens": 5, "completion_tokens": completion, "total_tokens": 5 + completion},
+    }
 
 
 def _json_response(status: int, reason: str, body: object, extra: str = "") -> bytes:
     raw = json.dumps(body).encode()
-    return (f"HTTP/1.1 {status} {reason}\r\nContent-Type: application/json\r\n{extra}"
-            f"Content-Length: {len(raw)}\r\n\r\n").encode() + raw
+    return (
+        f"HTTP/1.1 {status} {reason}\r\nContent-Type: application/json\r\n{extra}Content-Length: {len(raw)}\r\n\r\n"
+    ).encode() + raw
 
 
 def _text_response(status: int, reason: str, body: bytes, content_type: str = "text/html") -> bytes:
-    return (f"HTTP/1.1 {status} {reason}\r\nContent-Type: {content_type}\r\n"
-            f"Content-Length: {len(body)}\r\n\r\n").encode() + body
+    return (
+        f"HTTP/1.1 {status} {reason}\r\nContent-Type: {content_type}\r\nContent-Length: {len(body)}\r\n\r\n"
+    ).encode() + body
 
 
 class Hostile:
@@ -122,8 +159,9 @@ class Hostile:
         finally:
             writer.close()
 
-    async def _route(self, method: str, path: str, headers: dict[str, str], body: bytes,
-                     writer: asyncio.StreamWriter) -> bool:
+    async def _route(
+        self, method: str, path: str, headers: dict[str, str], body: bytes, writer: asyncio.StreamWriter
+    ) -> bool:
         if method == "GET" and path == "/counts":
             writer.write(_json_response(200, "OK", {"counts": dict(self.counts), "total": sum(self.counts.values())}))
             return True
@@ -152,8 +190,9 @@ class Hostile:
     # ------------------------------------------------------------------ modes (return: keep the connection)
 
     async def _stream(self, writer: asyncio.StreamWriter, tokens: int, finish: str, done: bool = True) -> None:
-        writer.write(SSE_HEAD + _event({"id": "x", "choices": [{"index": 0, "delta": {"role": "assistant",
-                                                                                        "content": ""}}]}))
+        writer.write(
+            SSE_HEAD + _event({"id": "x", "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]})
+        )
         for i in range(tokens):
             writer.write(_event(_delta("tok ", finish if i == tokens - 1 else None)))
             await writer.drain()
@@ -171,32 +210,78 @@ class Hostile:
     async def _auth(self, writer: asyncio.StreamWriter, max_tokens: int, auth: str) -> bool:
         # Real gateways echo the rejected key; the client must redact it everywhere.
         key = auth.removeprefix("Bearer ").strip()
-        writer.write(_json_response(401, "Unauthorized", {"error": {
-            "message": f"Incorrect API key provided: {key}", "type": "invalid_request_error",
-            "code": "invalid_api_key"}}))
+        writer.write(
+            _json_response(
+                401,
+                "Unauthorized",
+                {
+                    "error": {
+                        "message": f"Incorrect API key provided: {key}",
+                        "type": "invalid_request_error",
+                        "code": "invalid_api_key",
+                    }
+                },
+            )
+        )
         return True
 
     async def _not_found(self, writer: asyncio.StreamWriter, max_tokens: int, auth: str) -> bool:
-        writer.write(_json_response(404, "Not Found", {"error": {
-            "message": "The model `not_found` does not exist", "type": "invalid_request_error",
-            "code": "model_not_found"}}))
+        writer.write(
+            _json_response(
+                404,
+                "Not Found",
+                {
+                    "error": {
+                        "message": "The model `not_found` does not exist",
+                        "type": "invalid_request_error",
+                        "code": "model_not_found",
+                    }
+                },
+            )
+        )
         return True
 
     async def _rate_limited(self, writer: asyncio.StreamWriter, max_tokens: int, auth: str) -> bool:
-        writer.write(_json_response(429, "Too Many Requests", {"error": {
-            "message": "Rate limit reached for requests", "type": "requests", "code": "rate_limit_exceeded"}},
-            extra="Retry-After: 1\r\n"))
+        writer.write(
+            _json_response(
+                429,
+                "Too Many Requests",
+                {
+                    "error": {
+                        "message": "Rate limit reached for requests",
+                        "type": "requests",
+                        "code": "rate_limit_exceeded",
+                    }
+                },
+                extra="Retry-After: 1\r\n",
+            )
+        )
         return True
 
     async def _quota(self, writer: asyncio.StreamWriter, max_tokens: int, auth: str) -> bool:
-        writer.write(_json_response(402, "Payment Required", {"error": {
-            "message": "You exceeded your current quota", "type": "insufficient_quota"}}))
+        writer.write(
+            _json_response(
+                402,
+                "Payment Required",
+                {"error": {"message": "You exceeded your current quota", "type": "insufficient_quota"}},
+            )
+        )
         return True
 
     async def _context_length(self, writer: asyncio.StreamWriter, max_tokens: int, auth: str) -> bool:
-        writer.write(_json_response(400, "Bad Request", {"error": {
-            "message": "This model's maximum context length is 8192 tokens", "type": "invalid_request_error",
-            "code": "context_length_exceeded"}}))
+        writer.write(
+            _json_response(
+                400,
+                "Bad Request",
+                {
+                    "error": {
+                        "message": "This model's maximum context length is 8192 tokens",
+                        "type": "invalid_request_error",
+                        "code": "context_length_exceeded",
+                    }
+                },
+            )
+        )
         return True
 
     async def _server_500(self, writer: asyncio.StreamWriter, max_tokens: int, auth: str) -> bool:

@@ -56,11 +56,16 @@ class Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Transfer-Encoding", "chunked")
         self.end_headers()
-        pieces = [text[i:i + 5] for i in range(0, len(text), 5)]
+        pieces = [text[i : i + 5] for i in range(0, len(text), 5)]
         for i, piece in enumerate(pieces):
-            chunk = {"id": f"r{n}", "object": "chat.completion.chunk", "model": body.get("model"),
-                     "choices": [{"index": 0, "delta": {"content": piece},
-                                  "finish_reason": "stop" if i == len(pieces) - 1 else None}]}
+            chunk = {
+                "id": f"r{n}",
+                "object": "chat.completion.chunk",
+                "model": body.get("model"),
+                "choices": [
+                    {"index": 0, "delta": {"content": piece}, "finish_reason": "stop" if i == len(pieces) - 1 else None}
+                ],
+            }
             self._chunk(f"data: {json.dumps(chunk, ensure_ascii=False)}\n\n".encode())
             if self.chunk_delay_s:
                 time.sleep(self.chunk_delay_s)

@@ -25,8 +25,13 @@ from collections import Counter
 from hostile_server import ThreadedServer
 
 MODES: tuple[str, ...] = ("endless_line", "endless_events", "endless_html", "endless_header")
-EXPECTED: dict[str, str] = {"endless_line": "bad_response", "endless_events": "truncated",
-                            "endless_html": "bad_response", "endless_header": "bad_response", "trickle": "timeout"}
+EXPECTED: dict[str, str] = {
+    "endless_line": "bad_response",
+    "endless_events": "truncated",
+    "endless_html": "bad_response",
+    "endless_header": "bad_response",
+    "trickle": "timeout",
+}
 """The docs/design.md error class each mode must produce."""
 PIECE = 64 * 1024
 
@@ -40,17 +45,35 @@ def _json_response(body: object) -> bytes:
     return b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(raw) + raw
 
 
-_EVENT = b"data: " + json.dumps({"id": "x", "object": "chat.completion.chunk", "choices": [
-    {"index": 0, "delta": {"content": "tok "}, "finish_reason": None}]}).encode() + b"\n\n"
+_EVENT = (
+    b"data: "
+    + json.dumps(
+        {
+            "id": "x",
+            "object": "chat.completion.chunk",
+            "choices": [{"index": 0, "delta": {"content": "tok "}, "finish_reason": None}],
+        }
+    ).encode()
+    + b"\n\n"
+)
 _BODIES: dict[str, tuple[bytes, bytes]] = {
-    "endless_line": (b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
-                     + _chunk(b'data: {"choices": [{"delta": {"content": "'), _chunk(b"x" * PIECE)),
-    "endless_events": (b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n",
-                       _chunk(_EVENT * (PIECE // len(_EVENT)))),
-    "endless_html": (b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nConnection: close\r\n\r\n<html><body>\n",
-                     b"<p>\x1b[31mnot a chat completion\x1b[0m</p>\n" * (PIECE // 48)),
-    "trickle": (b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n",
-                _chunk(_EVENT)),
+    "endless_line": (
+        b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+        + _chunk(b'data: {"choices": [{"delta": {"content": "'),
+        _chunk(b"x" * PIECE),
+    ),
+    "endless_events": (
+        b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n",
+        _chunk(_EVENT * (PIECE // len(_EVENT))),
+    ),
+    "endless_html": (
+        b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nConnection: close\r\n\r\n<html><body>\n",
+        b"<p>\x1b[31mnot a chat completion\x1b[0m</p>\n" * (PIECE // 48),
+    ),
+    "trickle": (
+        b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n",
+        _chunk(_EVENT),
+    ),
     "endless_header": (b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nX-Padding: ", b"a" * PIECE),
 }
 """Per mode: what starts the answer, then the piece written again and again."""

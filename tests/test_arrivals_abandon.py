@@ -11,11 +11,11 @@ import urllib.request
 import pytest
 
 from attnload.errors import UsageError
+from attnload.exporter.exposition import FleetState, serve_metrics
 from attnload.measure.recorder import Recorder, RequestRecord
-from attnload.metrics.exposition import FleetState, serve_metrics
 from attnload.report.console import errors_text
 from attnload.results.model import Requests, Totals
-from attnload.server_metrics.parse import parse_exposition
+from attnload.scrape.parse import parse_exposition
 from attnload.workload.abandon import Abandoner, parse_abandon
 from attnload.workload.arrivals import gamma_offsets, parse_burstiness, stage_arrivals
 from helpers import attnload, free_port, write_config
@@ -27,8 +27,7 @@ def _cv(times: list[float]) -> float:
 
 
 def _schedule(burstiness: float, seed: int, workers: int = 1, worker: int = 0) -> list[float]:
-    return gamma_offsets(20.0, 30.0, burstiness, share_index=worker, share_count=workers, seed=seed, stage=0,
-                         stream=0)
+    return gamma_offsets(20.0, 30.0, burstiness, share_index=worker, share_count=workers, seed=seed, stage=0, stream=0)
 
 
 def test_the_workers_shares_are_one_fleet_schedule_with_the_exact_count() -> None:
@@ -49,7 +48,7 @@ def test_the_schedule_cv_is_one_over_sqrt_b_whatever_the_seed(burstiness: float)
     the ratio to 2.0 had p2.5 0.886 and p97.5 1.151, 0.8 % of seeds outside ±20 %. The median
     sits at 0.99 (the estimator's small downward bias), and nearly every seed is within 20 %.
     """
-    target = burstiness ** -0.5
+    target = burstiness**-0.5
     ratios = sorted(_cv(_schedule(burstiness, seed)) / target for seed in range(400))
     assert statistics.median(ratios) == pytest.approx(1.0, abs=0.04)
     assert sum(abs(r - 1.0) <= 0.2 for r in ratios) >= 0.97 * len(ratios)
@@ -71,9 +70,14 @@ def test_burstiness_unset_keeps_the_default_law() -> None:
     assert parse_burstiness(None) is None and parse_burstiness("") is None and parse_burstiness("0.5") == 0.5
 
 
-@pytest.mark.parametrize(("after", "seconds", "expect"), [
-    ("5", False, {5}), ("2s", True, {2.0}), ("500ms", True, {0.5}),
-])
+@pytest.mark.parametrize(
+    ("after", "seconds", "expect"),
+    [
+        ("5", False, {5}),
+        ("2s", True, {2.0}),
+        ("500ms", True, {0.5}),
+    ],
+)
 def test_abandon_after_fixed_amounts(after: str, seconds: bool, expect: set[float]) -> None:
     spec = parse_abandon("1", after)
     assert spec is not None and spec.seconds is seconds
@@ -102,21 +106,41 @@ def test_abandon_rate_is_the_seeded_fraction() -> None:
     assert parse_abandon("0", "5") is None and parse_abandon(None, None) is None
 
 
-@pytest.mark.parametrize(("rate", "after", "message"), [
-    ("1.5", "5", "fraction from 0 to 1"), ("x", "5", "not a number"), ("0.3", None, "needs --abandon-after"),
-    (None, "5", "needs --abandon-rate"), ("0.3", "five", "not a count or duration"),
-    ("0.3", "uniform:10,2", "lower bound is above"), ("0.3", "uniform:1,2s", "both bounds"),
-    ("0.3", "0", "chunk counts go from 1"), ("0.3", "gauss:5", "use 5"), ("0.3", "uniform:3", "use 5"),
-])
+@pytest.mark.parametrize(
+    ("rate", "after", "message"),
+    [
+        ("1.5", "5", "fraction from 0 to 1"),
+        ("x", "5", "not a number"),
+        ("0.3", None, "needs --abandon-after"),
+        (None, "5", "needs --abandon-rate"),
+        ("0.3", "five", "not a count or duration"),
+        ("0.3", "uniform:10,2", "lower bound is above"),
+        ("0.3", "uniform:1,2s", "both bounds"),
+        ("0.3", "0", "chunk counts go from 1"),
+        ("0.3", "gauss:5", "use 5"),
+        ("0.3", "uniform:3", "use 5"),
+    ],
+)
 def test_bad_abandon_flags_are_usage_errors(rate: str | None, after: str | None, message: str) -> None:
     with pytest.raises(UsageError, match=message):
         parse_abandon(rate, after)
 
 
 def _record(outcome: str, ttft: float | None) -> RequestRecord:
-    return RequestRecord(model_key="m", profile="p", stage=0, outcome=outcome, error=None, ttft_s=ttft,
-                         itl_samples=((0.01, 1),) * 4, e2e_s=0.2, prompt_tokens=10, completion_tokens=5,
-                         cached_prompt_tokens=0, tokens_estimated=True)
+    return RequestRecord(
+        model_key="m",
+        profile="p",
+        stage=0,
+        outcome=outcome,
+        error=None,
+        ttft_s=ttft,
+        itl_samples=((0.01, 1),) * 4,
+        e2e_s=0.2,
+        prompt_tokens=10,
+        completion_tokens=5,
+        cached_prompt_tokens=0,
+        tokens_estimated=True,
+    )
 
 
 def test_an_abandoned_request_counts_its_ttft_and_itl_but_not_e2e_or_tpot() -> None:
@@ -145,13 +169,16 @@ def test_abandoned_is_an_outcome_on_metrics_and_in_the_console() -> None:
     assert errors_text(Totals(requests=requests)) == "abandoned 3"
 
 
-@pytest.mark.parametrize(("args", "expected"), [
-    (["--shape", "rate:5", "--burstiness", "0"], "--burstiness 0: use a gamma shape"),
-    (["--shape", "concurrency:2", "--burstiness", "0.5"], "use it with --shape rate:... or sweep"),
-    (["--shape", "rate:5", "--burstiness", "0.5", "--arrivals", "constant"], "pass one of them"),
-    (["--abandon-rate", "2", "--abandon-after", "5"], "fraction from 0 to 1"),
-    (["--abandon-rate", "0.3"], "needs --abandon-after"),
-])
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["--shape", "rate:5", "--burstiness", "0"], "--burstiness 0: use a gamma shape"),
+        (["--shape", "concurrency:2", "--burstiness", "0.5"], "use it with --shape rate:... or sweep"),
+        (["--shape", "rate:5", "--burstiness", "0.5", "--arrivals", "constant"], "pass one of them"),
+        (["--abandon-rate", "2", "--abandon-after", "5"], "fraction from 0 to 1"),
+        (["--abandon-rate", "0.3"], "needs --abandon-after"),
+    ],
+)
 def test_bad_flags_exit_2_with_one_line(tmp_path, args: list[str], expected: str) -> None:  # type: ignore[no-untyped-def]
     config = write_config(tmp_path, "http://127.0.0.1:9/api")
     result = subprocess.run(attnload("run", "-c", str(config), *args), capture_output=True, text=True, timeout=60)
@@ -161,8 +188,10 @@ def test_bad_flags_exit_2_with_one_line(tmp_path, args: list[str], expected: str
 
 
 def test_the_server_view_reads_vllm_aborts() -> None:
-    body = "".join(f'vllm:request_success_total{{engine="{e}",finished_reason="{r}",model_name="m"}} {v}\n'
-                   for e, r, v in (("0", "length", 90), ("0", "abort", 7), ("1", "abort", 5), ("0", "stop", 1)))
+    body = "".join(
+        f'vllm:request_success_total{{engine="{e}",finished_reason="{r}",model_name="m"}} {v}\n'
+        for e, r, v in (("0", "length", 90), ("0", "abort", 7), ("1", "abort", 5), ("0", "stop", 1))
+    )
     body += 'vllm:num_requests_running{engine="0",model_name="m"} 1\n'
     assert parse_exposition(body).samples["m"].aborted == 12.0  # two engines' aborts add up; other reasons don't
 
@@ -173,8 +202,15 @@ def test_the_open_loop_scheduler_takes_its_share_of_the_gamma_schedule_per_model
     def shares(worker: int) -> list[tuple[float, str]]:
         loop = OpenLoop([], None, None, None, None, "poisson", seed=5)  # type: ignore[arg-type]
         loop.burstiness = 0.5
-        stage = OpenStage(index=2, rates_rps={"a": 4.0, "b": 2.0}, started_perf=100.0, duration_s=10.0, warmup_s=0.0,
-                          share_index=worker, share_count=2)
+        stage = OpenStage(
+            index=2,
+            rates_rps={"a": 4.0, "b": 2.0},
+            started_perf=100.0,
+            duration_s=10.0,
+            warmup_s=0.0,
+            share_index=worker,
+            share_count=2,
+        )
         return loop.schedule(stage)
 
     merged = sorted(shares(0) + shares(1))
@@ -187,15 +223,18 @@ def test_the_open_loop_scheduler_takes_its_share_of_the_gamma_schedule_per_model
 def test_burstiness_goes_with_rate_stages_and_sweeps_and_reaches_every_process() -> None:
     import argparse
 
-    from attnload.runner.arrivalflags import check_arrival_flags
-    from attnload.runner.options import environment
+    from attnload.plan.arrivalflags import check_arrival_flags
+    from attnload.plan.options import environment
     from attnload.workload.shapes import parse_shape
 
     args = argparse.Namespace(burstiness="0.25", abandon_rate="0.3", abandon_after="uniform:1s,3s", arrivals=None)
     for shape in ("rate:5", "sweep"):
         flags = check_arrival_flags(args, parse_shape(shape, 30.0))
-        assert environment(flags) == {"ATTNLOAD_BURSTINESS": "0.25", "ATTNLOAD_ABANDON_RATE": "0.3",
-                                      "ATTNLOAD_ABANDON_AFTER": "uniform:1s,3s"}
+        assert environment(flags) == {
+            "ATTNLOAD_BURSTINESS": "0.25",
+            "ATTNLOAD_ABANDON_RATE": "0.3",
+            "ATTNLOAD_ABANDON_AFTER": "uniform:1s,3s",
+        }
     with pytest.raises(UsageError, match="rate:... or sweep"):
         check_arrival_flags(args, parse_shape("concurrency:4", 30.0))
 
@@ -228,10 +267,13 @@ class _ChunkServer:
             with conn:
                 while conn.recv(65536):
                     try:
-                        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
-                                     b"Transfer-Encoding: chunked\r\n\r\n")
+                        conn.sendall(
+                            b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+                        )
                         for i in range(20):
-                            data = f"data: {json.dumps({'choices': [{'index': 0, 'delta': {'content': f'w{i} '}}]})}\n\n"
+                            data = (
+                                f"data: {json.dumps({'choices': [{'index': 0, 'delta': {'content': f'w{i} '}}]})}\n\n"
+                            )
                             conn.sendall(f"{len(data):x}\r\n{data}\r\n".encode())
                             seen["sent"] = i + 1
                             time.sleep(0.02)
@@ -249,8 +291,9 @@ def test_an_abandoning_client_closes_its_socket_and_reconnects_for_the_next_requ
     from attnload.client.transport import Timeouts
 
     server = _ChunkServer()
-    client = ChatClient(f"http://127.0.0.1:{server.port}/v1/chat/completions", None,
-                        Timeouts(connect_s=2, idle_s=2.0, total_s=5.0))
+    client = ChatClient(
+        f"http://127.0.0.1:{server.port}/v1/chat/completions", None, Timeouts(connect_s=2, idle_s=2.0, total_s=5.0)
+    )
     body = chat_body("m", [{"role": "user", "content": "hi"}], max_tokens=20, temperature=0)
     first = client.send(body, model_key="k", profile="p", stage=0, abandon=(3, None))
     assert (first.outcome, first.error) == ("abandoned", None)
@@ -268,8 +311,9 @@ def test_a_duration_abandons_at_the_first_chunk_after_it() -> None:
     from attnload.client.transport import Timeouts
 
     server = _ChunkServer()
-    client = ChatClient(f"http://127.0.0.1:{server.port}/v1/chat/completions", None,
-                        Timeouts(connect_s=2, idle_s=2.0, total_s=5.0))
+    client = ChatClient(
+        f"http://127.0.0.1:{server.port}/v1/chat/completions", None, Timeouts(connect_s=2, idle_s=2.0, total_s=5.0)
+    )
     body = chat_body("m", [{"role": "user", "content": "hi"}], max_tokens=20, temperature=0)
     record = client.send(body, model_key="k", profile="p", stage=0, abandon=(None, 0.15))
     client.close()

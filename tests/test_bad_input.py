@@ -54,8 +54,15 @@ def server() -> Iterator[_Counting]:
 
 def _json(base_url: str = "{url}", model: str = "", extra: str = "") -> str:
     """A valid benchmark_config.json with one model; ``model`` and ``extra`` splice raw JSON text in."""
-    return ('{"base_url": ' + json.dumps(base_url) + ', "models": {"a": {"id": "m", "attention_type": "GQA"'
-            + model + '}}' + extra + '}')
+    return (
+        '{"base_url": '
+        + json.dumps(base_url)
+        + ', "models": {"a": {"id": "m", "attention_type": "GQA"'
+        + model
+        + "}}"
+        + extra
+        + "}"
+    )
 
 
 def _toml(base_url: str = "{url}", extra: str = "") -> str:
@@ -88,44 +95,106 @@ CASES = [
     Case("deep-dict-1000", "run", DEEP_DICT, ("nesting deeper than 32",)),
     Case("deep-toml-arrays", "run", DEEP_TOML, ("line 7", "nesting deeper than 32"), ".toml"),
     Case("deep-toml-tables", "check", DEEP_TOML_TABLES, ("t.t.t", "nesting deeper than 32"), ".toml"),
-    *[Case(f"port-99999-{c}", c, _json("http://127.0.0.1:99999/api"), ("base_url", "99999", "65535"))
-      for c in ("check", "run")],
-    *[Case(f"ipv6-unclosed-{c}", c, _json("http://[::1/api"), ("base_url", "http://[::1/api", "not a valid URL"))
-      for c in ("check", "run")],
-    *[Case(f"{name}-in-base-url-{c}", c, _json("http://127.0.0.1:{port}/a" + char + "pi"),
-           ("base_url", "whitespace or a control character"))
-      for name, char in (("space", " "), ("cr", "\r"), ("lf", "\n")) for c in ("check", "run")],
+    *[
+        Case(f"port-99999-{c}", c, _json("http://127.0.0.1:99999/api"), ("base_url", "99999", "65535"))
+        for c in ("check", "run")
+    ],
+    *[
+        Case(f"ipv6-unclosed-{c}", c, _json("http://[::1/api"), ("base_url", "http://[::1/api", "not a valid URL"))
+        for c in ("check", "run")
+    ],
+    *[
+        Case(
+            f"{name}-in-base-url-{c}",
+            c,
+            _json("http://127.0.0.1:{port}/a" + char + "pi"),
+            ("base_url", "whitespace or a control character"),
+        )
+        for name, char in (("space", " "), ("cr", "\r"), ("lf", "\n"))
+        for c in ("check", "run")
+    ],
     Case("trailing-space-toml", "check", _toml("{url} "), ("provider.base_url", "whitespace"), ".toml"),
-    *[Case(f"shape-{shape}", "run", _json(), (f"shape {shape!r}",), flags=("--shape", shape))
-      for shape in ("concurrency:inf", "concurrency:nan", "rate:inf", "rate:nan", "rate:-1", "concurrency:0",
-                    "concurrency:1000000000", "rate:1e9", "sweep:1000000000")],
+    *[
+        Case(f"shape-{shape}", "run", _json(), (f"shape {shape!r}",), flags=("--shape", shape))
+        for shape in (
+            "concurrency:inf",
+            "concurrency:nan",
+            "rate:inf",
+            "rate:nan",
+            "rate:-1",
+            "concurrency:0",
+            "concurrency:1000000000",
+            "rate:1e9",
+            "sweep:1000000000",
+        )
+    ],
     Case("shape-in-config", "run", _json(extra=', "shape": "rate:inf"'), ("rate:inf", "'inf'")),
     Case("users-absurd", "run", _json(), ("--users", "1e+09"), flags=("--users", "1000000000")),
     Case("spawn-rate-inf", "run", _json(), ("--spawn-rate", "inf"), flags=("--spawn-rate", "inf")),
     Case("stop-timeout-nan", "run", _json(), ("--stop-timeout", "nan"), flags=("--stop-timeout", "nan")),
-    *[Case(f"start-spread-{value}", "run", _json(), ("--start-spread", value, "auto, off"),
-           flags=("--start-spread", value)) for value in ("soon", "-1", "inf", "nan", "0.01")],
+    *[
+        Case(
+            f"start-spread-{value}",
+            "run",
+            _json(),
+            ("--start-spread", value, "auto, off"),
+            flags=("--start-spread", value),
+        )
+        for value in ("soon", "-1", "inf", "nan", "0.01")
+    ],
     Case("duration-absurd", "run", _json(), ("--duration", "99999h"), flags=("--duration", "99999h")),
     Case("weight-infinity", "run", _json(model=', "weight": Infinity'), ("models.a.weight", "Infinity")),
     Case("weight-nan-toml", "run", _toml(extra="weight = nan\n"), ("models.a.weight", "NaN"), ".toml"),
     Case("weight-1e12", "run", _json(model=', "weight": 1e12'), ("models.a.weight", "1000000000000.0", "1000000")),
-    Case("profile-weight-1e12", "run", _json(extra=_profile(', "weight": 1e12')),
-         ("workload.p.weight", "1000000000000.0")),
-    Case("prompt-tokens-1e12", "run", _json(extra=', "workload": {"p": {"prompt_tokens": 1000000000000}}'),
-         ("workload.p", "prompt_tokens", "1000000000000")),
-    Case("prompt-tokens-dist-max-1e12", "run",
-         _json(extra=', "workload": {"p": {"prompt_tokens": {"dist": "uniform", "min": 1, "max": 1000000000000}}}'),
-         ("workload.p.prompt_tokens", "1000000000000")),
-    Case("max-tokens-1e12", "check", _json(extra=_profile(', "max_tokens": 1000000000000')),
-         ("workload.p", "max_tokens 1000000000000")),
-    Case("timeout-infinity-json", "check", _json(extra=', "request": {"total_timeout_s": Infinity}'),
-         ("request.total_timeout_s", "Infinity")),
-    Case("timeout-infinity-toml", "check", _toml(extra='[request]\ntimeout = inf\n'), ("request.timeout", "Infinity"),
-         ".toml"),
-    Case("timeout-1e300", "check", _json(extra=', "request": {"idle_timeout_s": 1e300}'),
-         ("request.idle_timeout_s", "1e+300")),
-    Case("profile-name-pipe", "run", _json(extra=', "workload": {"a|b": {"prompt_tokens": 10}}'),
-         ("profile name 'a|b'", "A-Z a-z 0-9")),
+    Case(
+        "profile-weight-1e12",
+        "run",
+        _json(extra=_profile(', "weight": 1e12')),
+        ("workload.p.weight", "1000000000000.0"),
+    ),
+    Case(
+        "prompt-tokens-1e12",
+        "run",
+        _json(extra=', "workload": {"p": {"prompt_tokens": 1000000000000}}'),
+        ("workload.p", "prompt_tokens", "1000000000000"),
+    ),
+    Case(
+        "prompt-tokens-dist-max-1e12",
+        "run",
+        _json(extra=', "workload": {"p": {"prompt_tokens": {"dist": "uniform", "min": 1, "max": 1000000000000}}}'),
+        ("workload.p.prompt_tokens", "1000000000000"),
+    ),
+    Case(
+        "max-tokens-1e12",
+        "check",
+        _json(extra=_profile(', "max_tokens": 1000000000000')),
+        ("workload.p", "max_tokens 1000000000000"),
+    ),
+    Case(
+        "timeout-infinity-json",
+        "check",
+        _json(extra=', "request": {"total_timeout_s": Infinity}'),
+        ("request.total_timeout_s", "Infinity"),
+    ),
+    Case(
+        "timeout-infinity-toml",
+        "check",
+        _toml(extra="[request]\ntimeout = inf\n"),
+        ("request.timeout", "Infinity"),
+        ".toml",
+    ),
+    Case(
+        "timeout-1e300",
+        "check",
+        _json(extra=', "request": {"idle_timeout_s": 1e300}'),
+        ("request.idle_timeout_s", "1e+300"),
+    ),
+    Case(
+        "profile-name-pipe",
+        "run",
+        _json(extra=', "workload": {"a|b": {"prompt_tokens": 10}}'),
+        ("profile name 'a|b'", "A-Z a-z 0-9"),
+    ),
     Case("prompt-name-pipe", "check", _json(extra=', "test_prompts": {"x|y": "hi"}'), ("profile name 'x|y'",)),
     Case("model-key-space", "run", _json().replace('"a":', '"my model":'), ("model key 'my model'",)),
     Case("duplicate-json-key", "run", _json(model=', "id": "other"'), ("'id'", "given twice")),
@@ -133,10 +202,22 @@ CASES = [
     Case("duplicate-toml-key", "check", _toml(extra='id = "again"\n'), ("invalid TOML",), ".toml"),
     Case("huge-integer", "check", _json(extra=', "seed": 1' + "0" * 5000), ("unreadable value",)),
     Case("seed-negative", "run", _json(extra=', "seed": -1'), ("seed", "-1")),
-    *[Case(f"userinfo-{c}", c, _json(f"http://user:{PASSWORD}@127.0.0.1:{{port}}/api"),
-           ("base_url", "user:password@", "api_key_env")) for c in ("check", "run")],
-    Case("userinfo-model-toml", "run", _toml(extra=f'base_url = "http://u:{PASSWORD}@127.0.0.1:1/api"\n'),
-         ("models.a.base_url", "credentials"), ".toml"),
+    *[
+        Case(
+            f"userinfo-{c}",
+            c,
+            _json(f"http://user:{PASSWORD}@127.0.0.1:{{port}}/api"),
+            ("base_url", "user:password@", "api_key_env"),
+        )
+        for c in ("check", "run")
+    ],
+    Case(
+        "userinfo-model-toml",
+        "run",
+        _toml(extra=f'base_url = "http://u:{PASSWORD}@127.0.0.1:1/api"\n'),
+        ("models.a.base_url", "credentials"),
+        ".toml",
+    ),
     Case("check-max-tokens", "check", _json(), ("--max-tokens", "1000000000"), flags=("--max-tokens", "1000000000")),
 ]
 
@@ -149,11 +230,13 @@ def test_bad_input_is_one_line_exit_2_and_nothing_is_sent(case: Case, server: _C
     config.write_text(case.text.replace("{url}", url).replace("{port}", str(port)), encoding="utf-8")
     args = [case.command, "-c", str(config), *case.flags]
     if case.command == "run":
-        args += ["--results", str(tmp_path / "results"), "--duration", "2s"] if "--duration" not in case.flags \
+        args += (
+            ["--results", str(tmp_path / "results"), "--duration", "2s"]
+            if "--duration" not in case.flags
             else ["--results", str(tmp_path / "results")]
+        )
     before = server.connections
-    done = subprocess.run(attnload(*args), capture_output=True, text=True, timeout=120, cwd=tmp_path,
-                          env=_env())
+    done = subprocess.run(attnload(*args), capture_output=True, text=True, timeout=120, cwd=tmp_path, env=_env())
     lines = done.stderr.splitlines()
     assert done.returncode == 2, (done.returncode, done.stderr[-2000:])
     assert len(lines) == 1 and "Traceback" not in done.stderr, done.stderr[-2000:]
@@ -170,8 +253,14 @@ def test_a_password_in_base_url_reaches_no_output_file(server: _Counting, tmp_pa
     config = tmp_path / "c.json"
     config.write_text(_json(f"http://user:{PASSWORD}@127.0.0.1:{server.server_address[1]}/api"), encoding="utf-8")
     results = tmp_path / "results"
-    done = subprocess.run(attnload("run", "-c", str(config), "--results", str(results), "--duration", "2s"),
-                          capture_output=True, text=True, timeout=120, cwd=tmp_path, env=_env())
+    done = subprocess.run(
+        attnload("run", "-c", str(config), "--results", str(results), "--duration", "2s"),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+        env=_env(),
+    )
     assert done.returncode == 2 and PASSWORD not in done.stderr + done.stdout
     written = [p for p in tmp_path.rglob("*") if p.is_file() and p != config]
     assert all(PASSWORD.encode() not in p.read_bytes() for p in written), written
@@ -179,15 +268,23 @@ def test_a_password_in_base_url_reaches_no_output_file(server: _Counting, tmp_pa
 
 def test_a_config_at_every_limit_still_loads(tmp_path: Path) -> None:
     """The bounds refuse absurd values only: the largest allowed value of each loads."""
-    from attnload.config.seed import load_config
+    from attnload.config.load import load_config
 
     config = tmp_path / "c.json"
-    profile = {"prompt_tokens": limits.MAX_PROMPT_TOKENS, "max_tokens": limits.MAX_OUTPUT_TOKENS,
-               "weight": limits.MAX_WEIGHT}
-    extra = (', "workload": ' + json.dumps({"p.1_x:y-z": profile})
-             + ', "request": ' + json.dumps({"total_timeout_s": limits.MAX_TIMEOUT_S}))
-    config.write_text(_json("http://127.0.0.1:65535/api", model=f', "weight": {limits.MAX_WEIGHT}', extra=extra),
-                      encoding="utf-8")
+    profile = {
+        "prompt_tokens": limits.MAX_PROMPT_TOKENS,
+        "max_tokens": limits.MAX_OUTPUT_TOKENS,
+        "weight": limits.MAX_WEIGHT,
+    }
+    extra = (
+        ', "workload": '
+        + json.dumps({"p.1_x:y-z": profile})
+        + ', "request": '
+        + json.dumps({"total_timeout_s": limits.MAX_TIMEOUT_S})
+    )
+    config.write_text(
+        _json("http://127.0.0.1:65535/api", model=f', "weight": {limits.MAX_WEIGHT}', extra=extra), encoding="utf-8"
+    )
     loaded = load_config(config)
     assert loaded.models[0].weight == limits.MAX_WEIGHT
     assert loaded.profiles[0].name == "p.1_x:y-z" and loaded.profiles[0].prompt_tokens == limits.MAX_PROMPT_TOKENS
@@ -196,27 +293,47 @@ def test_a_config_at_every_limit_still_loads(tmp_path: Path) -> None:
 
 def test_brackets_in_strings_and_comments_are_not_nesting(tmp_path: Path) -> None:
     """The depth pre-scan blanks strings (and TOML comments) first: a prompt full of brackets is fine."""
-    from attnload.config.seed import load_config
+    from attnload.config.load import load_config
 
     brackets = "[{" * 200 + '\\"'
     as_json = tmp_path / "c.json"
-    as_json.write_text(_json("http://127.0.0.1:1/api", extra=', "test_prompts": ' + json.dumps({"p": brackets})),
-                       encoding="utf-8")
+    as_json.write_text(
+        _json("http://127.0.0.1:1/api", extra=', "test_prompts": ' + json.dumps({"p": brackets})), encoding="utf-8"
+    )
     assert load_config(as_json).profiles[0].prompt == brackets
     as_toml = tmp_path / "c.toml"
-    as_toml.write_text(_toml("http://127.0.0.1:1/api", extra="# " + "[" * 100 + "\n[test_prompts]\n"
-                             + f"p = {json.dumps(brackets)}\nq = '{'[' * 50}'\nr = \"\"\"\n{'{' * 50}\"\"\"\n"),
-                       encoding="utf-8")
+    as_toml.write_text(
+        _toml(
+            "http://127.0.0.1:1/api",
+            extra="# "
+            + "[" * 100
+            + "\n[test_prompts]\n"
+            + f'p = {json.dumps(brackets)}\nq = \'{"[" * 50}\'\nr = """\n{"{" * 50}"""\n',
+        ),
+        encoding="utf-8",
+    )
     prompts = {p.name: p.prompt for p in load_config(as_toml).profiles}
     assert prompts == {"p": brackets, "q": "[" * 50, "r": "{" * 50}
 
 
-@pytest.mark.parametrize(("url", "ok"), [
-    ("http://127.0.0.1:8000/v1", True), ("https://host.example/api", True), ("http://[::1]:8000/api", True),
-    ("http://host:65535", True), ("http://host:0/api", False), ("http://host:65536", False),
-    ("http://host:x/api", False), ("ftp://host/api", False), ("http:///api", False), ("http://[::1/api", False),
-    ("http://host/a\tb", False), ("http://host/api\x00", False), ("http://u@host/api", False),
-])
+@pytest.mark.parametrize(
+    ("url", "ok"),
+    [
+        ("http://127.0.0.1:8000/v1", True),
+        ("https://host.example/api", True),
+        ("http://[::1]:8000/api", True),
+        ("http://host:65535", True),
+        ("http://host:0/api", False),
+        ("http://host:65536", False),
+        ("http://host:x/api", False),
+        ("ftp://host/api", False),
+        ("http:///api", False),
+        ("http://[::1/api", False),
+        ("http://host/a\tb", False),
+        ("http://host/api\x00", False),
+        ("http://u@host/api", False),
+    ],
+)
 def test_check_url(url: str, ok: bool) -> None:
     from attnload.config.urls import check_url
 

@@ -24,13 +24,24 @@ DATA = Path(__file__).parent / "data" / "gateway_errors"
 LITELLM_NEW = (DATA / "litellm_invalid_model_str.json").read_bytes()
 LITELLM_OLD = (DATA / "litellm_invalid_model_obj.json").read_bytes()
 LITELLM_SHIM = (DATA / "litellm_invalid_model_shim.json").read_bytes()
-OPENAI_STYLE_400 = json.dumps({"error": {"message": "The model `gpt-9` does not exist or you do not have access to it.",
-                                         "type": "invalid_request_error", "param": None, "code": None}}).encode()
+OPENAI_STYLE_400 = json.dumps(
+    {
+        "error": {
+            "message": "The model `gpt-9` does not exist or you do not have access to it.",
+            "type": "invalid_request_error",
+            "param": None,
+            "code": None,
+        }
+    }
+).encode()
 OPENROUTER_STYLE = json.dumps({"error": {"message": "gpt-9 is not a valid model ID", "code": 400}}).encode()
 
 
-@pytest.mark.parametrize("body", [LITELLM_NEW, LITELLM_OLD, LITELLM_SHIM, OPENAI_STYLE_400, OPENROUTER_STYLE],
-                         ids=["litellm-new", "litellm-old", "litellm-shim", "openai-400", "openrouter"])
+@pytest.mark.parametrize(
+    "body",
+    [LITELLM_NEW, LITELLM_OLD, LITELLM_SHIM, OPENAI_STYLE_400, OPENROUTER_STYLE],
+    ids=["litellm-new", "litellm-old", "litellm-shim", "openai-400", "openrouter"],
+)
 def test_model_not_found_in_a_400_body(body: bytes) -> None:
     failure = classify_status(400, body)
     assert failure.kind is ErrorClass.NOT_FOUND
@@ -48,9 +59,12 @@ def test_the_hint_names_the_fix() -> None:
     assert "Fix: check the model id" in str(failure) and "GET /models" in str(failure)
 
 
-@pytest.mark.parametrize("body", [
-    b'{"error": {"message": "temperature must be between 0 and 2", "type": "invalid_request_error"}}',
-    b'{"error": {"message": "Invalid value for max_tokens", "param": "max_tokens", "code": "400"}}',
-])
+@pytest.mark.parametrize(
+    "body",
+    [
+        b'{"error": {"message": "temperature must be between 0 and 2", "type": "invalid_request_error"}}',
+        b'{"error": {"message": "Invalid value for max_tokens", "param": "max_tokens", "code": "400"}}',
+    ],
+)
 def test_other_400s_stay_bad_request(body: bytes) -> None:
     assert classify_status(400, body).kind is ErrorClass.BAD_REQUEST

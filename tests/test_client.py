@@ -32,17 +32,25 @@ def chunk(content: str | None = None, finish: str | None = None, role: bool = Fa
     return json.dumps({"choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
 
 
-USAGE = json.dumps({"choices": [], "usage": {"prompt_tokens": 7, "completion_tokens": 3,
-                                             "prompt_tokens_details": {"cached_tokens": 4}}})
+USAGE = json.dumps(
+    {
+        "choices": [],
+        "usage": {"prompt_tokens": 7, "completion_tokens": 3, "prompt_tokens_details": {"cached_tokens": 4}},
+    }
+)
 
 
-def http(status: int, body: bytes, content_type: str = "text/event-stream", chunked: bool = True,
-         extra: str = "") -> list[bytes]:
+def http(
+    status: int, body: bytes, content_type: str = "text/event-stream", chunked: bool = True, extra: str = ""
+) -> list[bytes]:
     head = f"HTTP/1.1 {status} X\r\nContent-Type: {content_type}\r\n{extra}"
     if not chunked:
         return [f"{head}Content-Length: {len(body)}\r\n\r\n".encode() + body]
-    return [f"{head}Transfer-Encoding: chunked\r\n\r\n".encode(), f"{len(body):x}\r\n".encode() + body + b"\r\n",
-            b"0\r\n\r\n"]
+    return [
+        f"{head}Transfer-Encoding: chunked\r\n\r\n".encode(),
+        f"{len(body):x}\r\n".encode() + body + b"\r\n",
+        b"0\r\n\r\n",
+    ]
 
 
 class CannedServer:
@@ -88,8 +96,11 @@ def serve() -> Iterator[object]:
     def make(*scripts: list[bytes], close_after: bool = False) -> ChatClient:
         server = CannedServer(list(scripts), close_after)
         servers.append(server)
-        return ChatClient(f"http://127.0.0.1:{server.port}/v1/chat/completions", "sk-test-secret-123",
-                          Timeouts(connect_s=2, idle_s=1.0, total_s=3.0))
+        return ChatClient(
+            f"http://127.0.0.1:{server.port}/v1/chat/completions",
+            "sk-test-secret-123",
+            Timeouts(connect_s=2, idle_s=1.0, total_s=3.0),
+        )
 
     yield make
     for server in servers:
@@ -120,33 +131,55 @@ def test_estimates_tokens_without_usage(serve) -> None:  # type: ignore[no-untyp
     assert record.outcome == "ok" and record.tokens_estimated and record.completion_tokens == 3
 
 
-@pytest.mark.parametrize(("script", "kind"), [
-    (http(401, b'{"error": {"message": "Invalid API key sk-test-secret-123", "code": "invalid_api_key"}}',
-          "application/json", chunked=False), ErrorClass.AUTH),
-    (http(404, b'{"error": {"message": "model not found", "code": "model_not_found"}}', "application/json"),
-     ErrorClass.NOT_FOUND),
-    (http(404, b"<html><title>404 Not Found</title></html>", "text/html", chunked=False), ErrorClass.NOT_FOUND),
-    (http(429, b'{"error": {"message": "slow down"}}', "application/json", extra="Retry-After: 2\r\n"),
-     ErrorClass.RATE_LIMITED),
-    (http(402, b'{"error": {"message": "pay up"}}', "application/json"), ErrorClass.QUOTA),
-    (http(429, b'{"error": {"type": "insufficient_quota", "message": "quota"}}', "application/json"),
-     ErrorClass.QUOTA),
-    (http(400, b'{"error": {"code": "context_length_exceeded", "message": "too long"}}', "application/json"),
-     ErrorClass.CONTEXT_LENGTH),
-    (http(400, b'{"error": {"message": "bad temperature"}}', "application/json"), ErrorClass.BAD_REQUEST),
-    (http(503, b"<html><head><title>503 Service Unavailable</title></head></html>", "text/html"),
-     ErrorClass.SERVER),
-    (http(200, b"<html>gateway login</html>", "text/html", chunked=False), ErrorClass.BAD_RESPONSE),
-    (http(200, sse('{"id": 1}')), ErrorClass.BAD_RESPONSE),
-    (http(200, sse("{not json")), ErrorClass.BAD_RESPONSE),
-    (http(200, sse(chunk("a "), '{"error": {"message": "overloaded", "code": 500}}')), ErrorClass.SERVER),
-    (http(200, b"event: error\ndata: {\"message\": \"boom\"}\n\n"), ErrorClass.SERVER),
-    (http(200, sse(chunk("a "), chunk("b "))), ErrorClass.TRUNCATED),
-    (http(200, sse(chunk("a "), chunk(finish="length"), "[DONE]")), ErrorClass.TRUNCATED),
-    ([b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n", b"RESET"],
-     ErrorClass.CONNECTION),
-    ([b"garbage\r\n\r\n"], ErrorClass.BAD_RESPONSE),
-])
+@pytest.mark.parametrize(
+    ("script", "kind"),
+    [
+        (
+            http(
+                401,
+                b'{"error": {"message": "Invalid API key sk-test-secret-123", "code": "invalid_api_key"}}',
+                "application/json",
+                chunked=False,
+            ),
+            ErrorClass.AUTH,
+        ),
+        (
+            http(404, b'{"error": {"message": "model not found", "code": "model_not_found"}}', "application/json"),
+            ErrorClass.NOT_FOUND,
+        ),
+        (http(404, b"<html><title>404 Not Found</title></html>", "text/html", chunked=False), ErrorClass.NOT_FOUND),
+        (
+            http(429, b'{"error": {"message": "slow down"}}', "application/json", extra="Retry-After: 2\r\n"),
+            ErrorClass.RATE_LIMITED,
+        ),
+        (http(402, b'{"error": {"message": "pay up"}}', "application/json"), ErrorClass.QUOTA),
+        (
+            http(429, b'{"error": {"type": "insufficient_quota", "message": "quota"}}', "application/json"),
+            ErrorClass.QUOTA,
+        ),
+        (
+            http(400, b'{"error": {"code": "context_length_exceeded", "message": "too long"}}', "application/json"),
+            ErrorClass.CONTEXT_LENGTH,
+        ),
+        (http(400, b'{"error": {"message": "bad temperature"}}', "application/json"), ErrorClass.BAD_REQUEST),
+        (
+            http(503, b"<html><head><title>503 Service Unavailable</title></head></html>", "text/html"),
+            ErrorClass.SERVER,
+        ),
+        (http(200, b"<html>gateway login</html>", "text/html", chunked=False), ErrorClass.BAD_RESPONSE),
+        (http(200, sse('{"id": 1}')), ErrorClass.BAD_RESPONSE),
+        (http(200, sse("{not json")), ErrorClass.BAD_RESPONSE),
+        (http(200, sse(chunk("a "), '{"error": {"message": "overloaded", "code": 500}}')), ErrorClass.SERVER),
+        (http(200, b'event: error\ndata: {"message": "boom"}\n\n'), ErrorClass.SERVER),
+        (http(200, sse(chunk("a "), chunk("b "))), ErrorClass.TRUNCATED),
+        (http(200, sse(chunk("a "), chunk(finish="length"), "[DONE]")), ErrorClass.TRUNCATED),
+        (
+            [b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n", b"RESET"],
+            ErrorClass.CONNECTION,
+        ),
+        ([b"garbage\r\n\r\n"], ErrorClass.BAD_RESPONSE),
+    ],
+)
 def test_failures_map_to_design_classes(serve, script: list[bytes], kind: ErrorClass) -> None:  # type: ignore[no-untyped-def]
     record = send(serve(script, close_after=True), max_tokens=5)
     assert (record.outcome, record.error) == ("failed", kind.label)
@@ -185,22 +218,25 @@ def test_error_detail_never_contains_the_key() -> None:
 
 def test_sse_splitter_handles_crlf_and_split_events() -> None:
     splitter = new_splitter()
-    for piece in (b"data: {\"a\"", b": 1}\r\n\r\ndata: [DO", b"NE]\r\n\r\n"):
+    for piece in (b'data: {"a"', b": 1}\r\n\r\ndata: [DO", b"NE]\r\n\r\n"):
         splitter.feed(piece)
     assert splitter.events == [(b"message", b'{"a": 1}'), (b"message", b"[DONE]")]
 
 
 @settings(max_examples=200, deadline=None)
-@given(cuts=st.lists(st.integers(min_value=0, max_value=400), max_size=12),
-       garbage=st.binary(max_size=40), position=st.integers(min_value=0, max_value=400))
+@given(
+    cuts=st.lists(st.integers(min_value=0, max_value=400), max_size=12),
+    garbage=st.binary(max_size=40),
+    position=st.integers(min_value=0, max_value=400),
+)
 def test_sse_fuzz_only_classified_errors(cuts: list[int], garbage: bytes, position: int) -> None:
     """Split, merged or garbled streams yield events or a classified failure, nothing else."""
-    from attnload.client.chat import new_run
+    from attnload.client.chat import new_stream
 
     stream = sse(chunk(role=True), chunk("a b "), chunk("c "), chunk(finish="length"), USAGE, "[DONE]")
     position = min(position, len(stream))
     stream = stream[:position] + garbage + stream[position:]
-    run = new_run(stream=True, max_tokens=3)
+    run = new_stream(stream=True, max_tokens=3)
     points = sorted({min(c, len(stream)) for c in cuts} | {0, len(stream)})
     try:
         for start, end in zip(points, points[1:], strict=False):
@@ -223,8 +259,11 @@ def hostile() -> Iterator[HostileServer]:
 
 
 def hostile_send(server: HostileServer, mode: str, client: ChatClient | None = None):  # type: ignore[no-untyped-def]
-    client = client or ChatClient(server.url + "/api/v1/chat/completions", "sk-hostile-key-0123456789",
-                                  Timeouts(connect_s=2, ttft_s=0.5, idle_s=0.5, total_s=3.0))
+    client = client or ChatClient(
+        server.url + "/api/v1/chat/completions",
+        "sk-hostile-key-0123456789",
+        Timeouts(connect_s=2, ttft_s=0.5, idle_s=0.5, total_s=3.0),
+    )
     body = chat_body(mode, [{"role": "user", "content": "hi"}], max_tokens=8, temperature=0)
     return client, client.send(body, model_key="k", profile="p", stage=0)
 
@@ -252,8 +291,9 @@ def test_keep_alive_survives_every_mode_in_turn(hostile: HostileServer) -> None:
 
 
 def test_retry_after_backoff_delays_the_next_request(hostile: HostileServer) -> None:
-    client = ChatClient(hostile.url + "/v1/chat/completions", None, Timeouts(connect_s=2, total_s=3.0),
-                        retry_after_max_s=0.3)
+    client = ChatClient(
+        hostile.url + "/v1/chat/completions", None, Timeouts(connect_s=2, total_s=3.0), retry_after_max_s=0.3
+    )
     _, record = hostile_send(hostile, "rate_limited", client)
     assert record.error == "rate_limited" and client.last_failure and client.last_failure.retry_after_s == 1.0
     started = time.perf_counter()
@@ -271,17 +311,20 @@ def test_stale_keep_alive_connection_is_resent_once(serve) -> None:  # type: ign
     assert (record.outcome, record.error) == ("ok", None)
 
 
-@pytest.mark.parametrize(("status", "body", "kind"), [
-    (400, b'{"detail": "Request is too long for the model context window"}', ErrorClass.CONTEXT_LENGTH),
-    (400, b'{"error": "model not found: llama-9"}', ErrorClass.NOT_FOUND),
-    (400, b'{"message": "Insufficient balance", "code": 1008}', ErrorClass.QUOTA),
-    (500, b'{"type": "error", "error": {"type": "rate_limit_error", "message": "slow"}}', ErrorClass.RATE_LIMITED),
-    (403, b'{"errors": [{"message": "forbidden"}]}', ErrorClass.AUTH),
-    (502, b"<!DOCTYPE html><html><title>502 Bad Gateway</title></html>", ErrorClass.SERVER),
-    (504, b"upstream timed out", ErrorClass.TIMEOUT),
-    (301, b"", ErrorClass.BAD_RESPONSE),
-    (422, b"[{\"error\": {\"message\": \"bad field\"}}]", ErrorClass.BAD_REQUEST),
-])
+@pytest.mark.parametrize(
+    ("status", "body", "kind"),
+    [
+        (400, b'{"detail": "Request is too long for the model context window"}', ErrorClass.CONTEXT_LENGTH),
+        (400, b'{"error": "model not found: llama-9"}', ErrorClass.NOT_FOUND),
+        (400, b'{"message": "Insufficient balance", "code": 1008}', ErrorClass.QUOTA),
+        (500, b'{"type": "error", "error": {"type": "rate_limit_error", "message": "slow"}}', ErrorClass.RATE_LIMITED),
+        (403, b'{"errors": [{"message": "forbidden"}]}', ErrorClass.AUTH),
+        (502, b"<!DOCTYPE html><html><title>502 Bad Gateway</title></html>", ErrorClass.SERVER),
+        (504, b"upstream timed out", ErrorClass.TIMEOUT),
+        (301, b"", ErrorClass.BAD_RESPONSE),
+        (422, b'[{"error": {"message": "bad field"}}]', ErrorClass.BAD_REQUEST),
+    ],
+)
 def test_gateway_error_shapes(status: int, body: bytes, kind: ErrorClass) -> None:
     assert classify_status(status, body).kind is kind
 
@@ -322,16 +365,20 @@ _GOOD = b"".join(http(200, sse(chunk(role=True), chunk("a b "), chunk("c "), chu
 
 
 @settings(max_examples=300, deadline=None)
-@given(cuts=st.lists(st.integers(min_value=0, max_value=len(_GOOD)), max_size=10),
-       garbage=st.binary(max_size=30), position=st.integers(min_value=0, max_value=len(_GOOD)),
-       drop=st.integers(min_value=0, max_value=len(_GOOD)),
-       ending=st.sampled_from([None, ConnectionResetError("reset"), TimeoutError("slow"), OSError("x")]),
-       stream=st.booleans())
-def test_exchange_fuzz_only_classified_failures(cuts: list[int], garbage: bytes, position: int, drop: int,
-                                                ending: BaseException | None, stream: bool) -> None:
+@given(
+    cuts=st.lists(st.integers(min_value=0, max_value=len(_GOOD)), max_size=10),
+    garbage=st.binary(max_size=30),
+    position=st.integers(min_value=0, max_value=len(_GOOD)),
+    drop=st.integers(min_value=0, max_value=len(_GOOD)),
+    ending=st.sampled_from([None, ConnectionResetError("reset"), TimeoutError("slow"), OSError("x")]),
+    stream=st.booleans(),
+)
+def test_exchange_fuzz_only_classified_failures(
+    cuts: list[int], garbage: bytes, position: int, drop: int, ending: BaseException | None, stream: bool
+) -> None:
     """Garbled, truncated or split HTTP + SSE through the whole ``send`` path: a record, never an exception."""
     raw = _GOOD[:position] + garbage + _GOOD[position:]
-    raw = raw[:max(drop, 1)] if drop < len(_GOOD) // 2 else raw
+    raw = raw[: max(drop, 1)] if drop < len(_GOOD) // 2 else raw
     points = sorted({min(c, len(raw)) for c in cuts} | {0, len(raw)})
     reads: list[bytes | BaseException] = [raw[a:b] for a, b in zip(points, points[1:], strict=False) if b > a]
     if ending is not None:

@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from attnload.client.budget import MAX_BODY_BYTES, MAX_EVENT_BYTES, MAX_HEADER_BYTES, max_events
-from attnload.client.chat import ChatClient, chat_body, new_run
+from attnload.client.chat import ChatClient, chat_body, new_stream
 from attnload.client.classify import classify_status, printable
 from attnload.client.sse import CompiledSseSplitter, SseSplitter, new_splitter
 from attnload.client.transport import Response, Timeouts
@@ -51,6 +51,7 @@ def test_endless_line_stays_bounded_and_is_bad_response() -> None:
 
 def test_endless_line_in_tiny_reads_is_linear_not_quadratic() -> None:
     """One byte per read (a trickling server): time grows with bytes, not bytes squared."""
+
     def feed_bytes(n: int) -> float:
         splitter = new_splitter(max_event_bytes=10 * n)
         splitter.feed(b"data: ")
@@ -68,17 +69,23 @@ def test_events_split_across_many_reads_still_parse() -> None:
     splitter = new_splitter()
     stream = (EVENT * 3).replace(b"\n", b"\r\n")
     for i in range(len(stream)):
-        splitter.feed(stream[i:i + 1])  # a CRLF straddles every read boundary in turn
+        splitter.feed(stream[i : i + 1])  # a CRLF straddles every read boundary in turn
     assert len(splitter.events) == 3 and all(data.startswith(b'{"choices"') for _, data in splitter.events)
     assert splitter.dropped == 0 and splitter.pending == b""
 
 
 @settings(max_examples=300, deadline=None)
-@given(lines=st.lists(st.sampled_from([b"data: {\"a\": 1}", b"data: [DONE]", b"event: error", b": ping", b"",
-                                       b"data: x" * 30, b"id: 7"]), max_size=30),
-       crlf=st.booleans(), cuts=st.lists(st.integers(min_value=0, max_value=2000), max_size=40))
-def test_any_cutting_of_a_stream_gives_the_events_of_the_whole(lines: list[bytes], crlf: bool,
-                                                                 cuts: list[int]) -> None:
+@given(
+    lines=st.lists(
+        st.sampled_from(
+            [b'data: {"a": 1}', b"data: [DONE]", b"event: error", b": ping", b"", b"data: x" * 30, b"id: 7"]
+        ),
+        max_size=30,
+    ),
+    crlf=st.booleans(),
+    cuts=st.lists(st.integers(min_value=0, max_value=2000), max_size=40),
+)
+def test_any_cutting_of_a_stream_gives_the_events_of_the_whole(lines: list[bytes], crlf: bool, cuts: list[int]) -> None:
     """Pieces kept apart, joined once, CRLFs straddling reads: same events as one read of it all."""
     stream = (b"\r\n" if crlf else b"\n").join(lines) + (b"\r\n\r\n" if crlf else b"\n\n")
     whole = new_splitter()
@@ -98,7 +105,7 @@ def test_dataless_blocks_are_capped() -> None:
 
 
 def test_events_beyond_what_max_tokens_allows_are_truncated() -> None:
-    run = new_run(stream=True, max_tokens=8)
+    run = new_stream(stream=True, max_tokens=8)
     allowed = max_events(8)
     run.sse.feed(EVENT * allowed)
     run.consume(at=1.0, origin=0.0)  # exactly the budget: still fine
@@ -147,12 +154,17 @@ def runaway() -> Iterator[RunawayServer]:
 
 @pytest.mark.parametrize("mode", MODES)
 def test_each_runaway_mode_fails_fast_and_classified(runaway: RunawayServer, mode: str) -> None:
-    client = ChatClient(runaway.url + "/v1/chat/completions", None,
-                        Timeouts(connect_s=2, ttft_s=5.0, idle_s=5.0, total_s=10.0))
+    client = ChatClient(
+        runaway.url + "/v1/chat/completions", None, Timeouts(connect_s=2, ttft_s=5.0, idle_s=5.0, total_s=10.0)
+    )
     tracemalloc.start()
     started = time.perf_counter()
-    record = client.send(chat_body(mode, [{"role": "user", "content": "hi"}], max_tokens=8, temperature=0),
-                         model_key="k", profile="p", stage=0)
+    record = client.send(
+        chat_body(mode, [{"role": "user", "content": "hi"}], max_tokens=8, temperature=0),
+        model_key="k",
+        profile="p",
+        stage=0,
+    )
     elapsed = time.perf_counter() - started
     _, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
@@ -238,9 +250,16 @@ def test_check_output_has_no_escape_sequences(tmp_path, capsys) -> None:  # type
 
     threading.Thread(target=serve, daemon=True).start()
     config = tmp_path / "config.json"
-    config.write_text(json.dumps({"base_url": f"http://127.0.0.1:{listener.getsockname()[1]}",
-                                  "models": {"m": {"id": "m", "attention_type": "MLA"}},
-                                  "request": {"total_timeout_s": 5.0}}), encoding="utf-8")
+    config.write_text(
+        json.dumps(
+            {
+                "base_url": f"http://127.0.0.1:{listener.getsockname()[1]}",
+                "models": {"m": {"id": "m", "attention_type": "MLA"}},
+                "request": {"total_timeout_s": 5.0},
+            }
+        ),
+        encoding="utf-8",
+    )
     try:
         code = main(["check", "-c", str(config)])
     finally:

@@ -36,8 +36,9 @@ def test_attnload_costs_less_cpu_per_token_than_naive_baseline(tmp_path: Path) -
     try:
         for _ in range(ROUNDS):
             for kind in ("attnload", "naive"):
-                row = client_cost.measure(kind, STREAMS, server, client_core, warmup_s=1.0, window_s=4.0,
-                                          tokens=64, workdir=tmp_path)
+                row = client_cost.measure(
+                    kind, STREAMS, server, client_core, warmup_s=1.0, window_s=4.0, tokens=64, workdir=tmp_path
+                )
                 assert row.failed == 0, f"{kind}: {row.errors}"
                 assert row.window_tokens > 0, f"{kind}: no tokens in the window"
                 cpu_s[kind] += row.client_cpu_s
@@ -47,7 +48,8 @@ def test_attnload_costs_less_cpu_per_token_than_naive_baseline(tmp_path: Path) -
     ours = cpu_s["attnload"] / tokens["attnload"]
     naive = cpu_s["naive"] / tokens["naive"]
     assert ours < MAX_RATIO * naive, (
-        f"attnload {ours * 1e6:.1f} µs CPU/token vs naive {naive * 1e6:.1f} µs ({ours / naive:.2f}x)")
+        f"attnload {ours * 1e6:.1f} µs CPU/token vs naive {naive * 1e6:.1f} µs ({ours / naive:.2f}x)"
+    )
 
 
 _CHUNKS = [
@@ -77,13 +79,13 @@ def test_plain_delta_fast_path_matches_json_loads(chunk: bytes, monkeypatch: pyt
     """The regex fast path for content deltas must change cost, never results or errors."""
     import re
 
-    from attnload.client import run as client
+    from attnload.client import stream as client
     from attnload.errors import RequestFailed
 
     def consume(fast: bool) -> tuple[object, ...]:
         if not fast:
             monkeypatch.setattr(client, "_PLAIN_DELTA", re.compile(rb"(?!)"))
-        run = client.new_run(True, 16) if fast else client.PyRun(True, 16)  # json.loads for every chunk
+        run = client.new_stream(True, 16) if fast else client.PyStream(True, 16)  # json.loads for every chunk
         run.sse.events.extend([(b"message", chunk), (b"message", chunk)])
         try:
             run.consume(1.0, 0.0)
@@ -103,17 +105,26 @@ def test_plain_delta_stream_cache_matches_json_loads(monkeypatch: pytest.MonkeyP
     import itertools
     import re
 
-    from attnload.client import run as client
+    from attnload.client import stream as client
     from attnload.errors import RequestFailed
 
     base = b'{"id":"c","choices":[{"index":0,"delta":{"content":"%s"},"finish_reason":null}]}'
-    stream = [base % b"a", base % b"bc", base % b"", base % b'q\\"', base % b"\x01", base % b"\xff",
-              base.replace(b'"c"', b'"d"') % b"e", *_CHUNKS, base % b'","x":"']
+    stream = [
+        base % b"a",
+        base % b"bc",
+        base % b"",
+        base % b'q\\"',
+        base % b"\x01",
+        base % b"\xff",
+        base.replace(b'"c"', b'"d"') % b"e",
+        *_CHUNKS,
+        base % b'","x":"',
+    ]
 
     def consume(chunks: tuple[bytes, ...], fast: bool) -> tuple[object, ...]:
         if not fast:
             monkeypatch.setattr(client, "_PLAIN_DELTA", re.compile(rb"(?!)"))
-        run = client.new_run(True, 16) if fast else client.PyRun(True, 16)  # json.loads for every chunk
+        run = client.new_stream(True, 16) if fast else client.PyStream(True, 16)  # json.loads for every chunk
         try:
             for at, chunk in enumerate(chunks):
                 run.sse.events.append((b"message", chunk))

@@ -26,8 +26,10 @@ NS_PATH = "/api/v1/namespaces/attnload"
 PROXY = f"{NS_PATH}/services/attnload-master:web/proxy"
 RESULTS_PROXY = f"{NS_PATH}/services/attnload-master:results/proxy"
 APPLY_QUERY = "?fieldManager=attnload&force=true"
-SLICES = ("/apis/discovery.k8s.io/v1/namespaces/default/endpointslices"  # the API server's addresses
-          "?labelSelector=kubernetes.io/service-name%3Dkubernetes")
+SLICES = (
+    "/apis/discovery.k8s.io/v1/namespaces/default/endpointslices"  # the API server's addresses
+    "?labelSelector=kubernetes.io/service-name%3Dkubernetes"
+)
 
 
 class FakeKube:
@@ -45,9 +47,9 @@ class FakeKube:
         self.bodies.append((method, target, content_type, body))
         path = urlsplit(target).path
         if path.startswith(PROXY):
-            return self._master(method, path[len(PROXY):], body)
+            return self._master(method, path[len(PROXY) :], body)
         if path.startswith(RESULTS_PROXY):
-            return self._results(path[len(RESULTS_PROXY):])
+            return self._results(path[len(RESULTS_PROXY) :])
         if method == "PATCH" and path.endswith("/scale") and path[: -len("/scale")] in self.objects:
             dep = self.objects[path[: -len("/scale")]]
             dep["spec"]["replicas"] = json.loads(body)["spec"]["replicas"]
@@ -67,14 +69,24 @@ class FakeKube:
             return 200, "application/json", json.dumps({"kind": "Status", "status": "Success"})
         if method == "GET" and path in self.objects:
             return 200, "application/json", json.dumps(self.objects[path])
-        return 404, "application/json", json.dumps({"kind": "Status", "code": 404, "reason": "NotFound",
-                                                    "message": f"{path} not found"})
+        return (
+            404,
+            "application/json",
+            json.dumps({"kind": "Status", "code": 404, "reason": "NotFound", "message": f"{path} not found"}),
+        )
 
     @staticmethod
     def _with_status(dep: dict[str, Any]) -> dict[str, Any]:
         replicas = dep["spec"].get("replicas", 1)
-        return {**dep, "status": {"observedGeneration": dep["metadata"]["generation"], "replicas": replicas,
-                                  "readyReplicas": replicas, "updatedReplicas": replicas}}
+        return {
+            **dep,
+            "status": {
+                "observedGeneration": dep["metadata"]["generation"],
+                "replicas": replicas,
+                "readyReplicas": replicas,
+                "updatedReplicas": replicas,
+            },
+        }
 
     def _master(self, method: str, path: str, body: bytes) -> tuple[int, str, str]:
         if method == "POST" and path == "/swarm":
@@ -84,8 +96,19 @@ class FakeKube:
         if method == "POST" and path == "/stop":
             return 200, "application/json", json.dumps({"success": True, "message": "Test stopped"})
         if path == "/stats/requests":
-            return 200, "application/json", json.dumps({"state": "stopped", "user_count": 0, "total_rps": 0.0,
-                                                        "fail_ratio": 0.0, "workers": [{"id": "w1"}, {"id": "w2"}]})
+            return (
+                200,
+                "application/json",
+                json.dumps(
+                    {
+                        "state": "stopped",
+                        "user_count": 0,
+                        "total_rps": 0.0,
+                        "fail_ratio": 0.0,
+                        "workers": [{"id": "w1"}, {"id": "w2"}],
+                    }
+                ),
+            )
         return 404, "text/plain", "no such page"
 
     def _results(self, path: str) -> tuple[int, str, str]:
@@ -107,8 +130,7 @@ def fake(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeKube]:
             length = int(self.headers.get("Content-Length") or 0)
             body = self.rfile.read(length) if length else b""
             api.auth.add(self.headers.get("Authorization", ""))
-            status, ctype, text = api.handle(self.command, self.path,
-                                             self.headers.get("Content-Type", ""), body)
+            status, ctype, text = api.handle(self.command, self.path, self.headers.get("Content-Type", ""), body)
             data = text.encode()
             self.send_response(status)
             self.send_header("Content-Type", ctype)
@@ -146,12 +168,22 @@ def _apply_path(obj: dict[str, Any]) -> str:
     kind, name = obj["kind"], obj["metadata"]["name"]
     if kind == "Namespace":
         return f"/api/v1/namespaces/{name}{APPLY_QUERY}"
-    plural = {"ConfigMap": "configmaps", "Service": "services", "Deployment": "deployments",
-              "Secret": "secrets", "NetworkPolicy": "networkpolicies", "ServiceAccount": "serviceaccounts",
-              "Role": "roles", "RoleBinding": "rolebindings"}[kind]
-    prefix = {"Deployment": "/apis/apps/v1", "NetworkPolicy": "/apis/networking.k8s.io/v1",
-              "Role": "/apis/rbac.authorization.k8s.io/v1",
-              "RoleBinding": "/apis/rbac.authorization.k8s.io/v1"}.get(kind, "/api/v1")
+    plural = {
+        "ConfigMap": "configmaps",
+        "Service": "services",
+        "Deployment": "deployments",
+        "Secret": "secrets",
+        "NetworkPolicy": "networkpolicies",
+        "ServiceAccount": "serviceaccounts",
+        "Role": "roles",
+        "RoleBinding": "rolebindings",
+    }[kind]
+    prefix = {
+        "Deployment": "/apis/apps/v1",
+        "NetworkPolicy": "/apis/networking.k8s.io/v1",
+        "Role": "/apis/rbac.authorization.k8s.io/v1",
+        "RoleBinding": "/apis/rbac.authorization.k8s.io/v1",
+    }.get(kind, "/api/v1")
     return f"{prefix}/namespaces/attnload/{plural}/{name}{APPLY_QUERY}"
 
 
@@ -159,9 +191,11 @@ def test_up_applies_every_manifest_in_order_then_waits(fake: FakeKube, capsys: p
     assert main(["cluster", "up"]) == 0
     objects = manifests.load(ROOT / "deploy")
     grafana = {"kind": "Secret", "metadata": {"name": "attnload-grafana"}}
-    expected = [("GET", f"{NS_PATH}/secrets/attnload-grafana"), ("GET", SLICES)] + [
-        ("PATCH", _apply_path(o)) for o in [objects[0], grafana, *objects[1:]]] + [
-        ("GET", "/apis/apps/v1/namespaces/attnload/deployments")]
+    expected = (
+        [("GET", f"{NS_PATH}/secrets/attnload-grafana"), ("GET", SLICES)]
+        + [("PATCH", _apply_path(o)) for o in [objects[0], grafana, *objects[1:]]]
+        + [("GET", "/apis/apps/v1/namespaces/attnload/deployments")]
+    )
     assert fake.calls == expected
     assert fake.calls[2] == ("PATCH", "/api/v1/namespaces/attnload" + APPLY_QUERY)  # after the two GETs
     assert ("PATCH", "/apis/apps/v1/namespaces/attnload/deployments/attnload-worker" + APPLY_QUERY) in fake.calls
@@ -171,8 +205,25 @@ def test_up_applies_every_manifest_in_order_then_waits(fake: FakeKube, capsys: p
 
 def test_up_overrides_image_workers_config_and_key(fake: FakeKube, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TAOTOKEN_API_KEY", "sk-test-secret-value-123")
-    assert main(["cluster", "up", "--workers", "5", "--image", "reg.example/attnload:1", "--config",
-                 "benchmark_config.json", "--shape", "concurrency:1,8", "--api-key-env", "TAOTOKEN_API_KEY"]) == 0
+    assert (
+        main(
+            [
+                "cluster",
+                "up",
+                "--workers",
+                "5",
+                "--image",
+                "reg.example/attnload:1",
+                "--config",
+                "benchmark_config.json",
+                "--shape",
+                "concurrency:1,8",
+                "--api-key-env",
+                "TAOTOKEN_API_KEY",
+            ]
+        )
+        == 0
+    )
     assert fake.calls[3] == ("PATCH", "/api/v1/namespaces/attnload/secrets/attnload-api-keys" + APPLY_QUERY)
     secret = fake.objects["/api/v1/namespaces/attnload/secrets/attnload-api-keys"]
     assert secret["stringData"] == {"TAOTOKEN_API_KEY": "sk-test-secret-value-123"}
@@ -196,8 +247,10 @@ def test_scale_patches_the_scale_subresource(fake: FakeKube) -> None:
     fake.calls.clear()
     fake.bodies.clear()
     assert main(["cluster", "scale", "7"]) == 0
-    assert fake.calls == [("PATCH", "/apis/apps/v1/namespaces/attnload/deployments/attnload-worker/scale"),
-                          ("GET", "/apis/apps/v1/namespaces/attnload/deployments")]
+    assert fake.calls == [
+        ("PATCH", "/apis/apps/v1/namespaces/attnload/deployments/attnload-worker/scale"),
+        ("GET", "/apis/apps/v1/namespaces/attnload/deployments"),
+    ]
     method, target, ctype, body = fake.bodies[0]
     assert ctype == "application/merge-patch+json" and json.loads(body) == {"spec": {"replicas": 7}}
 
@@ -212,8 +265,9 @@ def test_down_deletes_the_namespace_and_waits(fake: FakeKube, capsys: pytest.Cap
     assert "does not exist" in capsys.readouterr().out
 
 
-def test_run_stop_status_results_use_the_service_proxy(fake: FakeKube, tmp_path: Path,
-                                                       capsys: pytest.CaptureFixture[str]) -> None:
+def test_run_stop_status_results_use_the_service_proxy(
+    fake: FakeKube, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     assert main(["cluster", "up", "--no-wait"]) == 0
     fake.calls.clear()
     fake.bodies.clear()
@@ -232,19 +286,23 @@ def test_run_stop_status_results_use_the_service_proxy(fake: FakeKube, tmp_path:
     assert saved["schema"] == "attnload.results/v1"
 
 
-def test_no_cluster_is_one_line(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
-                                capsys: pytest.CaptureFixture[str]) -> None:
+def test_no_cluster_is_one_line(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     monkeypatch.delenv("KUBECONFIG", raising=False)
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
     monkeypatch.setenv("HOME", str(tmp_path))
     assert main(["cluster", "status"]) == 2
     err = capsys.readouterr().err
-    assert err == ("attnload cluster: error: no Kubernetes cluster configured: set KUBECONFIG or create "
-                   "~/.kube/config (kind create cluster)\n")
+    assert err == (
+        "attnload cluster: error: no Kubernetes cluster configured: set KUBECONFIG or create "
+        "~/.kube/config (kind create cluster)\n"
+    )
 
 
-def test_unreachable_cluster_is_one_line(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
-                                         capsys: pytest.CaptureFixture[str]) -> None:
+def test_unreachable_cluster_is_one_line(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     kubeconfig = tmp_path / "kubeconfig"
     kubeconfig.write_text("""apiVersion: v1
 kind: Config
@@ -272,7 +330,8 @@ APISERVER_POLICY = "/apis/networking.k8s.io/v1/namespaces/attnload/networkpolici
 
 
 def test_up_generates_the_grafana_password_once_and_never_prints_it(
-        fake: FakeKube, capsys: pytest.CaptureFixture[str]) -> None:
+    fake: FakeKube, capsys: pytest.CaptureFixture[str]
+) -> None:
     assert main(["cluster", "up", "--no-wait"]) == 0
     password = fake.objects[GRAFANA_SECRET]["stringData"]["admin-password"]
     assert len(password) == 24 and password.isascii() and password != "admin"
@@ -280,19 +339,26 @@ def test_up_generates_the_grafana_password_once_and_never_prints_it(
     assert password not in out
     assert "get secret attnload-grafana -o jsonpath='{.data.admin-password}' | base64 -d" in out
     assert main(["cluster", "up", "--no-wait"]) == 0  # exists now: kept, not replaced
-    assert ("PATCH", GRAFANA_SECRET + APPLY_QUERY) not in fake.calls[fake.calls.index(("GET", GRAFANA_SECRET), 3):]
+    assert ("PATCH", GRAFANA_SECRET + APPLY_QUERY) not in fake.calls[fake.calls.index(("GET", GRAFANA_SECRET), 3) :]
     assert fake.objects[GRAFANA_SECRET]["stringData"]["admin-password"] == password
     assert "password generated" not in capsys.readouterr().out
 
 
 def test_up_admits_only_the_api_server_to_the_web_ports(fake: FakeKube, capsys: pytest.CaptureFixture[str]) -> None:
-    fake.objects[SLICES.split("?")[0]] = {"kind": "EndpointSliceList", "items": [
-        {"endpoints": [{"addresses": ["172.18.0.2"]}, {"addresses": ["172.18.0.3"]}]},
-        {"endpoints": [{"addresses": ["fd00::2"]}]}]}
+    fake.objects[SLICES.split("?")[0]] = {
+        "kind": "EndpointSliceList",
+        "items": [
+            {"endpoints": [{"addresses": ["172.18.0.2"]}, {"addresses": ["172.18.0.3"]}]},
+            {"endpoints": [{"addresses": ["fd00::2"]}]},
+        ],
+    }
     assert main(["cluster", "up", "--no-wait"]) == 0
     rule = fake.objects[APISERVER_POLICY]["spec"]["ingress"][0]
-    assert rule["from"] == [{"ipBlock": {"cidr": "172.18.0.2/32"}}, {"ipBlock": {"cidr": "172.18.0.3/32"}},
-                            {"ipBlock": {"cidr": "fd00::2/128"}}]
+    assert rule["from"] == [
+        {"ipBlock": {"cidr": "172.18.0.2/32"}},
+        {"ipBlock": {"cidr": "172.18.0.3/32"}},
+        {"ipBlock": {"cidr": "fd00::2/128"}},
+    ]
     assert rule["ports"] == [{"protocol": "TCP", "port": 8089}, {"protocol": "TCP", "port": 8090}]
     egress = fake.objects[APISERVER_POLICY.replace("attnload-master-apiserver", "attnload-prometheus-apiserver")]
     assert egress["spec"]["egress"][0]["to"] == rule["from"]  # Prometheus watches pods through the same addresses
@@ -300,7 +366,8 @@ def test_up_admits_only_the_api_server_to_the_web_ports(fake: FakeKube, capsys: 
 
 
 def test_up_keeps_the_placeholder_when_the_api_server_is_unknown(
-        fake: FakeKube, capsys: pytest.CaptureFixture[str]) -> None:
+    fake: FakeKube, capsys: pytest.CaptureFixture[str]
+) -> None:
     assert main(["cluster", "up", "--no-wait"]) == 0  # the fake has no EndpointSlices: 404
     assert fake.objects[APISERVER_POLICY]["spec"]["ingress"][0]["from"] == [{"ipBlock": {"cidr": "192.0.2.1/32"}}]
     assert "warning: cannot read the API server's addresses" in capsys.readouterr().out

@@ -34,11 +34,30 @@ print(json.dumps({"module": attnload.__file__, "dir": str(d), "packaged": str(pa
 @pytest.fixture(scope="module")
 def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     tmp = tmp_path_factory.mktemp("wheel")
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp / "dist"), str(ROOT)],
-                   check=True, timeout=300, capture_output=True)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp / "dist"), str(ROOT)],
+        check=True,
+        timeout=300,
+        capture_output=True,
+    )
     (wheel,) = (tmp / "dist").glob("attnload-*.whl")
-    subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-index", "-q", "--target",
-                    str(tmp / "site"), str(wheel)], check=True, timeout=300, capture_output=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--no-deps",
+            "--no-index",
+            "-q",
+            "--target",
+            str(tmp / "site"),
+            str(wheel),
+        ],
+        check=True,
+        timeout=300,
+        capture_output=True,
+    )
     return tmp / "site"
 
 
@@ -54,16 +73,20 @@ def test_the_installed_package_carries_every_deploy_file(site: Path, tmp_path: P
     assert found["module"].startswith(str(site)) and found["dir"] == found["packaged"]
     assert found["dir"].startswith(str(site / "attnload" / "cluster" / "deploy_data"))
     deploy = ROOT / "deploy"
-    expected = {str(p.relative_to(deploy)): p.read_text() for p in sorted(deploy.rglob("*"))
-                if p.is_file() and p.name.endswith(packaged.SUFFIXES)}
+    expected = {
+        str(p.relative_to(deploy)): p.read_text()
+        for p in sorted(deploy.rglob("*"))
+        if p.is_file() and p.name.endswith(packaged.SUFFIXES)
+    }
     assert found["files"] == expected
     assert {"05-network-policy.yaml", "15-api-key-secret.yaml.template", "extras/headless-job.yaml"} <= set(expected)
     checkout = [[o["kind"], o["metadata"]["name"]] for o in manifests.load(deploy)]
     assert found["objects"] == checkout and len(checkout) >= 20
 
 
-def test_cluster_up_applies_from_the_installed_package(site: Path, tmp_path: Path,
-                                                       request: pytest.FixtureRequest) -> None:
+def test_cluster_up_applies_from_the_installed_package(
+    site: Path, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
     api: FakeKube = request.getfixturevalue("fake")  # sets KUBECONFIG to the fake API server
     up = "import sys; from attnload.commands.cli import main; sys.exit(main(['cluster', 'up', '--no-wait']))"
     proc = _python(site, up, tmp_path)

@@ -15,8 +15,14 @@ from hostile_server import HostileServer, Timing
 
 KEY_ENV = "ATTNLOAD_CHECK_TEST_KEY"
 KEY = "sk-check-sentinel-5d1e9b7a42c3"
-CREDENTIAL_VARS = ("OPENAI_API_KEY", "OPENAI_BASE_URL", "ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN",
-                   "ANTHROPIC_BASE_URL", "CLAUDE_CODE_OAUTH_TOKEN")
+CREDENTIAL_VARS = (
+    "OPENAI_API_KEY",
+    "OPENAI_BASE_URL",
+    "ANTHROPIC_API_KEY",
+    "ANTHROPIC_AUTH_TOKEN",
+    "ANTHROPIC_BASE_URL",
+    "CLAUDE_CODE_OAUTH_TOKEN",
+)
 
 
 @pytest.fixture(scope="module")
@@ -35,9 +41,12 @@ def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def write(tmp_path: Path, base_url: str, models: dict[str, str], **request: Any) -> Path:
-    data = {"base_url": base_url, "api_key_env": KEY_ENV,
-            "models": {key: {"id": model, "attention_type": "MLA"} for key, model in models.items()},
-            "request": {"ttft_timeout_s": 0.5, "idle_timeout_s": 0.5, "total_timeout_s": 3.0, **request}}
+    data = {
+        "base_url": base_url,
+        "api_key_env": KEY_ENV,
+        "models": {key: {"id": model, "attention_type": "MLA"} for key, model in models.items()},
+        "request": {"ttft_timeout_s": 0.5, "idle_timeout_s": 0.5, "total_timeout_s": 3.0, **request},
+    }
     path = tmp_path / "config.json"
     path.write_text(json.dumps(data), encoding="utf-8")
     return path
@@ -51,8 +60,9 @@ def check(capsys: pytest.CaptureFixture[str], config: Path, *extra: str) -> tupl
     return code, output
 
 
-def test_ok_prints_url_key_summary_ttft_and_tokens(server: HostileServer, tmp_path: Path,
-                                                   capsys: pytest.CaptureFixture[str]) -> None:
+def test_ok_prints_url_key_summary_ttft_and_tokens(
+    server: HostileServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     code, out = check(capsys, write(tmp_path, server.url + "/api", {"mla_model": "ok"}))
     assert code == 0, out
     assert f"{server.url}/api/v1/chat/completions" in out and f"base_url {server.url}/api/v1" in out
@@ -62,8 +72,13 @@ def test_ok_prints_url_key_summary_ttft_and_tokens(server: HostileServer, tmp_pa
 
 # (model id, base path, extra env, expected verdict, fix text that must appear)
 SEED_CASES = [
-    ("auth", "/api", {}, "auth", f"check the key in ${KEY_ENV} ({len(KEY)} chars, ends …{KEY[-4:]}): "
-                                 "copy it complete with no spaces"),
+    (
+        "auth",
+        "/api",
+        {},
+        "auth",
+        f"check the key in ${KEY_ENV} ({len(KEY)} chars, ends …{KEY[-4:]}): copy it complete with no spaces",
+    ),
     ("auth", "/api", {"ANTHROPIC_AUTH_TOKEN": "oauth-leftover-token-123"}, "auth", "clear ~/.claude/ caches"),
     ("deepseek-chaat", "/api", {}, "not_found", "model id 'deepseek-chaat' is not in the provider's model list"),
     ("ok", "/api/v1/v1", {}, "not_found", "drop the extra /v1 from base_url"),
@@ -83,11 +98,20 @@ SEED_CASES = [
 ]
 
 
-@pytest.mark.parametrize(("model", "base", "env", "verdict", "fix"), SEED_CASES,
-                         ids=[f"{c[0]}{c[1]}-{c[3]}" for c in SEED_CASES])
-def test_seed_troubleshooting_cases(server: HostileServer, tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                    monkeypatch: pytest.MonkeyPatch, model: str, base: str, env: dict[str, str],
-                                    verdict: str, fix: str) -> None:
+@pytest.mark.parametrize(
+    ("model", "base", "env", "verdict", "fix"), SEED_CASES, ids=[f"{c[0]}{c[1]}-{c[3]}" for c in SEED_CASES]
+)
+def test_seed_troubleshooting_cases(
+    server: HostileServer,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    model: str,
+    base: str,
+    env: dict[str, str],
+    verdict: str,
+    fix: str,
+) -> None:
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     code, out = check(capsys, write(tmp_path, server.url + base, {"m": model}))
@@ -98,8 +122,9 @@ def test_seed_troubleshooting_cases(server: HostileServer, tmp_path: Path, capsy
         assert value not in out  # leftover credentials are named, never shown
 
 
-def test_base_url_with_v1_is_normalised_and_said(server: HostileServer, tmp_path: Path,
-                                                 capsys: pytest.CaptureFixture[str]) -> None:
+def test_base_url_with_v1_is_normalised_and_said(
+    server: HostileServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """The seed's `/api` vs `/api/v1` trap: both work; check says which URL it used and how to tidy it."""
     code, out = check(capsys, write(tmp_path, server.url + "/api/v1", {"m": "ok"}))
     assert code == 0, out
@@ -107,9 +132,9 @@ def test_base_url_with_v1_is_normalised_and_said(server: HostileServer, tmp_path
     assert "drop the trailing /v1 from base_url" in out and "verdict: OK" in out
 
 
-def test_dead_proxy_variable_is_the_proxy_class(server: HostileServer, tmp_path: Path,
-                                                capsys: pytest.CaptureFixture[str],
-                                                monkeypatch: pytest.MonkeyPatch) -> None:
+def test_dead_proxy_variable_is_the_proxy_class(
+    server: HostileServer, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The seed's "local proxy failed": HTTP_PROXY points at a dead port."""
     dead = _dead_port()
     monkeypatch.setenv("HTTP_PROXY", f"http://127.0.0.1:{dead}")
@@ -119,8 +144,9 @@ def test_dead_proxy_variable_is_the_proxy_class(server: HostileServer, tmp_path:
     assert "verdict: FAILED proxy:" in out and "fix:     unset HTTP_PROXY" in out, out
 
 
-def test_no_proxy_bypass_passes(server: HostileServer, tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                monkeypatch: pytest.MonkeyPatch) -> None:
+def test_no_proxy_bypass_passes(
+    server: HostileServer, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("HTTP_PROXY", f"http://127.0.0.1:{_dead_port()}")
     monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
     code, out = check(capsys, write(tmp_path, server.url + "/api", {"m": "ok"}))
@@ -133,9 +159,9 @@ def test_refused_connection(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
     assert code == 1 and "verdict: FAILED connection:" in out and "nothing accepted the connection" in out
 
 
-def test_missing_key_env_and_whitespace_key(server: HostileServer, tmp_path: Path,
-                                            capsys: pytest.CaptureFixture[str],
-                                            monkeypatch: pytest.MonkeyPatch) -> None:
+def test_missing_key_env_and_whitespace_key(
+    server: HostileServer, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.delenv(KEY_ENV)
     code, out = check(capsys, write(tmp_path, server.url + "/api", {"m": "ok"}))
     assert code == 1 and f"{KEY_ENV} is NOT set" in out and f"export {KEY_ENV}=<your key>" in out
@@ -144,8 +170,7 @@ def test_missing_key_env_and_whitespace_key(server: HostileServer, tmp_path: Pat
     assert code == 1 and "has leading or trailing whitespace" in out
 
 
-def test_json_output_and_exit_status(server: HostileServer, tmp_path: Path,
-                                     capsys: pytest.CaptureFixture[str]) -> None:
+def test_json_output_and_exit_status(server: HostileServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     config = write(tmp_path, server.url + "/api", {"good": "ok", "bad": "auth"})
     code, out = check(capsys, config, "--json")
     data = json.loads(out)
@@ -154,14 +179,20 @@ def test_json_output_and_exit_status(server: HostileServer, tmp_path: Path,
     assert by_key["good"]["verdict"] == "ok" and by_key["good"]["sdk"]["tokens"] == 4
     assert by_key["good"]["sdk"]["ttft_s"] > 0 and by_key["good"]["raw"]["ok"] is True
     assert by_key["bad"]["verdict"] == "auth" and "no spaces" in by_key["bad"]["fix"]
-    assert by_key["bad"]["api_key"] == {"env": KEY_ENV, "set": True, "length": len(KEY), "last4": KEY[-4:],
-                                        "problems": []}
+    assert by_key["bad"]["api_key"] == {
+        "env": KEY_ENV,
+        "set": True,
+        "length": len(KEY),
+        "last4": KEY[-4:],
+        "problems": [],
+    }
     code, out = check(capsys, config, "--json", "--model", "good")
     assert code == 0 and [m["key"] for m in json.loads(out)["models"]] == ["good"]
 
 
-def test_unknown_model_key_is_a_usage_error(server: HostileServer, tmp_path: Path,
-                                            capsys: pytest.CaptureFixture[str]) -> None:
+def test_unknown_model_key_is_a_usage_error(
+    server: HostileServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     code, out = check(capsys, write(tmp_path, server.url + "/api", {"m": "ok"}), "--model", "nope")
     assert code == 2 and "unknown model key 'nope'" in out and len(out.strip().splitlines()) == 1
 

@@ -17,11 +17,14 @@ def _write(tmp_path: Path, run: Results, name: str = "run.json") -> Path:
     return path
 
 
-@pytest.mark.parametrize("run", [
-    pytest.param(results(gqa_model(), failed_model()), id="failed-model"),
-    pytest.param(results(zero_stage_model()), id="zero-request-stage"),
-    pytest.param(results(mla_model()), id="single-model"),
-])
+@pytest.mark.parametrize(
+    "run",
+    [
+        pytest.param(results(gqa_model(), failed_model()), id="failed-model"),
+        pytest.param(results(zero_stage_model()), id="zero-request-stage"),
+        pytest.param(results(mla_model()), id="single-model"),
+    ],
+)
 def test_report_writes_html_next_to_json(tmp_path: Path, capsys: pytest.CaptureFixture[str], run: Results) -> None:
     path = _write(tmp_path, run)
     assert main(["report", str(path)]) == 0
@@ -48,14 +51,18 @@ def test_report_html_flag_and_compare(tmp_path: Path, capsys: pytest.CaptureFixt
     assert "no regressions" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("content, expect", [
-    ("{not json", "not valid JSON"),
-    ('{"schema": "guidellm/v2"}', "schema is 'guidellm/v2'"),
-    ('{"schema": "attnload.results/v1", "models": "x"}', "damaged or from another tool"),
-    ("[1, 2]", "schema is 'list'"),
-])
-def test_bad_results_file_is_one_line_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                              content: str, expect: str) -> None:
+@pytest.mark.parametrize(
+    "content, expect",
+    [
+        ("{not json", "not valid JSON"),
+        ('{"schema": "guidellm/v2"}', "schema is 'guidellm/v2'"),
+        ('{"schema": "attnload.results/v1", "models": "x"}', "damaged or from another tool"),
+        ("[1, 2]", "schema is 'list'"),
+    ],
+)
+def test_bad_results_file_is_one_line_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], content: str, expect: str
+) -> None:
     path = tmp_path / "bad.json"
     path.write_text(content)
     assert main(["report", str(path)]) == 2

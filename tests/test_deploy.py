@@ -63,8 +63,12 @@ def test_generated_configmaps_match_their_sources() -> None:
 
 
 def test_generate_check_mode_exit_status() -> None:
-    proc = subprocess.run([sys.executable, "-m", "attnload.cluster.generate", "--check", "--root", str(ROOT)],
-                          capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-m", "attnload.cluster.generate", "--check", "--root", str(ROOT)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 0, proc.stderr
 
 
@@ -88,11 +92,15 @@ def test_secret_template_is_not_applied_and_holds_no_key() -> None:
 def test_services_select_pods_and_ports_exist() -> None:
     for name, svc in SERVICES.items():
         selector = svc["spec"]["selector"]
-        matches = [d for d in DEPLOYMENTS.values()
-                   if selector.items() <= d["spec"]["template"]["metadata"]["labels"].items()]
+        matches = [
+            d for d in DEPLOYMENTS.values() if selector.items() <= d["spec"]["template"]["metadata"]["labels"].items()
+        ]
         assert len(matches) == 1, f"Service {name} selects {len(matches)} Deployments"
-        exposed = {p["name"]: p["containerPort"] for c in matches[0]["spec"]["template"]["spec"]["containers"]
-                   for p in c.get("ports", [])}
+        exposed = {
+            p["name"]: p["containerPort"]
+            for c in matches[0]["spec"]["template"]["spec"]["containers"]
+            for p in c.get("ports", [])
+        }
         for port in svc["spec"]["ports"]:
             assert port["targetPort"] in exposed, f"{name}: no container port {port['targetPort']}"
             assert exposed[port["targetPort"]] == port["port"], f"{name}: port {port['name']} differs"
@@ -130,8 +138,11 @@ def test_referenced_configmaps_and_secrets_exist() -> None:
 
 
 def test_process_flags_match_the_service_ports() -> None:
-    master, worker, sim = _container(names.MASTER_DEPLOYMENT, "master"), _container(names.WORKER_DEPLOYMENT), \
-        _container(names.SIM_DEPLOYMENT)
+    master, worker, sim = (
+        _container(names.MASTER_DEPLOYMENT, "master"),
+        _container(names.WORKER_DEPLOYMENT),
+        _container(names.SIM_DEPLOYMENT),
+    )
     assert int(_flag(master, "--master-bind-port")) == _service_port(names.MASTER_SERVICE, "master")
     assert int(_flag(master, "--web-port")) == _service_port(names.MASTER_SERVICE, "web")
     assert int(_env(master)["ATTNLOAD_METRICS_PORT"]) == _service_port(names.MASTER_SERVICE, "metrics")
@@ -173,8 +184,9 @@ def test_prometheus_scrapes_the_services() -> None:
 
 def test_grafana_datasource_and_dashboards_are_provisioned() -> None:
     ds_files = CONFIG_MAPS[names.GRAFANA_DATASOURCES_MAP]["data"]
-    urls = {d["url"] for text in ds_files.values() for d in yaml.safe_load(text)["datasources"]
-            if d["type"] == "prometheus"}
+    urls = {
+        d["url"] for text in ds_files.values() for d in yaml.safe_load(text)["datasources"] if d["type"] == "prometheus"
+    }
     assert urls == {f"http://{names.PROMETHEUS_SERVICE}:{_service_port(names.PROMETHEUS_SERVICE, 'http')}"}
     providers = CONFIG_MAPS[names.GRAFANA_PROVIDERS_MAP]["data"]
     paths = {p["options"]["path"] for text in providers.values() for p in yaml.safe_load(text)["providers"]}
@@ -185,11 +197,13 @@ def test_grafana_datasource_and_dashboards_are_provisioned() -> None:
 
 
 def test_k8s_sim_config_loads_without_a_key() -> None:
-    from attnload.config.seed import load_config
+    from attnload.config.load import load_config
 
     cfg = load_config(ROOT / "examples" / "k8s_sim_config.json")
     assert {(m.id, m.attention, m.api_key_env) for m in cfg.models} == {
-        ("llama-3-70b", "GQA", None), ("deepseek-chat", "MLA", None)}
+        ("llama-3-70b", "GQA", None),
+        ("deepseek-chat", "MLA", None),
+    }
 
 
 def test_dockerfile_is_pinned_non_root_and_ships_the_locustfiles() -> None:

@@ -56,9 +56,18 @@ def test_model_servers_job_discovers_annotated_pods_in_the_listed_namespaces() -
     assert (path["regex"], path["target_label"]) == ("(.+)", "__metrics_path__")  # absent: Prometheus' /metrics
     ports = [r for r in job["relabel_configs"] if r["source_labels"][0] == f"{annotation}port"]
     assert {r["target_label"] for r in ports} == {"__address__"} and {r["replacement"] for r in ports} == {
-        "$2:$1", "[$2]:$1"}  # IPv4 and bracketed IPv6 pod IPs
-    sim = rules[(("__meta_kubernetes_pod_label_app_kubernetes_io_part_of",
-                  "__meta_kubernetes_pod_label_app_kubernetes_io_component"), "replace")]
+        "$2:$1",
+        "[$2]:$1",
+    }  # IPv4 and bracketed IPv6 pod IPs
+    sim = rules[
+        (
+            (
+                "__meta_kubernetes_pod_label_app_kubernetes_io_part_of",
+                "__meta_kubernetes_pod_label_app_kubernetes_io_component",
+            ),
+            "replace",
+        )
+    ]
     assert (sim["regex"], sim["target_label"], sim["replacement"]) == ("attnload;sim", "job", "attnload-sim")
     assert {r.get("target_label") for r in job["relabel_configs"]} >= {"namespace", "pod"}
     assert job["metric_relabel_configs"] == [discovery.KEEP_SERIES]
@@ -71,8 +80,11 @@ def test_the_simulator_is_scraped_once_by_discovery_not_by_a_static_job() -> Non
     assert not {t for t in static if t.endswith(f":{names.SIM_PORT}")}, static
     sim = _get("Deployment", names.SIM_DEPLOYMENT)[0]["spec"]["template"]
     annotations = sim["metadata"]["annotations"]
-    assert annotations == {"prometheus.io/scrape": "true", "prometheus.io/port": str(names.SIM_PORT),
-                           "prometheus.io/path": "/metrics"}
+    assert annotations == {
+        "prometheus.io/scrape": "true",
+        "prometheus.io/port": str(names.SIM_PORT),
+        "prometheus.io/path": "/metrics",
+    }
     ports = {p["containerPort"] for c in sim["spec"]["containers"] for p in c.get("ports", [])}
     assert int(annotations["prometheus.io/port"]) in ports
     labels = sim["metadata"]["labels"]
@@ -96,15 +108,20 @@ def test_only_prometheus_mounts_a_token_and_it_may_only_read_pods() -> None:
     assert role["metadata"]["namespace"] == names.NAMESPACE
     assert role["rules"] == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}]
     (binding,) = _get("RoleBinding", names.PROMETHEUS_DISCOVERY_ROLE)
-    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
-                                  "name": names.PROMETHEUS_DISCOVERY_ROLE}
-    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": names.PROMETHEUS_SERVICE_ACCOUNT,
-                                    "namespace": names.NAMESPACE}]
+    assert binding["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "Role",
+        "name": names.PROMETHEUS_DISCOVERY_ROLE,
+    }
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": names.PROMETHEUS_SERVICE_ACCOUNT, "namespace": names.NAMESPACE}
+    ]
     assert not [o for o in OBJECTS if o["kind"] in ("ClusterRole", "ClusterRoleBinding")]
     # Applied in name order: the account exists before the Deployment that names it.
     order = [(o["kind"], o["metadata"]["name"]) for o in OBJECTS]
     assert order.index(("ServiceAccount", names.PROMETHEUS_SERVICE_ACCOUNT)) < order.index(
-        ("Deployment", names.PROMETHEUS_DEPLOYMENT))
+        ("Deployment", names.PROMETHEUS_DEPLOYMENT)
+    )
 
 
 def test_more_namespaces_get_a_role_each_and_egress_to_their_pods() -> None:
@@ -114,22 +131,27 @@ def test_more_namespaces_get_a_role_each_and_egress_to_their_pods() -> None:
     sd = _job(_prometheus_yml(objects), names.MODEL_SERVERS_JOB)["kubernetes_sd_configs"]
     assert sd == [{"role": "pod", "namespaces": {"names": ["attnload", "vllm", "sglang"]}}]
     assert {(o["kind"], o["metadata"]["namespace"]) for o in objects if o["kind"].startswith("Role")} == {
-        (k, n) for k in ("Role", "RoleBinding") for n in ("attnload", "vllm", "sglang")}
+        (k, n) for k in ("Role", "RoleBinding") for n in ("attnload", "vllm", "sglang")
+    }
     (policy,) = _get("NetworkPolicy", names.PROMETHEUS_MODEL_SERVERS_POLICY, objects)
-    assert policy["spec"]["egress"] == [{"to": [
-        {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": n}}} for n in ("vllm", "sglang")]}]
+    assert policy["spec"]["egress"] == [
+        {"to": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": n}}} for n in ("vllm", "sglang")]}
+    ]
     assert not _get("NetworkPolicy", names.PROMETHEUS_MODEL_SERVERS_POLICY)  # default: attnload only, no policy
 
 
 def test_generate_cli_takes_namespaces_and_refuses_bad_ones_in_one_line(tmp_path: Path) -> None:
-    ok = subprocess.run([*_generate(), "--check", "--model-server-namespace", "attnload"],
-                        capture_output=True, text=True, timeout=60)
+    ok = subprocess.run(
+        [*_generate(), "--check", "--model-server-namespace", "attnload"], capture_output=True, text=True, timeout=60
+    )
     assert ok.returncode == 0, ok.stderr  # the default, given explicitly: nothing is stale
-    other = subprocess.run([*_generate(), "--check", "--model-server-namespace", "vllm"],
-                           capture_output=True, text=True, timeout=60)
+    other = subprocess.run(
+        [*_generate(), "--check", "--model-server-namespace", "vllm"], capture_output=True, text=True, timeout=60
+    )
     assert other.returncode == 1 and "40-prometheus-config.generated.yaml" in other.stderr
-    bad = subprocess.run([*_generate(), "--model-server-namespace", "Bad_NS"], capture_output=True, text=True,
-                         timeout=60)
+    bad = subprocess.run(
+        [*_generate(), "--model-server-namespace", "Bad_NS"], capture_output=True, text=True, timeout=60
+    )
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "'Bad_NS'" in bad.stderr, bad.stderr
     assert "Traceback" not in bad.stderr
 
@@ -142,8 +164,12 @@ def test_prometheus_reaches_the_api_server_through_the_placeholder_cluster_up_fi
     """`attnload cluster up` replaces the placeholder in both policies (tests/test_cluster.py)."""
     (policy,) = _get("NetworkPolicy", names.PROMETHEUS_APISERVER_POLICY)
     assert policy["spec"]["podSelector"]["matchLabels"]["app.kubernetes.io/component"] == "prometheus"
-    assert policy["spec"]["egress"] == [{"to": [{"ipBlock": {"cidr": names.APISERVER_PLACEHOLDER_CIDR}}],
-                                         "ports": [{"protocol": "TCP", "port": p} for p in names.APISERVER_PORTS]}]
+    assert policy["spec"]["egress"] == [
+        {
+            "to": [{"ipBlock": {"cidr": names.APISERVER_PLACEHOLDER_CIDR}}],
+            "ports": [{"protocol": "TCP", "port": p} for p in names.APISERVER_PORTS],
+        }
+    ]
 
 
 def _promtool_check(config: dict[str, Any], rules: str, directory: Path) -> subprocess.CompletedProcess[str]:
@@ -151,8 +177,13 @@ def _promtool_check(config: dict[str, Any], rules: str, directory: Path) -> subp
     config = {**config, "rule_files": ["rules.yml"]}  # /etc/prometheus/rules.yml in the pod
     (directory / "rules.yml").write_text(rules, encoding="utf-8")
     (directory / "prometheus.yml").write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
-    return subprocess.run([PROMTOOL, "check", "config", str(directory / "prometheus.yml")],
-                          capture_output=True, text=True, timeout=60, check=False)
+    return subprocess.run(
+        [PROMTOOL, "check", "config", str(directory / "prometheus.yml")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
 
 
 @pytest.mark.skipif(PROMTOOL is None, reason="promtool not installed (apt-get install prometheus)")

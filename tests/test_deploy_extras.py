@@ -36,8 +36,11 @@ def _strict(schema: Any) -> Any:
     if not isinstance(schema, dict):
         return schema
     out = {k: _strict(v) for k, v in schema.items()}
-    if "properties" in out and "additionalProperties" not in out \
-            and not out.get("x-kubernetes-preserve-unknown-fields"):
+    if (
+        "properties" in out
+        and "additionalProperties" not in out
+        and not out.get("x-kubernetes-preserve-unknown-fields")
+    ):
         out["additionalProperties"] = False
     return out
 
@@ -146,6 +149,9 @@ def test_headless_job_keeps_results_on_its_claim() -> None:
     assert int(args[args.index("--metrics-port") + 1]) == names.METRICS_PORT
     # the namespace enforces pod-security "restricted"
     assert spec["securityContext"]["runAsNonRoot"] is True and spec["securityContext"]["seccompProfile"]
-    assert container["securityContext"] == {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
-                                            "capabilities": {"drop": ["ALL"]}}
+    assert container["securityContext"] == {
+        "allowPrivilegeEscalation": False,
+        "readOnlyRootFilesystem": True,
+        "capabilities": {"drop": ["ALL"]},
+    }
     assert spec["terminationGracePeriodSeconds"] == 60

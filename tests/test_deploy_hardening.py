@@ -54,11 +54,19 @@ def test_master_grace_period_outlasts_the_final_counts_wait() -> None:
 def test_kubectl_apply_reads_only_the_plain_manifests(tmp_path: Path) -> None:
     """kubectl names each file it reads when it cannot fetch the schema to validate it."""
     kubeconfig = tmp_path / "kubeconfig"
-    kubeconfig.write_text('apiVersion: v1\nkind: Config\ncurrent-context: c\n'
-                          'clusters: [{name: c, cluster: {server: "http://127.0.0.1:9"}}]\n'
-                          'contexts: [{name: c, context: {cluster: c, user: u}}]\nusers: [{name: u, user: {}}]\n')
-    proc = subprocess.run(["kubectl", "apply", "-f", "deploy/", "--dry-run=client"], cwd=ROOT, capture_output=True,
-                          text=True, timeout=60, env={**os.environ, "KUBECONFIG": str(kubeconfig)})
+    kubeconfig.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
+        'clusters: [{name: c, cluster: {server: "http://127.0.0.1:9"}}]\n'
+        "contexts: [{name: c, context: {cluster: c, user: u}}]\nusers: [{name: u, user: {}}]\n"
+    )
+    proc = subprocess.run(
+        ["kubectl", "apply", "-f", "deploy/", "--dry-run=client"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "KUBECONFIG": str(kubeconfig)},
+    )
     read = re.findall(r'error validating "deploy/([^"]+)"', proc.stdout + proc.stderr)
     plain = sorted(p.name for p in DEPLOY.iterdir() if p.is_file() and p.suffix in (".yaml", ".yml", ".json"))
     assert read == plain and len(plain) == 10, proc.stderr[-500:]

@@ -31,8 +31,11 @@ def _extras() -> list[dict[str, Any]]:
 
 def _pods(objects: list[dict[str, Any]]) -> dict[str, dict[str, str]]:
     """component -> pod template labels, for every workload."""
-    return {o["spec"]["template"]["metadata"]["labels"][COMPONENT]: o["spec"]["template"]["metadata"]["labels"]
-            for o in objects if o["kind"] in ("Deployment", "Job")}
+    return {
+        o["spec"]["template"]["metadata"]["labels"][COMPONENT]: o["spec"]["template"]["metadata"]["labels"]
+        for o in objects
+        if o["kind"] in ("Deployment", "Job")
+    }
 
 
 def _matches(selector: dict[str, Any], labels: dict[str, str]) -> bool:
@@ -136,8 +139,11 @@ def test_model_server_namespaces_add_exactly_their_documented_flows() -> None:
     """`generate --model-server-namespace vllm`: Prometheus may reach every pod there (the docs' example)."""
     text = generate.render(ROOT, (names.NAMESPACE, "vllm"))[names.GENERATED_PROMETHEUS_FILE]
     generated = [doc for doc in yaml.safe_load_all(text) if doc]
-    objects = [o for o in manifests.load(DEPLOY) if o["metadata"]["name"] != names.PROMETHEUS_CONFIG_MAP
-               or o["kind"] != "ConfigMap"] + generated
+    objects = [
+        o
+        for o in manifests.load(DEPLOY)
+        if o["metadata"]["name"] != names.PROMETHEUS_CONFIG_MAP or o["kind"] != "ConfigMap"
+    ] + generated
     table = documented("deploy") | documented("model-servers")
     assert ("prometheus", "vllm/*", "any") in table
     _check(objects, table)
@@ -145,9 +151,13 @@ def test_model_server_namespaces_add_exactly_their_documented_flows() -> None:
 
 def test_in_cluster_flows_target_ports_the_pods_expose() -> None:
     objects = manifests.load(DEPLOY) + _extras()
-    exposed = {o["spec"]["template"]["metadata"]["labels"][COMPONENT]:
-               {f"{p['containerPort']}/TCP" for c in o["spec"]["template"]["spec"]["containers"]
-                for p in c.get("ports", [])} for o in objects if o["kind"] in ("Deployment", "Job")}
+    exposed = {
+        o["spec"]["template"]["metadata"]["labels"][COMPONENT]: {
+            f"{p['containerPort']}/TCP" for c in o["spec"]["template"]["spec"]["containers"] for p in c.get("ports", [])
+        }
+        for o in objects
+        if o["kind"] in ("Deployment", "Job")
+    }
     ingress, _ = allowed(objects)
     for src, dst, port in ingress:
         assert port in exposed[dst], f"{src} -> {dst}:{port}: {dst} exposes only {sorted(exposed[dst])}"

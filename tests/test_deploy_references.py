@@ -37,8 +37,12 @@ def _kustomized() -> list[dict[str, Any]]:
 
 def _renders() -> Iterator[Any]:
     yield pytest.param(manifests.load(DEPLOY), id="deploy")
-    extras = [doc for p in sorted((DEPLOY / names.EXTRAS_DIR).glob("headless-job.yaml"))
-              for doc in yaml.safe_load_all(p.read_text(encoding="utf-8")) if doc]
+    extras = [
+        doc
+        for p in sorted((DEPLOY / names.EXTRAS_DIR).glob("headless-job.yaml"))
+        for doc in yaml.safe_load_all(p.read_text(encoding="utf-8"))
+        if doc
+    ]
     yield pytest.param(manifests.load(DEPLOY) + extras, id="deploy+headless-job")
     yield pytest.param(manifests.load(packaged.packaged_dir()), id="packaged")
     if shutil.which("kubectl"):
@@ -122,9 +126,12 @@ def test_every_reference_exists_or_is_optional(objects: list[dict[str, Any]]) ->
 
 def test_the_walk_sees_what_a_pod_needs() -> None:
     """The checker is not vacuous: a required Secret reference the manifests lack is caught."""
-    spec = {"containers": [{"name": "c", "env": [{"name": "X", "valueFrom": {"secretKeyRef": {
-        "name": "nowhere", "key": "k"}}}]}], "volumes": [{"name": "v", "secret": {"secretName": "maybe",
-                                                                                  "optional": True}}]}
+    spec = {
+        "containers": [
+            {"name": "c", "env": [{"name": "X", "valueFrom": {"secretKeyRef": {"name": "nowhere", "key": "k"}}}]}
+        ],
+        "volumes": [{"name": "v", "secret": {"secretName": "maybe", "optional": True}}],
+    }
     assert list(references(spec)) == [("Secret", "maybe", None, True), ("Secret", "nowhere", "k", False)]
 
 
@@ -143,7 +150,9 @@ def test_grafana_makes_its_password_in_the_pod_and_a_secret_still_wins() -> None
     env = {e["name"]: e for e in main["env"]}
     assert env["GF_SECURITY_ADMIN_PASSWORD__FILE"]["value"] == GRAFANA_PASSWORD_FILE
     assert "GF_SECURITY_ADMIN_PASSWORD" not in env and "GF_SECURITY_ADMIN_USER" not in env
-    assert env["GF_AUTH_ANONYMOUS_ENABLED"]["value"] == "true" and env["GF_AUTH_ANONYMOUS_ORG_ROLE"]["value"] == "Viewer"
+    assert (
+        env["GF_AUTH_ANONYMOUS_ENABLED"]["value"] == "true" and env["GF_AUTH_ANONYMOUS_ORG_ROLE"]["value"] == "Viewer"
+    )
     volumes = {v["name"]: v for v in spec["volumes"]}
     assert volumes["admin-password"]["emptyDir"]["medium"] == "Memory"  # never on the node's disk
     secret = volumes["admin-secret"]["secret"]
@@ -177,8 +186,11 @@ def test_the_init_script_makes_a_password_prints_nothing_and_lets_a_secret_win(t
     run_dir, secret_dir = tmp_path / "run", tmp_path / "secret"
     run_dir.mkdir()
     secret_dir.mkdir()
-    script = init["args"][0].replace("/run/grafana-admin", str(run_dir)).replace(
-        "/etc/attnload-grafana-secret", str(secret_dir))
+    script = (
+        init["args"][0]
+        .replace("/run/grafana-admin", str(run_dir))
+        .replace("/etc/attnload-grafana-secret", str(secret_dir))
+    )
     out = run_dir / "admin-password"
 
     def start() -> str:

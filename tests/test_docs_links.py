@@ -21,8 +21,18 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 FORBIDDEN = ("shared" + "/", "DESIGN" + ".md", "ATTENTION" + "_MODEL")
 """Spelled in pieces so this file does not name them itself."""
-SKIP_DIRS = {".git", ".venv", "node_modules", "__pycache__", "build", "dist", "results", ".pytest_cache",
-             ".ruff_cache", ".mypy_cache"}
+SKIP_DIRS = {
+    ".git",
+    ".venv",
+    "node_modules",
+    "__pycache__",
+    "build",
+    "dist",
+    "results",
+    ".pytest_cache",
+    ".ruff_cache",
+    ".mypy_cache",
+}
 LINK = re.compile(r"(?<!!)\[(?:[^\]\[]|\[[^\]]*\])*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
 IMAGE = re.compile(r"!\[[^\]]*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
 FENCE = re.compile(r"^\s*(```|~~~)")
@@ -31,12 +41,21 @@ FENCE = re.compile(r"^\s*(```|~~~)")
 def repository_files() -> list[Path]:
     """Tracked files plus new ones git does not ignore; a plain walk where there is no git checkout."""
     try:
-        listing = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=ROOT,
-                                 capture_output=True, check=True, timeout=60).stdout.decode()
+        listing = subprocess.run(
+            ["git", "ls-files", "-co", "--exclude-standard", "-z"],
+            cwd=ROOT,
+            capture_output=True,
+            check=True,
+            timeout=60,
+        ).stdout.decode()
         paths = [ROOT / name for name in listing.split("\0") if name]
     except (OSError, subprocess.CalledProcessError):
-        paths = [p for p in ROOT.rglob("*") if not SKIP_DIRS & set(p.relative_to(ROOT).parts[:-1])
-                 and not any(part.endswith(".egg-info") for part in p.relative_to(ROOT).parts)]
+        paths = [
+            p
+            for p in ROOT.rglob("*")
+            if not SKIP_DIRS & set(p.relative_to(ROOT).parts[:-1])
+            and not any(part.endswith(".egg-info") for part in p.relative_to(ROOT).parts)
+        ]
     return sorted(p for p in paths if p.is_file())
 
 
@@ -69,8 +88,9 @@ def test_no_file_cites_sources_outside_the_repository() -> None:
             for token in FORBIDDEN:
                 if token in line:
                     offenders.append(f"{path.relative_to(ROOT)}:{number}: {token!r}")
-    assert not offenders, "cite docs/ instead (docs/design.md, docs/cost-model.md §N, docs/seed.md):\n" + \
-        "\n".join(offenders)
+    assert not offenders, "cite docs/ instead (docs/design.md, docs/cost-model.md §N, docs/seed.md):\n" + "\n".join(
+        offenders
+    )
 
 
 def github_slug(heading: str) -> str:
@@ -140,10 +160,15 @@ def test_relative_links_point_into_the_repository(page: Path) -> None:
 
 def test_the_checker_sees_broken_links_and_slugs(tmp_path: Path) -> None:
     page = tmp_path / "p.md"
-    page.write_text("# Prometheus metrics (`/metrics` on `--metrics-port`, default 9646)\n## 4.6 Defaults\n"
-                    "## 4.6 Defaults\n```\n# not a heading\n[x](in-code.md)\n```\n"
-                    "see [a](a.md#b), ![i](img.png), `[c](code.md)` and [w](https://example.com)\n",
-                    encoding="utf-8")
-    assert anchors_of(page) == {"prometheus-metrics-metrics-on---metrics-port-default-9646", "46-defaults",
-                                "46-defaults-1"}
+    page.write_text(
+        "# Prometheus metrics (`/metrics` on `--metrics-port`, default 9646)\n## 4.6 Defaults\n"
+        "## 4.6 Defaults\n```\n# not a heading\n[x](in-code.md)\n```\n"
+        "see [a](a.md#b), ![i](img.png), `[c](code.md)` and [w](https://example.com)\n",
+        encoding="utf-8",
+    )
+    assert anchors_of(page) == {
+        "prometheus-metrics-metrics-on---metrics-port-default-9646",
+        "46-defaults",
+        "46-defaults-1",
+    }
     assert sorted(t for _, t in links_of(page)) == ["a.md#b", "https://example.com", "img.png"]

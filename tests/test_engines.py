@@ -60,13 +60,27 @@ def test_write_pair_makes_loadable_folders(tmp_path: Path) -> None:
 
 
 def test_server_command_and_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    spec = ServerSpec(Path("/m/tiny-gqa"), "tiny-gqa", 8123, core=1, kv_cache_bytes=8 * 2**20, block_size=32,
-                      prompt_tokens_details=False)
+    spec = ServerSpec(
+        Path("/m/tiny-gqa"),
+        "tiny-gqa",
+        8123,
+        core=1,
+        kv_cache_bytes=8 * 2**20,
+        block_size=32,
+        prompt_tokens_details=False,
+    )
     command = server_command(Path("/env"), spec)
     assert command[:3] == ["/env/bin/python", "-m", "vllm.entrypoints.openai.api_server"]
     joined = " ".join(command)
-    for part in ("--load-format dummy", "--enforce-eager", "--kv-cache-memory-bytes 8388608", "--block-size 32",
-                 "--served-model-name tiny-gqa", "--port 8123", "--enable-prefix-caching"):
+    for part in (
+        "--load-format dummy",
+        "--enforce-eager",
+        "--kv-cache-memory-bytes 8388608",
+        "--block-size 32",
+        "--served-model-name tiny-gqa",
+        "--port 8123",
+        "--enable-prefix-caching",
+    ):
         assert part in joined
     assert "--enable-prompt-tokens-details" not in command
     monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "4")
@@ -78,8 +92,13 @@ def test_server_command_and_environment(monkeypatch: pytest.MonkeyPatch) -> None
 @pytest.mark.e2e
 def test_demo_vllm_without_vllm_is_one_line_and_exit_2(tmp_path: Path) -> None:
     env_dir = tmp_path / "no-vllm-here"
-    done = subprocess.run(attnload("demo", "--engine", "vllm", "--results", str(tmp_path / "r")),
-                          capture_output=True, text=True, timeout=60, env={**os.environ, ENV_VAR: str(env_dir)})
+    done = subprocess.run(
+        attnload("demo", "--engine", "vllm", "--results", str(tmp_path / "r")),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, ENV_VAR: str(env_dir)},
+    )
     assert done.returncode == 2
     assert done.stderr.strip().count("\n") == 0 and "make vllm-env" in done.stderr, done.stderr
     assert INSTALL_HINT in done.stderr and not (tmp_path / "r").exists()
@@ -96,19 +115,20 @@ def test_vllm_env_needs_vllm_inside(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     assert vllm_env() == tmp_path
 
 
-
 def test_demo_vllm_config_loads_and_sizes_fit(tmp_path: Path) -> None:
     """The demo's config is a valid attnload config; its longest conversation fits max_model_len."""
     from attnload.commands import demo_vllm
-    from attnload.config.seed import load_config
+    from attnload.config.load import load_config
 
     gqa, mla = demo_vllm.server_specs(tmp_path, demo_vllm.KV_CACHE_BYTES)
     assert (gqa.core, mla.core) == (0, 1) and gqa.kv_cache_bytes == mla.kv_cache_bytes
     path = tmp_path / "c.json"
     path.write_text(json.dumps(demo_vllm.demo_config(gqa, mla, tmp_path / "tokenizer.json")))
     config = load_config(path)
-    assert [m.chat_url for m in config.models] == [f"{gqa.base_url}/v1/chat/completions",
-                                                   f"{mla.base_url}/v1/chat/completions"]
+    assert [m.chat_url for m in config.models] == [
+        f"{gqa.base_url}/v1/chat/completions",
+        f"{mla.base_url}/v1/chat/completions",
+    ]
     profile = config.profile("chat")
     assert profile.ignore_eos and profile.conversation is not None
     template_tokens = 8  # bos + role markers per message, generously
@@ -133,10 +153,12 @@ def test_servers_are_stopped_as_groups_on_sigterm(tmp_path: Path) -> None:
     python = env_dir / "bin" / "python"
     python.write_text(f'#!/bin/sh\nshift 2\nexec {sys.executable} {fake} "$@"\n')  # drops "-m vllm...api_server"
     python.chmod(0o755)
-    script = (f"from pathlib import Path; import time; from attnload.engines.vllm import ServerSpec, running\n"
-              f"specs = [ServerSpec(Path('/m'), f'm{{i}}', {free_port()} + i, core=i, kv_cache_bytes=1) for i in (0, 1)]\n"
-              f"with running(specs, Path({str(tmp_path)!r}) / 'logs', timeout_s=60):\n"
-              f"    Path({str(tmp_path)!r}, 'ready').write_text('1'); time.sleep(120)\n")
+    script = (
+        f"from pathlib import Path; import time; from attnload.engines.vllm import ServerSpec, running\n"
+        f"specs = [ServerSpec(Path('/m'), f'm{{i}}', {free_port()} + i, core=i, kv_cache_bytes=1) for i in (0, 1)]\n"
+        f"with running(specs, Path({str(tmp_path)!r}) / 'logs', timeout_s=60):\n"
+        f"    Path({str(tmp_path)!r}, 'ready').write_text('1'); time.sleep(120)\n"
+    )
     env = {**os.environ, ENV_VAR: str(env_dir), "FAKE_VLLM_PIDS": str(tmp_path)}
     process = subprocess.Popen([sys.executable, "-c", script], env=env)
     deadline = time.monotonic() + 60

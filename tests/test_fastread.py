@@ -1,6 +1,6 @@
-"""The compiled read loop (attnload/_fastread.c) against llhttp and the Python loop it replaces.
+"""The compiled read loop (attnload/native/fastread.c) against llhttp and the Python loop it replaces.
 
-Once llhttp has parsed a 200's head, a chunked body is framed and read in C (``RunBase.pump``).
+Once llhttp has parsed a 200's head, a chunked body is framed and read in C (``StreamBase.pump``).
 Checked here: the C framing accepts exactly what llhttp accepts and gives the same events for
 any cutting of any chunked body (sizes in any case with leading zeros, extensions, trailers,
 mutated bytes); whole exchanges over real sockets end the same way on both paths, byte
@@ -22,28 +22,50 @@ from hypothesis import strategies as st
 
 from attnload import native
 from attnload.client import chat
-from attnload.client import run as runs
+from attnload.client import stream as streams
 from attnload.client.chat import ChatClient, chat_body
 from attnload.client.sse import SseSplitter
 from attnload.client.transport import Response, Timeouts
 from attnload.measure.recorder import RequestRecord
 
-pytestmark = pytest.mark.skipif(native.extension() is None, reason="attnload._fastpath is not built")
+pytestmark = pytest.mark.skipif(native.extension() is None, reason="attnload.native._fastpath is not built")
 
 HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
 
 
 def delta(content: str) -> str:
-    return json.dumps({"choices": [{"index": 0, "delta": {"content": content}, "finish_reason": None}]},
-                      separators=(",", ":"))
+    return json.dumps(
+        {"choices": [{"index": 0, "delta": {"content": content}, "finish_reason": None}]}, separators=(",", ":")
+    )
 
 
-BODY = b"".join(b"data: " + e.encode() + b"\n\n" for e in (
-    delta("a "), delta("b "), delta("c "),
-    '{"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}',
-    '{"choices":[],"usage":{"prompt_tokens":2,"completion_tokens":3}}', "[DONE]"))
-EXTENSIONS = [b"", b";a", b";a=b", b';q="x y"', b";a=b;c", b';e="\\""', b";", b" ", b";=b", b";a=", b";a b",
-              b'";a="x', b";\x01", b";a=\x7f"]
+BODY = b"".join(
+    b"data: " + e.encode() + b"\n\n"
+    for e in (
+        delta("a "),
+        delta("b "),
+        delta("c "),
+        '{"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}',
+        '{"choices":[],"usage":{"prompt_tokens":2,"completion_tokens":3}}',
+        "[DONE]",
+    )
+)
+EXTENSIONS = [
+    b"",
+    b";a",
+    b";a=b",
+    b';q="x y"',
+    b";a=b;c",
+    b';e="\\""',
+    b";",
+    b" ",
+    b";=b",
+    b";a=",
+    b";a b",
+    b'";a="x',
+    b";\x01",
+    b";a=\x7f",
+]
 TRAILERS = [b"", b"X-Done: 1\r\n", b"A: b\r\nC:\r\n", b"bad\r\n", b":x\r\n", b" A: b\r\n", b"A: \x01\r\n"]
 
 
@@ -54,14 +76,14 @@ def chunked_bodies(draw: st.DrawFn) -> bytes:
     while at < len(body):
         size = draw(st.integers(min_value=1, max_value=len(body) - at))
         spelling = draw(st.sampled_from(["%x", "%X", "0%x", "000%x"])) % size
-        out.append(spelling.encode() + draw(st.sampled_from(EXTENSIONS)) + b"\r\n" + body[at:at + size] + b"\r\n")
+        out.append(spelling.encode() + draw(st.sampled_from(EXTENSIONS)) + b"\r\n" + body[at : at + size] + b"\r\n")
         at += size
     out.append(b"0" + draw(st.sampled_from(EXTENSIONS[:5])) + b"\r\n" + draw(st.sampled_from(TRAILERS)) + b"\r\n")
     raw = b"".join(out)
     if draw(st.booleans()):
         where = draw(st.integers(min_value=0, max_value=len(raw)))
         cut = draw(st.integers(min_value=0, max_value=2))
-        raw = raw[:where] + draw(st.binary(max_size=3)) + raw[where + cut:]
+        raw = raw[:where] + draw(st.binary(max_size=3)) + raw[where + cut :]
     return raw
 
 
@@ -78,18 +100,18 @@ def _by_llhttp(pieces: list[bytes]) -> tuple[list[Any], bool, str]:
     try:
         for piece in pieces:
             response.feed(piece)
-    except runs.BODY_ERRORS:
+    except streams.BODY_ERRORS:
         return splitter.events, response.ended, "trailing" if response.ended else "failed"
     return splitter.events, response.ended, ""
 
 
 def _in_c(pieces: list[bytes]) -> tuple[list[Any], bool, str]:
-    run = runs.CRun(True, 64)  # type: ignore[misc]
+    run = streams.CStream(True, 64)  # type: ignore[misc]
     try:
         run.start_body(b"")
         for piece in pieces:
             run.feed_body(piece)
-    except runs.BODY_ERRORS:
+    except streams.BODY_ERRORS:
         return run.sse.events, run.body_complete, "failed"
     return run.sse.events, run.body_complete, "trailing" if run.trailing else ""
 
@@ -107,9 +129,17 @@ def test_c_framing_accepts_what_llhttp_accepts_with_the_same_events(raw: bytes, 
 
 def test_the_pump_codes_are_the_extensions() -> None:
     extension = native.extension()
-    assert [getattr(extension, name) for name in ("PUMP_DONE", "PUMP_DONE_OPEN", "PUMP_COMPLETE", "PUMP_EOF",
-                                                  "PUMP_TIMEOUT", "PUMP_ABANDON")] == \
-        [runs.PUMP_DONE, runs.PUMP_DONE_OPEN, runs.PUMP_COMPLETE, runs.PUMP_EOF, runs.PUMP_TIMEOUT, runs.PUMP_ABANDON]
+    assert [
+        getattr(extension, name)
+        for name in ("PUMP_DONE", "PUMP_DONE_OPEN", "PUMP_COMPLETE", "PUMP_EOF", "PUMP_TIMEOUT", "PUMP_ABANDON")
+    ] == [
+        streams.PUMP_DONE,
+        streams.PUMP_DONE_OPEN,
+        streams.PUMP_COMPLETE,
+        streams.PUMP_EOF,
+        streams.PUMP_TIMEOUT,
+        streams.PUMP_ABANDON,
+    ]
 
 
 # ------------------------------------------------------------------ whole exchanges over real sockets
@@ -139,15 +169,20 @@ class Peer:
         self.sock.close()
 
 
-def exchange(script: list[bytes | float], compiled: bool, close: bool = True, max_tokens: int = 3,
-             abandon: tuple[int | None, float | None] | None = None) -> tuple[RequestRecord, ChatClient, int]:
+def exchange(
+    script: list[bytes | float],
+    compiled: bool,
+    close: bool = True,
+    max_tokens: int = 3,
+    abandon: tuple[int | None, float | None] | None = None,
+) -> tuple[RequestRecord, ChatClient, int]:
     """One request against a scripted peer on the chosen path: (record, client, bodies framed in C)."""
     native.use(compiled)
     client = ChatClient("http://127.0.0.1:9/v1/chat/completions", None, Timeouts(connect_s=1, idle_s=0.5, total_s=5))
     framed = []
 
     def counting(response: Response) -> bool:
-        takes = runs.frames_chunked(response)
+        takes = streams.frames_chunked(response)
         framed.append(takes)
         return takes
 
@@ -158,14 +193,21 @@ def exchange(script: list[bytes | float], compiled: bool, close: bool = True, ma
     try:
         return client.send(body, model_key="k", profile="p", stage=0, abandon=abandon), client, sum(framed)
     finally:
-        chat.frames_chunked = runs.frames_chunked
+        chat.frames_chunked = streams.frames_chunked
         native.reset()
         peer.stop()
 
 
 def _outcome(record: RequestRecord) -> tuple[Any, ...]:
-    return (record.outcome, record.error, record.completion_tokens, record.prompt_tokens, len(record.itl_samples),
-            record.ttft_s is not None, record.http_status)
+    return (
+        record.outcome,
+        record.error,
+        record.completion_tokens,
+        record.prompt_tokens,
+        len(record.itl_samples),
+        record.ttft_s is not None,
+        record.http_status,
+    )
 
 
 def _chunk(data: bytes) -> bytes:
@@ -173,8 +215,11 @@ def _chunk(data: bytes) -> bytes:
 
 
 @settings(max_examples=120, deadline=None)
-@given(raw=chunked_bodies(), cuts=st.lists(st.integers(min_value=0, max_value=400), max_size=8),
-       head_with_body=st.booleans())
+@given(
+    raw=chunked_bodies(),
+    cuts=st.lists(st.integers(min_value=0, max_value=400), max_size=8),
+    head_with_body=st.booleans(),
+)
 def test_whole_exchanges_end_the_same_on_both_paths(raw: bytes, cuts: list[int], head_with_body: bool) -> None:
     pieces: list[bytes | float] = list(_pieces(raw, cuts))
     script = [HEAD + pieces.pop(0)] + pieces if head_with_body and pieces else [HEAD, *pieces]
@@ -185,9 +230,13 @@ def test_whole_exchanges_end_the_same_on_both_paths(raw: bytes, cuts: list[int],
 
 
 def test_a_clean_stream_is_read_in_c_and_keeps_its_connection() -> None:
-    script: list[bytes | float] = [HEAD, *(_chunk(b"data: " + delta(t).encode() + b"\n\n") for t in ("a ", "b ", "c ")),
-                                   _chunk(b'data: {"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}\n\n'
-                                          b"data: [DONE]\n\n"), 0.05, b"0\r\n\r\n"]
+    script: list[bytes | float] = [
+        HEAD,
+        *(_chunk(b"data: " + delta(t).encode() + b"\n\n") for t in ("a ", "b ", "c ")),
+        _chunk(b'data: {"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}\n\ndata: [DONE]\n\n'),
+        0.05,
+        b"0\r\n\r\n",
+    ]
     record, client, framed = exchange(script, compiled=True, close=False)
     assert framed == 1 and (record.outcome, record.completion_tokens, len(record.itl_samples)) == ("ok", 3, 2)
     assert client._sock is not None  # the last chunk came after [DONE] and was read: reusable
@@ -201,13 +250,17 @@ def test_a_last_chunk_that_never_comes_costs_the_connection_not_the_answer() -> 
 
 
 @pytest.mark.parametrize("compiled", [True, False])
-@pytest.mark.parametrize(("script", "error", "detail"), [
-    ([HEAD, _chunk(b"data: " + delta("a ").encode() + b"\n\n"), 1.0], "timeout", "stream stalled"),
-    ([HEAD, _chunk(b"data: " + delta("a ").encode() + b"\n\n")], "truncated", None),
-    ([HEAD, _chunk(b"data: " + delta("a ").encode() + b"\n\n"), b"zz\r\n"], "bad_response", None),
-])
-def test_each_ending_in_c_matches_the_python_loop(compiled: bool, script: list[bytes | float], error: str,
-                                                  detail: str | None) -> None:
+@pytest.mark.parametrize(
+    ("script", "error", "detail"),
+    [
+        ([HEAD, _chunk(b"data: " + delta("a ").encode() + b"\n\n"), 1.0], "timeout", "stream stalled"),
+        ([HEAD, _chunk(b"data: " + delta("a ").encode() + b"\n\n")], "truncated", None),
+        ([HEAD, _chunk(b"data: " + delta("a ").encode() + b"\n\n"), b"zz\r\n"], "bad_response", None),
+    ],
+)
+def test_each_ending_in_c_matches_the_python_loop(
+    compiled: bool, script: list[bytes | float], error: str, detail: str | None
+) -> None:
     record, client, _ = exchange(list(script), compiled=compiled, close=error != "timeout")
     assert (record.outcome, record.error) == ("failed", error)
     if detail:

@@ -20,10 +20,11 @@ import pytest
 from rich.console import Console
 
 from attnload.client.chat import cached_tokens
-from attnload.config.seed import load_config
+from attnload.config.load import load_config
 from attnload.errors import UsageError
 from attnload.measure.context import ContextRecorder
 from attnload.measure.recorder import Recorder, RequestRecord
+from attnload.plan.options import parse_start_spread
 from attnload.report import render_html
 from attnload.report.console import render_table
 from attnload.report.server import console_table, live_cells, server_ttft
@@ -32,29 +33,65 @@ from attnload.results.context import context_fields
 from attnload.results.model import ClientInfo, Results, ServerSummary, StageSummary, Summary, TurnSummary
 from attnload.results.server import gap_reasons, is_wide, ttft_text
 from attnload.results.summarize import StageWindow, build_results, split_users, stage_users
-from attnload.runner.options import parse_start_spread
 from attnload.runner.startspread import StartSpread, offset_fraction
-from attnload.server_metrics.window import histogram_bucket, histogram_quantile
+from attnload.scrape.window import histogram_bucket, histogram_quantile
 from test_report_factory import gqa_model, mla_model, results, stage
 
-VLLM_TTFT_BOUNDS_S = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
-                      20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)
-"""vLLM's TTFT histogram buckets (vllm/v1/metrics/loggers.py), as tests/data/server_metrics/ records them."""
+VLLM_TTFT_BOUNDS_S = (
+    0.001,
+    0.005,
+    0.01,
+    0.02,
+    0.04,
+    0.06,
+    0.08,
+    0.1,
+    0.25,
+    0.5,
+    0.75,
+    1.0,
+    2.5,
+    5.0,
+    7.5,
+    10.0,
+    20.0,
+    40.0,
+    80.0,
+    160.0,
+    640.0,
+    2560.0,
+)
+"""vLLM's TTFT histogram buckets (vllm/v1/metrics/loggers.py), as tests/data/scrape/ records them."""
 
 
 def _config(tmp_path: Path, weights: tuple[float, float] = (1.0, 1.0)) -> object:
     path = tmp_path / "c.json"
-    path.write_text('{"base_url": "http://127.0.0.1:9/api", "models": {'
-                    f'"g": {{"id": "llama-3-70b", "attention_type": "GQA", "weight": {weights[0]}}}, '
-                    f'"m": {{"id": "deepseek-v3", "attention_type": "MLA", "weight": {weights[1]}}}}}}}')
+    path.write_text(
+        '{"base_url": "http://127.0.0.1:9/api", "models": {'
+        f'"g": {{"id": "llama-3-70b", "attention_type": "GQA", "weight": {weights[0]}}}, '
+        f'"m": {{"id": "deepseek-v3", "attention_type": "MLA", "weight": {weights[1]}}}}}}}'
+    )
     return load_config(path)
 
 
-def _record(model: str, cached: int | None, turn: int | None = None, stage: int = 0, e2e: float = 1.0,
-            outcome: str = "ok") -> RequestRecord:
-    return RequestRecord(model_key=model, profile="p", stage=stage, outcome=outcome, error=None, ttft_s=0.1,
-                         itl_samples=((0.01, 1),), e2e_s=e2e, prompt_tokens=100, completion_tokens=2,
-                         cached_prompt_tokens=cached, tokens_estimated=False, turn=turn)
+def _record(
+    model: str, cached: int | None, turn: int | None = None, stage: int = 0, e2e: float = 1.0, outcome: str = "ok"
+) -> RequestRecord:
+    return RequestRecord(
+        model_key=model,
+        profile="p",
+        stage=stage,
+        outcome=outcome,
+        error=None,
+        ttft_s=0.1,
+        itl_samples=((0.01, 1),),
+        e2e_s=e2e,
+        prompt_tokens=100,
+        completion_tokens=2,
+        cached_prompt_tokens=cached,
+        tokens_estimated=False,
+        turn=turn,
+    )
 
 
 # ----------------------------------------------------------------------------- 1. absent is not zero
@@ -70,15 +107,29 @@ def test_cached_tokens_absent_is_none_and_a_reported_zero_stays_zero() -> None:
 
 def test_totals_and_turn_means_count_only_reported_values(tmp_path: Path) -> None:
     recorder, context = Recorder(), ContextRecorder()
-    rows = [("g", None, 1), ("g", None, 2), ("g", None, 2),  # GQA's server reports nothing
-            ("m", 0, 1), ("m", 64, 2), ("m", None, 2), ("m", 32, 2)]  # MLA's reports (one request did not)
+    rows = [
+        ("g", None, 1),
+        ("g", None, 2),
+        ("g", None, 2),  # GQA's server reports nothing
+        ("m", 0, 1),
+        ("m", 64, 2),
+        ("m", None, 2),
+        ("m", 32, 2),
+    ]  # MLA's reports (one request did not)
     for model, cached, turn in rows:
         record = _record(model, cached, turn)
         recorder.add(record)
         context.add(record)
-    data = build_results(_config(tmp_path), recorder, started_at=0.0, ended_at=10.0,  # type: ignore[arg-type]
-                         stages=[StageWindow(0, 0.0, 10.0, users=2)], client=_client(), run_info={},
-                         context=context)
+    data = build_results(
+        _config(tmp_path),
+        recorder,
+        started_at=0.0,
+        ended_at=10.0,  # type: ignore[arg-type]
+        stages=[StageWindow(0, 0.0, 10.0, users=2)],
+        client=_client(),
+        run_info={},
+        context=context,
+    )
     gqa, mla = data.model("g"), data.model("m")
     assert gqa.cached_prompt_tokens is None and gqa.stages[0].cached_prompt_tokens is None
     assert [t.cached_tokens_mean for t in gqa.turns] == [None, None]
@@ -97,13 +148,23 @@ def _client() -> ClientInfo:
 
 def _conversation_results(hit_ratio: float | None) -> Results:
     base = results(gqa_model(), mla_model())
-    gqa = base.models[0].model_copy(update={
-        "turns": [TurnSummary(turn=1, requests=5, prompt_tokens_mean=100.0),
-                  TurnSummary(turn=2, requests=5, prompt_tokens_mean=180.0)],
-        "server": ServerSummary(source="vllm", prefix_cache_hit_ratio=hit_ratio)})
-    mla = base.models[1].model_copy(update={
-        "turns": [TurnSummary(turn=1, requests=5, prompt_tokens_mean=100.0, cached_tokens_mean=0.0),
-                  TurnSummary(turn=2, requests=5, prompt_tokens_mean=180.0, cached_tokens_mean=96.0)]})
+    gqa = base.models[0].model_copy(
+        update={
+            "turns": [
+                TurnSummary(turn=1, requests=5, prompt_tokens_mean=100.0),
+                TurnSummary(turn=2, requests=5, prompt_tokens_mean=180.0),
+            ],
+            "server": ServerSummary(source="vllm", prefix_cache_hit_ratio=hit_ratio),
+        }
+    )
+    mla = base.models[1].model_copy(
+        update={
+            "turns": [
+                TurnSummary(turn=1, requests=5, prompt_tokens_mean=100.0, cached_tokens_mean=0.0),
+                TurnSummary(turn=2, requests=5, prompt_tokens_mean=180.0, cached_tokens_mean=96.0),
+            ]
+        }
+    )
     return base.model_copy(update={"models": [gqa, mla]})
 
 
@@ -120,7 +181,7 @@ def test_console_and_html_name_the_flag_and_show_the_servers_hit_ratio() -> None
     assert "--enable-prompt-tokens-details" in table and 'id="turn-prefix-cache"' in table
     assert "llama-3-70b 31%" in table
     gqa_rows = [r for r in table.split("<tr ") if 'data-model="llama-3-70b"' in r]
-    assert gqa_rows and all("<td class=\"num\">0</td>" not in r for r in gqa_rows)  # absent, not 0
+    assert gqa_rows and all('<td class="num">0</td>' not in r for r in gqa_rows)  # absent, not 0
     assert "—" in gqa_rows[0]
     html = render_html(data)
     assert "--enable-prompt-tokens-details" in html
@@ -147,10 +208,19 @@ def test_stage_users_prefers_what_the_runner_sampled(tmp_path: Path) -> None:
     recorder = Recorder()
     for stage_index in (0, 1):
         recorder.add(_record("g", 0, stage=stage_index))
-    windows = [StageWindow(0, 0.0, 5.0, users=2, model_users={"g": 1, "m": 1}),
-               StageWindow(1, 5.0, 10.0, users=8, model_users={"g": 4, "m": 4})]
-    data = build_results(config, recorder, started_at=0.0, ended_at=10.0, stages=windows,  # type: ignore[arg-type]
-                         client=_client(), run_info={})
+    windows = [
+        StageWindow(0, 0.0, 5.0, users=2, model_users={"g": 1, "m": 1}),
+        StageWindow(1, 5.0, 10.0, users=8, model_users={"g": 4, "m": 4}),
+    ]
+    data = build_results(
+        config,
+        recorder,
+        started_at=0.0,
+        ended_at=10.0,
+        stages=windows,  # type: ignore[arg-type]
+        client=_client(),
+        run_info={},
+    )
     assert [(s.users, s.users_total) for s in data.model("g").stages] == [(1, 2), (4, 8)]
     console = Console(width=200, record=True)
     console.print(render_table(data))
@@ -180,8 +250,9 @@ def test_parse_start_spread() -> None:
 
 
 def _spread(mode: str | float = "auto", stage_s: float = 60.0) -> StartSpread:
-    return StartSpread(mode, stage_duration_s=stage_s, seed=0, role="local", recorder=Recorder(),
-                       placement=lambda: (0, 1))
+    return StartSpread(
+        mode, stage_duration_s=stage_s, seed=0, role="local", recorder=Recorder(), placement=lambda: (0, 1)
+    )
 
 
 def test_first_stage_pilot_then_offsets_of_its_duration() -> None:
@@ -227,8 +298,9 @@ def test_a_pilot_that_never_answers_releases_the_others_at_the_cap() -> None:
 
 
 def test_master_names_one_pilot_per_model_and_relays_its_duration() -> None:
-    master = StartSpread("auto", stage_duration_s=60.0, seed=0, role="master", recorder=Recorder(),
-                         placement=lambda: (0, 1))
+    master = StartSpread(
+        "auto", stage_duration_s=60.0, seed=0, role="master", recorder=Recorder(), placement=lambda: (0, 1)
+    )
     assert master.on_claim("g", "w1") == {"key": "g", "pilot": True, "d": None}
     assert master.on_claim("g", "w2")["pilot"] is False
     assert master.on_claim("m", "w2")["pilot"] is True  # each model has its own pilot
@@ -238,8 +310,9 @@ def test_master_names_one_pilot_per_model_and_relays_its_duration() -> None:
 
 def test_worker_claims_through_the_master() -> None:
     sent: list[tuple[str, dict[str, object]]] = []
-    worker = StartSpread("auto", stage_duration_s=60.0, seed=0, role="worker", recorder=Recorder(),
-                         placement=lambda: (1, 2))
+    worker = StartSpread(
+        "auto", stage_duration_s=60.0, seed=0, role="worker", recorder=Recorder(), placement=lambda: (1, 2)
+    )
     worker.send = lambda kind, data: sent.append((kind, data))
     answer = gevent.spawn(worker.first_request, "g", 0, ["g"])
     gevent.sleep(0.01)
@@ -301,8 +374,7 @@ def test_console_html_and_tab_show_the_range() -> None:
     base = results(gqa_model(), mla_model())
     server = _server(0.175, (0.1, 0.25))
     staged = [s.model_copy(update={"server": server}) for s in base.models[0].stages]
-    data = base.model_copy(update={"models": [base.models[0].model_copy(update={"stages": staged}),
-                                              base.models[1]]})
+    data = base.model_copy(update={"models": [base.models[0].model_copy(update={"stages": staged}), base.models[1]]})
     console = Console(width=220, record=True)
     table = console_table(data)
     assert table is not None

@@ -32,14 +32,17 @@ def test_default_deploy_scrapes_the_gpu_operators_namespace() -> None:
     assert any(r.get("regex") == "9400" for r in job["relabel_configs"])
     policy = next(o for o in manifests.load(ROOT / "deploy") if o["metadata"]["name"] == names.PROMETHEUS_DCGM_POLICY)
     assert policy["spec"]["egress"][0]["ports"] == [{"protocol": "TCP", "port": 9400}]
-    assert all(o["metadata"].get("namespace", names.NAMESPACE) == names.NAMESPACE
-               for o in manifests.load(ROOT / "deploy"))
+    assert all(
+        o["metadata"].get("namespace", names.NAMESPACE) == names.NAMESPACE for o in manifests.load(ROOT / "deploy")
+    )
 
 
 def test_rbac_lives_in_the_exporters_namespace_and_follows_the_flag() -> None:
     rbac = [d for d in yaml.safe_load_all((ROOT / "deploy" / names.GENERATED_DCGM_RBAC_FILE).read_text()) if d]
-    assert {(o["kind"], o["metadata"]["namespace"]) for o in rbac} == {("Role", "gpu-operator"),
-                                                                       ("RoleBinding", "gpu-operator")}
+    assert {(o["kind"], o["metadata"]["namespace"]) for o in rbac} == {
+        ("Role", "gpu-operator"),
+        ("RoleBinding", "gpu-operator"),
+    }
     rendered = generate.render(ROOT, names.MODEL_SERVER_NAMESPACES, ("nvidia-gpu",))
     prom = _prometheus_yml(rendered[names.GENERATED_PROMETHEUS_FILE])
     job = next(j for j in prom["scrape_configs"] if j["job_name"] == "dcgm-exporter")

@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 
 from attnload.errors import UsageError
-from attnload.server_metrics import ServerMetricsError
-from attnload.server_metrics.dcgm import has_dcgm, parse_dcgm
-from attnload.server_metrics.gpupoller import GpuMetricsPoller, GpuTarget
-from attnload.server_metrics.gpuwindow import GpuSample, GpuWindow, classify_bound
+from attnload.scrape import ServerMetricsError
+from attnload.scrape.dcgm import has_dcgm, parse_dcgm
+from attnload.scrape.gpupoller import GpuMetricsPoller, GpuTarget
+from attnload.scrape.gpuwindow import GpuSample, GpuWindow, classify_bound
 from helpers import ROOT
 
 DATA = ROOT / "tests" / "data" / "dcgm"
@@ -102,10 +102,19 @@ def test_default_counters_only_have_no_activity_and_no_bound() -> None:
     assert summary["gpus"] == 4 and summary["power_w"] == pytest.approx(512.25 + 498.75 + 603.5 + 611.0)
 
 
-@pytest.mark.parametrize(("dram", "tensor", "bound"), [
-    (0.78, 0.12, "bandwidth"), (0.20, 0.65, "compute"), (0.41, 0.55, "neither"), (0.10, 0.04, "neither"),
-    (0.30, 0.15, "bandwidth"), (0.24, 0.01, "neither"), (0.26, 0.01, "bandwidth"), (None, 0.5, None),
-])
+@pytest.mark.parametrize(
+    ("dram", "tensor", "bound"),
+    [
+        (0.78, 0.12, "bandwidth"),
+        (0.20, 0.65, "compute"),
+        (0.41, 0.55, "neither"),
+        (0.10, 0.04, "neither"),
+        (0.30, 0.15, "bandwidth"),
+        (0.24, 0.01, "neither"),
+        (0.26, 0.01, "bandwidth"),
+        (None, 0.5, None),
+    ],
+)
 def test_bound_rule(dram: float | None, tensor: float | None, bound: str | None) -> None:
     assert classify_bound(dram, tensor) == bound
 
@@ -134,12 +143,15 @@ def _poller(bodies: dict[str, list[str]], targets: list[GpuTarget]) -> GpuMetric
 
 def test_poller_two_models_one_exporter_and_a_404(caplog: pytest.LogCaptureFixture) -> None:
     url, missing, guessed = "http://dcgm:9400/metrics", "http://gone:9400/metrics", "http://vllm:8000/metrics"
-    poller = _poller({url: ["h100x4_two_pods_t0.prom", "h100x4_two_pods_t1_reset.prom"], missing: ["404"],
-                      guessed: ["404"]}, [
-        GpuTarget("llama", url, frozenset({"llama"}), selector=LLAMA),
-        GpuTarget("deepseek", url, frozenset({"deepseek"}), selector=DEEPSEEK),
-        GpuTarget("broken", missing, frozenset({"x"})),
-        GpuTarget("quiet", guessed, frozenset({"y"}), explicit=False)])
+    poller = _poller(
+        {url: ["h100x4_two_pods_t0.prom", "h100x4_two_pods_t1_reset.prom"], missing: ["404"], guessed: ["404"]},
+        [
+            GpuTarget("llama", url, frozenset({"llama"}), selector=LLAMA),
+            GpuTarget("deepseek", url, frozenset({"deepseek"}), selector=DEEPSEEK),
+            GpuTarget("broken", missing, frozenset({"x"})),
+            GpuTarget("quiet", guessed, frozenset({"y"}), explicit=False),
+        ],
+    )
     with caplog.at_level("DEBUG"):
         poller.poll_once()
         stage = poller.close_stage()
@@ -151,34 +163,56 @@ def test_poller_two_models_one_exporter_and_a_404(caplog: pytest.LogCaptureFixtu
 
 
 def test_config_keys_json_and_toml(tmp_path: Path) -> None:
-    from attnload.config.seed import load_config
+    from attnload.config.load import load_config
 
     json_path = tmp_path / "c.json"
-    json_path.write_text(json.dumps({"base_url": "http://127.0.0.1:8000", "models": {"m": {
-        "id": "llama-3-70b", "attention_type": "GQA", "gpu_metrics_url": "http://dcgm:9400/metrics",
-        "gpu_selector": {"namespace": "vllm", "pod": "llama-.*"}}}}))
+    json_path.write_text(
+        json.dumps(
+            {
+                "base_url": "http://127.0.0.1:8000",
+                "models": {
+                    "m": {
+                        "id": "llama-3-70b",
+                        "attention_type": "GQA",
+                        "gpu_metrics_url": "http://dcgm:9400/metrics",
+                        "gpu_selector": {"namespace": "vllm", "pod": "llama-.*"},
+                    }
+                },
+            }
+        )
+    )
     model = load_config(json_path).models[0]
     assert model.gpu_metrics_url == "http://dcgm:9400/metrics" and model.gpu_selector == {
-        "namespace": "vllm", "pod": "llama-.*"}
+        "namespace": "vllm",
+        "pod": "llama-.*",
+    }
     toml_path = tmp_path / "c.toml"
-    toml_path.write_text('[provider]\nbase_url = "http://127.0.0.1:8000"\n[models.m]\nid = "x"\nattention = "MLA"\n'
-                         'gpu_metrics_url = "http://dcgm:9400/metrics"\ngpu_selector = {Hostname = "n1", gpu = "0|1"}\n')
+    toml_path.write_text(
+        '[provider]\nbase_url = "http://127.0.0.1:8000"\n[models.m]\nid = "x"\nattention = "MLA"\n'
+        'gpu_metrics_url = "http://dcgm:9400/metrics"\ngpu_selector = {Hostname = "n1", gpu = "0|1"}\n'
+    )
     assert load_config(toml_path).models[0].gpu_selector == {"Hostname": "n1", "gpu": "0|1"}
 
 
-@pytest.mark.parametrize(("key", "value", "says"), [
-    ("gpu_selector", {"pod": "llama-(["}, "not a valid regular expression"),
-    ("gpu_selector", {"bad-label": "x"}, "not a Prometheus label name"),
-    ("gpu_selector", "pod=llama", "gpu_selector"),
-    ("gpu_metrics_url", "dcgm:9400", "gpu_metrics_url"),
-    ("gpu_selector", {f"l{i}": "x" for i in range(17)}, "at most 16"),
-])
+@pytest.mark.parametrize(
+    ("key", "value", "says"),
+    [
+        ("gpu_selector", {"pod": "llama-(["}, "not a valid regular expression"),
+        ("gpu_selector", {"bad-label": "x"}, "not a Prometheus label name"),
+        ("gpu_selector", "pod=llama", "gpu_selector"),
+        ("gpu_metrics_url", "dcgm:9400", "gpu_metrics_url"),
+        ("gpu_selector", {f"l{i}": "x" for i in range(17)}, "at most 16"),
+    ],
+)
 def test_bad_gpu_config_is_one_line(tmp_path: Path, key: str, value: object, says: str) -> None:
-    from attnload.config.seed import load_config
+    from attnload.config.load import load_config
 
     path = tmp_path / "c.json"
-    path.write_text(json.dumps({"base_url": "http://127.0.0.1:8000", "models": {"m": {
-        "id": "x", "attention_type": "GQA", key: value}}}))
+    path.write_text(
+        json.dumps(
+            {"base_url": "http://127.0.0.1:8000", "models": {"m": {"id": "x", "attention_type": "GQA", key: value}}}
+        )
+    )
     with pytest.raises(UsageError) as info:
         load_config(path)
     assert says in str(info.value) and "\n" not in str(info.value)
@@ -186,8 +220,9 @@ def test_bad_gpu_config_is_one_line(tmp_path: Path, key: str, value: object, say
 
 def test_a_selector_that_matches_nothing_turns_off_after_three_scrapes(caplog: pytest.LogCaptureFixture) -> None:
     url = "http://dcgm:9400/metrics"
-    poller = _poller({url: ["h100x4_two_pods_t0.prom"]},
-                     [GpuTarget("typo", url, frozenset({"x"}), selector=(("pod", "lama-.*"),))])
+    poller = _poller(
+        {url: ["h100x4_two_pods_t0.prom"]}, [GpuTarget("typo", url, frozenset({"x"}), selector=(("pod", "lama-.*"),))]
+    )
     poller.poll_once()
     poller.poll_once()
     assert poller.off() == {}
@@ -232,7 +267,7 @@ def test_sim_activity_follows_the_roofline_and_power_stays_under_tdp() -> None:
 
 
 def test_gpu_metrics_option_and_its_env_twin() -> None:
-    from attnload.runner.options import OPTION, server_metrics_mode
+    from attnload.plan.options import OPTION, server_metrics_mode
 
     option = OPTION["gpu-metrics"]
     assert option.env == "ATTNLOAD_GPU_METRICS" and option.locust_flag == "--attnload-gpu-metrics"
@@ -245,18 +280,48 @@ def test_gpu_metrics_option_and_its_env_twin() -> None:
 def _results_with_gpu() -> object:
     from attnload.results.model import Results
 
-    gpu = {"source": "dcgm", "gpus": 2, "samples": 10, "dram_active": {"mean": 0.78, "max": 0.8},
-           "tensor_active": {"mean": 0.12, "max": 0.13}, "sm_active": None, "gpu_util": {"mean": 1.0, "max": 1.0},
-           "power_w": 1011.0, "energy_j": 2022.0, "energy_from": "counter", "joules_per_output_token": 0.5,
-           "fb_used_gib": 143.6, "bound": "bandwidth"}
+    gpu = {
+        "source": "dcgm",
+        "gpus": 2,
+        "samples": 10,
+        "dram_active": {"mean": 0.78, "max": 0.8},
+        "tensor_active": {"mean": 0.12, "max": 0.13},
+        "sm_active": None,
+        "gpu_util": {"mean": 1.0, "max": 1.0},
+        "power_w": 1011.0,
+        "energy_j": 2022.0,
+        "energy_from": "counter",
+        "joules_per_output_token": 0.5,
+        "fb_used_gib": 143.6,
+        "bound": "bandwidth",
+    }
     stage = {"index": 1, "users": 64, "completion_tokens": 4044, "requests": {"ok": 10}, "gpu": gpu}
-    return Results.model_validate({
-        "schema": "attnload.results/v1", "started_at": "2026-12-01T00:00:00+00:00",
-        "ended_at": "2026-12-01T00:01:00+00:00", "duration_s": 60.0, "config_sha256": "x",
-        "models": [{"key": "gqa_model", "model": "llama-3-70b", "attention": "GQA", "completion_tokens": 4044,
-                    "attention_info": {"kv_bytes_per_token": 327680}, "stages": [stage], "gpu": gpu},
-                   {"key": "mla_model", "model": "deepseek-v3", "attention": "MLA", "stages": [
-                       {"index": 1, "users": 64, "requests": {"ok": 5}}]}]})
+    return Results.model_validate(
+        {
+            "schema": "attnload.results/v1",
+            "started_at": "2026-12-01T00:00:00+00:00",
+            "ended_at": "2026-12-01T00:01:00+00:00",
+            "duration_s": 60.0,
+            "config_sha256": "x",
+            "models": [
+                {
+                    "key": "gqa_model",
+                    "model": "llama-3-70b",
+                    "attention": "GQA",
+                    "completion_tokens": 4044,
+                    "attention_info": {"kv_bytes_per_token": 327680},
+                    "stages": [stage],
+                    "gpu": gpu,
+                },
+                {
+                    "key": "mla_model",
+                    "model": "deepseek-v3",
+                    "attention": "MLA",
+                    "stages": [{"index": 1, "users": 64, "requests": {"ok": 5}}],
+                },
+            ],
+        }
+    )
 
 
 def test_gpu_view_renders_in_console_html_tab_and_explanation() -> None:
@@ -280,20 +345,33 @@ def test_gpu_view_renders_in_console_html_tab_and_explanation() -> None:
     assert row["gpu_dram_pct"] == "78.0 %" and row["gpu_bound"] == "bandwidth"
     assert llm_rows(results)[1]["gpu_dram_pct"] == ""  # type: ignore[arg-type]
     paragraphs = " ".join(explain(results))  # type: ignore[arg-type]
-    assert "kept DRAM 78% active and tensor pipes 12%: bandwidth-bound, as 320 KiB of KV per token predicts" \
-        in paragraphs
+    assert (
+        "kept DRAM 78% active and tensor pipes 12%: bandwidth-bound, as 320 KiB of KV per token predicts" in paragraphs
+    )
     assert gpu_view.has_gpu(results)  # type: ignore[arg-type]
 
 
 def test_gpu_targets_explicit_guessed_and_not_guessed(tmp_path: Path) -> None:
-    from attnload.config.seed import load_config
+    from attnload.config.load import load_config
     from attnload.runner.gpuview import gpu_targets
 
     path = tmp_path / "c.json"
-    path.write_text(json.dumps({"base_url": "http://127.0.0.1:8000/v1", "models": {
-        "a": {"id": "llama-3-70b", "attention_type": "GQA", "gpu_metrics_url": "http://dcgm:9400/metrics",
-              "gpu_selector": {"pod": "llama-.*"}},
-        "b": {"id": "deepseek-v3", "attention_type": "MLA", "metrics_url": "http://127.0.0.1:8001/metrics"}}}))
+    path.write_text(
+        json.dumps(
+            {
+                "base_url": "http://127.0.0.1:8000/v1",
+                "models": {
+                    "a": {
+                        "id": "llama-3-70b",
+                        "attention_type": "GQA",
+                        "gpu_metrics_url": "http://dcgm:9400/metrics",
+                        "gpu_selector": {"pod": "llama-.*"},
+                    },
+                    "b": {"id": "deepseek-v3", "attention_type": "MLA", "metrics_url": "http://127.0.0.1:8001/metrics"},
+                },
+            }
+        )
+    )
     config = load_config(path)
     a, b = gpu_targets(config)
     assert (a.url, a.explicit, a.selector) == ("http://dcgm:9400/metrics", True, (("pod", "llama-.*"),))

@@ -57,8 +57,9 @@ def test_every_rendered_object_validates_strictly(obj: dict[str, Any]) -> None:
 
 def test_image_and_replicas_knobs_apply() -> None:
     assert KUSTOMIZATION["images"] == [{"name": "attnload", "newName": "attnload", "newTag": "0.1.0"}]
-    images = {c["image"] for o in RENDERED if o["kind"] == "Deployment"
-              for c in o["spec"]["template"]["spec"]["containers"]}
+    images = {
+        c["image"] for o in RENDERED if o["kind"] == "Deployment" for c in o["spec"]["template"]["spec"]["containers"]
+    }
     assert "attnload:0.1.0" in images and not any(i.startswith("attnload:") and i != "attnload:0.1.0" for i in images)
     assert _find("Deployment", names.WORKER_DEPLOYMENT)["spec"]["replicas"] == KUSTOMIZATION["replicas"][0]["count"]
 

@@ -12,11 +12,24 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "src" / "attnload"
-LOAD_GENERATOR = ("config", "workload", "client", "runner", "results", "metrics", "report", "observe", "cluster", "server_metrics",
-                  "commands",
-                  # issue 23: real engines in the loop (tiny generated models, the vLLM launcher); the
-                  # simulator stands apart from them too
-                  "engines")
+LOAD_GENERATOR = (
+    "config",
+    "workload",
+    "client",
+    "plan",
+    "runner",
+    "results",
+    "exporter",
+    "report",
+    "dashboards",
+    "cluster",
+    "scrape",
+    "commands",
+    "native",
+    # issue 23: real engines in the loop (tiny generated models, the vLLM launcher); the
+    # simulator stands apart from them too
+    "engines",
+)
 SIM_MAY_IMPORT = ("attnload.attention", "attnload.errors", "attnload.measure.histogram", "attnload.measure.tokens")
 MAY_IMPORT_SIM = ("attnload.commands", "attnload.cluster")
 MAX_PLAIN_MODULES = 4
@@ -93,7 +106,7 @@ def _cycles(*, module_level_only: bool) -> list[list[str]]:
         stack.append(node)
         for nxt in sorted(graph[node]):
             if state.get(nxt) == 1:
-                cycles.append(stack[stack.index(nxt):] + [nxt])
+                cycles.append(stack[stack.index(nxt) :] + [nxt])
             elif nxt not in state:
                 visit(nxt)
         stack.pop()
@@ -121,6 +134,7 @@ def test_packages_import_one_way() -> None:
         for target in _edges(module, module_level_only=False):
             if "." in target and target.split(".")[1] != source:
                 graph.setdefault(source, set()).add(target.split(".")[1])
+
     def reaches(start: str, goal: str, seen: set[str]) -> bool:
         return any(n == goal or (n not in seen and reaches(n, goal, seen | {n})) for n in graph.get(start, ()))
 
@@ -133,8 +147,11 @@ def test_few_plain_modules_at_the_top() -> None:
 
 
 def test_every_directory_is_a_regular_package() -> None:
-    missing = [str(d.relative_to(PACKAGE)) for d in PACKAGE.rglob("*") if d.is_dir() and any(d.glob("*.py"))
-               and not (d / "__init__.py").exists()]
+    missing = [
+        str(d.relative_to(PACKAGE))
+        for d in PACKAGE.rglob("*")
+        if d.is_dir() and any(d.glob("*.py")) and not (d / "__init__.py").exists()
+    ]
     assert missing == []
 
 
@@ -148,21 +165,35 @@ def test_the_simulator_imports_nothing_of_the_load_generator() -> None:
                 continue
             bad.append(f"{module}:{line} imports {target}")
     assert bad == []
-    assert all(not t.startswith(f"attnload.{p}") for m in SOURCES if m.startswith("attnload.sim")
-               for t, _n, _l in _imports(m) for p in LOAD_GENERATOR)
+    assert all(
+        not t.startswith(f"attnload.{p}")
+        for m in SOURCES
+        if m.startswith("attnload.sim")
+        for t, _n, _l in _imports(m)
+        for p in LOAD_GENERATOR
+    )
 
 
 def test_only_commands_and_cluster_import_the_simulator() -> None:
-    bad = [f"{module}:{line} imports {target}" for module in SOURCES
-           if not module.startswith(("attnload.sim", *MAY_IMPORT_SIM))
-           for target, _names, line in _imports(module) if target.startswith("attnload.sim")]
+    bad = [
+        f"{module}:{line} imports {target}"
+        for module in SOURCES
+        if not module.startswith(("attnload.sim", *MAY_IMPORT_SIM))
+        for target, _names, line in _imports(module)
+        if target.startswith("attnload.sim")
+    ]
     assert bad == []
 
 
 def test_no_private_name_crosses_modules() -> None:
-    bad = [f"{module}:{line} takes {name} from {target}" for module in SOURCES
-           for target, names, line in _imports(module) if target != module
-           for name in names if name.startswith("_") and not name.startswith("__")]
+    bad = [
+        f"{module}:{line} takes {name} from {target}"
+        for module in SOURCES
+        for target, names, line in _imports(module)
+        if target != module
+        for name in names
+        if name.startswith("_") and not name.startswith("__")
+    ]
     assert bad == []
 
 
@@ -197,6 +228,11 @@ def test_attention_types_are_one_table() -> None:
     assert tuple(KINDS) == ATTENTION_TYPES
     names = "|".join(ATTENTION_TYPES)
     branch = re.compile(rf"""(==|!=|\bin)\s*\(?\s*["']({names})["']""")
-    offenders = [f"{name}:{n}" for name, path in SOURCES.items() if name != "attnload.attention"
-                 for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1) if branch.search(line)]
+    offenders = [
+        f"{name}:{n}"
+        for name, path in SOURCES.items()
+        if name != "attnload.attention"
+        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if branch.search(line)
+    ]
     assert offenders == []

@@ -59,10 +59,20 @@ def test_prometheus_buckets_are_cumulative_and_complete() -> None:
 
 
 def record(outcome: str = "ok", stage: int = 0, ttft: float = 0.05) -> RequestRecord:
-    return RequestRecord(model_key="m", profile="p", stage=stage, outcome=outcome,
-                         error=None if outcome == "ok" else "server", ttft_s=ttft,
-                         itl_samples=((0.01, 1),) * 9, e2e_s=ttft + 0.09, prompt_tokens=10,
-                         completion_tokens=10, cached_prompt_tokens=2, tokens_estimated=False)
+    return RequestRecord(
+        model_key="m",
+        profile="p",
+        stage=stage,
+        outcome=outcome,
+        error=None if outcome == "ok" else "server",
+        ttft_s=ttft,
+        itl_samples=((0.01, 1),) * 9,
+        e2e_s=ttft + 0.09,
+        prompt_tokens=10,
+        completion_tokens=10,
+        cached_prompt_tokens=2,
+        tokens_estimated=False,
+    )
 
 
 def test_deltas_ship_each_record_exactly_once() -> None:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import urllib.request
 from pathlib import Path
 
+from attnload.exporter.exposition import FleetState, serve_metrics
 from attnload.measure.recorder import Recorder
-from attnload.metrics.exposition import FleetState, serve_metrics
-from attnload.runner.options import OPTIONS, RunOptions
+from attnload.plan.options import OPTIONS, RunOptions
 from helpers import free_port
 
 
@@ -18,7 +18,7 @@ def _listen_addresses(port: int) -> set[str]:
         local, state = line.split()[1], line.split()[3]
         address, hex_port = local.split(":")
         if int(hex_port, 16) == port and state == "0A":
-            found.add(".".join(str(int(address[i:i + 2], 16)) for i in (6, 4, 2, 0)))
+            found.add(".".join(str(int(address[i : i + 2], 16)) for i in (6, 4, 2, 0)))
     return found
 
 

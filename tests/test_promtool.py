@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from attnload.observe.prometheus import write_config
+from attnload.dashboards.prometheus import write_config
 
 REPO = Path(__file__).resolve().parents[1]
 PROM_DIR = REPO / "grafana" / "prometheus"
@@ -92,7 +92,11 @@ def test_dashboard_exprs_parse(tmp_path: Path) -> None:
 
 
 def test_launcher_config_is_valid(tmp_path: Path) -> None:
-    path = write_config({"attnload": "127.0.0.1:9646", "attnload-sim": "127.0.0.1:8000"}, tmp_path,
-                        scrape_interval_s=1.0, rules_file=PROM_DIR / "rules.yml")
+    path = write_config(
+        {"attnload": "127.0.0.1:9646", "attnload-sim": "127.0.0.1:8000"},
+        tmp_path,
+        scrape_interval_s=1.0,
+        rules_file=PROM_DIR / "rules.yml",
+    )
     out = promtool("check", "config", str(path))
     assert "SUCCESS" in out and (tmp_path / "rules.yml").is_file()

@@ -16,10 +16,13 @@ from test_report_factory import gqa_model, mla_model, results
 
 
 def _paired_run() -> Results:
-    summary = PairedSummary(baseline="llama-3-70b", pairs=165,
-                            ttft_s=PairedDiff(median_diff=0.0001, ci_low=-0.0002, ci_high=0.0004, n=165),
-                            tpot_s=PairedDiff(median_diff=0.002, ci_low=0.001, ci_high=0.003, n=165),
-                            e2e_s=PairedDiff(median_diff=-0.05, ci_low=-0.08, ci_high=-0.02, n=165))
+    summary = PairedSummary(
+        baseline="llama-3-70b",
+        pairs=165,
+        ttft_s=PairedDiff(median_diff=0.0001, ci_low=-0.0002, ci_high=0.0004, n=165),
+        tpot_s=PairedDiff(median_diff=0.002, ci_low=0.001, ci_high=0.003, n=165),
+        e2e_s=PairedDiff(median_diff=-0.05, ci_low=-0.08, ci_high=-0.02, n=165),
+    )
     return results(gqa_model(), mla_model().model_copy(update={"paired": summary}))
 
 
@@ -28,8 +31,13 @@ def test_console_shows_each_models_paired_differences_with_ci() -> None:
     print_summary(_paired_run(), console)
     text = console.export_text()
     assert "paired differences (model − llama-3-70b, ms, 95% CI)" in text
-    lines = {line.split()[2]: line for line in text.splitlines() if line.strip().startswith("deepseek-v3")
-             and "(MLA)" in line and ("TTFT" in line or "TPOT" in line or "end-to-end" in line)}
+    lines = {
+        line.split()[2]: line
+        for line in text.splitlines()
+        if line.strip().startswith("deepseek-v3")
+        and "(MLA)" in line
+        and ("TTFT" in line or "TPOT" in line or "end-to-end" in line)
+    }
     assert "+0.10" in lines["TTFT"] and "[-0.20, +0.40]" in lines["TTFT"] and "no difference shown" in lines["TTFT"]
     assert "[+1.00, +3.00]" in lines["TPOT"] and "slower" in lines["TPOT"]
     assert "faster" in lines["end-to-end"]
@@ -60,8 +68,9 @@ def test_send_order_is_seeded_and_balanced() -> None:
 
 def test_failures_chart_leaves_out_stop_time_cancellations() -> None:
     stopped = gqa_model().model_copy(update={"errors": {"cancelled": 4}, "requests": Requests(ok=10, cancelled=4)})
-    broken = mla_model().model_copy(update={"errors": {"timeout": 3, "cancelled": 1},
-                                            "requests": Requests(ok=10, failed=3, cancelled=1)})
+    broken = mla_model().model_copy(
+        update={"errors": {"timeout": 3, "cancelled": 1}, "requests": Requests(ok=10, failed=3, cancelled=1)}
+    )
     assert failures(stopped) == {} and failures(broken) == {"timeout": 3}
     titles = {title: svg for title, _, svg in charts(results(stopped, broken))}
     assert "Errors" not in titles

@@ -28,16 +28,25 @@ class FakeClock:
 
 
 def state(elapsed_s: float, stage: int, tokens: dict[str, int] | None = None, **kw: object) -> ProgressState:
-    values: dict[str, object] = {"stages": 3, "total_s": 60.0, "users": 16, "target_users": 16, "ok": 10,
-                                 "failed": 1, "completion_tokens": tokens or {"gqa": 0, "mla": 0}}
+    values: dict[str, object] = {
+        "stages": 3,
+        "total_s": 60.0,
+        "users": 16,
+        "target_users": 16,
+        "ok": 10,
+        "failed": 1,
+        "completion_tokens": tokens or {"gqa": 0, "mla": 0},
+    }
     values.update(kw)
     return ProgressState(elapsed_s=elapsed_s, stage=stage, **values)  # type: ignore[arg-type]
 
 
 def test_line_names_stage_users_time_counts_and_tok_s_per_model() -> None:
     line = format_line(state(42.0, 1, users=40, target_users=64), {"gqa_model": 2822.4, "mla_model": 1220.0})
-    assert line == ("stage 2/3 · 40/64 users · 0:42 elapsed, 0:18 left · ok 10 failed 1 · "
-                    "gqa_model 2,822 tok/s · mla_model 1,220 tok/s")
+    assert line == (
+        "stage 2/3 · 40/64 users · 0:42 elapsed, 0:18 left · ok 10 failed 1 · "
+        "gqa_model 2,822 tok/s · mla_model 1,220 tok/s"
+    )
     assert "req/s per model" in format_line(state(5, 0, target_rate=2.0, users=0, target_users=0), {})
     assert format_line(state(5, 0, stages=None, total_s=None), {}).startswith("stage 1 · 16 users · 0:05 elapsed ·")
     assert "CLIENT SATURATED" in format_line(state(5, 0, saturated=True), {})

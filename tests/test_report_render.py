@@ -30,7 +30,7 @@ def _console_text(run: Results) -> str:
 
 def test_console_table_medians_first_with_attention_columns() -> None:
     text = _console_text(pair())
-    header = text[text.index("TTFT"):]
+    header = text[text.index("TTFT") :]
     assert header.index("p50") < header.index("p99")
     assert "KV B/token" in text and "40,960" in text and "5.40 M" in text
     assert "256 users" in text and MIXED_MODELS_NOTE in text
@@ -80,9 +80,12 @@ def test_html_single_model_without_stages() -> None:
 
 def test_compare_flags_latency_up_and_throughput_down() -> None:
     base = pair()
-    worse_gqa = gqa_model().model_copy(update={
-        "ttft_s": gqa_model().ttft_s.model_copy(update={"p99": gqa_model().ttft_s.p99 * 1.2}),
-        "output_tokens_per_s": gqa_model().output_tokens_per_s * 0.8})
+    worse_gqa = gqa_model().model_copy(
+        update={
+            "ttft_s": gqa_model().ttft_s.model_copy(update={"p99": gqa_model().ttft_s.p99 * 1.2}),
+            "output_tokens_per_s": gqa_model().output_tokens_per_s * 0.8,
+        }
+    )
     cmp = compare_results(results(worse_gqa, mla_model()), base)
     assert cmp.regressions == ["llama-3-70b: TTFT p99, out tok/s"]
     assert compare_results(base, base).regressions == []

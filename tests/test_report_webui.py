@@ -87,17 +87,27 @@ def test_broken_snapshot_keeps_locust_stats_working(env: Environment) -> None:
 
 
 def test_rows_before_any_request_show_blanks() -> None:
-    empty = Results(started_at="t", ended_at="t", duration_s=0, config_sha256="0",
-                    models=[gqa_model().model_copy(update={"stages": [], "ttft_s": gqa_model().ttft_s.__class__()})])
+    empty = Results(
+        started_at="t",
+        ended_at="t",
+        duration_s=0,
+        config_sha256="0",
+        models=[gqa_model().model_copy(update={"stages": [], "ttft_s": gqa_model().ttft_s.__class__()})],
+    )
     (row,) = webui.llm_rows(empty)
     assert row["ttft_p50_ms"] == "" and row["stage"] == "run"
 
 
 def test_cells_read_like_the_console_never_raw_fractions() -> None:
     """KV used as "2.3 %" (one decimal), ms and tok/s rounded as the console tables round them."""
-    server = ServerSummary(source="vllm", samples=10, kv_cache_usage=GaugeSummary(mean=0.02309707431366254, max=0.05),
-                           requests_running=GaugeSummary(mean=4, max=8),
-                           requests_waiting=GaugeSummary(mean=1.2345, max=3), preemptions=12)
+    server = ServerSummary(
+        source="vllm",
+        samples=10,
+        kv_cache_usage=GaugeSummary(mean=0.02309707431366254, max=0.05),
+        requests_running=GaugeSummary(mean=4, max=8),
+        requests_waiting=GaugeSummary(mean=1.2345, max=3),
+        preemptions=12,
+    )
     model = gqa_model()
     last = model.stages[-1].model_copy(update={"server": server, "output_tokens_per_s": 1234.5678})
     last = last.model_copy(update={"ttft_s": last.ttft_s.model_copy(update={"p50": 0.0501234})})

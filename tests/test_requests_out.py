@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from attnload.config.seed import load_config
+from attnload.config.load import load_config
 from attnload.errors import UsageError
 from attnload.measure.recorder import RequestRecord
 from attnload.measure.requestlog import (
@@ -25,11 +25,11 @@ from attnload.measure.requestlog import (
     request_line,
     status_of,
 )
+from attnload.plan.options import requests_out_option
 from attnload.report.html import render_html
 from attnload.report.requests import MAX_POINTS, find_requests_file, read_lines, sample_points
 from attnload.results.model import RequestsOut, Results
 from attnload.results.requests_file import RequestsFile, requests_out_path
-from attnload.runner.options import requests_out_option
 from attnload.runner.requestsink import RequestSink
 from helpers import attnload, write_config
 from test_cluster import fake  # noqa: F401 - the fake Kubernetes API fixture
@@ -38,10 +38,22 @@ FACTS = TargetFacts("mla_model", "deepseek-chat", "MLA")
 
 
 def _record(**changes: object) -> RequestRecord:
-    base = RequestRecord(model_key="mla_model", profile="chat", stage=2, outcome="ok", error=None, ttft_s=0.25,
-                         itl_samples=((0.01, 1), (0.03, 1), (0.02, 2)), e2e_s=0.31, prompt_tokens=900,
-                         completion_tokens=5, cached_prompt_tokens=None, tokens_estimated=False,
-                         started_perf=100.0, http_status=200)
+    base = RequestRecord(
+        model_key="mla_model",
+        profile="chat",
+        stage=2,
+        outcome="ok",
+        error=None,
+        ttft_s=0.25,
+        itl_samples=((0.01, 1), (0.03, 1), (0.02, 2)),
+        e2e_s=0.31,
+        prompt_tokens=900,
+        completion_tokens=5,
+        cached_prompt_tokens=None,
+        tokens_estimated=False,
+        started_perf=100.0,
+        http_status=200,
+    )
     return replace(base, **changes)  # type: ignore[arg-type]
 
 
@@ -61,7 +73,13 @@ def test_a_closed_loop_line_maps_perf_times_to_epoch() -> None:
     line = request_line(_record(), FACTS, worker=3, who=Who(user=7), now_perf=1000.0, now_epoch=1_700_000_900.0)
     assert line["v"] == SCHEMA
     assert (line["target"], line["model"], line["attention"], line["stage"], line["worker"], line["user"]) == (
-        "mla_model", "deepseek-chat", "MLA", 2, 3, 7)
+        "mla_model",
+        "deepseek-chat",
+        "MLA",
+        2,
+        3,
+        7,
+    )
     assert line["start_s"] == 1_700_000_000.0 and line["intended_s"] is None
     assert line["first_token_s"] == 1_700_000_000.25 and line["end_s"] == 1_700_000_000.31
     assert (line["ttft_s"], line["e2e_s"], line["tpot_s"]) == (0.25, 0.31, 0.015)
@@ -72,17 +90,31 @@ def test_a_closed_loop_line_maps_perf_times_to_epoch() -> None:
 
 
 def test_an_open_loop_line_counts_from_the_intended_start() -> None:
-    record = _record(dispatch_lag_s=0.5, stage=-1, turn=2, outcome="failed", error="rate_limited", ttft_s=None,
-                     itl_samples=(), http_status=429, cached_prompt_tokens=128)
-    line = request_line(record, FACTS, worker=0, who=Who(conversation="w0o5"), now_perf=1000.0,
-                        now_epoch=1_700_000_900.0)
+    record = _record(
+        dispatch_lag_s=0.5,
+        stage=-1,
+        turn=2,
+        outcome="failed",
+        error="rate_limited",
+        ttft_s=None,
+        itl_samples=(),
+        http_status=429,
+        cached_prompt_tokens=128,
+    )
+    line = request_line(
+        record, FACTS, worker=0, who=Who(conversation="w0o5"), now_perf=1000.0, now_epoch=1_700_000_900.0
+    )
     assert line["intended_s"] == 1_699_999_999.5 and line["start_s"] == 1_700_000_000.0
     assert line["end_s"] == pytest.approx(1_699_999_999.5 + 0.31)
     assert line["stage"] is None  # a warm-up request: in no stage
     assert (line["conversation"], line["turn"], line["user"]) == ("w0o5", 2, None)
     assert (line["first_token_s"], line["itl_p50_s"], line["chunks"]) == (None, None, 0)
     assert (line["status"], line["error_class"], line["http_status"], line["cached_tokens"]) == (
-        "failed", "rate_limited", 429, 128)
+        "failed",
+        "rate_limited",
+        429,
+        128,
+    )
 
 
 def test_the_buffer_is_bounded_and_counts_what_it_drops() -> None:
@@ -148,15 +180,22 @@ def test_the_path_is_checked_and_made_absolute(tmp_path: Path, monkeypatch: pyte
 
 def test_run_refuses_a_directory_in_one_line(tmp_path: Path) -> None:
     config = write_config(tmp_path, "http://127.0.0.1:9")
-    done = subprocess.run(attnload("run", "-c", str(config), "--requests-out", str(tmp_path)),
-                          capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        attnload("run", "-c", str(config), "--requests-out", str(tmp_path)), capture_output=True, text=True, timeout=60
+    )
     assert done.returncode == 2
     assert done.stderr.strip().count("\n") == 0 and "--requests-out" in done.stderr and "Traceback" not in done.stderr
 
 
 def _results(path: str | None) -> Results:
-    data = {"schema": "attnload.results/v1", "started_at": "x", "ended_at": "y", "duration_s": 1.0,
-            "config_sha256": "0" * 64, "models": []}
+    data = {
+        "schema": "attnload.results/v1",
+        "started_at": "x",
+        "ended_at": "y",
+        "duration_s": 1.0,
+        "config_sha256": "0" * 64,
+        "models": [],
+    }
     if path is not None:
         data["requests_out"] = {"path": path, "schema": SCHEMA, "records": 1, "dropped": 0}
     return Results.model_validate(data)
@@ -166,8 +205,19 @@ def _write_lines(path: Path, n: int) -> None:
     with gzip.open(path, "wt") as handle:
         for i in range(n):
             key, attention = ("mla_model", "MLA") if i % 2 else ("gqa_model", "GQA")
-            handle.write(encode({"v": SCHEMA, "target": key, "attention": attention, "status": "ok",
-                                 "prompt_tokens": 64 + i % 4000, "ttft_s": 0.01 + (i % 4000) * 1e-5}) + "\n")
+            handle.write(
+                encode(
+                    {
+                        "v": SCHEMA,
+                        "target": key,
+                        "attention": attention,
+                        "status": "ok",
+                        "prompt_tokens": 64 + i % 4000,
+                        "ttft_s": 0.01 + (i % 4000) * 1e-5,
+                    }
+                )
+                + "\n"
+            )
         handle.write('{"status": "failed", "ttft_s": null, "prompt_tokens": 5}\n{"torn')
 
 
@@ -191,8 +241,8 @@ def test_the_report_finds_the_file_and_draws_the_scatter(tmp_path: Path) -> None
     with pytest.raises(UsageError, match="--requests"):
         find_requests_file(fetched, explicit=tmp_path / "missing.jsonl")
     html = render_html(_results(str(path)), requests=path)
-    scatter = html[html.index('id="plot-ttft-scatter"'):]
-    scatter = scatter[:scatter.index("</svg>")]
+    scatter = html[html.index('id="plot-ttft-scatter"') :]
+    scatter = scatter[: scatter.index("</svg>")]
     assert scatter.count('class="datum" data-series="gqa_model (GQA)"') == 150
     assert scatter.count('class="datum" data-series="mla_model (MLA)"') == 150
     assert "plot-ttft-scatter" not in render_html(_results(None))
@@ -203,12 +253,17 @@ def test_report_command_takes_requests(tmp_path: Path) -> None:
     _write_lines(lines, 50)
     results = tmp_path / "run.json"
     results.write_text(_results(None).to_json())
-    done = subprocess.run(attnload("report", str(results), "--requests", str(lines)), capture_output=True,
-                          text=True, timeout=60)
+    done = subprocess.run(
+        attnload("report", str(results), "--requests", str(lines)), capture_output=True, text=True, timeout=60
+    )
     assert done.returncode == 0, done.stderr
     assert "plot-ttft-scatter" in (tmp_path / "run.html").read_text()
-    done = subprocess.run(attnload("report", str(results), "--requests", str(tmp_path / "no.jsonl")),
-                          capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        attnload("report", str(results), "--requests", str(tmp_path / "no.jsonl")),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 2 and "--requests" in done.stderr and "Traceback" not in done.stderr
 
 
@@ -221,8 +276,9 @@ class _Raw(str):
         return self.raw
 
 
-def test_cluster_run_asks_for_the_file_and_results_fetches_it(request: pytest.FixtureRequest, tmp_path: Path,
-                                                              capsys: pytest.CaptureFixture[str]) -> None:
+def test_cluster_run_asks_for_the_file_and_results_fetches_it(
+    request: pytest.FixtureRequest, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     from urllib.parse import parse_qsl
 
     from attnload.commands.cli import main

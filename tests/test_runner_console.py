@@ -11,20 +11,32 @@ from pathlib import Path
 
 import pytest
 
-from attnload.config.seed import load_config
-from attnload.runner.launch import LoadPlan, _environment, _master_command
-from attnload.runner.options import truthy
+from attnload.config.load import load_config
+from attnload.plan.launch import LoadPlan, _environment, _master_command
+from attnload.plan.options import truthy
 from attnload.workload.shapes import parse_shape
 
 
 def plan(tmp_path: Path, **changes: object) -> LoadPlan:
     path = tmp_path / "c.json"
-    path.write_text(json.dumps({"base_url": "http://127.0.0.1:9/api",
-                                "models": {"m": {"id": "deepseek-chat", "attention_type": "MLA"}}}))
-    values: dict[str, object] = {"config": load_config(path), "config_path": path,
-                                 "shape": parse_shape("concurrency:2", 5.0), "spawn_rate": None, "workers": 1,
-                                 "results_dir": tmp_path, "metrics_port": 0, "headless": True, "web_port": 8089,
-                                 "profiles": "", "warmup": "0"}
+    path.write_text(
+        json.dumps(
+            {"base_url": "http://127.0.0.1:9/api", "models": {"m": {"id": "deepseek-chat", "attention_type": "MLA"}}}
+        )
+    )
+    values: dict[str, object] = {
+        "config": load_config(path),
+        "config_path": path,
+        "shape": parse_shape("concurrency:2", 5.0),
+        "spawn_rate": None,
+        "workers": 1,
+        "results_dir": tmp_path,
+        "metrics_port": 0,
+        "headless": True,
+        "web_port": 8089,
+        "profiles": "",
+        "warmup": "0",
+    }
     values.update(changes)
     return LoadPlan(**values)  # type: ignore[arg-type]
 
@@ -38,17 +50,21 @@ def test_default_master_has_no_periodic_table_and_every_process_is_told_quiet(tm
     assert _environment(loud)["ATTNLOAD_LOCUST_STATS"] == "1"
 
 
-@pytest.mark.parametrize(("text", "on"), [("1", True), ("true", True), ("YES", True), ("on", True), ("0", False),
-                                         ("", False), ("no", False), (None, False)])
+@pytest.mark.parametrize(
+    ("text", "on"),
+    [("1", True), ("true", True), ("YES", True), ("on", True), ("0", False), ("", False), ("no", False), (None, False)],
+)
 def test_on_off_values(text: str | None, on: bool) -> None:
     assert truthy(text) is on
 
 
 def test_silencing_mutes_only_locusts_table_logger() -> None:
     """In a child: importing Locust here would monkey-patch the test process with gevent."""
-    code = ("import logging; from attnload.runner.progress import silence_locust_tables, LOCUST_TABLES_LOGGER; "
-            "silence_locust_tables(); print(logging.getLogger(LOCUST_TABLES_LOGGER).disabled, "
-            "logging.getLogger('locust.runners').disabled, LOCUST_TABLES_LOGGER)")
+    code = (
+        "import logging; from attnload.runner.progress import silence_locust_tables, LOCUST_TABLES_LOGGER; "
+        "silence_locust_tables(); print(logging.getLogger(LOCUST_TABLES_LOGGER).disabled, "
+        "logging.getLogger('locust.runners').disabled, LOCUST_TABLES_LOGGER)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     assert out.stdout.split() == ["True", "False", "locust.stats_logger"]
     assert not logging.getLogger("locust.stats_logger").disabled

@@ -13,27 +13,50 @@ import pytest
 from attnload.cluster.cli import configure as configure_cluster
 from attnload.config.model import Slo
 from attnload.errors import UsageError
-from attnload.report.compare import compare_results
+from attnload.plan.options import add_load_arguments
+from attnload.report.compare import compare_results, regression_status
 from attnload.report.csvout import LLM_CSV_COLUMNS, write_llm_csv
+from attnload.results.exitcodes import ExitPolicy, make_policy, parse_fail_on, run_status
 from attnload.results.model import ClientInfo, ModelSummary, Results, StageSummary
-from attnload.runner.exitcodes import ExitPolicy, make_policy, parse_fail_on, regression_status, run_status
-from attnload.runner.options import add_load_arguments
 
 
-def model(key: str = "mla", *, ok: int = 10, failed: int = 0, ttft_p99: float = 0.1, tpot_p50: float = 0.01,
-          stages: list[StageSummary] | None = None, **extra: Any) -> ModelSummary:
-    return ModelSummary.model_validate({
-        "key": key, "model": f"{key}-id", "attention": "MLA", "requests": {"ok": ok, "failed": failed},
-        "ttft_s": {"count": ok, "p50": 0.05, "p99": ttft_p99, "max": ttft_p99},
-        "itl_s": {"count": ok, "p50": 0.01, "p99": 0.02, "max": 0.02},
-        "tpot_s": {"count": ok, "p50": tpot_p50, "p99": tpot_p50, "max": tpot_p50},
-        "e2e_s": {"count": ok, "p50": 0.5, "p99": 0.6, "max": 0.6},
-        "output_tokens_per_s": 100.0, "requests_per_s": 2.0, "stages": stages or [], **extra})
+def model(
+    key: str = "mla",
+    *,
+    ok: int = 10,
+    failed: int = 0,
+    ttft_p99: float = 0.1,
+    tpot_p50: float = 0.01,
+    stages: list[StageSummary] | None = None,
+    **extra: Any,
+) -> ModelSummary:
+    return ModelSummary.model_validate(
+        {
+            "key": key,
+            "model": f"{key}-id",
+            "attention": "MLA",
+            "requests": {"ok": ok, "failed": failed},
+            "ttft_s": {"count": ok, "p50": 0.05, "p99": ttft_p99, "max": ttft_p99},
+            "itl_s": {"count": ok, "p50": 0.01, "p99": 0.02, "max": 0.02},
+            "tpot_s": {"count": ok, "p50": tpot_p50, "p99": tpot_p50, "max": tpot_p50},
+            "e2e_s": {"count": ok, "p50": 0.5, "p99": 0.6, "max": 0.6},
+            "output_tokens_per_s": 100.0,
+            "requests_per_s": 2.0,
+            "stages": stages or [],
+            **extra,
+        }
+    )
 
 
 def results(*models: ModelSummary, client: ClientInfo | None = None) -> Results:
-    return Results(started_at="2026-01-01T00:00:00Z", ended_at="2026-01-01T00:01:00Z", duration_s=60.0,
-                   config_sha256="0" * 64, models=list(models), client=client or ClientInfo())
+    return Results(
+        started_at="2026-01-01T00:00:00Z",
+        ended_at="2026-01-01T00:01:00Z",
+        duration_s=60.0,
+        config_sha256="0" * 64,
+        models=list(models),
+        client=client or ClientInfo(),
+    )
 
 
 # ------------------------------------------------------------------ run_status
@@ -66,12 +89,16 @@ def test_slo_breach_exits_1_only_when_asked() -> None:
 
 def test_saturated_and_server_gap() -> None:
     gap = StageSummary(index=2, users=64, flags=["server_client_gap"])
-    run = results(model(stages=[StageSummary(index=1, users=8), gap]),
-                  client=ClientInfo(client_saturated=True, saturation_reasons=["cpu 97% on worker w1"]))
+    run = results(
+        model(stages=[StageSummary(index=1, users=8), gap]),
+        client=ClientInfo(client_saturated=True, saturation_reasons=["cpu 97% on worker w1"]),
+    )
     code, reasons = run_status(run, ExitPolicy(fail_on=frozenset({"saturated", "server-gap"})))
     assert code == 1
-    assert reasons == ["client saturated (cpu 97% on worker w1): the client, not the server, may have set the "
-                       "latencies", "server/client gap: mla stage 2 (64 users)"]
+    assert reasons == [
+        "client saturated (cpu 97% on worker w1): the client, not the server, may have set the latencies",
+        "server/client gap: mla stage 2 (64 users)",
+    ]
     assert run_status(run, ExitPolicy()) == (0, [])
 
 
@@ -132,8 +159,11 @@ def test_locust_short_flags_and_old_names_are_one_option() -> None:
 def test_cluster_run_takes_the_same_spellings() -> None:
     parser = argparse.ArgumentParser()
     configure_cluster(parser)
-    for flags in (["-u", "5", "-r", "2", "-t", "1m"], ["--users", "5", "--spawn-rate", "2", "--run-time", "1m"],
-                  ["--users", "5", "--spawn-rate", "2", "--duration", "1m"]):
+    for flags in (
+        ["-u", "5", "-r", "2", "-t", "1m"],
+        ["--users", "5", "--spawn-rate", "2", "--run-time", "1m"],
+        ["--users", "5", "--spawn-rate", "2", "--duration", "1m"],
+    ):
         args = parser.parse_args(["run", *flags])
         assert (args.users, args.spawn_rate, args.run_time) == (5, 2.0, "1m")
 
@@ -142,9 +172,15 @@ def test_cluster_run_takes_the_same_spellings() -> None:
 
 
 def test_llm_csv_has_a_row_per_stage_and_an_aggregated_row(tmp_path: Path) -> None:
-    stage = StageSummary.model_validate({"index": 0, "users": 8, "requests": {"ok": 4},
-                                         "ttft_s": {"count": 4, "p50": 0.05, "p99": 0.06},
-                                         "output_tokens_per_s": 50.0})
+    stage = StageSummary.model_validate(
+        {
+            "index": 0,
+            "users": 8,
+            "requests": {"ok": 4},
+            "ttft_s": {"count": 4, "p50": 0.05, "p99": 0.06},
+            "output_tokens_per_s": 50.0,
+        }
+    )
     path = write_llm_csv(results(model(stages=[stage])), tmp_path / "sub" / "run")
     assert path == tmp_path / "sub" / "run_llm.csv"
     rows = list(csv.reader(path.open(encoding="utf-8")))

@@ -58,9 +58,20 @@ def test_peak_resets_after_each_report(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def _record(gaps: tuple[float, ...]) -> RequestRecord:
-    return RequestRecord(model_key="m", profile="p", stage=0, outcome="ok", error=None, ttft_s=0.05,
-                         itl_samples=tuple((g, 1) for g in gaps), e2e_s=1.0, prompt_tokens=10,
-                         completion_tokens=len(gaps) + 1, cached_prompt_tokens=0, tokens_estimated=False)
+    return RequestRecord(
+        model_key="m",
+        profile="p",
+        stage=0,
+        outcome="ok",
+        error=None,
+        ttft_s=0.05,
+        itl_samples=tuple((g, 1) for g in gaps),
+        e2e_s=1.0,
+        prompt_tokens=10,
+        completion_tokens=len(gaps) + 1,
+        cached_prompt_tokens=0,
+        tokens_estimated=False,
+    )
 
 
 def test_itl_collapse_flags_a_client_that_reads_chunks_in_bursts() -> None:

@@ -12,17 +12,21 @@ from pathlib import Path
 import pytest
 
 from attnload.results.model import ClientInfo, ModelSummary, Requests, Results, load_results
+from attnload.results.outcome import exit_status
 from attnload.results.write import atomic_write_text, write_results, write_snapshot
 from attnload.runner.health import RunHealth
-from attnload.runner.outcome import exit_status
 from attnload.runner.stops import DEFAULT_SNAPSHOT_INTERVAL_S, signal_exit_code, snapshot_interval
 
 
 def results(ok: int = 3, failed: int = 0, **client: object) -> Results:
-    return Results(started_at="2026-01-01T00:00:00Z", ended_at="2026-01-01T00:01:00Z", duration_s=60.0,
-                   config_sha256="0" * 64, client=ClientInfo(**client),  # type: ignore[arg-type]
-                   models=[ModelSummary(key="m", model="llama-3-70b", attention="GQA",
-                                        requests=Requests(ok=ok, failed=failed))])
+    return Results(
+        started_at="2026-01-01T00:00:00Z",
+        ended_at="2026-01-01T00:01:00Z",
+        duration_s=60.0,
+        config_sha256="0" * 64,
+        client=ClientInfo(**client),  # type: ignore[arg-type]
+        models=[ModelSummary(key="m", model="llama-3-70b", attention="GQA", requests=Requests(ok=ok, failed=failed))],
+    )
 
 
 def test_atomic_write_replaces_whole_and_leaves_no_temporary(tmp_path: Path) -> None:
@@ -44,7 +48,9 @@ def test_a_snapshot_is_marked_interrupted_until_the_final_write_replaces_it(tmp_
     data = json.loads(final.read_text())
     assert data["interrupted"] is False and data["models"][0]["requests"]["ok"] == 5
     assert final.with_suffix(".html").read_text() == "<html>"
-    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([final.name, final.with_suffix(".html").name, "latest.txt"])
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        [final.name, final.with_suffix(".html").name, "latest.txt"]
+    )
 
 
 def test_old_results_without_the_field_read_as_not_interrupted(tmp_path: Path) -> None:
@@ -55,17 +61,20 @@ def test_old_results_without_the_field_read_as_not_interrupted(tmp_path: Path) -
     assert load_results(path).interrupted is False
 
 
-@pytest.mark.parametrize(("given", "code", "says"), [
-    ((results(), None), 0, None),
-    ((results(ok=0, failed=4), None), 0, None),  # failed requests are the --fail-on policy's business
-    ((results(), signal.SIGTERM), 143, "interrupted by SIGTERM: results so far written"),
-    ((None, signal.SIGINT), 130, "interrupted by SIGINT: no results were written"),
-    ((None, None), 1, "without writing results"),
-    ((results().model_copy(update={"interrupted": True}), None), 1, "last snapshot"),
-    ((results(ok=0, scheduler_error="OverflowError: x"), None), 1, "scheduler died (OverflowError: x)"),
-    ((results(ok=0, users_started=4, users_crashed=4), None), 1, "every user crashed (4 of 4)"),
-    ((results(ok=0), None), 1, "nothing was sent"),
-])
+@pytest.mark.parametrize(
+    ("given", "code", "says"),
+    [
+        ((results(), None), 0, None),
+        ((results(ok=0, failed=4), None), 0, None),  # failed requests are the --fail-on policy's business
+        ((results(), signal.SIGTERM), 143, "interrupted by SIGTERM: results so far written"),
+        ((None, signal.SIGINT), 130, "interrupted by SIGINT: no results were written"),
+        ((None, None), 1, "without writing results"),
+        ((results().model_copy(update={"interrupted": True}), None), 1, "last snapshot"),
+        ((results(ok=0, scheduler_error="OverflowError: x"), None), 1, "scheduler died (OverflowError: x)"),
+        ((results(ok=0, users_started=4, users_crashed=4), None), 1, "every user crashed (4 of 4)"),
+        ((results(ok=0), None), 1, "nothing was sent"),
+    ],
+)
 def test_exit_status(given: tuple[Results | None, int | None], code: int, says: str | None) -> None:
     got_code, message = exit_status(*given)
     assert got_code == code
@@ -87,13 +96,24 @@ def test_health_sums_workers_and_keeps_the_first_scheduler_error() -> None:
     master.merge("w2", two.payload(started=3))
     master.merge("w2", two.payload(started=3))  # reports are cumulative: the latest replaces
     assert master.client_fields(started_here=0) == {
-        "users_started": 5, "users_crashed": 1,
-        "scheduler_error": "OverflowError: cannot convert float infinity to integer"}
+        "users_started": 5,
+        "users_crashed": 1,
+        "scheduler_error": "OverflowError: cannot convert float infinity to integer",
+    }
 
 
-@pytest.mark.parametrize(("raw", "expected"), [("", DEFAULT_SNAPSHOT_INTERVAL_S), ("5", 5.0), ("0", 0.0),
-                                               ("nan", DEFAULT_SNAPSHOT_INTERVAL_S), ("-1", DEFAULT_SNAPSHOT_INTERVAL_S),
-                                               ("inf", DEFAULT_SNAPSHOT_INTERVAL_S), (None, DEFAULT_SNAPSHOT_INTERVAL_S)])
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        ("", DEFAULT_SNAPSHOT_INTERVAL_S),
+        ("5", 5.0),
+        ("0", 0.0),
+        ("nan", DEFAULT_SNAPSHOT_INTERVAL_S),
+        ("-1", DEFAULT_SNAPSHOT_INTERVAL_S),
+        ("inf", DEFAULT_SNAPSHOT_INTERVAL_S),
+        (None, DEFAULT_SNAPSHOT_INTERVAL_S),
+    ],
+)
 def test_snapshot_interval_from_locust_options(raw: str | None, expected: float) -> None:
     assert snapshot_interval(Namespace(attnload_snapshot_interval=raw)) == expected
 
@@ -108,9 +128,15 @@ def test_a_bad_snapshot_interval_is_one_line_and_exit_2(tmp_path: Path, value: s
     import sys
 
     config = tmp_path / "c.json"
-    config.write_text(json.dumps({"base_url": "http://127.0.0.1:9/v1",
-                                  "models": {"m": {"id": "x", "attention_type": "GQA"}}}))
-    done = subprocess.run([sys.executable, "-m", "attnload", "run", "-c", str(config), "--snapshot-interval", value],
-                          capture_output=True, text=True, timeout=60, env={**os.environ})
+    config.write_text(
+        json.dumps({"base_url": "http://127.0.0.1:9/v1", "models": {"m": {"id": "x", "attention_type": "GQA"}}})
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "attnload", "run", "-c", str(config), "--snapshot-interval", value],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ},
+    )
     assert done.returncode == 2, done.stderr
     assert done.stderr.strip().count("\n") == 0 and "--snapshot-interval" in done.stderr

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from attnload.config.seed import load_config
+from attnload.config.load import load_config
 from attnload.errors import UsageError
 from attnload.measure.context import ContextRecorder, prompt_bucket
 from attnload.measure.recorder import RequestRecord
@@ -30,30 +30,66 @@ SHAREGPT = ROOT / "examples" / "datasets" / "chat_sample.sharegpt.json"
 
 
 def write(tmp_path: Path, workload: dict[str, object], **models: dict[str, object]) -> Path:
-    data = {"base_url": "http://127.0.0.1:9/api", "seed": 3, "workload": workload,
-            "models": models or {"g": {"id": "llama-3-70b", "attention_type": "GQA"},
-                                 "m": {"id": "deepseek-v3", "attention_type": "MLA", "max_context": 100000}}}
+    data = {
+        "base_url": "http://127.0.0.1:9/api",
+        "seed": 3,
+        "workload": workload,
+        "models": models
+        or {
+            "g": {"id": "llama-3-70b", "attention_type": "GQA"},
+            "m": {"id": "deepseek-v3", "attention_type": "MLA", "max_context": 100000},
+        },
+    }
     path = tmp_path / "config.json"
     path.write_text(json.dumps(data))
     return path
 
 
-def record(model: str, turn: int | None, prompt: int, cached: int, ttft: float, outcome: str = "ok",
-           sent_at: float | None = None) -> RequestRecord:
-    return RequestRecord(model_key=model, profile="p", stage=0, outcome=outcome, error=None, ttft_s=ttft,
-                         itl_samples=((0.01, 1),), e2e_s=ttft + 0.01, prompt_tokens=prompt, completion_tokens=2,
-                         cached_prompt_tokens=cached, tokens_estimated=False, turn=turn, sent_at=sent_at)
+def record(
+    model: str,
+    turn: int | None,
+    prompt: int,
+    cached: int,
+    ttft: float,
+    outcome: str = "ok",
+    sent_at: float | None = None,
+) -> RequestRecord:
+    return RequestRecord(
+        model_key=model,
+        profile="p",
+        stage=0,
+        outcome=outcome,
+        error=None,
+        ttft_s=ttft,
+        itl_samples=((0.01, 1),),
+        e2e_s=ttft + 0.01,
+        prompt_tokens=prompt,
+        completion_tokens=2,
+        cached_prompt_tokens=cached,
+        tokens_estimated=False,
+        turn=turn,
+        sent_at=sent_at,
+    )
 
 
 # ----------------------------------------------------------------------------- config
 
 
 def test_config_keys_conversation_dataset_and_tokenizer(tmp_path: Path) -> None:
-    path = write(tmp_path, {
-        "chat": {"conversation": {"turns": {"dist": "uniform", "min": 2, "max": 4},
-                                  "think_time_s": {"dist": "exponential", "mean": 1.5}, "user_tokens": 50}},
-        "data": {"dataset": {"path": str(SHAREGPT), "turns": "all"}}},
-        g={"id": "llama-3-70b", "attention_type": "GQA", "tokenizer": "/models/tok.json"})
+    path = write(
+        tmp_path,
+        {
+            "chat": {
+                "conversation": {
+                    "turns": {"dist": "uniform", "min": 2, "max": 4},
+                    "think_time_s": {"dist": "exponential", "mean": 1.5},
+                    "user_tokens": 50,
+                }
+            },
+            "data": {"dataset": {"path": str(SHAREGPT), "turns": "all"}},
+        },
+        g={"id": "llama-3-70b", "attention_type": "GQA", "tokenizer": "/models/tok.json"},
+    )
     config = load_config(path)
     chat, data = config.profile("chat"), config.profile("data")
     assert chat.conversational and data.conversational
@@ -62,11 +98,14 @@ def test_config_keys_conversation_dataset_and_tokenizer(tmp_path: Path) -> None:
     assert config.model("g").tokenizer == "/models/tok.json"
 
 
-@pytest.mark.parametrize(("profile", "message"), [
-    ({"conversation": {"turns": 3}}, "user_tokens"),
-    ({"conversation": {"turns": 0, "user_tokens": 5}}, "at least 1"),
-    ({"dataset": {"path": "x.jsonl", "format": "csv"}}, "format"),
-])
+@pytest.mark.parametrize(
+    ("profile", "message"),
+    [
+        ({"conversation": {"turns": 3}}, "user_tokens"),
+        ({"conversation": {"turns": 0, "user_tokens": 5}}, "at least 1"),
+        ({"dataset": {"path": "x.jsonl", "format": "csv"}}, "format"),
+    ],
+)
 def test_bad_traffic_keys_are_one_line(tmp_path: Path, profile: dict[str, object], message: str) -> None:
     with pytest.raises(UsageError) as error:
         load_config(write(tmp_path, {"p": profile}))
@@ -82,8 +121,11 @@ def reply(model: str, text: str, outcome: str = "ok") -> RequestRecord:
 
 
 def test_paired_session_same_script_each_model_its_own_history(tmp_path: Path) -> None:
-    config = load_config(write(tmp_path, {"chat": {"conversation": {"turns": 3, "think_time_s": 0.25,
-                                                                   "user_tokens": 30}, "max_tokens": 7}}))
+    config = load_config(
+        write(
+            tmp_path, {"chat": {"conversation": {"turns": 3, "think_time_s": 0.25, "user_tokens": 30}, "max_tokens": 7}}
+        )
+    )
     traffic = Traffic(config, Workload(config), lambda: (0, 1))
     session = traffic.session(["g", "m"])
     first = session.next()
@@ -186,10 +228,27 @@ def test_context_recorder_merges_worker_deltas_into_the_turn_table() -> None:
 
 
 def test_report_and_web_ui_show_turns_and_ttft_by_context() -> None:
-    turn_rows = [TurnSummary(turn=t, requests=10, prompt_tokens_mean=100.0 * t, cached_tokens_mean=90.0 * (t - 1),
-                             ttft_s=summary(0.01 * t), itl_s=summary(0.005)) for t in (1, 2, 3)]
-    buckets = [PromptLengthBucket(min_tokens=lo, max_tokens=lo * 2 or 128, requests=5, prompt_tokens_mean=lo + 50.0,
-                                  ttft_s=summary(0.02 + lo / 1e5)) for lo in (0, 128, 256)]
+    turn_rows = [
+        TurnSummary(
+            turn=t,
+            requests=10,
+            prompt_tokens_mean=100.0 * t,
+            cached_tokens_mean=90.0 * (t - 1),
+            ttft_s=summary(0.01 * t),
+            itl_s=summary(0.005),
+        )
+        for t in (1, 2, 3)
+    ]
+    buckets = [
+        PromptLengthBucket(
+            min_tokens=lo,
+            max_tokens=lo * 2 or 128,
+            requests=5,
+            prompt_tokens_mean=lo + 50.0,
+            ttft_s=summary(0.02 + lo / 1e5),
+        )
+        for lo in (0, 128, 256)
+    ]
     gqa = gqa_model().model_copy(update={"turns": turn_rows, "ttft_by_prompt_tokens": buckets})
     mla = mla_model().model_copy(update={"turns": turn_rows, "ttft_by_prompt_tokens": buckets})
     data = results(gqa, mla)

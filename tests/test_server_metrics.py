@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from attnload.server_metrics import (
+from attnload.scrape import (
     SGLANG,
     SIM,
     VLLM,
@@ -81,7 +81,11 @@ def test_vllm_two_engines_sum_counts_and_average_usage() -> None:
     assert (s.model_name, s.running, s.waiting, s.preemptions) == (DSV3, 24, 3, 8)
     assert s.kv_cache_usage == pytest.approx(0.6, abs=1e-12)  # mean of 0.5 and 0.7, not 1.2
     assert (s.prefix_cache_queries, s.prefix_cache_hits, s.prompt_tokens, s.generation_tokens) == (
-        20000, 3000, 20000, 50000)
+        20000,
+        3000,
+        20000,
+        50000,
+    )
     buckets = dict(s.ttft_buckets)
     assert (buckets[0.1], buckets[0.25], buckets[0.5], buckets[float("inf")]) == (40, 90, 100, 100)
     assert (s.queue_time_sum_s, s.queue_time_count) == (5.0, 100)
@@ -104,7 +108,8 @@ def test_sglang_tp_ranks_of_one_scheduler_are_copies_not_parts() -> None:
 
 def test_model_selection_by_id_alias_and_single_model() -> None:
     two = body("vllm_v0_gpu_cache.prom") + body("vllm_v0_gpu_cache.prom").replace(
-        'model_name="llama-3-70b"', 'model_name="other-model"').replace("# ", "#x ")
+        'model_name="llama-3-70b"', 'model_name="other-model"'
+    ).replace("# ", "#x ")
     exposition = parse_exposition("\n".join(line for line in two.splitlines() if not line.startswith("#x")))
     assert sorted(exposition.samples) == ["llama-3-70b", "other-model"]
     picked = exposition.sample_for({"LLAMA-3-70B"})
@@ -115,8 +120,9 @@ def test_model_selection_by_id_alias_and_single_model() -> None:
     assert only is not None and only.model_name == LLAMA  # the only model served
 
 
-@pytest.mark.parametrize(("name", "reason"), [("garbage_404.html", "not_prometheus"),
-                                              ("not_a_model_server.prom", "unknown_server")])
+@pytest.mark.parametrize(
+    ("name", "reason"), [("garbage_404.html", "not_prometheus"), ("not_a_model_server.prom", "unknown_server")]
+)
 def test_bodies_that_are_not_a_model_server(name: str, reason: str) -> None:
     with pytest.raises(ServerMetricsError) as caught:
         parse_exposition(body(name))
@@ -135,21 +141,32 @@ def test_json_and_binary_bodies_are_typed_errors() -> None:
 def test_window_exact_deltas_and_ttft_quantiles() -> None:
     window = window_over("vllm_v1_t0.prom", "vllm_v1_t1.prom")
     assert window.summary() == {
-        "source": "vllm", "samples": 2,
+        "source": "vllm",
+        "samples": 2,
         "kv_cache_usage": {"mean": pytest.approx(0.61), "max": 0.97},
-        "requests_running": {"mean": 38.0, "max": 64.0}, "requests_waiting": {"mean": 3.5, "max": 7.0},
-        "preemptions": 5, "prefix_cache_hit_ratio": 0.2, "prompt_tokens": 20000, "generation_tokens": 40000,
+        "requests_running": {"mean": 38.0, "max": 64.0},
+        "requests_waiting": {"mean": 3.5, "max": 7.0},
+        "preemptions": 5,
+        "prefix_cache_hit_ratio": 0.2,
+        "prompt_tokens": 20000,
+        "generation_tokens": 40000,
         # delta: 80 in (0.75, 1], 110 in (1, 2.5], 10 in (2.5, 5]; interpolated as histogram_quantile
-        "ttft_p50_s": pytest.approx(1.0 + 1.5 * 20 / 110, rel=1e-12), "ttft_p99_s": pytest.approx(4.5, rel=1e-12),
+        "ttft_p50_s": pytest.approx(1.0 + 1.5 * 20 / 110, rel=1e-12),
+        "ttft_p99_s": pytest.approx(4.5, rel=1e-12),
         # the buckets those quantiles were interpolated in (vLLM's bounds: …0.75, 1.0, 2.5, 5.0…)
-        "ttft_p50_bucket_s": (1.0, 2.5), "ttft_p99_bucket_s": (2.5, 5.0)}
+        "ttft_p50_bucket_s": (1.0, 2.5),
+        "ttft_p99_bucket_s": (2.5, 5.0),
+    }
     assert window.queue_time_mean_s == pytest.approx(0.3)  # (65 - 5) s over (300 - 100) requests
 
 
 def test_window_counter_reset_counts_the_new_value() -> None:
     summary = window_over("vllm_v1_t0.prom", "vllm_restart_before.prom", "vllm_restart_after.prom").summary()
     assert (summary["preemptions"], summary["prompt_tokens"], summary["generation_tokens"]) == (
-        (20 - 4) + 1, (50000 - 10000) + 2000, (150000 - 50000) + 6000)
+        (20 - 4) + 1,
+        (50000 - 10000) + 2000,
+        (150000 - 50000) + 6000,
+    )
     assert summary["prefix_cache_hit_ratio"] == pytest.approx((7500 + 1000) / 42000, rel=1e-12)
     # TTFT: 300 before the restart (150 in (0.75,1], 140 in (1,2.5], 10 in (2.5,5]) + 10 after (5 ≤ 0.5, 5 ≤ 1)
     assert summary["ttft_p50_s"] == pytest.approx(0.75 + 0.25 * 150 / 155, rel=1e-12)
@@ -161,7 +178,11 @@ def test_sglang_window_ratio_from_token_counters() -> None:
     window = window_over("sglang_dp2_t0.prom", "sglang_dp2_t1.prom")
     summary = window.summary()
     assert (summary["source"], summary["preemptions"], summary["prompt_tokens"], summary["generation_tokens"]) == (
-        "sglang", (9 - 6) + (3 - 1), 100000, 40000)
+        "sglang",
+        (9 - 6) + (3 - 1),
+        100000,
+        40000,
+    )
     assert summary["prefix_cache_hit_ratio"] == pytest.approx(0.3)  # 30000 cached of 100000 prompt tokens
     assert summary["requests_waiting"] == {"mean": 12.5, "max": 21.0}
     assert summary["kv_cache_usage"]["max"] == pytest.approx(0.93)
@@ -243,10 +264,15 @@ def test_default_metrics_url_is_the_root_of_the_base_url_port() -> None:
 
 
 def test_poller_exact_deltas_from_a_live_server(serve: Callable[..., str], caplog: pytest.LogCaptureFixture) -> None:
-    url = default_metrics_url(serve([body("vllm_v1_t0.prom"), body("vllm_v1_t1.prom"),
-                                     body("vllm_restart_before.prom")]))
-    poller = ServerMetricsPoller([ScrapeTarget("gqa", url, frozenset({LLAMA})),
-                                  ScrapeTarget("alias", url, frozenset({"llama-3.3-70b-instruct"}))])
+    url = default_metrics_url(
+        serve([body("vllm_v1_t0.prom"), body("vllm_v1_t1.prom"), body("vllm_restart_before.prom")])
+    )
+    poller = ServerMetricsPoller(
+        [
+            ScrapeTarget("gqa", url, frozenset({LLAMA})),
+            ScrapeTarget("alias", url, frozenset({"llama-3.3-70b-instruct"})),
+        ]
+    )
     assert poller.urls() == [url]  # one fetch serves both models
     with caplog.at_level(logging.WARNING):
         poller.poll_once()
@@ -255,16 +281,16 @@ def test_poller_exact_deltas_from_a_live_server(serve: Callable[..., str], caplo
         stage2 = poller.close_stage()  # scrapes once more at the boundary
     assert not caplog.records
     assert stage1["gqa"] == stage1["alias"]
-    assert (stage1["gqa"]["preemptions"], stage1["gqa"]["generation_tokens"], stage1["gqa"]["samples"]) == (
-        5, 40000, 2)
+    assert (stage1["gqa"]["preemptions"], stage1["gqa"]["generation_tokens"], stage1["gqa"]["samples"]) == (5, 40000, 2)
     assert stage1["gqa"]["ttft_p99_s"] == pytest.approx(4.5)
     assert (stage2["gqa"]["preemptions"], stage2["gqa"]["prompt_tokens"]) == (11, 20000)
 
 
 def test_poller_404_turns_off_with_one_warning(serve: Callable[..., str], caplog: pytest.LogCaptureFixture) -> None:
     url = default_metrics_url(serve(["404 page not found"], status=404))
-    poller = ServerMetricsPoller([ScrapeTarget("gqa", url, frozenset({"x"})),
-                                  ScrapeTarget("mla", url, frozenset({"y"}))])
+    poller = ServerMetricsPoller(
+        [ScrapeTarget("gqa", url, frozenset({"x"})), ScrapeTarget("mla", url, frozenset({"y"}))]
+    )
     with caplog.at_level(logging.WARNING):
         for _ in range(3):
             poller.poll_once()
@@ -275,7 +301,9 @@ def test_poller_404_turns_off_with_one_warning(serve: Callable[..., str], caplog
 
 
 @pytest.mark.parametrize("name", ["garbage_404.html", "not_a_model_server.prom"])
-def test_poller_non_prometheus_body_turns_off(serve: Callable[..., str], name: str, caplog: pytest.LogCaptureFixture) -> None:
+def test_poller_non_prometheus_body_turns_off(
+    serve: Callable[..., str], name: str, caplog: pytest.LogCaptureFixture
+) -> None:
     url = default_metrics_url(serve([body(name)]))
     poller = ServerMetricsPoller([ScrapeTarget("gqa", url, frozenset({"x"}))])
     with caplog.at_level(logging.WARNING):
@@ -283,14 +311,21 @@ def test_poller_non_prometheus_body_turns_off(serve: Callable[..., str], name: s
     assert len(caplog.records) == 1 and "gqa" in poller.off()
 
 
-def test_poller_refused_at_first_poll_and_model_not_served(serve: Callable[..., str], caplog: pytest.LogCaptureFixture) -> None:
+def test_poller_refused_at_first_poll_and_model_not_served(
+    serve: Callable[..., str], caplog: pytest.LogCaptureFixture
+) -> None:
     refused = f"http://127.0.0.1:{free_port()}/metrics"
     two = body("sglang_dp2_t0.prom") + body("vllm_v1_t0.prom").replace("vllm:", "sglang:").replace(
-        LLAMA, "other").replace("# ", "#x ")
+        LLAMA, "other"
+    ).replace("# ", "#x ")
     served = default_metrics_url(serve(["\n".join(x for x in two.splitlines() if not x.startswith("#x"))]))
-    poller = ServerMetricsPoller([ScrapeTarget("down", refused, frozenset({"a"})),
-                                  ScrapeTarget("mla", served, frozenset({DSV3})),
-                                  ScrapeTarget("gone", served, frozenset({"not-served"}))])
+    poller = ServerMetricsPoller(
+        [
+            ScrapeTarget("down", refused, frozenset({"a"})),
+            ScrapeTarget("mla", served, frozenset({DSV3})),
+            ScrapeTarget("gone", served, frozenset({"not-served"})),
+        ]
+    )
     with caplog.at_level(logging.WARNING):
         summaries = poller.close_stage()
     assert summaries["down"] is None and summaries["gone"] is None
@@ -316,8 +351,14 @@ def test_poller_run_loop_stops(serve: Callable[..., str]) -> None:
 
 
 def _chat(base: str, model: str, prefix: str) -> None:
-    data = json.dumps({"model": model, "max_tokens": 12, "stream": False,
-                       "messages": [{"role": "user", "content": prefix + " question"}]}).encode()
+    data = json.dumps(
+        {
+            "model": model,
+            "max_tokens": 12,
+            "stream": False,
+            "messages": [{"role": "user", "content": prefix + " question"}],
+        }
+    ).encode()
     http_json(base + "/v1/chat/completions", data=data, timeout=60)
 
 
@@ -331,8 +372,11 @@ def test_simulator_speaks_vllm_with_its_own_values(processes: Processes) -> None
     shared = "You are a careful assistant. " * 40  # several 64-byte blocks: later requests hit the prefix cache
     for model in ("llama-3-70b", "deepseek-v3"):
         _chat(base, model, shared)  # computes and publishes the shared blocks
-    threads = [threading.Thread(target=_chat, args=(base, model, shared))
-               for model in ("llama-3-70b", "deepseek-v3") for _ in range(5)]
+    threads = [
+        threading.Thread(target=_chat, args=(base, model, shared))
+        for model in ("llama-3-70b", "deepseek-v3")
+        for _ in range(5)
+    ]
     for thread in threads:
         thread.start()
     own, vllm = _both(base)  # mid-flight: gauges come from one body, so they agree exactly
@@ -348,8 +392,11 @@ def test_simulator_speaks_vllm_with_its_own_values(processes: Processes) -> None
     for model, s in vllm.items():
         assert [getattr(own[model], f) for f in fields] == [getattr(s, f) for f in fields]
         truth = stats[model]
-        assert (s.generation_tokens, s.prompt_tokens) == (truth["completion_tokens"], truth["prompt_tokens"]) == (
-            72, truth["prompt_tokens"])
+        assert (
+            (s.generation_tokens, s.prompt_tokens)
+            == (truth["completion_tokens"], truth["prompt_tokens"])
+            == (72, truth["prompt_tokens"])
+        )
         assert s.ttft_buckets[-1] == (float("inf"), truth["ttft_s"]["count"]) == (float("inf"), 6)
         assert s.prefix_cache_queries == truth["prompt_tokens"] and 0 < (s.prefix_cache_hits or 0) < s.prompt_tokens
         assert own[model].ttft_buckets == s.ttft_buckets  # the sim flavour takes TTFT from the vLLM names

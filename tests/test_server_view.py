@@ -12,14 +12,14 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from attnload.config.seed import load_config
+from attnload.config.load import load_config
 from attnload.errors import UsageError
+from attnload.plan.options import OPTION, server_metrics_interval, server_metrics_mode
 from attnload.report import print_summary, render_html
 from attnload.report.explain import explain
 from attnload.report.webui import llm_rows
 from attnload.results.model import GaugeSummary, Results, ServerSummary, StageSummary
 from attnload.results.server import SERVER_GAP_FLAG, ServerResults, gap_reasons, token_allowance, with_server
-from attnload.runner.options import OPTION, server_metrics_interval, server_metrics_mode
 from attnload.runner.serverview import ServerView, scrape_targets
 from test_report_factory import gqa_model, mla_model, results, stage
 
@@ -28,9 +28,17 @@ DATA = Path(__file__).parent / "data" / "server_metrics"
 
 def _json(tmp_path: Path, **model: object) -> Path:
     path = tmp_path / "c.json"
-    path.write_text(json.dumps({"base_url": "http://10.0.0.5:8000/api", "models": {
-        "gqa": {"id": "meta-llama/Llama-3.3-70B-Instruct", "attention_type": "GQA", **model},
-        "mla": {"id": "deepseek-chat", "attention_type": "MLA"}}}))
+    path.write_text(
+        json.dumps(
+            {
+                "base_url": "http://10.0.0.5:8000/api",
+                "models": {
+                    "gqa": {"id": "meta-llama/Llama-3.3-70B-Instruct", "attention_type": "GQA", **model},
+                    "mla": {"id": "deepseek-chat", "attention_type": "MLA"},
+                },
+            }
+        )
+    )
     return path
 
 
@@ -41,8 +49,10 @@ def test_metrics_url_in_json_and_toml(tmp_path: Path) -> None:
     config = load_config(_json(tmp_path, metrics_url="http://10.0.0.5:8001/metrics"))
     assert [m.metrics_url for m in config.models] == ["http://10.0.0.5:8001/metrics", None]
     toml = tmp_path / "c.toml"
-    toml.write_text('[provider]\nbase_url = "https://gw.example/api"\n'
-                    '[models.a]\nid = "x"\nattention = "MLA"\nmetrics_url = "http://sglang:30000/metrics"\n')
+    toml.write_text(
+        '[provider]\nbase_url = "https://gw.example/api"\n'
+        '[models.a]\nid = "x"\nattention = "MLA"\nmetrics_url = "http://sglang:30000/metrics"\n'
+    )
     assert load_config(toml).models[0].metrics_url == "http://sglang:30000/metrics"
 
 
@@ -106,10 +116,16 @@ def test_server_view_splits_stages_at_the_boundaries(tmp_path: Path) -> None:
 
 
 def _server(tokens: float | None, ttft_p50: float | None, waiting: float = 0.0) -> ServerSummary:
-    return ServerSummary(source="vllm", samples=10, kv_cache_usage=GaugeSummary(mean=0.5, max=0.9),
-                         requests_running=GaugeSummary(mean=4, max=8), requests_waiting=GaugeSummary(mean=waiting,
-                                                                                                     max=waiting),
-                         preemptions=0, generation_tokens=tokens, ttft_p50_s=ttft_p50)
+    return ServerSummary(
+        source="vllm",
+        samples=10,
+        kv_cache_usage=GaugeSummary(mean=0.5, max=0.9),
+        requests_running=GaugeSummary(mean=4, max=8),
+        requests_waiting=GaugeSummary(mean=waiting, max=waiting),
+        preemptions=0,
+        generation_tokens=tokens,
+        ttft_p50_s=ttft_p50,
+    )
 
 
 def test_agreeing_views_are_not_flagged() -> None:
@@ -132,11 +148,14 @@ def test_token_and_ttft_gaps_are_flagged_with_reasons() -> None:
 
 def test_results_carry_server_and_null_where_unread() -> None:
     gqa = gqa_model()
-    stages = [with_server(s, _server(s.completion_tokens, s.ttft_s.p50, waiting=12.0 if s.index == 3 else 0.2))
-              for s in gqa.stages]
+    stages = [
+        with_server(s, _server(s.completion_tokens, s.ttft_s.p50, waiting=12.0 if s.index == 3 else 0.2))
+        for s in gqa.stages
+    ]
     mla = mla_model()
-    mla = mla.model_copy(update={"stages": [with_server(s, _server(s.completion_tokens, s.ttft_s.p50, 0.1))
-                                            for s in mla.stages]})
+    mla = mla.model_copy(
+        update={"stages": [with_server(s, _server(s.completion_tokens, s.ttft_s.p50, 0.1)) for s in mla.stages]}
+    )
     run = results(gqa.model_copy(update={"stages": stages}), mla)
     data = json.loads(run.to_json())
     assert data["models"][0]["stages"][3]["server"]["requests_waiting"]["mean"] == 12.0
@@ -160,12 +179,19 @@ def _with_server_run() -> Results:
     gqa, mla = gqa_model(), mla_model()
 
     def server(s: StageSummary, kv: float, waiting: float, preempt: int) -> StageSummary:
-        summary = _server(s.completion_tokens, s.ttft_s.p50, waiting).model_copy(update={
-            "kv_cache_usage": GaugeSummary(mean=kv, max=min(kv + 0.05, 1.0)), "preemptions": preempt})
+        summary = _server(s.completion_tokens, s.ttft_s.p50, waiting).model_copy(
+            update={"kv_cache_usage": GaugeSummary(mean=kv, max=min(kv + 0.05, 1.0)), "preemptions": preempt}
+        )
         return with_server(s, summary)
 
-    gqa = gqa.model_copy(update={"stages": [server(s, 0.2 + 0.26 * s.index, 12.0 if s.index == 3 else 0.1,
-                                                   7 if s.index == 3 else 0) for s in gqa.stages]})
+    gqa = gqa.model_copy(
+        update={
+            "stages": [
+                server(s, 0.2 + 0.26 * s.index, 12.0 if s.index == 3 else 0.1, 7 if s.index == 3 else 0)
+                for s in gqa.stages
+            ]
+        }
+    )
     mla = mla.model_copy(update={"stages": [server(s, 0.1 * (s.index + 1), 0.0, 0) for s in mla.stages]})
     return results(gqa, mla)
 

@@ -50,7 +50,9 @@ def run(model: str, resubmit_s: float = 0.0) -> tuple[list[Stage], int]:
     now = 0.0
 
     def on_tokens(seq: SimSequence, n: int) -> None:
-        current = next((s for s, end in zip(stages, ends, strict=True) if now < end), stages[-1])  # last step may overrun
+        current = next(
+            (s for s, end in zip(stages, ends, strict=True) if now < end), stages[-1]
+        )  # last step may overrun
         current.tokens += n
         if seq in last:
             current.itl.append(now - last[seq])
@@ -80,14 +82,27 @@ def pair() -> dict[str, tuple[list[Stage], int]]:
     return {"gqa": run("llama-3-70b"), "mla": run("deepseek-v3")}
 
 
-@pytest.mark.parametrize(("model", "index", "ttft_p50", "ttft_p99", "itl_p50_ms", "tok_s"), [
-    # The calibrated model (docs/cost-model.md §7.13 and §10); the level-1 model's
-    # reference was GQA 0.05/0.05 s, 5.6 ms, 2800 and 0.40/0.85 s, 6.8 ms, 3400;
-    # MLA 0.08/0.10 s, 19 ms, 1290 and 0.10/0.14 s, 25 ms, 2140.
-    ("gqa", 0, 0.05, 0.055, 5.74, 2772), ("mla", 0, 0.11, 0.17, 20.8, 1086),
-    ("gqa", 1, 0.40, 1.63, 7.13, 3237), ("mla", 1, 0.15, 0.30, 27.7, 1794)])
-def test_reference_table(pair: dict[str, tuple[list[Stage], int]], model: str, index: int, ttft_p50: float,
-                         ttft_p99: float, itl_p50_ms: float, tok_s: float) -> None:
+@pytest.mark.parametrize(
+    ("model", "index", "ttft_p50", "ttft_p99", "itl_p50_ms", "tok_s"),
+    [
+        # The calibrated model (docs/cost-model.md §7.13 and §10); the level-1 model's
+        # reference was GQA 0.05/0.05 s, 5.6 ms, 2800 and 0.40/0.85 s, 6.8 ms, 3400;
+        # MLA 0.08/0.10 s, 19 ms, 1290 and 0.10/0.14 s, 25 ms, 2140.
+        ("gqa", 0, 0.05, 0.055, 5.74, 2772),
+        ("mla", 0, 0.11, 0.17, 20.8, 1086),
+        ("gqa", 1, 0.40, 1.63, 7.13, 3237),
+        ("mla", 1, 0.15, 0.30, 27.7, 1794),
+    ],
+)
+def test_reference_table(
+    pair: dict[str, tuple[list[Stage], int]],
+    model: str,
+    index: int,
+    ttft_p50: float,
+    ttft_p99: float,
+    itl_p50_ms: float,
+    tok_s: float,
+) -> None:
     """§7.13's table: ITL and tok/s within 5 % (its stated agreement), TTFT within 0.02 s or 15 %."""
     stage = pair[model][0][index]
     assert stage.q(stage.itl, 0.5) * 1000 == pytest.approx(itl_p50_ms, rel=0.05)

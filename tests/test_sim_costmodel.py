@@ -39,21 +39,28 @@ CODER_GLA = ("deepseek-coder-v2-gla8", {"gpu": "h100"})
 
 # §6a: (model, changes) -> {L: [(step ms, tok/s) for B in 1, 16, 64, 256]}
 TABLE_6A = {
-    ("llama-3-70b", ()): {K1: [(4.60, 217), (4.95, 202), (6.24, 160), (12.13, 82)],
-                          K8: [(4.67, 214), (6.18, 162), (11.13, 90), (31.70, 32)],
-                          K32: [(4.94, 203), (10.37, 96), (27.91, 36), (98.81, 10)]},
-    ("deepseek-v3", ()): {K1: [(6.56, 152), (14.76, 68), (26.62, 38), (31.78, 31)],
-                          K8: [(6.77, 148), (15.17, 66), (28.26, 35), (38.34, 26)],
-                          K32: [(7.47, 134), (16.57, 60), (33.89, 30), (60.86, 16)]},
-    ("deepseek-v3", (("dp_attention", 1),)): {K1: [(3.28, 305), (12.55, 80), (25.24, 40), (33.63, 30)],
-                                              K8: [(3.41, 294), (14.65, 68), (33.64, 30), (67.21, 15)],
-                                              K32: [(3.86, 259), (21.85, 46), (62.42, 16), (182.35, 5)]},
+    ("llama-3-70b", ()): {
+        K1: [(4.60, 217), (4.95, 202), (6.24, 160), (12.13, 82)],
+        K8: [(4.67, 214), (6.18, 162), (11.13, 90), (31.70, 32)],
+        K32: [(4.94, 203), (10.37, 96), (27.91, 36), (98.81, 10)],
+    },
+    ("deepseek-v3", ()): {
+        K1: [(6.56, 152), (14.76, 68), (26.62, 38), (31.78, 31)],
+        K8: [(6.77, 148), (15.17, 66), (28.26, 35), (38.34, 26)],
+        K32: [(7.47, 134), (16.57, 60), (33.89, 30), (60.86, 16)],
+    },
+    ("deepseek-v3", (("dp_attention", 1),)): {
+        K1: [(3.28, 305), (12.55, 80), (25.24, 40), (33.63, 30)],
+        K8: [(3.41, 294), (14.65, 68), (33.64, 30), (67.21, 15)],
+        K32: [(3.86, 259), (21.85, 46), (62.42, 16), (182.35, 5)],
+    },
 }
 
 
 @pytest.mark.parametrize(("model", "rows"), TABLE_6A.items(), ids=["llama-3-70b", "deepseek-v3-D8", "deepseek-v3-D1"])
-def test_table_6a_step_time_and_tokens_per_s(model: tuple[str, tuple[tuple[str, int], ...]],
-                                             rows: dict[int, list[tuple[float, int]]]) -> None:
+def test_table_6a_step_time_and_tokens_per_s(
+    model: tuple[str, tuple[tuple[str, int], ...]], rows: dict[int, list[tuple[float, int]]]
+) -> None:
     d = dep(model[0], **dict(model[1]))
     for context, cells in rows.items():
         for batch, (ms, tok_s) in zip((1, 16, 64, 256), cells, strict=True):
@@ -62,11 +69,14 @@ def test_table_6a_step_time_and_tokens_per_s(model: tuple[str, tuple[tuple[str, 
             assert 1e3 / step == pytest.approx(tok_s, rel=TIME_TOL, abs=0.5), (batch, context)  # cells are rounded
 
 
-@pytest.mark.parametrize(("key", "changes", "components"), [
-    ("llama-3-70b", {}, (3.26, 2.30, 1.16, 22.37, 3.89)),
-    ("deepseek-v3", {}, (8.32, 24.42, 7.51, 4.80, 2.28)),  # C_lin: grouped-GEMM tiles (cost-model.md §10)
-    ("deepseek-v3", V3_D1, (8.32, 21.82, 7.51, 38.38, 2.72)),
-])
+@pytest.mark.parametrize(
+    ("key", "changes", "components"),
+    [
+        ("llama-3-70b", {}, (3.26, 2.30, 1.16, 22.37, 3.89)),
+        ("deepseek-v3", {}, (8.32, 24.42, 7.51, 4.80, 2.28)),  # C_lin: grouped-GEMM tiles (cost-model.md §10)
+        ("deepseek-v3", V3_D1, (8.32, 21.82, 7.51, 38.38, 2.72)),
+    ],
+)
 def test_table_6a_components(key: str, changes: dict[str, object], components: tuple[float, ...]) -> None:
     b = decode_step(dep(key, **changes), 256, K8)
     got = (b.c_lin_s, b.m_w_s, b.c_att_s, b.m_kv_s, b.t_comm_s)
@@ -92,8 +102,9 @@ TABLE_6B = [
 
 
 @pytest.mark.parametrize(("key", "changes", "kv_gpu", "weights_gb", "tokens", "seqs"), TABLE_6B)
-def test_table_6b_capacity(key: str, changes: dict[str, object], kv_gpu: int, weights_gb: float, tokens: int,
-                           seqs: tuple[int | None, ...]) -> None:
+def test_table_6b_capacity(
+    key: str, changes: dict[str, object], kv_gpu: int, weights_gb: float, tokens: int, seqs: tuple[int | None, ...]
+) -> None:
     d = deploy(PRESETS[key], dataclasses.replace(EngineConfig(), **changes))  # type: ignore[arg-type]
     assert d.kv_bytes_per_token_per_gpu == kv_gpu
     assert d.weights_bytes_per_gpu / 1e9 == pytest.approx(weights_gb, abs=0.01)
@@ -105,7 +116,11 @@ def test_table_6b_capacity(key: str, changes: dict[str, object], kv_gpu: int, we
 
 TABLE_6C = {
     "coder-v2-D4": {K1: (4.81, 9.54, 15.20, 18.37), K8: (4.99, 10.28, 18.16, 30.20), K32: (5.63, 12.82, 28.30, 70.77)},
-    "coder-v2-gla8": {K1: (2.98, 7.99, 14.09, 19.02), K8: (3.08, 9.64, 20.67, 45.31), K32: (3.43, 15.27, 43.20, 135.46)},
+    "coder-v2-gla8": {
+        K1: (2.98, 7.99, 14.09, 19.02),
+        K8: (3.08, 9.64, 20.67, 45.31),
+        K32: (3.43, 15.27, 43.20, 135.46),
+    },
 }
 
 
@@ -124,13 +139,16 @@ def test_table_6d() -> None:
     assert [t_ms(gla8, b, L) for b, L in cells] == pytest.approx([3.59, 13.58, 17.58, 29.37, 45.36], rel=TIME_TOL)
 
 
-@pytest.mark.parametrize(("key", "changes", "ttft_ms"), [
-    ("llama-3-70b", {}, (49.7, 208.9, 1057.8)),
-    ("deepseek-v3", {}, (110.9, 698.8, 6767.1)),
-    ("deepseek-v3", V3_D1, (46.1, 156.6, 1059.2)),
-    (CODER_MLA[0], CODER_MLA[1], (45.7, 299.7, 3009.5)),
-    (CODER_GLA[0], CODER_GLA[1], (30.0, 111.6, 867.7)),
-])
+@pytest.mark.parametrize(
+    ("key", "changes", "ttft_ms"),
+    [
+        ("llama-3-70b", {}, (49.7, 208.9, 1057.8)),
+        ("deepseek-v3", {}, (110.9, 698.8, 6767.1)),
+        ("deepseek-v3", V3_D1, (46.1, 156.6, 1059.2)),
+        (CODER_MLA[0], CODER_MLA[1], (45.7, 299.7, 3009.5)),
+        (CODER_GLA[0], CODER_GLA[1], (30.0, 111.6, 867.7)),
+    ],
+)
 def test_table_6e_idle_prefill(key: str, changes: dict[str, object], ttft_ms: tuple[float, ...]) -> None:
     d = dep(key, **changes)
     got = [prefill_time_s(d, p) * 1e3 for p in (2000, 8192, 32768)]
@@ -213,8 +231,13 @@ def test_7_6_context_slope_at_batch_1() -> None:
     llama8, lite = slope_ns(dep("llama-3-8b", **H100_TP1)), slope_ns(dep("deepseek-v2-lite", **H100_TP1))
     assert llama8 == pytest.approx(48.9, rel=TIME_TOL) and lite == pytest.approx(11.6, rel=TIME_TOL)
     assert llama8 >= 4 * lite
-    slopes = [slope_ns(dep("deepseek-v3")), slope_ns(dep("deepseek-v3", **V3_D1)), slope_ns(dep("llama-3-70b")),
-              slope_ns(dep("deepseek-v3-gla8")), slope_ns(dep("llama-3-70b-gta"))]
+    slopes = [
+        slope_ns(dep("deepseek-v3")),
+        slope_ns(dep("deepseek-v3", **V3_D1)),
+        slope_ns(dep("llama-3-70b")),
+        slope_ns(dep("deepseek-v3-gla8")),
+        slope_ns(dep("llama-3-70b-gta")),
+    ]
     assert slopes == pytest.approx([28.6, 18.3, 10.7, 10.2, 8.0], rel=TIME_TOL)
     assert slopes == sorted(slopes, reverse=True) and len(set(slopes)) == len(slopes)
 
@@ -256,8 +279,13 @@ def test_7_10_dp_attention_trades_latency_for_capacity() -> None:
 
 
 def test_7_11_monotonic_in_batch_and_context() -> None:
-    for key, changes in (("llama-3-70b", {}), ("deepseek-v3", {}), ("deepseek-v3", V3_D1),
-                         ("deepseek-v2-lite", H100_TP1), ("deepseek-v3-gla8", {})):
+    for key, changes in (
+        ("llama-3-70b", {}),
+        ("deepseek-v3", {}),
+        ("deepseek-v3", V3_D1),
+        ("deepseek-v2-lite", H100_TP1),
+        ("deepseek-v3-gla8", {}),
+    ):
         d = dep(key, **changes)
         for context in (K1, K8, K32):
             times = [t_ms(d, b, context) for b in range(1, 300, 7)]

@@ -54,9 +54,15 @@ class Recorder:
                 return
 
 
-@pytest.mark.parametrize(("key", "changes", "prompt", "ttft_ms"), [
-    ("llama-3-70b", {}, 8192, 208.9), ("deepseek-v3", {}, 8192, 698.8), ("deepseek-v3", {"dp_attention": 1}, 8192, 156.6),
-    ("deepseek-v3", {}, 2000, 110.9)])
+@pytest.mark.parametrize(
+    ("key", "changes", "prompt", "ttft_ms"),
+    [
+        ("llama-3-70b", {}, 8192, 208.9),
+        ("deepseek-v3", {}, 8192, 698.8),
+        ("deepseek-v3", {"dp_attention": 1}, 8192, 156.6),
+        ("deepseek-v3", {}, 2000, 110.9),
+    ],
+)
 def test_idle_ttft_is_chunked_prefill(key: str, changes: dict[str, object], prompt: int, ttft_ms: float) -> None:
     rec = Recorder(dep(key, **changes))
     rec.submit("a", prompt, 4)
@@ -380,8 +386,15 @@ def test_served_model_details_for_reports() -> None:
     (engine,) = build_engines(resolve_models(["deepseek-chat"], EngineConfig()))
     m = engine.model
     assert (m.id, m.attention, m.preset) == ("deepseek-chat", "MLA", "deepseek-v3")
-    for key in ("kv_bytes_per_token", "kv_bytes_per_token_per_gpu", "tp", "dp_attention", "gpu",
-                "kv_capacity_tokens", "max_seqs_at_8k"):
+    for key in (
+        "kv_bytes_per_token",
+        "kv_bytes_per_token_per_gpu",
+        "tp",
+        "dp_attention",
+        "gpu",
+        "kv_capacity_tokens",
+        "max_seqs_at_8k",
+    ):
         assert key in m.details
     assert m.details["max_seqs_at_8k"] == 456
     assert "deepseek-v3" in m.details["aliases"] and "DeepSeek-R1" in m.details["aliases"]  # type: ignore[operator]

@@ -49,9 +49,17 @@ def test_deepseek_r1_row_is_closer_than_before_calibration() -> None:
     assert 1.0 < ratio < 1.8, ratio
 
 
-@pytest.mark.parametrize(("model", "isl", "osl", "caps"), [
-    ("r1", 1024, 1024, (384, 2048)), ("r1", 1024, 8192, (64, 2048)), ("r1", 1024, 32768, (64, 2048)),
-    ("qwen3", 1000, 1000, (1792, 3584)), ("qwen3", 8192, 1024, (384, 8576)), ("qwen3", 32768, 1024, (128, 32896))])
+@pytest.mark.parametrize(
+    ("model", "isl", "osl", "caps"),
+    [
+        ("r1", 1024, 1024, (384, 2048)),
+        ("r1", 1024, 8192, (64, 2048)),
+        ("r1", 1024, 32768, (64, 2048)),
+        ("qwen3", 1000, 1000, (1792, 3584)),
+        ("qwen3", 8192, 1024, (384, 8576)),
+        ("qwen3", 32768, 1024, (128, 32896)),
+    ],
+)
 def test_trtllm_bench_caps_match_its_heuristic(model: str, isl: int, osl: int, caps: tuple[int, int]) -> None:
     """trtllm-bench's own choice when the command sets no caps, worked by hand from its tuning.py: e.g.
     R1-0528 at 1024/8192 fits 58.2 requests of 874,496 KV bytes/token × 9216 tokens in 0.9 × (8 × 140.4 −
@@ -64,12 +72,29 @@ def test_trtllm_bench_caps_match_its_heuristic(model: str, isl: int, osl: int, c
 def test_one_row_through_the_real_cli() -> None:
     row = next(r for r in fidelity.ROWS if "8B" in r.name and "1000/1000" in r.name and "H100" in r.name)
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src") + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    proc = subprocess.run([sys.executable, "-m", "attnload", "sim", "--throughput", "--json", *row.argv],
-                          capture_output=True, text=True, env=env, timeout=120, check=False)
+    proc = subprocess.run(
+        [sys.executable, "-m", "attnload", "sim", "--throughput", "--json", *row.argv],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout)
-    for key in ("output_tokens_per_s", "requests_per_s", "total_tokens_per_s", "ttft_p50_s", "ttft_p99_s",
-                "itl_p50_s", "itl_p99_s", "tpot_p50_s", "tpot_p99_s", "max_running", "preemptions"):
+    for key in (
+        "output_tokens_per_s",
+        "requests_per_s",
+        "total_tokens_per_s",
+        "ttft_p50_s",
+        "ttft_p99_s",
+        "itl_p50_s",
+        "itl_p99_s",
+        "tpot_p50_s",
+        "tpot_p99_s",
+        "max_running",
+        "preemptions",
+    ):
         assert key in result, key
     assert 0.8 <= result["output_tokens_per_s"] / row.published_tok_s <= 1.2
     assert result["engine"] == "trtllm" and result["kv_dtype"] == "fp8"

@@ -42,9 +42,17 @@ def test_generic_kv_and_fp8_halves() -> None:
     assert kv_bytes_per_token(PRESETS["llama-3-70b"], 1, "fp8") == 327680 // 2
 
 
-@pytest.mark.parametrize(("key", "attn_params"), [
-    ("llama-3-8b", 1.342e9), ("llama-3-70b", 12.08e9), ("deepseek-v2-lite", 0.372e9),
-    ("deepseek-coder-v2", 8.954e9), ("deepseek-v3", 11.41e9), ("qwen3-235b-a22b", 6.70e9)])
+@pytest.mark.parametrize(
+    ("key", "attn_params"),
+    [
+        ("llama-3-8b", 1.342e9),
+        ("llama-3-70b", 12.08e9),
+        ("deepseek-v2-lite", 0.372e9),
+        ("deepseek-coder-v2", 8.954e9),
+        ("deepseek-v3", 11.41e9),
+        ("qwen3-235b-a22b", 6.70e9),
+    ],
+)
 def test_attention_projection_params(key: str, attn_params: float) -> None:
     assert PRESETS[key].params_attn == pytest.approx(attn_params, rel=2e-3)
 
@@ -76,15 +84,26 @@ def test_hardware_presets() -> None:
         lookup_hardware("b200")
 
 
-@pytest.mark.parametrize(("alias", "key"), [
-    ("deepseek-chat", "deepseek-v3"), ("DeepSeek-Chat", "deepseek-v3"), ("deepseek-reasoner", "deepseek-v3"),
-    ("deepseek-ai/DeepSeek-V3", "deepseek-v3"), ("DeepSeek-R1", "deepseek-v3"),
-    ("Meta-Llama-3-70B-Instruct", "llama-3-70b"), ("meta-llama/Meta-Llama-3-70B-Instruct", "llama-3-70b"),
-    ("Llama-3.3-70B-Instruct", "llama-3-70b"), ("Llama-3.1-8B-Instruct", "llama-3-8b"),
-    ("Qwen/Qwen2.5-72B-Instruct", "qwen2.5-72b"), ("DeepSeek-V2-Lite-Chat", "deepseek-v2-lite"),
-    ("DeepSeek-Coder-V2-Instruct", "deepseek-coder-v2"), ("LLAMA-3-70B", "llama-3-70b"),
-    ("org/deepseek-v3-gla8", "deepseek-v3-gla8"), ("Qwen/Qwen3-235B-A22B", "qwen3-235b-a22b"),
-])
+@pytest.mark.parametrize(
+    ("alias", "key"),
+    [
+        ("deepseek-chat", "deepseek-v3"),
+        ("DeepSeek-Chat", "deepseek-v3"),
+        ("deepseek-reasoner", "deepseek-v3"),
+        ("deepseek-ai/DeepSeek-V3", "deepseek-v3"),
+        ("DeepSeek-R1", "deepseek-v3"),
+        ("Meta-Llama-3-70B-Instruct", "llama-3-70b"),
+        ("meta-llama/Meta-Llama-3-70B-Instruct", "llama-3-70b"),
+        ("Llama-3.3-70B-Instruct", "llama-3-70b"),
+        ("Llama-3.1-8B-Instruct", "llama-3-8b"),
+        ("Qwen/Qwen2.5-72B-Instruct", "qwen2.5-72b"),
+        ("DeepSeek-V2-Lite-Chat", "deepseek-v2-lite"),
+        ("DeepSeek-Coder-V2-Instruct", "deepseek-coder-v2"),
+        ("LLAMA-3-70B", "llama-3-70b"),
+        ("org/deepseek-v3-gla8", "deepseek-v3-gla8"),
+        ("Qwen/Qwen3-235B-A22B", "qwen3-235b-a22b"),
+    ],
+)
 def test_aliases(alias: str, key: str) -> None:
     assert find_preset_key(alias) == key
     assert lookup_preset(alias).key == key
@@ -103,10 +122,17 @@ def test_unknown_model_is_a_clear_usage_error() -> None:
     assert "attention_type" in str(info.value)
 
 
-@pytest.mark.parametrize(("kind", "key", "same_as"), [
-    ("GQA", "generic-gqa", "llama-3-70b"), ("mla", "generic-mla", "deepseek-v3"),
-    ("GTA", "generic-gta", "llama-3-70b-gta"), ("GLA", "generic-gla", "deepseek-v3-gla8"),
-    ("MHA", "generic-mha", None), ("MQA", "generic-mqa", None)])
+@pytest.mark.parametrize(
+    ("kind", "key", "same_as"),
+    [
+        ("GQA", "generic-gqa", "llama-3-70b"),
+        ("mla", "generic-mla", "deepseek-v3"),
+        ("GTA", "generic-gta", "llama-3-70b-gta"),
+        ("GLA", "generic-gla", "deepseek-v3-gla8"),
+        ("MHA", "generic-mha", None),
+        ("MQA", "generic-mqa", None),
+    ],
+)
 def test_generic_fallback(kind: str, key: str, same_as: str | None) -> None:
     m = generic_preset(kind)
     assert m.key == key and m.attention == kind.upper()

@@ -18,9 +18,16 @@ from attnload.sim.server import build_app
 
 
 def engines(max_model_len: int = 4096) -> list[FixedEngine]:
-    return [FixedEngine(ServedModel("llama-3-70b", "GQA", "llama-3-70b", max_model_len=max_model_len), 0.02, 0.002),
-            FixedEngine(ServedModel("deepseek-v3", "MLA", "deepseek-v3", max_model_len=max_model_len,
-                                    details={"aliases": ["deepseek-chat"]}), 0.02, 0.002)]
+    return [
+        FixedEngine(ServedModel("llama-3-70b", "GQA", "llama-3-70b", max_model_len=max_model_len), 0.02, 0.002),
+        FixedEngine(
+            ServedModel(
+                "deepseek-v3", "MLA", "deepseek-v3", max_model_len=max_model_len, details={"aliases": ["deepseek-chat"]}
+            ),
+            0.02,
+            0.002,
+        ),
+    ]
 
 
 def with_server(test: Callable[[aiohttp.ClientSession, str], Awaitable[None]], **options: Any) -> None:
@@ -40,14 +47,20 @@ def chat(model: str = "deepseek-chat", **extra: Any) -> dict[str, Any]:
     return {"model": model, "messages": [{"role": "user", "content": "test"}], "max_tokens": 10, **extra}
 
 
-@pytest.mark.parametrize(("body", "status", "code"), [
-    (b"{not json", 400, "invalid_json"),
-    (json.dumps({"model": "deepseek-chat"}).encode(), 400, "missing_messages"),
-    (json.dumps(chat("no-such-model")).encode(), 404, "model_not_found"),
-    (json.dumps(chat(max_tokens=0)).encode(), 400, "invalid_max_tokens"),
-    (json.dumps({**chat(), "messages": [{"role": "user", "content": "x" * 20000}]}).encode(), 400,
-     "context_length_exceeded"),
-])
+@pytest.mark.parametrize(
+    ("body", "status", "code"),
+    [
+        (b"{not json", 400, "invalid_json"),
+        (json.dumps({"model": "deepseek-chat"}).encode(), 400, "missing_messages"),
+        (json.dumps(chat("no-such-model")).encode(), 404, "model_not_found"),
+        (json.dumps(chat(max_tokens=0)).encode(), 400, "invalid_max_tokens"),
+        (
+            json.dumps({**chat(), "messages": [{"role": "user", "content": "x" * 20000}]}).encode(),
+            400,
+            "context_length_exceeded",
+        ),
+    ],
+)
 def test_bad_requests_get_openai_shaped_errors(body: bytes, status: int, code: str) -> None:
     async def check(session: aiohttp.ClientSession, url: str) -> None:
         async with session.post(url + "/v1/chat/completions", data=body) as response:
@@ -62,8 +75,9 @@ def test_bad_requests_get_openai_shaped_errors(body: bytes, status: int, code: s
 
 def test_seed_curl_request_returns_choices() -> None:
     async def check(session: aiohttp.ClientSession, url: str) -> None:
-        async with session.post(url + "/api/v1/chat/completions", json=chat(),
-                                headers={"Authorization": "Bearer sk-anything"}) as response:
+        async with session.post(
+            url + "/api/v1/chat/completions", json=chat(), headers={"Authorization": "Bearer sk-anything"}
+        ) as response:
             data = await response.json()
         assert data["choices"][0]["message"]["content"].count(" ") == 10
         assert data["usage"]["completion_tokens"] == 10 and data["model"] == "deepseek-chat"
@@ -117,11 +131,13 @@ def test_stats_and_metrics_are_the_truth() -> None:
 
 def test_seed_aiohttp_concurrency_script() -> None:
     """Section 4's 8-way script, pointed at the simulator: total tokens over the slowest request."""
+
     async def check(session: aiohttp.ClientSession, url: str) -> None:
         async def one_request() -> tuple[float, int]:
             start = time.time()
-            async with session.post(url + "/api/v1/chat/completions", json=chat(max_tokens=128),
-                                    headers={"Authorization": "Bearer x"}) as resp:
+            async with session.post(
+                url + "/api/v1/chat/completions", json=chat(max_tokens=128), headers={"Authorization": "Bearer x"}
+            ) as resp:
                 data = await resp.json()
             return time.time() - start, data["usage"]["completion_tokens"]
 

@@ -39,21 +39,26 @@ def dep(key: str, **changes: object):  # type: ignore[no-untyped-def]
 
 
 def profiled(key: str, engine: str, **changes: object):  # type: ignore[no-untyped-def]
-    return deploy(PRESETS[key], dataclasses.replace(EngineConfig(), **{**engine_profile(engine), "engine": engine,
-                                                                       **changes}))
+    return deploy(
+        PRESETS[key], dataclasses.replace(EngineConfig(), **{**engine_profile(engine), "engine": engine, **changes})
+    )
 
 
 # ---------------------------------------------------------------- offline runner
 
 
-@pytest.mark.parametrize(("key", "engine", "changes", "isl", "osl", "prompts", "conc"), [
-    ("llama-3-8b", "vllm", {"gpu": "h100", "tp": 1}, 1000, 300, 600, None),  # recompute preemptions
-    ("llama-3-70b", "trtllm", {"gpu": "h100", "tp": 2, "kv_dtype": "fp8"}, 1000, 200, 300, None),
-    ("deepseek-v3", "sglang", {"max_num_seqs": 512}, 1024, 200, 400, 256),
-    ("deepseek-v3", "trtllm", {"ep": 8, "max_num_seqs": 512, "max_num_batched_tokens": 4608}, 1024, 150, 300, 256),
-])
-def test_fast_forward_equals_step_by_step(key: str, engine: str, changes: dict[str, object], isl: int, osl: int,
-                                          prompts: int, conc: int | None) -> None:
+@pytest.mark.parametrize(
+    ("key", "engine", "changes", "isl", "osl", "prompts", "conc"),
+    [
+        ("llama-3-8b", "vllm", {"gpu": "h100", "tp": 1}, 1000, 300, 600, None),  # recompute preemptions
+        ("llama-3-70b", "trtllm", {"gpu": "h100", "tp": 2, "kv_dtype": "fp8"}, 1000, 200, 300, None),
+        ("deepseek-v3", "sglang", {"max_num_seqs": 512}, 1024, 200, 400, 256),
+        ("deepseek-v3", "trtllm", {"ep": 8, "max_num_seqs": 512, "max_num_batched_tokens": 4608}, 1024, 150, 300, 256),
+    ],
+)
+def test_fast_forward_equals_step_by_step(
+    key: str, engine: str, changes: dict[str, object], isl: int, osl: int, prompts: int, conc: int | None
+) -> None:
     d = profiled(key, engine, **changes)
     fast = run_throughput(d, isl, osl, prompts, conc)
     slow = run_throughput(d, isl, osl, prompts, conc, fast_forward=False)
@@ -73,27 +78,66 @@ def test_max_concurrency_caps_running_and_counts_arrivals_from_slot() -> None:
 
 
 def test_cli_text_and_json(capsys: pytest.CaptureFixture[str]) -> None:
-    argv = ["sim", "--throughput", "--models", "llama-3-8b", "--gpu", "h100", "--tp", "1", "--input-len", "512",
-            "--output-len", "64", "--num-prompts", "64"]
+    argv = [
+        "sim",
+        "--throughput",
+        "--models",
+        "llama-3-8b",
+        "--gpu",
+        "h100",
+        "--tp",
+        "1",
+        "--input-len",
+        "512",
+        "--output-len",
+        "64",
+        "--num-prompts",
+        "64",
+    ]
     assert main(argv) == 0
     out = capsys.readouterr().out
-    for text in ("requests/s", "output tok/s", "total tok/s", "TTFT p50 / p99", "ITL  p50 / p99", "TPOT p50 / p99",
-                 "peak running", "preemptions", "engine vllm"):
+    for text in (
+        "requests/s",
+        "output tok/s",
+        "total tok/s",
+        "TTFT p50 / p99",
+        "ITL  p50 / p99",
+        "TPOT p50 / p99",
+        "peak running",
+        "preemptions",
+        "engine vllm",
+    ):
         assert text in out, text
     assert main([*argv, "--json"]) == 0
     result = json.loads(capsys.readouterr().out)
     assert result["num_prompts"] == 64 and result["engine"] == "vllm" and result["max_running"] == 64
 
 
-@pytest.mark.parametrize(("argv", "message"), [
-    (["--models", "deepseek-v3", "--gpu", "h100"], "does not fit"),
-    (["--models", "llama-3-70b", "--ep", "2"], "dense model"),
-    (["--models", "deepseek-v3", "--ep", "3"], "ep 3 must divide tp 8"),
-    (["--models", "llama-3-70b", "--dp-attention", "3"], "does not divide tp 8"),
-    (["--models", "llama-3-8b", "--gpu", "h100", "--tp", "1", "--kv-capacity-scale", "0.05", "--input-len", "30000"],
-     "does not fit one attention"),
-    (["--models", "llama-3-8b", "--input-len", "600000"], "exceed max_model_len"),
-])
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--models", "deepseek-v3", "--gpu", "h100"], "does not fit"),
+        (["--models", "llama-3-70b", "--ep", "2"], "dense model"),
+        (["--models", "deepseek-v3", "--ep", "3"], "ep 3 must divide tp 8"),
+        (["--models", "llama-3-70b", "--dp-attention", "3"], "does not divide tp 8"),
+        (
+            [
+                "--models",
+                "llama-3-8b",
+                "--gpu",
+                "h100",
+                "--tp",
+                "1",
+                "--kv-capacity-scale",
+                "0.05",
+                "--input-len",
+                "30000",
+            ],
+            "does not fit one attention",
+        ),
+        (["--models", "llama-3-8b", "--input-len", "600000"], "exceed max_model_len"),
+    ],
+)
 def test_bad_combinations_exit_2_one_line(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["sim", "--throughput", *argv]) == 2
     err = capsys.readouterr().err
@@ -102,8 +146,9 @@ def test_bad_combinations_exit_2_one_line(argv: list[str], message: str, capsys:
 
 def test_published_scale_run_is_cheap() -> None:
     """1024-way, 5120 prompts × 2K output: seconds of CPU, not minutes (issue: < 60 s)."""
-    d = profiled("deepseek-v3", "trtllm", ep=8, max_num_seqs=1024, max_num_batched_tokens=9208,
-                 gpu_memory_utilization=0.8)
+    d = profiled(
+        "deepseek-v3", "trtllm", ep=8, max_num_seqs=1024, max_num_batched_tokens=9208, gpu_memory_utilization=0.8
+    )
     start = time.process_time()
     r = run_throughput(d, 1024, 2048, 5120, 1024)
     assert time.process_time() - start < 20
@@ -189,8 +234,10 @@ def test_term_grouped_gemm_kernel_rate() -> None:
     profiles are untouched, and the flag wins over the profile."""
     assert engine_profile("trtllm")["moe_kernel_rate"] == 0.54 and engine_profile("vllm")["moe_kernel_rate"] == 1.0
     load = [GroupLoad(4096)]
-    moe = {rate: dep("qwen3-235b-a22b", tp=4, ep=4, dp_attention=1, moe_kernel_rate=rate).step_breakdown(load)
-           for rate in (1.0, 0.54)}
+    moe = {
+        rate: dep("qwen3-235b-a22b", tp=4, ep=4, dp_attention=1, moe_kernel_rate=rate).step_breakdown(load)
+        for rate in (1.0, 0.54)
+    }
     q = PRESETS["qwen3-235b-a22b"]
     per_expert = moe_tokens_per_expert(q, 4096)
     routed_flop = 2 * q.moe_routed_params * q.moe_top_k / q.moe_experts * 4096 / 4
@@ -242,7 +289,8 @@ def test_term_mla_prefill_upprojection() -> None:
     first = d.step_breakdown([GroupLoad.of((), ((0, 8192),))])
     later = d.step_breakdown([GroupLoad.of((), ((24576, 8192),))])
     assert first.mla_upproj_s == 0 and later.mla_upproj_s == pytest.approx(
-        61 * upproj_flop_per_prefix_token(v3) * 24576 / (8 * 1979e12 * 0.7))
+        61 * upproj_flop_per_prefix_token(v3) * 24576 / (8 * 1979e12 * 0.7)
+    )
 
 
 def test_term_gemm_knee() -> None:
@@ -283,8 +331,13 @@ def test_explain_shows_both_sides_of_dp_attention(capsys: pytest.CaptureFixture[
     assert main(["sim", "--explain", "deepseek-v3", "--batch", "1,64,256"]) == 0
     out = capsys.readouterr().out
     assert "DP attention vs pure TP" in out and "DP costs" in out and "DP helps; costs if all on one rank" in out
-    for term in ("DP padding", "grouped-GEMM efficiency", "EP all-to-all", "MLA prefill up-projection",
-                 "prefill/decode interference"):
+    for term in (
+        "DP padding",
+        "grouped-GEMM efficiency",
+        "EP all-to-all",
+        "MLA prefill up-projection",
+        "prefill/decode interference",
+    ):
         assert term in out, term
     assert main(["sim", "--explain", "deepseek-v3", "--ep", "8", "--engine", "sglang"]) == 0
     out = capsys.readouterr().out

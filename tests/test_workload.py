@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from attnload.commands.seedscript import format_lines, seed_profiles
+from attnload.config.load import load_config
 from attnload.config.model import Distribution
-from attnload.config.seed import load_config
 from attnload.errors import UsageError
 from attnload.measure.tokens import prompt_tokens
 from attnload.workload.prompts import Workload
@@ -22,10 +22,15 @@ EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
 
 def config_with(tmp_path: Path, workload: dict[str, Any], **extra: Any) -> Path:
-    data = {"base_url": "http://127.0.0.1:9/api",
-            "models": {"gqa_model": {"id": "llama-3-70b", "attention_type": "GQA"},
-                       "mla_model": {"id": "deepseek-chat", "attention_type": "MLA"}},
-            "workload": workload, **extra}
+    data = {
+        "base_url": "http://127.0.0.1:9/api",
+        "models": {
+            "gqa_model": {"id": "llama-3-70b", "attention_type": "GQA"},
+            "mla_model": {"id": "deepseek-chat", "attention_type": "MLA"},
+        },
+        "workload": workload,
+        **extra,
+    }
     path = tmp_path / "c.json"
     path.write_text(json.dumps(data))
     return path
@@ -54,12 +59,15 @@ def test_distributions_sample_within_bounds_and_near_their_mean() -> None:
     assert {uniform.sample(rng) for _ in range(500)} == set(range(10, 21))
 
 
-@pytest.mark.parametrize(("raw", "message"), [
-    ({"dist": "uniform", "min": 50, "max": 10}, "min 50 > max 10"),
-    ({"dist": "normal", "mean": 100}, "needs stddev"),
-    ({"dist": "uniform", "min": 5}, "needs min and max"),
-    ({"dist": "zipf", "mean": 3}, "dist"),
-])
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        ({"dist": "uniform", "min": 50, "max": 10}, "min 50 > max 10"),
+        ({"dist": "normal", "mean": 100}, "needs stddev"),
+        ({"dist": "uniform", "min": 5}, "needs min and max"),
+        ({"dist": "zipf", "mean": 3}, "dist"),
+    ],
+)
 def test_bad_distributions_are_one_line_errors(tmp_path: Path, raw: dict[str, Any], message: str) -> None:
     path = config_with(tmp_path, {"p": {"prompt_tokens": raw}})
     with pytest.raises(UsageError) as error:
@@ -69,10 +77,20 @@ def test_bad_distributions_are_one_line_errors(tmp_path: Path, raw: dict[str, An
 
 
 def test_profile_draws_and_mix_weights(tmp_path: Path) -> None:
-    config = load_config(config_with(tmp_path, {
-        "chat": {"prompt_tokens": {"dist": "lognormal", "mean": 600, "stddev": 300, "min": 64, "max": 4096},
-                 "max_tokens": {"dist": "uniform", "min": 32, "max": 128}, "weight": 3},
-        "long": {"prompt_tokens": 8192, "max_tokens": 16, "ignore_eos": True, "weight": 1}}, seed=7))
+    config = load_config(
+        config_with(
+            tmp_path,
+            {
+                "chat": {
+                    "prompt_tokens": {"dist": "lognormal", "mean": 600, "stddev": 300, "min": 64, "max": 4096},
+                    "max_tokens": {"dist": "uniform", "min": 32, "max": 128},
+                    "weight": 3,
+                },
+                "long": {"prompt_tokens": 8192, "max_tokens": 16, "ignore_eos": True, "weight": 1},
+            },
+            seed=7,
+        )
+    )
     workload = Workload(config)
     plans = [workload.next() for _ in range(800)]
     chat = [p for p in plans if p.profile == "chat"]
@@ -83,12 +101,14 @@ def test_profile_draws_and_mix_weights(tmp_path: Path) -> None:
     assert all(p.ignore_eos and p.max_tokens == 16 for p in plans if p.profile == "long")
     again = Workload(config)  # seeded: the same sequence of profiles and lengths
     assert [(p.profile, p.max_tokens) for p in plans[:50]] == [
-        (p.profile, p.max_tokens) for p in (again.next() for _ in range(50))]
+        (p.profile, p.max_tokens) for p in (again.next() for _ in range(50))
+    ]
 
 
 def test_shared_prefix_comes_before_the_salt(tmp_path: Path) -> None:
-    config = load_config(config_with(tmp_path, {"rag": {"prompt_tokens": 1000, "shared_prefix_ratio": 0.5,
-                                                        "prefixes": 2}}))
+    config = load_config(
+        config_with(tmp_path, {"rag": {"prompt_tokens": 1000, "shared_prefix_ratio": 0.5, "prefixes": 2}})
+    )
     workload = Workload(config)
     texts = [workload.next().messages[0]["content"] for _ in range(40)]
     heads = {t[:1500] for t in texts}
@@ -112,26 +132,27 @@ def test_unknown_profile_is_a_usage_error(tmp_path: Path) -> None:
 def test_seed_profiles_and_printout_match_the_seed_script() -> None:
     config = load_config(EXAMPLES / "benchmark_config.json")
     assert seed_profiles(config) == ["short", "long"]
-    row = {"model": "llama-3-70b", "elapsed_sec": 1.234, "completion_tokens": 98, "tokens_per_sec": 79.4,
-           "samples": []}
+    row = {"model": "llama-3-70b", "elapsed_sec": 1.234, "completion_tokens": 98, "tokens_per_sec": 79.4, "samples": []}
     table = {"gqa_model": {"short": row}, "mla_model": {"short": {**row, "model": "deepseek-chat"}}}
     lines = format_lines(config, table)
     assert lines[0] == "--- gqa_model (llama-3-70b) ---"
     # the seed prints `print("short:", measure_latency(...))`, a dict repr
-    assert lines[1] == ("short: {'model': 'llama-3-70b', 'elapsed_sec': 1.234, 'completion_tokens': 98, "
-                        "'tokens_per_sec': 79.4}")
+    assert lines[1] == (
+        "short: {'model': 'llama-3-70b', 'elapsed_sec': 1.234, 'completion_tokens': 98, 'tokens_per_sec': 79.4}"
+    )
     assert lines[2] == "--- mla_model (deepseek-chat) ---"
 
 
 def test_goodput_equals_a_hand_count_of_records(tmp_path: Path) -> None:
     """Raw records through the runtime's SLO check and recorder: goodput × window is the hand count."""
     from attnload.measure.recorder import RequestRecord
-    from attnload.runner.options import RunOptions
+    from attnload.plan.options import RunOptions
     from attnload.runner.runtime import Runtime
     from attnload.workload.shapes import parse_shape
 
-    path = config_with(tmp_path, {"p": {"prompt_tokens": 100}},
-                       slo={"ttft_p99_s": 0.2, "itl_p99_s": 0.03, "e2e_p99_s": 2.0})
+    path = config_with(
+        tmp_path, {"p": {"prompt_tokens": 100}}, slo={"ttft_p99_s": 0.2, "itl_p99_s": 0.03, "e2e_p99_s": 2.0}
+    )
     runtime = Runtime(load_config(path), RunOptions(str(path), shape=parse_shape("concurrency:4", 10.0)), "local")
     runtime.begin_test()
     runtime.enter_stage(0, users=4, rate=None)
@@ -147,10 +168,23 @@ def test_goodput_equals_a_hand_count_of_records(tmp_path: Path) -> None:
         by_hand = outcome == "ok" and ttft <= 0.2 and e2e <= 2.0 and ordered[math.ceil(0.99 * 50) - 1] <= 0.03
         assert good == by_hand
         hand[key] += by_hand
-        runtime.observe(RequestRecord(model_key=key, profile="p", stage=0, outcome=outcome, error=None,
-                                      ttft_s=ttft, itl_samples=gaps, e2e_s=e2e, prompt_tokens=100,
-                                      completion_tokens=51, cached_prompt_tokens=0, tokens_estimated=False,
-                                      good=good))
+        runtime.observe(
+            RequestRecord(
+                model_key=key,
+                profile="p",
+                stage=0,
+                outcome=outcome,
+                error=None,
+                ttft_s=ttft,
+                itl_samples=gaps,
+                e2e_s=e2e,
+                prompt_tokens=100,
+                completion_tokens=51,
+                cached_prompt_tokens=0,
+                tokens_estimated=False,
+                good=good,
+            )
+        )
     runtime.test_stopped()
     results = runtime.results()
     for key, count in hand.items():

@@ -34,14 +34,14 @@ def fixed_salt_factory() -> tuple[list[str], Callable[[], str]]:
     def factory() -> str:
         made.append(f"[{next(counter):016x}] ")
         return made[-1]
+
     return made, factory
 
 
 def test_request_k_is_request_k_minus_1_plus_streamed_reply_plus_one_user_message() -> None:
     spec = ConversationSpec(turns=4, user_tokens=50)
     made, factory = fixed_salt_factory()
-    user = ConversationUser(lambda salt: synthetic_script(spec, salt, random.Random(1)),
-                            salt_factory=factory)
+    user = ConversationUser(lambda salt: synthetic_script(spec, salt, random.Random(1)), salt_factory=factory)
     replies = ["Sure! ", "  spaced  reply with trailing newline\n", "ünïcode ✓"]
     previous = user.next_request()
     assert (previous.turn, previous.conversation, len(previous.messages)) == (1, 0, 1)
@@ -83,8 +83,12 @@ def test_turns_from_a_distribution_vary_per_conversation() -> None:
 def test_context_window_rolls_over_to_a_new_conversation() -> None:
     spec = ConversationSpec(turns=50, user_tokens=100)
     rng = random.Random(0)
-    user = ConversationUser(lambda salt: synthetic_script(spec, salt, rng), context_window_tokens=1000,
-                            default_max_tokens=100, salt_factory=lambda: SALT)
+    user = ConversationUser(
+        lambda salt: synthetic_script(spec, salt, rng),
+        context_window_tokens=1000,
+        default_max_tokens=100,
+        salt_factory=lambda: SALT,
+    )
     reply = "x" * 396  # 99 + 4 tokens with the message overhead
     turns = []
     for _ in range(10):
@@ -127,10 +131,18 @@ def test_failed_turn_starts_a_new_conversation() -> None:
 
 def test_dataset_conversation_replays_human_turns_with_recorded_lengths(tmp_path: Path) -> None:
     path = tmp_path / "d.jsonl"
-    lines = [{"messages": [{"role": "system", "content": "be brief"}, {"role": "user", "content": "q1"},
-                           {"role": "assistant", "content": "r" * 80}, {"role": "user", "content": "q2"},
-                           {"role": "assistant", "content": "s" * 8}]},
-             {"prompt": "only"}]
+    lines = [
+        {
+            "messages": [
+                {"role": "system", "content": "be brief"},
+                {"role": "user", "content": "q1"},
+                {"role": "assistant", "content": "r" * 80},
+                {"role": "user", "content": "q2"},
+                {"role": "assistant", "content": "s" * 8},
+            ]
+        },
+        {"prompt": "only"},
+    ]
     path.write_text("".join(json.dumps(line) + "\n" for line in lines))
     rng = random.Random(0)
     with open_dataset(path) as data:
@@ -139,22 +151,32 @@ def test_dataset_conversation_replays_human_turns_with_recorded_lengths(tmp_path
         assert dataset_script(data.record(0), SALT, rng).user_messages == ("q1",)
         plain = dataset_script(data.record(1), SALT, rng, output_tokens=33)
         assert plain == ConversationScript((SALT + "only",), (33,), None)
-        user = ConversationUser(lambda salt: dataset_script(data.record(0), salt, rng, turns="all"),
-                                salt_factory=lambda: SALT, default_max_tokens=256)
+        user = ConversationUser(
+            lambda salt: dataset_script(data.record(0), salt, rng, turns="all"),
+            salt_factory=lambda: SALT,
+            default_max_tokens=256,
+        )
         first = user.next_request()
         assert first.messages == [{"role": "system", "content": SALT + "be brief"}, {"role": "user", "content": "q1"}]
         assert first.max_tokens == 20
         user.record_reply("streamed answer")
         second = user.next_request()
-        assert second.messages == [*first.messages, {"role": "assistant", "content": "streamed answer"},
-                                   {"role": "user", "content": "q2"}]
+        assert second.messages == [
+            *first.messages,
+            {"role": "assistant", "content": "streamed answer"},
+            {"role": "user", "content": "q2"},
+        ]
         assert second.max_tokens == 2
 
 
 def test_think_time_is_drawn_between_turns_and_zero_before_a_new_conversation() -> None:
     think = DurationDistribution(dist="uniform", min=0.5, max=1.5)
-    user = ConversationUser(lambda salt: ConversationScript((salt + "a", "b")), think_time_s=think,
-                            rng=random.Random(4), salt_factory=lambda: SALT)
+    user = ConversationUser(
+        lambda salt: ConversationScript((salt + "a", "b")),
+        think_time_s=think,
+        rng=random.Random(4),
+        salt_factory=lambda: SALT,
+    )
     assert user.next_delay_s() == 0.0  # nothing started yet
     user.next_request()
     user.record_reply("r")
@@ -171,12 +193,15 @@ def test_think_time_is_drawn_between_turns_and_zero_before_a_new_conversation() 
     assert fixed.next_delay_s() == 2.5
 
 
-@pytest.mark.parametrize(("dist", "mean"), [
-    ({"dist": "fixed", "value": 0.25}, 0.25),
-    ({"dist": "exponential", "mean": 2.0}, 2.0),
-    ({"dist": "lognormal", "mean": 1.0, "stddev": 0.5}, 1.0),
-    ({"dist": "normal", "mean": 3.0, "stddev": 0.2}, 3.0),
-])
+@pytest.mark.parametrize(
+    ("dist", "mean"),
+    [
+        ({"dist": "fixed", "value": 0.25}, 0.25),
+        ({"dist": "exponential", "mean": 2.0}, 2.0),
+        ({"dist": "lognormal", "mean": 1.0, "stddev": 0.5}, 1.0),
+        ({"dist": "normal", "mean": 3.0, "stddev": 0.2}, 3.0),
+    ],
+)
 def test_duration_distributions_have_their_mean(dist: dict[str, object], mean: float) -> None:
     model = DurationDistribution.model_validate(dist)
     rng = random.Random(11)
@@ -188,9 +213,12 @@ def test_duration_distributions_have_their_mean(dist: dict[str, object], mean: f
 def test_spec_validation() -> None:
     spec = ConversationSpec.model_validate({"turns": 3, "think_time_s": {"dist": "exponential", "mean": 1.5}})
     assert spec.user_tokens is None and isinstance(spec.think_time_s, DurationDistribution)
-    for bad, needle in [({"turns": 0}, "at least 1"), ({"turns": 2, "think_time_s": -1}, "greater than or equal"),
-                        ({"turns": 2, "think_time_s": {"dist": "normal", "mean": 1}}, "needs stddev"),
-                        ({"turns": 2, "turn": 3}, "extra")]:
+    for bad, needle in [
+        ({"turns": 0}, "at least 1"),
+        ({"turns": 2, "think_time_s": -1}, "greater than or equal"),
+        ({"turns": 2, "think_time_s": {"dist": "normal", "mean": 1}}, "needs stddev"),
+        ({"turns": 2, "turn": 3}, "extra"),
+    ]:
         with pytest.raises(ValueError, match=needle):
             ConversationSpec.model_validate(bad)
     with pytest.raises(ValueError, match="needs conversation.user_tokens"):

@@ -42,8 +42,9 @@ def conv(*turns: str) -> dict[str, Any]:
 
 
 def test_sharegpt_records_keep_turns_replies_and_estimated_reply_tokens(tmp_path: Path) -> None:
-    path = sharegpt(tmp_path, [conv("hi there", "hello! how can I help?", "tell me a joke", "no"),
-                               conv("only a question")])
+    path = sharegpt(
+        tmp_path, [conv("hi there", "hello! how can I help?", "tell me a joke", "no"), conv("only a question")]
+    )
     with open_dataset(path) as data:
         assert data.format == "sharegpt" and len(data) == 2 and data.skipped == 0
         first = data.record(0)
@@ -56,9 +57,15 @@ def test_sharegpt_records_keep_turns_replies_and_estimated_reply_tokens(tmp_path
 
 def test_sharegpt_system_merge_and_skips_records_without_human_text(tmp_path: Path) -> None:
     records = [
-        {"conversations": [{"from": "system", "value": "be brief"}, {"from": "gpt", "value": "hello"},
-                           {"from": "human", "value": "a"}, {"from": "human", "value": "b"},
-                           {"from": "chatgpt", "value": "c"}]},
+        {
+            "conversations": [
+                {"from": "system", "value": "be brief"},
+                {"from": "gpt", "value": "hello"},
+                {"from": "human", "value": "a"},
+                {"from": "human", "value": "b"},
+                {"from": "chatgpt", "value": "c"},
+            ]
+        },
         {"conversations": []},
         {"conversations": [{"from": "gpt", "value": "nobody asked"}]},
         conv("ünïcode ✓ question", "réponse"),
@@ -70,7 +77,9 @@ def test_sharegpt_system_merge_and_skips_records_without_human_text(tmp_path: Pa
         assert data.record(1).user_turns == ("ünïcode ✓ question",)
 
 
-def test_sharegpt_scan_crosses_chunk_boundaries_with_exact_offsets(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_sharegpt_scan_crosses_chunk_boundaries_with_exact_offsets(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(jsonscan, "CHUNK_BYTES", 7)  # every record spans many reads; multi-byte text too
     records = [conv(f"question {i} ✓ " + "x" * (i * 13), f"answer {i}") for i in range(25)]
     path = sharegpt(tmp_path, records, indent=None)
@@ -86,19 +95,34 @@ def test_sharegpt_scan_crosses_chunk_boundaries_with_exact_offsets(tmp_path: Pat
 
 
 def test_jsonl_prompt_messages_and_max_tokens(tmp_path: Path) -> None:
-    path = jsonl(tmp_path, [
-        json.dumps({"prompt": "p1", "max_tokens": 7}),
-        "",
-        json.dumps({"messages": [{"role": "system", "content": "sys"}, {"role": "user", "content": "u1"},
-                                 {"role": "assistant", "content": "a1 a1"}, {"role": "user", "content": "u2"}]}),
-        json.dumps(conv("q", "r")),
-    ])
+    path = jsonl(
+        tmp_path,
+        [
+            json.dumps({"prompt": "p1", "max_tokens": 7}),
+            "",
+            json.dumps(
+                {
+                    "messages": [
+                        {"role": "system", "content": "sys"},
+                        {"role": "user", "content": "u1"},
+                        {"role": "assistant", "content": "a1 a1"},
+                        {"role": "user", "content": "u2"},
+                    ]
+                }
+            ),
+            json.dumps(conv("q", "r")),
+        ],
+    )
     with open_dataset(path) as data:
         assert data.format == "jsonl" and len(data) == 3
         assert (data.record(0).user_turns, data.record(0).max_tokens, data.record(0).line) == (("p1",), 7, 1)
         second = data.record(1)
-        assert (second.system, second.user_turns, second.assistant_replies, second.line) == \
-            ("sys", ("u1", "u2"), ("a1 a1",), 3)
+        assert (second.system, second.user_turns, second.assistant_replies, second.line) == (
+            "sys",
+            ("u1", "u2"),
+            ("a1 a1",),
+            3,
+        )
         assert data.record(2).user_turns == ("q",)
 
 
@@ -112,7 +136,7 @@ def test_same_seed_same_order_and_every_record_before_a_repeat(tmp_path: Path) -
         expected = [f"p{n}" for e in range(3) for n in DatasetSampler(data, seed=42).order(e)]
         assert first == expected
         for epoch in range(3):  # each epoch is a permutation: all ten before any repeat
-            assert sorted(first[epoch * 10:(epoch + 1) * 10]) == sorted(f"p{i}" for i in range(10))
+            assert sorted(first[epoch * 10 : (epoch + 1) * 10]) == sorted(f"p{i}" for i in range(10))
         assert first[:10] != first[10:20]  # reshuffled per epoch
         other = DatasetSampler(data, seed=43)
         assert [other.next().user_turns[0] for _ in range(10)] != first[:10]
@@ -132,14 +156,17 @@ def test_shards_split_one_global_order(tmp_path: Path) -> None:
         assert sorted(global_order[:7]) == list(range(7))
 
 
-@pytest.mark.parametrize(("lines", "line_no", "needle"), [
-    (['{"prompt": "ok"}', '{"prompt": "broken"', '{"prompt": "fine"}'], 2, "malformed JSON"),
-    (['{"prompt": "ok"}', "", '[1, 2]'], 3, "must be a JSON object"),
-    (['{"prompt": "ok"}', '{"text": "x"}'], 2, 'needs "prompt"'),
-    (['{"prompt": "ok", "max_tokens": 0}'], 1, "max_tokens must be a positive integer"),
-    (['{"messages": [{"role": "user"}]}'], 1, "messages[0]"),
-    (['{"prompt": ""}'], 1, "no non-empty user message"),
-])
+@pytest.mark.parametrize(
+    ("lines", "line_no", "needle"),
+    [
+        (['{"prompt": "ok"}', '{"prompt": "broken"', '{"prompt": "fine"}'], 2, "malformed JSON"),
+        (['{"prompt": "ok"}', "", "[1, 2]"], 3, "must be a JSON object"),
+        (['{"prompt": "ok"}', '{"text": "x"}'], 2, 'needs "prompt"'),
+        (['{"prompt": "ok", "max_tokens": 0}'], 1, "max_tokens must be a positive integer"),
+        (['{"messages": [{"role": "user"}]}'], 1, "messages[0]"),
+        (['{"prompt": ""}'], 1, "no non-empty user message"),
+    ],
+)
 def test_jsonl_errors_name_the_line(tmp_path: Path, lines: list[str], line_no: int, needle: str) -> None:
     path = jsonl(tmp_path, lines)
     with pytest.raises(UsageError) as info:
@@ -151,8 +178,10 @@ def test_jsonl_errors_name_the_line(tmp_path: Path, lines: list[str], line_no: i
 
 def test_sharegpt_errors_name_the_line(tmp_path: Path) -> None:
     bad = tmp_path / "bad.json"
-    bad.write_text('[\n {"conversations": [{"from": "human", "value": "a"}]},\n {"conversations": [\n  {"from": "human", '
-                   '"value": 3}]},\n]')
+    bad.write_text(
+        '[\n {"conversations": [{"from": "human", "value": "a"}]},\n {"conversations": [\n  {"from": "human", '
+        '"value": 3}]},\n]'
+    )
     with pytest.raises(UsageError, match=rf"^dataset {bad} line 3: conversations\[0\] needs a string \"value\""):
         open_dataset(bad)
     broken = tmp_path / "broken.json"
@@ -192,10 +221,21 @@ def test_format_can_be_forced(tmp_path: Path) -> None:
 
 
 def test_output_tokens_resolution(tmp_path: Path) -> None:
-    path = jsonl(tmp_path, [json.dumps({"prompt": "p", "max_tokens": 9}),
-                            json.dumps({"messages": [{"role": "user", "content": "u"},
-                                                     {"role": "assistant", "content": "x" * 41},
-                                                     {"role": "user", "content": "v"}]})])
+    path = jsonl(
+        tmp_path,
+        [
+            json.dumps({"prompt": "p", "max_tokens": 9}),
+            json.dumps(
+                {
+                    "messages": [
+                        {"role": "user", "content": "u"},
+                        {"role": "assistant", "content": "x" * 41},
+                        {"role": "user", "content": "v"},
+                    ]
+                }
+            ),
+        ],
+    )
     rng = random.Random(0)
     with open_dataset(path) as data:
         fixed, recorded = data.record(0), data.record(1)

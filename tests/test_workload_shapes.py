@@ -18,7 +18,11 @@ from attnload.workload.sweep import FRACTIONS, ModelStageStats, Slo, SweepPlan
 def test_concurrency_stages_and_boundaries() -> None:
     spec = parse_shape("concurrency:1,8,64,256", 60.0)
     assert [(s.index, s.start_s, s.end_s, s.users) for s in spec.stages] == [
-        (0, 0.0, 60.0, 1), (1, 60.0, 120.0, 8), (2, 120.0, 180.0, 64), (3, 180.0, 240.0, 256)]
+        (0, 0.0, 60.0, 1),
+        (1, 60.0, 120.0, 8),
+        (2, 120.0, 180.0, 64),
+        (3, 180.0, 240.0, 256),
+    ]
     assert spec.stage_at(59.9).index == 0 and spec.stage_at(60.0).index == 1
     assert spec.stage_at(240.0) is None and spec.duration_s == 240.0
 
@@ -33,8 +37,9 @@ def test_rate_and_sweep_parse() -> None:
     assert parse_shape(sweep.to_text(), 30.0) == sweep
 
 
-@pytest.mark.parametrize("text", ["concurrency:", "rate:-1", "rate:0", "concurrency:1.5", "bogus:1", "rate:a",
-                                  "sweep:x", "sweep:0"])
+@pytest.mark.parametrize(
+    "text", ["concurrency:", "rate:-1", "rate:0", "concurrency:1.5", "bogus:1", "rate:a", "sweep:x", "sweep:0"]
+)
 def test_bad_shapes_are_usage_errors(text: str) -> None:
     with pytest.raises(UsageError) as error:
         parse_shape(text, 10.0)
@@ -45,8 +50,19 @@ def test_bad_shapes_are_usage_errors(text: str) -> None:
 @pytest.mark.parametrize("workers", [1, 2, 3])
 def test_arrival_shares_make_the_whole_schedule(arrivals: str, workers: int) -> None:
     rate, duration = 7.3, 60.0
-    shares = [arrival_offsets(rate, duration, arrivals=arrivals, share_index=w, share_count=workers, seed=1,  # type: ignore[arg-type]
-                              stage=0, stream=0) for w in range(workers)]
+    shares = [
+        arrival_offsets(
+            rate,
+            duration,
+            arrivals=arrivals,
+            share_index=w,
+            share_count=workers,
+            seed=1,  # type: ignore[arg-type]
+            stage=0,
+            stream=0,
+        )
+        for w in range(workers)
+    ]
     union = sorted(t for share in shares for t in share)
     assert len(union) == round(rate * duration)  # the stage sends exactly its target count
     assert all(0.0 <= t < duration for t in union)
@@ -65,16 +81,19 @@ def test_arrivals_are_seeded_and_streams_are_phase_shifted() -> None:
     b = arrival_offsets(2.0, 10.0, arrivals="poisson", share_index=0, share_count=1, seed=5, stage=1, stream=0)
     c = arrival_offsets(2.0, 10.0, arrivals="poisson", share_index=0, share_count=1, seed=6, stage=1, stream=0)
     assert a == b and a != c
-    s0 = arrival_offsets(1.0, 4.0, arrivals="constant", share_index=0, share_count=1, seed=0, stage=0, stream=0,
-                         streams=2)
-    s1 = arrival_offsets(1.0, 4.0, arrivals="constant", share_index=0, share_count=1, seed=0, stage=0, stream=1,
-                         streams=2)
+    s0 = arrival_offsets(
+        1.0, 4.0, arrivals="constant", share_index=0, share_count=1, seed=0, stage=0, stream=0, streams=2
+    )
+    s1 = arrival_offsets(
+        1.0, 4.0, arrivals="constant", share_index=0, share_count=1, seed=0, stage=0, stream=1, streams=2
+    )
     assert s0 == [0.0, 1.0, 2.0, 3.0] and s1 == [0.5, 1.5, 2.5, 3.5]
 
 
 def _stats(tok_s: float, rps: float, ttft_p99: float = 0.1) -> ModelStageStats:
-    return ModelStageStats(output_tokens_per_s=tok_s, requests_per_s=rps, ttft_p99_s=ttft_p99, itl_p99_s=0.01,
-                           e2e_p99_s=1.0)
+    return ModelStageStats(
+        output_tokens_per_s=tok_s, requests_per_s=rps, ttft_p99_s=ttft_p99, itl_p99_s=0.01, e2e_p99_s=1.0
+    )
 
 
 def test_sweep_finds_each_knee_then_steps_rates_below_it() -> None:
@@ -110,8 +129,11 @@ def test_sweep_is_bounded_by_its_user_cap() -> None:
     stages = 0
     tok = 100.0
     while stage is not None and stages < 50:
-        stats = {"a": _stats(tok, tok / 100)} if stage.kind == "concurrency" else {
-            "a": _stats(0, (stage.rates_rps or {})["a"])}
+        stats = (
+            {"a": _stats(tok, tok / 100)}
+            if stage.kind == "concurrency"
+            else {"a": _stats(0, (stage.rates_rps or {})["a"])}
+        )
         tok *= 2
         stage = plan.advance(stats, stages)
         stages += 1
@@ -120,9 +142,20 @@ def test_sweep_is_bounded_by_its_user_cap() -> None:
 
 
 def _record(key: str, ttft: float, e2e: float, outcome: str = "ok") -> RequestRecord:
-    return RequestRecord(model_key=key, profile="p", stage=0, outcome=outcome, error=None, ttft_s=ttft,
-                         itl_samples=(), e2e_s=e2e, prompt_tokens=10, completion_tokens=11,
-                         cached_prompt_tokens=0, tokens_estimated=False)
+    return RequestRecord(
+        model_key=key,
+        profile="p",
+        stage=0,
+        outcome=outcome,
+        error=None,
+        ttft_s=ttft,
+        itl_samples=(),
+        e2e_s=e2e,
+        prompt_tokens=10,
+        completion_tokens=11,
+        cached_prompt_tokens=0,
+        tokens_estimated=False,
+    )
 
 
 def test_paired_differences_ship_and_merge_with_a_ci() -> None:

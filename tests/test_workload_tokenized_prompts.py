@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from attnload.config.seed import load_config
+from attnload.config.load import load_config
 from attnload.measure.tokens import MESSAGE_OVERHEAD_TOKENS, text_tokens
 from attnload.runner.dialogs import Traffic
 from attnload.workload.prompts import Workload
@@ -22,8 +22,10 @@ from test_workload_tokenizer import byte_bpe, word_level
 
 
 def config_with(tmp_path: Path, workload: dict[str, Any], tokenizer: Path | None = None) -> Path:
-    models: dict[str, Any] = {"gqa_model": {"id": "llama-3-70b", "attention_type": "GQA"},
-                              "mla_model": {"id": "deepseek-chat", "attention_type": "MLA"}}
+    models: dict[str, Any] = {
+        "gqa_model": {"id": "llama-3-70b", "attention_type": "GQA"},
+        "mla_model": {"id": "deepseek-chat", "attention_type": "MLA"},
+    }
     if tokenizer is not None:
         models["mla_model"]["tokenizer"] = str(tokenizer)
     path = tmp_path / "c.json"
@@ -45,12 +47,34 @@ def test_user_content_has_exactly_the_target_tokens(tmp_path: Path, make: Any, t
 @pytest.mark.parametrize("make", [word_level, byte_bpe])
 def test_distributions_and_a_profile_text_hit_each_draw(tmp_path: Path, make: Any) -> None:
     tok = LocalTokenizer(make(tmp_path))
-    workload = Workload(load_config(config_with(tmp_path, {"p": {
-        "prompt": "Summarise the following.", "max_tokens": 8,
-        "prompt_tokens": {"dist": "uniform", "min": 40, "max": 400}}})))
-    drawn = Workload(load_config(config_with(tmp_path, {"p": {
-        "prompt": "Summarise the following.", "max_tokens": 8,
-        "prompt_tokens": {"dist": "uniform", "min": 40, "max": 400}}})))
+    workload = Workload(
+        load_config(
+            config_with(
+                tmp_path,
+                {
+                    "p": {
+                        "prompt": "Summarise the following.",
+                        "max_tokens": 8,
+                        "prompt_tokens": {"dist": "uniform", "min": 40, "max": 400},
+                    }
+                },
+            )
+        )
+    )
+    drawn = Workload(
+        load_config(
+            config_with(
+                tmp_path,
+                {
+                    "p": {
+                        "prompt": "Summarise the following.",
+                        "max_tokens": 8,
+                        "prompt_tokens": {"dist": "uniform", "min": 40, "max": 400},
+                    }
+                },
+            )
+        )
+    )
     for _ in range(20):
         content = workload.next(tok).messages[0]["content"]
         estimated = drawn.next().messages[0]["content"]  # same seed, same draw, estimator-sized
@@ -61,11 +85,16 @@ def test_distributions_and_a_profile_text_hit_each_draw(tmp_path: Path, make: An
 @pytest.mark.parametrize("make", [word_level, byte_bpe])
 def test_shared_prefix_is_identical_text_and_the_total_still_exact(tmp_path: Path, make: Any) -> None:
     tok = LocalTokenizer(make(tmp_path))
-    workload = Workload(load_config(config_with(tmp_path, {"rag": {
-        "prompt_tokens": 1000, "shared_prefix_ratio": 0.5, "prefixes": 2, "max_tokens": 8}})))
+    workload = Workload(
+        load_config(
+            config_with(
+                tmp_path, {"rag": {"prompt_tokens": 1000, "shared_prefix_ratio": 0.5, "prefixes": 2, "max_tokens": 8}}
+            )
+        )
+    )
     texts = [workload.next(tok).messages[0]["content"] for _ in range(30)]
     assert all(tok.count(t) == 1000 - MESSAGE_OVERHEAD_TOKENS for t in texts)
-    prefixes = {t[:t.index("[")] for t in texts}  # everything before the salt
+    prefixes = {t[: t.index("[")] for t in texts}  # everything before the salt
     assert len(prefixes) == 2  # one of two fixed texts, identical across requests
     assert all(abs(tok.count(p) - 498) <= 1 for p in prefixes)  # half of the 996 content tokens
     assert len(set(texts)) == 30  # the salt and filler stay unique
@@ -73,14 +102,20 @@ def test_shared_prefix_is_identical_text_and_the_total_still_exact(tmp_path: Pat
 
 def test_a_request_shorter_than_the_shared_prefix_cuts_it_and_stays_exact(tmp_path: Path) -> None:
     tok = LocalTokenizer(word_level(tmp_path))
-    profile = {"rag": {"prompt_tokens": {"dist": "uniform", "min": 20, "max": 2000}, "shared_prefix_ratio": 0.9,
-                       "prefixes": 1, "max_tokens": 8}}
+    profile = {
+        "rag": {
+            "prompt_tokens": {"dist": "uniform", "min": 20, "max": 2000},
+            "shared_prefix_ratio": 0.9,
+            "prefixes": 1,
+            "max_tokens": 8,
+        }
+    }
     workload = Workload(load_config(config_with(tmp_path, profile)))
     twin = Workload(load_config(config_with(tmp_path, profile)))  # same seed: tells each draw's target
     texts = [workload.next(tok).messages[0]["content"] for _ in range(40)]
     targets = [text_tokens(twin.next().messages[0]["content"]) for _ in range(40)]
     assert [tok.count(t) for t in texts] == targets
-    heads = [t[:t.index("[")] for t in texts]
+    heads = [t[: t.index("[")] for t in texts]
     longest = max(heads, key=len)
     assert tok.count(longest) == int(1006 * 0.9)  # the nominal (uniform mean 1010) shared share
     assert all(longest.startswith(head) for head in heads)  # a cut prefix is the same leading text

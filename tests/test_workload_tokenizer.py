@@ -39,7 +39,9 @@ def byte_bpe(tmp_path: Path) -> Path:
     tokenizer = tokenizers.Tokenizer(tokenizers.models.BPE())
     tokenizer.pre_tokenizer = tokenizers.pre_tokenizers.ByteLevel(add_prefix_space=False)
     tokenizer.decoder = tokenizers.decoders.ByteLevel()
-    trainer = tokenizers.trainers.BpeTrainer(vocab_size=400, initial_alphabet=tokenizers.pre_tokenizers.ByteLevel.alphabet())
+    trainer = tokenizers.trainers.BpeTrainer(
+        vocab_size=400, initial_alphabet=tokenizers.pre_tokenizers.ByteLevel.alphabet()
+    )
     tokenizer.train_from_iterator(CORPUS, trainer)
     path = tmp_path / "bpe.json"
     tokenizer.save(str(path))
@@ -113,8 +115,9 @@ def test_no_single_token_word_is_refused(tmp_path: Path) -> None:
     tokenizer.pre_tokenizer = tokenizers.pre_tokenizers.ByteLevel(add_prefix_space=False)
     tokenizer.decoder = tokenizers.decoders.ByteLevel()
     alphabet = tokenizers.pre_tokenizers.ByteLevel.alphabet()
-    tokenizer.train_from_iterator(["ab"], tokenizers.trainers.BpeTrainer(vocab_size=len(alphabet),
-                                                                         initial_alphabet=alphabet))
+    tokenizer.train_from_iterator(
+        ["ab"], tokenizers.trainers.BpeTrainer(vocab_size=len(alphabet), initial_alphabet=alphabet)
+    )
     path = tmp_path / "bytes.json"
     tokenizer.save(str(path))
     tok = LocalTokenizer(path)

@@ -54,26 +54,41 @@ def test_replay_speed_scales_offsets(tmp_path: Path) -> None:
 
 def test_azure_csv_with_seven_fraction_digits(tmp_path: Path) -> None:
     path = tmp_path / "azure.csv"
-    path.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n"
-                    "2023-11-16 18:15:46.6805900,374,44\n"
-                    "2023-11-16 18:15:50.9000000,396,109\n"
-                    "2023-11-16 18:15:47.0000001,879,2\n")
+    path.write_text(
+        "TIMESTAMP,ContextTokens,GeneratedTokens\n"
+        "2023-11-16 18:15:46.6805900,374,44\n"
+        "2023-11-16 18:15:50.9000000,396,109\n"
+        "2023-11-16 18:15:47.0000001,879,2\n"
+    )
     trace = load_trace(path)
     assert trace.format == "azure"
     assert [(r.offset_s, r.input_tokens, r.output_tokens, r.line) for r in trace.requests] == [
-        (0.0, 374, 44, 2), (0.31941, 879, 2, 4), (4.21941, 396, 109, 3)]
+        (0.0, 374, 44, 2),
+        (0.31941, 879, 2, 4),
+        (4.21941, 396, 109, 3),
+    ]
     assert trace.requests[0].hash_ids == ()
 
 
-@pytest.mark.parametrize(("text", "line", "needle"), [
-    ('{"timestamp": 0, "input_length": 5, "output_length": 1}\n{"timestamp": 1, "input_length": 5\n', 2,
-     "malformed JSON"),
-    ('{"timestamp": 0, "input_length": 5, "output_length": 1}\n\n{"timestamp": -1, "input_length": 5, '
-     '"output_length": 1}\n', 3, "timestamp must be milliseconds"),
-    ('{"timestamp": 0, "input_length": 0, "output_length": 1}\n', 1, "input_length must be a positive integer"),
-    ('{"timestamp": 0, "input_length": 5}\n', 1, "output_length must be a positive integer"),
-    ('{"timestamp": 0, "input_length": 5, "output_length": 1, "hash_ids": ["a"]}\n', 1, "hash_ids must be a list"),
-])
+@pytest.mark.parametrize(
+    ("text", "line", "needle"),
+    [
+        (
+            '{"timestamp": 0, "input_length": 5, "output_length": 1}\n{"timestamp": 1, "input_length": 5\n',
+            2,
+            "malformed JSON",
+        ),
+        (
+            '{"timestamp": 0, "input_length": 5, "output_length": 1}\n\n{"timestamp": -1, "input_length": 5, '
+            '"output_length": 1}\n',
+            3,
+            "timestamp must be milliseconds",
+        ),
+        ('{"timestamp": 0, "input_length": 0, "output_length": 1}\n', 1, "input_length must be a positive integer"),
+        ('{"timestamp": 0, "input_length": 5}\n', 1, "output_length must be a positive integer"),
+        ('{"timestamp": 0, "input_length": 5, "output_length": 1, "hash_ids": ["a"]}\n', 1, "hash_ids must be a list"),
+    ],
+)
 def test_mooncake_errors_name_the_line(tmp_path: Path, text: str, line: int, needle: str) -> None:
     path = tmp_path / "bad.jsonl"
     path.write_text(text)
@@ -123,8 +138,9 @@ def test_equal_hash_ids_give_equal_prefix_text_and_exact_lengths() -> None:
     short = prompts.content(TraceRequest(0.0, 700, 10, (1, 2, 3)), 99)
     assert text_a.startswith(short)
     # another run (another salt) shares nothing at the start
-    assert TracePrompts("[fedcba9876543210] ").content(a, 0)[:1] == "[" and \
-        not TracePrompts("[fedcba9876543210] ").content(a, 0).startswith(SALT)
+    assert TracePrompts("[fedcba9876543210] ").content(a, 0)[:1] == "[" and not TracePrompts(
+        "[fedcba9876543210] "
+    ).content(a, 0).startswith(SALT)
 
 
 def test_tail_past_the_hash_blocks_is_unique_per_request() -> None:
@@ -149,7 +165,8 @@ def test_shipped_traces() -> None:
     first_blocks = [r.hash_ids[0] for r in moon.requests]
     assert len(set(first_blocks)) < len(first_blocks)  # requests share prefixes
     assert all(len(r.hash_ids) == -(-r.input_tokens // 512) for r in moon.requests)
-    assert [r.offset_s for r in load_trace(EXAMPLES / "mooncake_sample.jsonl", 2.0).requests] == \
-        [round(r.offset_s / 2, 6) for r in moon.requests]
+    assert [r.offset_s for r in load_trace(EXAMPLES / "mooncake_sample.jsonl", 2.0).requests] == [
+        round(r.offset_s / 2, 6) for r in moon.requests
+    ]
     azure = load_trace(EXAMPLES / "azure_sample.csv")
     assert len(azure.requests) == 40 and azure.format == "azure" and 9.0 < azure.duration_s <= 10.0

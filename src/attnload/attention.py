@@ -59,20 +59,30 @@ def _mha_decode(m: Dims) -> float:
     return 4.0 * m.h_q * m.d_h
 
 
-KINDS: dict[str, AttentionKind] = {k.name: k for k in (
-    AttentionKind("GQA", lambda m, a: 2 * _heads(m.h_kv, a) * m.d_h, _mha_decode, _mha_decode),
-    AttentionKind("MLA", lambda m, a: m.d_c + m.d_r,
-                  lambda m: 2.0 * m.h_q * (2 * m.d_c + m.d_r),
-                  lambda m: 2.0 * m.h_q * (m.d_nope + m.d_r + m.d_v),
-                  lambda m: 2.0 * m.h_q * m.d_c * (m.d_nope + m.d_v), latent=True),
-    AttentionKind("GTA", lambda m, a: _heads(m.h_kv, a) * m.d_h + m.d_r, _mha_decode, _mha_decode),
-    AttentionKind("GLA", lambda m, a: _heads(m.h_c, a) * m.d_ch + m.d_r,
-                  lambda m: 2.0 * m.h_q * (2 * m.d_ch + m.d_r),
-                  lambda m: 2.0 * m.h_q * (m.d_nope + m.d_r + m.d_v),
-                  lambda m: 2.0 * m.h_q * m.d_ch * (m.d_nope + m.d_v)),
-    AttentionKind("MHA", lambda m, a: 2 * _heads(m.h_kv, a) * m.d_h, _mha_decode, _mha_decode),
-    AttentionKind("MQA", lambda m, a: 2 * m.d_h, _mha_decode, _mha_decode),  # one KV head on every GPU
-)}
+KINDS: dict[str, AttentionKind] = {
+    k.name: k
+    for k in (
+        AttentionKind("GQA", lambda m, a: 2 * _heads(m.h_kv, a) * m.d_h, _mha_decode, _mha_decode),
+        AttentionKind(
+            "MLA",
+            lambda m, a: m.d_c + m.d_r,
+            lambda m: 2.0 * m.h_q * (2 * m.d_c + m.d_r),
+            lambda m: 2.0 * m.h_q * (m.d_nope + m.d_r + m.d_v),
+            lambda m: 2.0 * m.h_q * m.d_c * (m.d_nope + m.d_v),
+            latent=True,
+        ),
+        AttentionKind("GTA", lambda m, a: _heads(m.h_kv, a) * m.d_h + m.d_r, _mha_decode, _mha_decode),
+        AttentionKind(
+            "GLA",
+            lambda m, a: _heads(m.h_c, a) * m.d_ch + m.d_r,
+            lambda m: 2.0 * m.h_q * (2 * m.d_ch + m.d_r),
+            lambda m: 2.0 * m.h_q * (m.d_nope + m.d_r + m.d_v),
+            lambda m: 2.0 * m.h_q * m.d_ch * (m.d_nope + m.d_v),
+        ),
+        AttentionKind("MHA", lambda m, a: 2 * _heads(m.h_kv, a) * m.d_h, _mha_decode, _mha_decode),
+        AttentionKind("MQA", lambda m, a: 2 * m.d_h, _mha_decode, _mha_decode),  # one KV head on every GPU
+    )
+}
 """Every attention type's arithmetic, by canonical name."""
 
 ATTENTION_TYPES = tuple(KINDS)

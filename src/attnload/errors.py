@@ -21,8 +21,10 @@ class ErrorClass(Enum):
     """The error classes of docs/design.md; ``name.lower()`` is the metric label and the results key."""
 
     AUTH = "check the key in the env var named by api_key_env (complete, no spaces, not expired)"
-    NOT_FOUND = ("check the model id (exact, case-sensitive) against the provider's or gateway's model list"
-                 " (GET /models), and drop a trailing /v1 from base_url")
+    NOT_FOUND = (
+        "check the model id (exact, case-sensitive) against the provider's or gateway's model list"
+        " (GET /models), and drop a trailing /v1 from base_url"
+    )
     RATE_LIMITED = "lower --users or the --shape rate, or raise the provider's rate limit"
     QUOTA = "the account is out of quota or balance: top it up in the provider's console"
     CONTEXT_LENGTH = "the prompt plus max_tokens exceeds the model's context window: shorten it"

@@ -30,8 +30,9 @@ class Idle(User):
 
     @task
     def tick(self) -> None:
-        self.environment.events.request.fire(request_type="GET", name="/fake", response_time=5,
-                                             response_length=0, exception=None, context={})
+        self.environment.events.request.fire(
+            request_type="GET", name="/fake", response_time=5, response_length=0, exception=None, context={}
+        )
 
 
 def snapshot(environment: Environment, started: float) -> Results:
@@ -40,10 +41,15 @@ def snapshot(environment: Environment, started: float) -> Results:
     users = environment.runner.user_count if environment.runner else 0
     models = []
     for base in (gqa_model(), mla_model()):
-        stage = base.stages[-1].model_copy(update={
-            "index": int(elapsed // STAGE_S),  # a new stage every STAGE_S: the live charts mark each change
-            "users": users, "ttft_s": Summary(count=10, p50=TTFT_S, p99=TTFT_S * 1.2, max=TTFT_S * 1.3),
-            "output_tokens_per_s": 10.0 * users + elapsed, "errors": {}})
+        stage = base.stages[-1].model_copy(
+            update={
+                "index": int(elapsed // STAGE_S),  # a new stage every STAGE_S: the live charts mark each change
+                "users": users,
+                "ttft_s": Summary(count=10, p50=TTFT_S, p99=TTFT_S * 1.2, max=TTFT_S * 1.3),
+                "output_tokens_per_s": 10.0 * users + elapsed,
+                "errors": {},
+            }
+        )
         models.append(base.model_copy(update={"stages": [stage]}))
     return results(*models).model_copy(update={"duration_s": elapsed})
 

@@ -27,8 +27,9 @@ def _free_port() -> int:
 @pytest.fixture
 def fake_ui() -> Iterator[str]:
     port = _free_port()
-    proc = subprocess.Popen([sys.executable, str(SCRIPT), str(port)], stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, str(SCRIPT), str(port)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
     try:
         assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
         deadline = time.monotonic() + 10
@@ -69,7 +70,8 @@ def test_llm_tab_updates_while_running(browser: Any, fake_ui: str, tmp_path: Pat
     assert errors == []
 
 
-CHART_STATE = """() => Array.from(document.querySelectorAll('#attnload-live-charts svg.attnload-live-chart')).map(svg => ({
+CHART_STATE = """() => Array.from(
+    document.querySelectorAll('#attnload-live-charts svg.attnload-live-chart')).map(svg => ({
     metric: svg.dataset.metric,
     visible: svg.getBoundingClientRect().height > 0,
     series: Array.from(svg.querySelectorAll('polyline.attnload-live-series')).map(p => ({
@@ -86,8 +88,9 @@ def test_llm_tab_live_charts_grow_and_mark_stages(browser: Any, fake_ui: str, tm
     page.goto(fake_ui)
     start_from_ui(page, users=3, spawn_rate=3, host="http://127.0.0.1:1")
     open_llm_tab(page)
-    page.wait_for_function("() => document.querySelectorAll('polyline.attnload-live-series').length >= 8",
-                           timeout=15000)
+    page.wait_for_function(
+        "() => document.querySelectorAll('polyline.attnload-live-series').length >= 8", timeout=15000
+    )
     first = page.evaluate(CHART_STATE)
     assert [c["metric"] for c in first] == ["ttft_p50_ms", "ttft_p99_ms", "itl_p50_ms", "output_tok_s"]
     for chart in first:

@@ -83,29 +83,69 @@ def _master_on_sim(tmp_path: Path, sim_args: list[str]) -> Iterator[str]:
     sim_port, web_port, master_port = _free_port(), _free_port(), _free_port()
     sim_url = f"http://127.0.0.1:{sim_port}"
     config = tmp_path / "config.json"
-    config.write_text(json.dumps({
-        "base_url": sim_url,
-        "models": {"llama-3-70b": {"id": "llama-3-70b", "attention_type": "GQA", "max_context": 8192},
-                   "deepseek-v3": {"id": "deepseek-chat", "attention_type": "MLA", "max_context": 65536}},
-        "test_prompts": {"short": "Say hello."},
-        "benchmark": {"repeat": 1, "max_tokens": 32, "temperature": 0},
-    }))
-    env = {**os.environ, "ATTNLOAD_CONFIG": str(config), "ATTNLOAD_METRICS_PORT": str(_free_port()),
-           "PYTHONUNBUFFERED": "1"}
+    config.write_text(
+        json.dumps(
+            {
+                "base_url": sim_url,
+                "models": {
+                    "llama-3-70b": {"id": "llama-3-70b", "attention_type": "GQA", "max_context": 8192},
+                    "deepseek-v3": {"id": "deepseek-chat", "attention_type": "MLA", "max_context": 65536},
+                },
+                "test_prompts": {"short": "Say hello."},
+                "benchmark": {"repeat": 1, "max_tokens": 32, "temperature": 0},
+            }
+        )
+    )
+    env = {
+        **os.environ,
+        "ATTNLOAD_CONFIG": str(config),
+        "ATTNLOAD_METRICS_PORT": str(_free_port()),
+        "PYTHONUNBUFFERED": "1",
+    }
     logs = {name: (tmp_path / f"{name}.log").open("wb") for name in ("sim", "master", "worker1", "worker2")}
     procs: list[subprocess.Popen[bytes]] = []
 
     def spawn(name: str, args: list[str], extra_env: dict[str, str] | None = None) -> None:
-        procs.append(subprocess.Popen(args, cwd=ROOT, env={**env, **(extra_env or {})}, stdout=logs[name],
-                                      stderr=subprocess.STDOUT))
+        procs.append(
+            subprocess.Popen(
+                args, cwd=ROOT, env={**env, **(extra_env or {})}, stdout=logs[name], stderr=subprocess.STDOUT
+            )
+        )
 
     try:
-        spawn("sim", [sys.executable, "-m", "attnload", "sim", *sim_args, "--port", str(sim_port),
-                      "--models", "llama-3-70b,deepseek-v3"])
+        spawn(
+            "sim",
+            [
+                sys.executable,
+                "-m",
+                "attnload",
+                "sim",
+                *sim_args,
+                "--port",
+                str(sim_port),
+                "--models",
+                "llama-3-70b,deepseek-v3",
+            ],
+        )
         _wait_http(f"{sim_url}/v1/models", 30, procs)
         locust = [sys.executable, "-m", "locust", "-f", str(LOCUSTFILE)]
-        spawn("master", [*locust, "--master", "--master-bind-host", "127.0.0.1", "--master-bind-port",
-                         str(master_port), "--web-host", "127.0.0.1", "--web-port", str(web_port), "-H", sim_url])
+        spawn(
+            "master",
+            [
+                *locust,
+                "--master",
+                "--master-bind-host",
+                "127.0.0.1",
+                "--master-bind-port",
+                str(master_port),
+                "--web-host",
+                "127.0.0.1",
+                "--web-port",
+                str(web_port),
+                "-H",
+                sim_url,
+            ],
+        )
         web = f"http://127.0.0.1:{web_port}"
         _wait_http(web, 30, procs)
         for name in ("worker1", "worker2"):
@@ -135,8 +175,7 @@ def test_llm_tab_shows_sim_ttft_live(browser: Any, live_master: str, tmp_path: P
     page = browser.new_page(viewport={"width": 1400, "height": 900})
     errors: list[str] = []
     page.on("pageerror", lambda e: errors.append(str(e)))
-    page.on("request", lambda r: errors.append(f"network: {r.url}")
-            if not r.url.startswith(live_master) else None)
+    page.on("request", lambda r: errors.append(f"network: {r.url}") if not r.url.startswith(live_master) else None)
     page.goto(live_master)
     # One user per worker: the 3 ms budget is about the measurement path, so keep the 2 shared
     # cores (sim, master, workers, chromium) from queueing each other.
@@ -198,13 +237,15 @@ def test_llm_tab_live_charts_grow_with_the_real_run(browser: Any, live_master: s
     page = browser.new_page(viewport={"width": 1400, "height": 1200})
     errors: list[str] = []
     page.on("pageerror", lambda e: errors.append(str(e)))
-    page.on("request", lambda r: errors.append(f"network: {r.url}")
-            if not r.url.startswith(live_master) else None)
+    page.on("request", lambda r: errors.append(f"network: {r.url}") if not r.url.startswith(live_master) else None)
     page.goto(live_master)
     start_from_ui(page, users=2, spawn_rate=2)
     open_llm_tab(page)
-    page.wait_for_function("() => Array.from(document.querySelectorAll('polyline.attnload-live-series'))"
-                           ".filter(p => Number(p.dataset.points) >= 2).length >= 8", timeout=30000)
+    page.wait_for_function(
+        "() => Array.from(document.querySelectorAll('polyline.attnload-live-series'))"
+        ".filter(p => Number(p.dataset.points) >= 2).length >= 8",
+        timeout=30000,
+    )
     first = page.evaluate(SERIES_POINTS)
     assert sorted(first) == ["itl_p50_ms", "output_tok_s", "ttft_p50_ms", "ttft_p99_ms"], first
     assert all(set(series) == {"llama-3-70b", "deepseek-v3"} for series in first.values()), first

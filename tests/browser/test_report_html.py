@@ -38,7 +38,8 @@ def _check_tables(page: Any, data: dict[str, Any]) -> int:
     cells = page.eval_on_selector_all(
         "table.summary td[data-field], table.stages td[data-field]",
         """tds => tds.map(td => ({model: td.closest('tr').dataset.model, stage: td.closest('tr').dataset.stage,
-                                 field: td.dataset.field, value: td.dataset.value, text: td.textContent}))""")
+                                 field: td.dataset.field, value: td.dataset.value, text: td.textContent}))""",
+    )
     for cell in cells:
         source = models[cell["model"]]
         if cell["stage"] is not None:
@@ -59,11 +60,18 @@ def test_report_renders_plots_and_matches_json(browser: Any, tmp_path: Path) -> 
     page, problems = _open(browser, html_path)
 
     plots = page.eval_on_selector_all(
-        "svg.plot", "svgs => svgs.map(s => [s.id, s.querySelectorAll('.datum').length, "
-                    "s.querySelectorAll('path.series-line').length])")
+        "svg.plot",
+        "svgs => svgs.map(s => [s.id, s.querySelectorAll('.datum').length, "
+        "s.querySelectorAll('path.series-line').length])",
+    )
     ids = {p[0] for p in plots}
-    assert {"plot-throughput", "plot-frontier-ttft-p99", "plot-ttft-percentiles", "plot-itl-percentiles",
-            "plot-errors"} <= ids
+    assert {
+        "plot-throughput",
+        "plot-frontier-ttft-p99",
+        "plot-ttft-percentiles",
+        "plot-itl-percentiles",
+        "plot-errors",
+    } <= ids
     for plot_id, points, _paths in plots:
         assert points > 0, f"{plot_id} drew no data"
     assert all(paths > 0 for plot_id, _, paths in plots if plot_id != "plot-errors")

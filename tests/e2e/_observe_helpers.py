@@ -27,7 +27,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest, start_http_server
 
-from attnload.observe.prometheus import start_local_prometheus, stop_prometheus
+from attnload.dashboards.prometheus import start_local_prometheus, stop_prometheus
 
 REPO = Path(__file__).resolve().parents[2]
 DASHBOARD_DIR = REPO / "grafana" / "dashboards"
@@ -36,8 +36,21 @@ RULES = REPO / "grafana" / "prometheus" / "rules.yml"
 LABELS = ("model", "attention", "profile", "target")
 BUCKETS_S = tuple(round(0.001 * 1.25**i, 9) for i in range(54) if 0.001 * 1.25**i <= 120 * 1.25)
 """1 ms … 120 s, factor 1.25 (docs/design.md; the master's buckets)."""
-ERROR_CLASSES = ("auth", "not_found", "rate_limited", "quota", "context_length", "bad_request", "server",
-                 "timeout", "connection", "proxy", "bad_response", "truncated", "cancelled")
+ERROR_CLASSES = (
+    "auth",
+    "not_found",
+    "rate_limited",
+    "quota",
+    "context_length",
+    "bad_request",
+    "server",
+    "timeout",
+    "connection",
+    "proxy",
+    "bad_response",
+    "truncated",
+    "cancelled",
+)
 FIXTURE_MODELS = (("llama-3-70b", "GQA"), ("deepseek-v3", "MLA"), ("llama-3-8b", "GQA"))
 FIXTURE_PROFILES = ("short", "long", "shared")
 
@@ -82,6 +95,7 @@ def stop_process(process: subprocess.Popen[bytes], timeout_s: float = 10.0) -> N
 
 
 # -- Prometheus -----------------------------------------------------------------------------
+
 
 @dataclass
 class Prom:
@@ -131,8 +145,9 @@ class Prom:
 def running_prometheus(targets: dict[str, str], data_dir: Path) -> Iterator[Prom]:
     """Prometheus scraping ``targets`` every second, with the project's rules, always stopped."""
     port = free_port()
-    process = start_local_prometheus(targets, data_dir, port, scrape_interval_s=1.0, rules_file=RULES,
-                                     ready_timeout_s=30.0)
+    process = start_local_prometheus(
+        targets, data_dir, port, scrape_interval_s=1.0, rules_file=RULES, ready_timeout_s=30.0
+    )
     try:
         yield Prom(f"http://127.0.0.1:{port}", process, data_dir)
     finally:
@@ -140,6 +155,7 @@ def running_prometheus(targets: dict[str, str], data_dir: Path) -> Iterator[Prom
 
 
 # -- dashboards -----------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class PanelExpr:
@@ -188,6 +204,7 @@ def finite_values(result: list[dict[str, Any]]) -> list[float]:
 
 # -- the fixture exporter -------------------------------------------------------------------
 
+
 @dataclass
 class FixtureExporter:
     """Master- and simulator-shaped series with synthetic moving values (no load generator)."""
@@ -209,12 +226,16 @@ class FixtureExporter:
 
 def _master_registry() -> tuple[CollectorRegistry, dict[str, Any]]:
     reg = CollectorRegistry(auto_describe=True)
-    hist = {name: Histogram(name, doc, LABELS, registry=reg, buckets=BUCKETS_S) for name, doc in (
-        ("attnload_time_to_first_token_seconds", "TTFT"),
-        ("attnload_inter_token_latency_seconds", "ITL"),
-        ("attnload_time_per_output_token_seconds", "TPOT"),
-        ("attnload_request_duration_seconds", "e2e"),
-        ("attnload_dispatch_lag_seconds", "dispatch lag"))}
+    hist = {
+        name: Histogram(name, doc, LABELS, registry=reg, buckets=BUCKETS_S)
+        for name, doc in (
+            ("attnload_time_to_first_token_seconds", "TTFT"),
+            ("attnload_inter_token_latency_seconds", "ITL"),
+            ("attnload_time_per_output_token_seconds", "TPOT"),
+            ("attnload_request_duration_seconds", "e2e"),
+            ("attnload_dispatch_lag_seconds", "dispatch lag"),
+        )
+    }
     metrics: dict[str, Any] = {
         "hist": hist,
         "requests": Counter("attnload_requests", "requests", (*LABELS, "outcome"), registry=reg),
@@ -225,16 +246,22 @@ def _master_registry() -> tuple[CollectorRegistry, dict[str, Any]]:
         "goodput": Counter("attnload_goodput_requests", "goodput", LABELS, registry=reg),
         "users": Gauge("attnload_users", "users", LABELS, registry=reg),
     }
-    for name in ("attnload_target_users", "attnload_target_rate", "attnload_stage", "attnload_workers",
-                 "attnload_client_saturated"):
+    for name in (
+        "attnload_target_users",
+        "attnload_target_rate",
+        "attnload_stage",
+        "attnload_workers",
+        "attnload_client_saturated",
+    ):
         metrics[name] = Gauge(name, name, registry=reg)
     metrics["cpu"] = Gauge("attnload_worker_cpu_ratio", "worker cpu", ("worker",), registry=reg)
     gpu_labels = ("model", "attention", "target")  # the master's re-export of each model's DCGM fields
     for name in ("attnload_gpu_dram_active", "attnload_gpu_tensor_active", "attnload_gpu_power_watts"):
         metrics[name] = Gauge(name, name, gpu_labels, registry=reg)
     metrics["gpu_energy"] = Counter("attnload_gpu_energy_joules", "energy", gpu_labels, registry=reg)
-    metrics["stage_info"] = Gauge("attnload_stage_info", "stage info", ("stage", "target_users", "target_rate"),
-                                  registry=reg)
+    metrics["stage_info"] = Gauge(
+        "attnload_stage_info", "stage info", ("stage", "target_users", "target_rate"), registry=reg
+    )
     return reg, metrics
 
 
@@ -258,10 +285,22 @@ def _sim_registry() -> tuple[CollectorRegistry, dict[str, Any]]:
     return reg, metrics
 
 
-SERVER_GAUGES = ("vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc",
-                 "sglang:num_running_reqs", "sglang:num_queue_reqs", "sglang:token_usage")
-SERVER_COUNTERS = ("vllm:num_preemptions_total", "vllm:prefix_cache_queries_total", "vllm:prefix_cache_hits_total",
-                   "sglang:num_retracted_requests_total", "sglang:prompt_tokens_total", "sglang:cached_tokens_total")
+SERVER_GAUGES = (
+    "vllm:num_requests_running",
+    "vllm:num_requests_waiting",
+    "vllm:kv_cache_usage_perc",
+    "sglang:num_running_reqs",
+    "sglang:num_queue_reqs",
+    "sglang:token_usage",
+)
+SERVER_COUNTERS = (
+    "vllm:num_preemptions_total",
+    "vllm:prefix_cache_queries_total",
+    "vllm:prefix_cache_hits_total",
+    "sglang:num_retracted_requests_total",
+    "sglang:prompt_tokens_total",
+    "sglang:cached_tokens_total",
+)
 SERVER_HISTOGRAMS = ("vllm:time_to_first_token_seconds", "sglang:time_to_first_token_seconds")
 
 
@@ -298,12 +337,16 @@ def _tick(master: dict[str, Any], sim: dict[str, Any], rng: random.Random, error
         sim["preemptions"].labels(model, attention).inc(0)
         for profile in FIXTURE_PROFILES:
             key = (model, attention, profile, model)
-            master["hist"]["attnload_time_to_first_token_seconds"].labels(*key).observe(0.05 * slow * rng.uniform(0.8, 1.5))
+            master["hist"]["attnload_time_to_first_token_seconds"].labels(*key).observe(
+                0.05 * slow * rng.uniform(0.8, 1.5)
+            )
             master["hist"]["attnload_request_duration_seconds"].labels(*key).observe(0.4 * slow)
             master["hist"]["attnload_time_per_output_token_seconds"].labels(*key).observe(0.01 * slow)
             master["hist"]["attnload_dispatch_lag_seconds"].labels(*key).observe(0.002 * rng.random())
             for _ in range(4):
-                master["hist"]["attnload_inter_token_latency_seconds"].labels(*key).observe(0.01 * slow * rng.uniform(0.9, 1.3))
+                master["hist"]["attnload_inter_token_latency_seconds"].labels(*key).observe(
+                    0.01 * slow * rng.uniform(0.9, 1.3)
+                )
             master["requests"].labels(*key, "ok").inc()
             master["requests"].labels(*key, "cancelled").inc(0)
             master["goodput"].labels(*key).inc()
@@ -322,6 +365,7 @@ def _text_format_server(port: int, registry: CollectorRegistry) -> tuple[Threadi
     prometheus_client 0.26 turns ``vllm:x`` into ``vllm_x`` on its OpenMetrics path (which
     Prometheus 3 asks for), so its own server would rename the server-view series.
     """
+
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:  # noqa: N802 (http.server's name)
             body = generate_latest(registry)
@@ -346,8 +390,7 @@ def fixture_exporter(errors: bool = True, period_s: float = 0.2) -> Iterator[Fix
     master_reg, master = _master_registry()
     sim_reg, sim = _sim_registry()
     master_port, sim_port = free_port(), free_port()
-    servers = [start_http_server(master_port, "127.0.0.1", registry=master_reg),
-               _text_format_server(sim_port, sim_reg)]
+    servers = [start_http_server(master_port, "127.0.0.1", registry=master_reg), _text_format_server(sim_port, sim_reg)]
     stop = threading.Event()
     rng = random.Random(0)
     started = time.monotonic()
@@ -373,7 +416,7 @@ _CUMULATIVE = re.compile(r"^(?P<name>[a-z_:]+?(?:_total|_bucket|_count|_sum))(?P
 
 @contextlib.contextmanager
 def engine_exposition(files: tuple[str, ...], model_name: str) -> Iterator[int]:
-    """Serve recorded engine expositions (tests/data/server_metrics/*.prom) as that engine would, on a free port.
+    """Serve recorded engine expositions (tests/data/scrape/*.prom) as that engine would, on a free port.
 
     The files are one scrape each; a real engine's counters and histogram buckets grow, so every
     cumulative sample is multiplied by the scrape number (rates stay positive, ratios and quantiles

@@ -29,8 +29,21 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.acceptance]
 # --start-spread 1: the arrival phase §7.13's numbers were calibrated with (first requests spread over
 # Locust's one-second spawn batches). The default (about one request's duration, with a pilot per model)
 # lands in another phase of this prefill-bound load: GQA's stage-1 TTFT p50 measured ~0.2 s instead of ~0.1 s.
-COMMAND = ("run", "--shape", "concurrency:64,144", "--stage-duration", "75s", "--spawn-rate", "20",
-           "--workers", "2", "--profile", "unique-2k", "--start-spread", "1")
+COMMAND = (
+    "run",
+    "--shape",
+    "concurrency:64,144",
+    "--stage-duration",
+    "75s",
+    "--spawn-rate",
+    "20",
+    "--workers",
+    "2",
+    "--profile",
+    "unique-2k",
+    "--start-spread",
+    "1",
+)
 
 
 def _samples(text: str) -> dict[tuple[str, str], float]:
@@ -106,19 +119,38 @@ def acceptance(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[dict[
         results, metrics_port = tmp_path / "results", free_port()
         poller = Poller(sim, f"http://127.0.0.1:{metrics_port}/metrics")
         poller.start()
-        run = processes.start(attnload(*COMMAND[:1], "-c", str(config), *COMMAND[1:], "--results", str(results),
-                                       "--metrics-port", str(metrics_port)), name="run")
+        run = processes.start(
+            attnload(
+                *COMMAND[:1],
+                "-c",
+                str(config),
+                *COMMAND[1:],
+                "--results",
+                str(results),
+                "--metrics-port",
+                str(metrics_port),
+            ),
+            name="run",
+        )
         try:
             assert run.wait(timeout=260) == 0, processes.log_of(run)[-3000:]
         finally:
             poller.done.set()
             poller.join(timeout=5)
         data = latest_results(results)
-        report: dict[str, Any] = {k: {i: {"users": stage(m, i)["users"], "ttft_p50": stage(m, i)["ttft_s"]["p50"],
-                                          "ttft_p99": stage(m, i)["ttft_s"]["p99"],
-                                          "itl_p50": stage(m, i)["itl_s"]["p50"],
-                                          "tok_s": stage(m, i)["output_tokens_per_s"]} for i in (0, 1)}
-                                  for k, m in (("gqa", data["models"][0]), ("mla", data["models"][1]))}
+        report: dict[str, Any] = {
+            k: {
+                i: {
+                    "users": stage(m, i)["users"],
+                    "ttft_p50": stage(m, i)["ttft_s"]["p50"],
+                    "ttft_p99": stage(m, i)["ttft_s"]["p99"],
+                    "itl_p50": stage(m, i)["itl_s"]["p50"],
+                    "tok_s": stage(m, i)["output_tokens_per_s"],
+                }
+                for i in (0, 1)
+            }
+            for k, m in (("gqa", data["models"][0]), ("mla", data["models"][1]))
+        }
         report["waiting_max"] = {f"{s}:{m}": v for (s, m), v in sorted(poller.waiting_max.items())}
         report["waiting_mean"] = {f"{s}:{m}": poller.waiting_mean(s, m) for (s, m) in sorted(poller.polls)}
         report["preemptions"] = {f"{s}:{m}": v for (s, m), v in sorted(poller.preemptions.items())}

@@ -44,8 +44,10 @@ MODEL = {"gqa_model": ("llama-3-70b", "GQA")}
 
 
 def _run(processes: Processes, config: Path, results: Path, *args: str, timeout_s: float = 150) -> dict[str, Any]:
-    process = processes.start(attnload("run", "-c", str(config), "--results", str(results),
-                                       "--metrics-port", str(free_port()), *args), name="run")
+    process = processes.start(
+        attnload("run", "-c", str(config), "--results", str(results), "--metrics-port", str(free_port()), *args),
+        name="run",
+    )
     assert process.wait(timeout=timeout_s) == 0, processes.log_of(process)[-3000:]
     return latest_results(results)
 
@@ -65,21 +67,35 @@ ATTEMPTS = 3
 def _bursty_run(processes: Processes, tmp_path: Path, burstiness: float) -> tuple[list[float], dict[str, Any]]:
     tmp_path.mkdir(parents=True, exist_ok=True)
     port, log = free_port(), tmp_path / "received.jsonl"
-    server = processes.start([sys.executable, str(ROOT / "tests" / "recording_server.py"), str(port), str(log), "0"],
-                             name="recorder")
+    server = processes.start(
+        [sys.executable, str(ROOT / "tests" / "recording_server.py"), str(port), str(log), "0"], name="recorder"
+    )
     wait_http(f"http://127.0.0.1:{port}/health", server)
-    config = write_config(tmp_path, f"http://127.0.0.1:{port}/v1", MODEL,
-                          workload={"p": {"prompt_tokens": 20, "max_tokens": 16}})
-    data = _run(processes, config, tmp_path / "r", "--shape", "rate:20", "--stage-duration", "30s", "--workers", "2",
-                "--burstiness", f"{burstiness:g}")
+    config = write_config(
+        tmp_path, f"http://127.0.0.1:{port}/v1", MODEL, workload={"p": {"prompt_tokens": 20, "max_tokens": 16}}
+    )
+    data = _run(
+        processes,
+        config,
+        tmp_path / "r",
+        "--shape",
+        "rate:20",
+        "--stage-duration",
+        "30s",
+        "--workers",
+        "2",
+        "--burstiness",
+        f"{burstiness:g}",
+    )
     server.terminate()
     return sorted(json.loads(line)["t_recv"] for line in log.read_text(encoding="utf-8").splitlines()), data
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("burstiness", [0.25, 1.0])
-def test_bursty_arrivals_keep_their_cv_over_the_whole_fleet(processes: Processes, tmp_path: Path,
-                                                            burstiness: float) -> None:
+def test_bursty_arrivals_keep_their_cv_over_the_whole_fleet(
+    processes: Processes, tmp_path: Path, burstiness: float
+) -> None:
     """Judged only on a run the results certify as sent on schedule (dispatch-lag p90 ≤ 20 ms); a run the
     machine's load knocked off it is repeated, up to 3 times, and the test skips (saying so) if none kept it."""
     lags = []
@@ -92,11 +108,13 @@ def test_bursty_arrivals_keep_their_cv_over_the_whole_fleet(processes: Processes
     else:
         pytest.skip(f"the workers never kept the schedule on this loaded machine (dispatch-lag p90 {lags} s)")
     assert len(arrivals) == 600  # the stage's exact count, sent by two workers
-    target = burstiness ** -0.5
+    target = burstiness**-0.5
     server_cv = _cv(arrivals)
     schedule_cv = _cv(gamma_offsets(20.0, 30.0, burstiness, share_index=0, share_count=1, seed=0, stage=0, stream=0))
-    print(f"burstiness {burstiness:g}: server CV {server_cv:.3f}, schedule CV {schedule_cv:.3f}, target {target:.3f}, "
-          f"dispatch-lag p90 {lags[-1] * 1000:.1f} ms (attempt {len(lags)})")
+    print(
+        f"burstiness {burstiness:g}: server CV {server_cv:.3f}, schedule CV {schedule_cv:.3f}, target {target:.3f}, "
+        f"dispatch-lag p90 {lags[-1] * 1000:.1f} ms (attempt {len(lags)})"
+    )
     assert server_cv == pytest.approx(target, rel=0.20)
     assert server_cv == pytest.approx(schedule_cv, rel=0.05)  # the server saw the fleet's one schedule
     mean_rate = (len(arrivals) - 1) / (arrivals[-1] - arrivals[0])
@@ -110,11 +128,29 @@ def test_bursty_arrivals_keep_their_cv_over_the_whole_fleet(processes: Processes
 @pytest.mark.slow
 def test_abandoned_streams_close_mid_stream_and_are_not_failures(processes: Processes, tmp_path: Path) -> None:
     sim = start_sim(processes, "--mode", "fixed", "--ttft-ms", "20", "--itl-ms", "10")
-    config = write_config(tmp_path, sim + "/api", MODEL,
-                          workload={"p": {"prompt_tokens": 50, "max_tokens": 40, "ignore_eos": True}})
+    config = write_config(
+        tmp_path, sim + "/api", MODEL, workload={"p": {"prompt_tokens": 50, "max_tokens": 40, "ignore_eos": True}}
+    )
     csv_prefix = tmp_path / "csv" / "run"
-    data = _run(processes, config, tmp_path / "r", "--shape", "rate:40", "--stage-duration", "20s", "--workers", "2",
-                "--abandon-rate", "0.3", "--abandon-after", "5", "--stop-timeout", "5", "--csv", str(csv_prefix))
+    data = _run(
+        processes,
+        config,
+        tmp_path / "r",
+        "--shape",
+        "rate:40",
+        "--stage-duration",
+        "20s",
+        "--workers",
+        "2",
+        "--abandon-rate",
+        "0.3",
+        "--abandon-after",
+        "5",
+        "--stop-timeout",
+        "5",
+        "--csv",
+        str(csv_prefix),
+    )
     summary = data["models"][0]
     requests = summary["requests"]
     total = requests["ok"] + requests["failed"] + requests["cancelled"] + requests["abandoned"]
@@ -136,11 +172,15 @@ def test_abandoned_streams_close_mid_stream_and_are_not_failures(processes: Proc
     assert 5.0 <= emitted_per_abandoned <= 9.0  # about 5 chunks (one token each) before the server saw it go
     server_view = summary["server"]  # the server's /metrics as the run scraped it, next to the client's count
     assert server_view["aborted"] == pytest.approx(requests["abandoned"], abs=max(3, 0.05 * requests["abandoned"]))
-    print(f"abandoned {requests['abandoned']}/{total} ({requests['abandoned'] / total:.1%}), server aborted "
-          f"{truth['cancelled']} (scraped {server_view['aborted']}), {emitted_per_abandoned:.2f} tokens emitted each")
+    print(
+        f"abandoned {requests['abandoned']}/{total} ({requests['abandoned'] / total:.1%}), server aborted "
+        f"{truth['cancelled']} (scraped {server_view['aborted']}), {emitted_per_abandoned:.2f} tokens emitted each"
+    )
     metrics = http_text(sim + "/metrics")
-    assert (f'vllm:request_success_total{{engine="0",finished_reason="abort",model_name="llama-3-70b"}} '
-            f'{float(requests["abandoned"] + requests["cancelled"])}') in metrics
+    assert (
+        f'vllm:request_success_total{{engine="0",finished_reason="abort",model_name="llama-3-70b"}} '
+        f"{float(requests['abandoned'] + requests['cancelled'])}"
+    ) in metrics
     rows = (csv_prefix.parent / "run_llm.csv").read_text(encoding="utf-8").splitlines()
     header = rows[0].split(",")
     aggregated = dict(zip(header, rows[-1].split(","), strict=True))

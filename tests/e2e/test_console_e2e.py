@@ -36,15 +36,31 @@ def sim_config(processes: Processes, tmp_path: Path) -> Path:
 
 
 def run_piped(processes: Processes, config: Path, results: Path, *extra: str) -> str:
-    process = processes.start(attnload("run", "-c", str(config), "--shape", "concurrency:2,4", "--stage-duration",
-                                       "4s", "--workers", "1", "--metrics-port", str(free_port()),
-                                       "--results", str(results), *extra), env={"CI": ""}, name="run")
+    process = processes.start(
+        attnload(
+            "run",
+            "-c",
+            str(config),
+            "--shape",
+            "concurrency:2,4",
+            "--stage-duration",
+            "4s",
+            "--workers",
+            "1",
+            "--metrics-port",
+            str(free_port()),
+            "--results",
+            str(results),
+            *extra,
+        ),
+        env={"CI": ""},
+        name="run",
+    )
     assert process.wait(timeout=120) == 0, processes.log_of(process)
     return processes.log_of(process)
 
 
-def test_piped_run_prints_no_locust_table_and_one_progress_line_per_stage(processes: Processes,
-                                                                          tmp_path: Path) -> None:
+def test_piped_run_prints_no_locust_table_and_one_progress_line_per_stage(processes: Processes, tmp_path: Path) -> None:
     config = sim_config(processes, tmp_path)
     log = run_piped(processes, config, tmp_path / "results")
     for mark in LOCUST_TABLE_MARKS:
@@ -67,9 +83,23 @@ def test_locust_stats_brings_locust_tables_back(processes: Processes, tmp_path: 
 
 def test_env_variable_brings_locust_tables_back(processes: Processes, tmp_path: Path) -> None:
     config = sim_config(processes, tmp_path)
-    process = processes.start(attnload("run", "-c", str(config), "-u", "2", "-t", "3s", "--metrics-port",
-                                       str(free_port()), "--results", str(tmp_path / "results")),
-                              env={"ATTNLOAD_LOCUST_STATS": "1"}, name="run")
+    process = processes.start(
+        attnload(
+            "run",
+            "-c",
+            str(config),
+            "-u",
+            "2",
+            "-t",
+            "3s",
+            "--metrics-port",
+            str(free_port()),
+            "--results",
+            str(tmp_path / "results"),
+        ),
+        env={"ATTNLOAD_LOCUST_STATS": "1"},
+        name="run",
+    )
     assert process.wait(timeout=120) == 0
     assert "Response time percentiles" in processes.log_of(process)
 
@@ -96,8 +126,19 @@ def read_pty(fd: int, pid: int, timeout_s: float) -> bytes:
 
 def test_terminal_gets_one_line_redrawn_in_place(processes: Processes, tmp_path: Path) -> None:
     config = sim_config(processes, tmp_path)
-    command = attnload("run", "-c", str(config), "--shape", "concurrency:2,4", "--stage-duration", "3s",
-                       "--metrics-port", str(free_port()), "--results", str(tmp_path / "results"))
+    command = attnload(
+        "run",
+        "-c",
+        str(config),
+        "--shape",
+        "concurrency:2,4",
+        "--stage-duration",
+        "3s",
+        "--metrics-port",
+        str(free_port()),
+        "--results",
+        str(tmp_path / "results"),
+    )
     env = {k: v for k, v in os.environ.items() if k != "CI"} | {"TERM": "xterm"}
     pid, fd = pty.fork()
     if pid == 0:  # the child (pty.fork made it a session leader: its group is killable as one)

@@ -47,21 +47,48 @@ def wait_file(path: Path, timeout_s: float) -> None:
 def test_plain_locust_master_two_workers_fixed_truth(processes: Processes, tmp_path: Path) -> None:
     """64 users on 2 workers against TTFT 50 ms / ITL 10 ms: the client matches the server's truth."""
     sim = start_sim(processes, "--mode", "fixed", "--ttft-ms", "50", "--itl-ms", "10")
-    config = write_config(tmp_path, sim + "/api", test_prompts={"short": "hello"},
-                          benchmark={"max_tokens": 32, "repeat": 1, "temperature": 0})
+    config = write_config(
+        tmp_path,
+        sim + "/api",
+        test_prompts={"short": "hello"},
+        benchmark={"max_tokens": 32, "repeat": 1, "temperature": 0},
+    )
     web, master_port, metrics_port = free_port(), free_port(), free_port()
     results = tmp_path / "results"
-    env = {"ATTNLOAD_CONFIG": str(config), "ATTNLOAD_RESULTS": str(results), "ATTNLOAD_METRICS_PORT": str(metrics_port),
-           "ATTNLOAD_SHAPE": "concurrency:64", "ATTNLOAD_STAGE_DURATION": "15s", "ATTNLOAD_SPAWN_RATE": "64"}
+    env = {
+        "ATTNLOAD_CONFIG": str(config),
+        "ATTNLOAD_RESULTS": str(results),
+        "ATTNLOAD_METRICS_PORT": str(metrics_port),
+        "ATTNLOAD_SHAPE": "concurrency:64",
+        "ATTNLOAD_STAGE_DURATION": "15s",
+        "ATTNLOAD_SPAWN_RATE": "64",
+    }
     locust = [sys.executable, "-m", "locust", "-f", str(ROOT / "locustfiles" / "chat.py")]
     # --stop-timeout lets in-flight requests finish at the end, so every count can be compared exactly
-    master = processes.start([*locust, "--master", "--stop-timeout", "10", "--web-host", "127.0.0.1",
-                              "--web-port", str(web),
-                              "--master-bind-host", "127.0.0.1", "--master-bind-port", str(master_port)],
-                             env=env, name="master")
+    master = processes.start(
+        [
+            *locust,
+            "--master",
+            "--stop-timeout",
+            "10",
+            "--web-host",
+            "127.0.0.1",
+            "--web-port",
+            str(web),
+            "--master-bind-host",
+            "127.0.0.1",
+            "--master-bind-port",
+            str(master_port),
+        ],
+        env=env,
+        name="master",
+    )
     for _ in range(2):
-        processes.start([*locust, "--worker", "--master-host", "127.0.0.1", "--master-port", str(master_port)],
-                        env=env, name="worker")
+        processes.start(
+            [*locust, "--worker", "--master-host", "127.0.0.1", "--master-port", str(master_port)],
+            env=env,
+            name="worker",
+        )
     wait_http(f"http://127.0.0.1:{web}/", master)
     deadline = time.monotonic() + 30
     while http_json(f"http://127.0.0.1:{web}/stats/requests")["workers"].__len__() < 2:
@@ -104,8 +131,24 @@ def test_attnload_run_counts_itl_per_token(processes: Processes, tmp_path: Path)
     sim = start_sim(processes, "--mode", "fixed", "--ttft-ms", "50", "--itl-ms", "10", "--tokens-per-event", "4")
     config = write_config(tmp_path, sim + "/api/v1", benchmark={"max_tokens": 33, "repeat": 1, "temperature": 0})
     results = tmp_path / "results"
-    run = processes.start(attnload("run", "-c", str(config), "--users", "8", "--duration", "6s", "--workers", "1",
-                                   "--results", str(results), "--metrics-port", str(free_port())), name="run")
+    run = processes.start(
+        attnload(
+            "run",
+            "-c",
+            str(config),
+            "--users",
+            "8",
+            "--duration",
+            "6s",
+            "--workers",
+            "1",
+            "--results",
+            str(results),
+            "--metrics-port",
+            str(free_port()),
+        ),
+        name="run",
+    )
     assert run.wait(timeout=90) == 0, processes.log_of(run)
     output = processes.log_of(run)
     assert "gqa_model" in output and "results:" in output
@@ -124,11 +167,17 @@ def test_seed_single_request_through_openai_sdk(processes: Processes) -> None:
 
     sim = start_sim(processes, "--mode", "fixed", "--ttft-ms", "5", "--itl-ms", "1")
     client = OpenAI(base_url=sim + "/api", api_key="sk-not-used")
-    response = client.chat.completions.create(model="deepseek-chat", messages=[
-        {"role": "user", "content": "用一句话解释注意力机制"}], max_tokens=50)
+    response = client.chat.completions.create(
+        model="deepseek-chat", messages=[{"role": "user", "content": "用一句话解释注意力机制"}], max_tokens=50
+    )
     assert response.choices[0].message.content and response.usage.completion_tokens == 50
-    stream = client.chat.completions.create(model="llama-3-70b", messages=[{"role": "user", "content": "test"}],
-                                            max_tokens=10, stream=True, stream_options={"include_usage": True})
+    stream = client.chat.completions.create(
+        model="llama-3-70b",
+        messages=[{"role": "user", "content": "test"}],
+        max_tokens=10,
+        stream=True,
+        stream_options={"include_usage": True},
+    )
     chunks = list(stream)
     assert chunks[-1].usage.completion_tokens == 10
     assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices).count(" ") == 10
@@ -137,26 +186,45 @@ def test_seed_single_request_through_openai_sdk(processes: Processes) -> None:
 SENTINEL = "sk-sentinel-7f3a9c1e55"
 
 
-@pytest.mark.parametrize(("text", "expected"), [
-    (None, "not found"),
-    ('{"base_url": "http://127.0.0.1:9/api", "models": {', "invalid JSON"),
-    ('{"base_url": "http://127.0.0.1:9/api", "models": {"a": {"id": "m", "attention_type": "ZZA"}}}',
-     "unknown attention type"),
-    ('{"base_url": "http://127.0.0.1:9/api", "api_key": "' + SENTINEL + '", "models": {"a": {"id": "m", '
-     '"attention_type": "GQA"}}}', "literal API key"),
-    ('{"base_url": "http://127.0.0.1:9/api", "api_key_env": "ATTNLOAD_TEST_MISSING_KEY", "models": {"a": '
-     '{"id": "m", "attention_type": "GQA"}}}', "ATTNLOAD_TEST_MISSING_KEY is not set"),
-    ('{"base_url": "http://127.0.0.1:9/api", "api_key_env": "ATTNLOAD_TEST_KEY", "models": {"a": '
-     '{"id": "m", "attention_type": "GQA"}}}', "cannot reach the endpoint 127.0.0.1:9"),
-])
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (None, "not found"),
+        ('{"base_url": "http://127.0.0.1:9/api", "models": {', "invalid JSON"),
+        (
+            '{"base_url": "http://127.0.0.1:9/api", "models": {"a": {"id": "m", "attention_type": "ZZA"}}}',
+            "unknown attention type",
+        ),
+        (
+            '{"base_url": "http://127.0.0.1:9/api", "api_key": "' + SENTINEL + '", "models": {"a": {"id": "m", '
+            '"attention_type": "GQA"}}}',
+            "literal API key",
+        ),
+        (
+            '{"base_url": "http://127.0.0.1:9/api", "api_key_env": "ATTNLOAD_TEST_MISSING_KEY", "models": {"a": '
+            '{"id": "m", "attention_type": "GQA"}}}',
+            "ATTNLOAD_TEST_MISSING_KEY is not set",
+        ),
+        (
+            '{"base_url": "http://127.0.0.1:9/api", "api_key_env": "ATTNLOAD_TEST_KEY", "models": {"a": '
+            '{"id": "m", "attention_type": "GQA"}}}',
+            "cannot reach the endpoint 127.0.0.1:9",
+        ),
+    ],
+)
 def test_bad_input_is_one_line_exit_2(tmp_path: Path, text: str | None, expected: str) -> None:
     import subprocess
 
     path = tmp_path / "c.json"
     if text is not None:
         path.write_text(text)
-    result = subprocess.run(attnload("run", "-c", str(path), "--duration", "2s"), capture_output=True, text=True,
-                            timeout=60, env={**__import__("os").environ, "ATTNLOAD_TEST_KEY": SENTINEL})
+    result = subprocess.run(
+        attnload("run", "-c", str(path), "--duration", "2s"),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**__import__("os").environ, "ATTNLOAD_TEST_KEY": SENTINEL},
+    )
     assert result.returncode == 2
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and expected in lines[0], result.stderr
@@ -164,8 +232,15 @@ def test_bad_input_is_one_line_exit_2(tmp_path: Path, text: str | None, expected
     assert SENTINEL not in result.stderr + result.stdout
 
 
-@pytest.mark.parametrize("args", [["run", "-c", "x.json", "--users", "abc"], ["run", "-c", "x.json", "--shape", "rate:-1"],
-                                  ["run", "-c", "x.json", "--shape", "concurrency:"], ["nosuch"]])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["run", "-c", "x.json", "--users", "abc"],
+        ["run", "-c", "x.json", "--shape", "rate:-1"],
+        ["run", "-c", "x.json", "--shape", "concurrency:"],
+        ["nosuch"],
+    ],
+)
 def test_bad_flags_are_one_line_exit_2(tmp_path: Path, args: list[str]) -> None:
     import subprocess
 

@@ -40,8 +40,12 @@ ROOT = Path(__file__).resolve().parents[2]
 VENV_BIN = Path(sys.executable).parent
 STAGE_DURATION = "4s"
 SKIP = {names.GRAFANA_DEPLOYMENT}
-BINARIES = {"attnload": str(VENV_BIN / "attnload"), "locust": str(VENV_BIN / "locust"),
-            "python3": sys.executable, "/bin/prometheus": shutil.which("prometheus") or "prometheus"}
+BINARIES = {
+    "attnload": str(VENV_BIN / "attnload"),
+    "locust": str(VENV_BIN / "locust"),
+    "python3": sys.executable,
+    "/bin/prometheus": shutil.which("prometheus") or "prometheus",
+}
 IMAGE_PATHS = {"/app/locustfiles": str(ROOT / "locustfiles")}
 
 pytestmark = pytest.mark.e2e
@@ -72,8 +76,11 @@ class Cluster:
     def rewrite(self, text: str, paths: dict[str, str] | None = None) -> str:
         text = re.sub(r"\b(" + "|".join(map(re.escape, self.services)) + r")\b(?!-)", "127.0.0.1", text)
         text = text.replace("0.0.0.0", "127.0.0.1")
-        text = re.sub(r"(?<![\d.])(" + "|".join(map(str, self.ports)) + r")(?![\d.])",
-                      lambda m: str(self.ports[int(m.group(1))]), text)
+        text = re.sub(
+            r"(?<![\d.])(" + "|".join(map(str, self.ports)) + r")(?![\d.])",
+            lambda m: str(self.ports[int(m.group(1))]),
+            text,
+        )
         if paths:  # one pass, whole absolute paths only: a temp dir under /tmp must not be rewritten again
             alternation = "|".join(re.escape(p) for p in sorted(paths, key=len, reverse=True))
             text = re.sub(r"(?<![\w/.-])(" + alternation + r")(?=/|$|\s|\")", lambda m: paths[m.group(1)], text)
@@ -88,17 +95,23 @@ class Cluster:
             for sd in job.pop("kubernetes_sd_configs", []):
                 assert sd["role"] == "pod"
                 job.setdefault("static_configs", []).extend(
-                    self._pod_target(o, int(p["containerPort"])) for o in self.objects if o["kind"] == "Deployment"
-                    and o["metadata"]["namespace"] in sd["namespaces"]["names"]
-                    for c in o["spec"]["template"]["spec"]["containers"] for p in c.get("ports", []))
+                    self._pod_target(o, int(p["containerPort"]))
+                    for o in self.objects
+                    if o["kind"] == "Deployment" and o["metadata"]["namespace"] in sd["namespaces"]["names"]
+                    for c in o["spec"]["template"]["spec"]["containers"]
+                    for p in c.get("ports", [])
+                )
         return str(yaml.safe_dump(config, sort_keys=False))
 
     @staticmethod
     def _pod_target(dep: dict[str, Any], port: int) -> dict[str, Any]:
         meta = dep["spec"]["template"]["metadata"]
-        labels = {"__meta_kubernetes_namespace": dep["metadata"]["namespace"],
-                  "__meta_kubernetes_pod_name": f"{dep['metadata']['name']}-0",
-                  "__meta_kubernetes_pod_ip": "127.0.0.1", "__meta_kubernetes_pod_phase": "Running"}
+        labels = {
+            "__meta_kubernetes_namespace": dep["metadata"]["namespace"],
+            "__meta_kubernetes_pod_name": f"{dep['metadata']['name']}-0",
+            "__meta_kubernetes_pod_ip": "127.0.0.1",
+            "__meta_kubernetes_pod_phase": "Running",
+        }
         for prefix, items in (("label", meta.get("labels") or {}), ("annotation", meta.get("annotations") or {})):
             for key, value in items.items():
                 labels[f"__meta_kubernetes_pod_{prefix}_" + re.sub(r"[^a-zA-Z0-9_]", "_", key)] = str(value)
@@ -125,13 +138,21 @@ class Cluster:
         paths = dict(IMAGE_PATHS)
         for c in pod["containers"]:
             for mount in c.get("volumeMounts", []):
-                paths[mount["mountPath"]] = str(volumes[mount["volumeName"] if "volumeName" in mount else mount["name"]])
+                paths[mount["mountPath"]] = str(
+                    volumes[mount["volumeName"] if "volumeName" in mount else mount["name"]]
+                )
         for c in pod["containers"]:
             # The local binary's own path (maybe under /tmp, like a clone) is never a pod path to remap.
-            argv = [BINARIES.get(c["command"][0], c["command"][0]),
-                    *(self.rewrite(a, paths) for a in [*c["command"][1:], *c.get("args", [])])]
-            env = {"PATH": f"{VENV_BIN}:{os.environ['PATH']}", "HOME": str(pod_dir), "PYTHONUNBUFFERED": "1",
-                   "ATTNLOAD_RESULTS": paths.get(names.RESULTS_DIR, str(pod_dir))}  # the Dockerfile's ENV
+            argv = [
+                BINARIES.get(c["command"][0], c["command"][0]),
+                *(self.rewrite(a, paths) for a in [*c["command"][1:], *c.get("args", [])]),
+            ]
+            env = {
+                "PATH": f"{VENV_BIN}:{os.environ['PATH']}",
+                "HOME": str(pod_dir),
+                "PYTHONUNBUFFERED": "1",
+                "ATTNLOAD_RESULTS": paths.get(names.RESULTS_DIR, str(pod_dir)),
+            }  # the Dockerfile's ENV
             for item in c.get("env", []):
                 if "value" in item:
                     env[item["name"]] = self.rewrite(str(item["value"]), paths)
@@ -139,8 +160,9 @@ class Cluster:
                 env["ATTNLOAD_STAGE_DURATION"] = STAGE_DURATION
             log = pod_dir / f"{c['name']}.log"
             with log.open("wb") as out:
-                proc = subprocess.Popen(argv, env=env, cwd=pod_dir, stdout=out, stderr=subprocess.STDOUT,
-                                        start_new_session=True)
+                proc = subprocess.Popen(
+                    argv, env=env, cwd=pod_dir, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+                )
             self.procs.append((f"{pod_dir.name}/{c['name']}", proc, log))
         return paths
 
@@ -232,8 +254,7 @@ def test_deploy_pods_as_local_processes_form_a_working_system(cluster: Cluster) 
 
     workers = deployments[names.WORKER_DEPLOYMENT]["spec"]["replicas"]
     stats_url = cluster.url(names.WEB_PORT, "/stats/requests")
-    wait_for(f"{workers} workers connected", lambda: len(get_json(stats_url).get("workers") or []) == workers,
-             cluster)
+    wait_for(f"{workers} workers connected", lambda: len(get_json(stats_url).get("workers") or []) == workers, cluster)
     assert http_ok(cluster.url(names.SIM_PORT, "/v1/models"))
 
     reply = get_json(cluster.url(names.WEB_PORT, "/swarm"), {"user_count": "4", "spawn_rate": "4"})
@@ -250,13 +271,18 @@ def test_deploy_pods_as_local_processes_form_a_working_system(cluster: Cluster) 
     wait_for(f"every scrape target up (last: {seen})", targets_up, cluster, timeout_s=60)
     # The sim is found by pod discovery, and scraped once. (Its job label reads 127.0.0.1 here: the
     # Service-name rewrite above also hits the relabel rule's replacement "attnload-sim".)
-    for expr in (f'count(up{{pod="{names.SIM_DEPLOYMENT}-0"}} == 1)',
-                 f'count(up{{instance="127.0.0.1:{cluster.ports[names.SIM_PORT]}"}})'):
+    for expr in (
+        f'count(up{{pod="{names.SIM_DEPLOYMENT}-0"}} == 1)',
+        f'count(up{{instance="127.0.0.1:{cluster.ports[names.SIM_PORT]}"}})',
+    ):
         assert get_json(f"{prom}/query?query={urllib.parse.quote(expr)}")["data"]["result"][0]["value"][1] == "1"
     query = urllib.parse.quote("sum(attnload_requests_total)")
-    wait_for("attnload_requests_total scraped from the master",
-             lambda: float(get_json(f"{prom}/query?query={query}")["data"]["result"][0]["value"][1]) > 0,
-             cluster, timeout_s=90)
+    wait_for(
+        "attnload_requests_total scraped from the master",
+        lambda: float(get_json(f"{prom}/query?query={query}")["data"]["result"][0]["value"][1]) > 0,
+        cluster,
+        timeout_s=90,
+    )
 
     # Stopping (like `attnload cluster stop`) makes the master write its results.
     get_json(cluster.url(names.WEB_PORT, "/stop"), {})

@@ -22,23 +22,46 @@ TOKENS = 16
 def shape(data: dict[str, Any]) -> dict[str, Any]:
     """The results' structure: the keys of the file, of a model and of its latency summaries."""
     model = data["models"][0]
-    return {"top": sorted(data), "model": sorted(model),
-            **{name: sorted(model[name]) for name in ("requests", "ttft_s", "itl_s", "tpot_s", "e2e_s")}}
+    return {
+        "top": sorted(data),
+        "model": sorted(model),
+        **{name: sorted(model[name]) for name in ("requests", "ttft_s", "itl_s", "tpot_s", "e2e_s")},
+    }
 
 
 def run(processes: Processes, config: Path, results: Path, pure: bool) -> tuple[dict[str, Any], str]:
     env = {native.PURE_ENV: "1" if pure else ""}
-    process = processes.start(attnload("run", "-c", str(config), "-u", "4", "-t", "4s", "--metrics-port",
-                                       str(free_port()), "--results", str(results)), env=env, name="run")
+    process = processes.start(
+        attnload(
+            "run",
+            "-c",
+            str(config),
+            "-u",
+            "4",
+            "-t",
+            "4s",
+            "--metrics-port",
+            str(free_port()),
+            "--results",
+            str(results),
+        ),
+        env=env,
+        name="run",
+    )
     assert process.wait(timeout=120) == 0, processes.log_of(process)
     return latest_results(results), processes.log_of(process)
 
 
-@pytest.mark.skipif(native.extension() is None, reason="attnload._fastpath is not built")
+@pytest.mark.skipif(native.extension() is None, reason="attnload.native._fastpath is not built")
 def test_compiled_and_pure_runs_match_truth_and_each_other(processes: Processes, tmp_path: Path) -> None:
     sim = start_sim(processes, "--mode", "fixed", "--ttft-ms", "50", "--itl-ms", "10")
-    config = write_config(tmp_path, sim + "/api/v1", models={"mla": ("deepseek-chat", "MLA")},
-                          test_prompts={"short": "hello"}, benchmark={"max_tokens": TOKENS, "repeat": 1})
+    config = write_config(
+        tmp_path,
+        sim + "/api/v1",
+        models={"mla": ("deepseek-chat", "MLA")},
+        test_prompts={"short": "hello"},
+        benchmark={"max_tokens": TOKENS, "repeat": 1},
+    )
     compiled, _ = run(processes, config, tmp_path / "compiled", pure=False)
     pure, _ = run(processes, config, tmp_path / "pure", pure=True)
     for data in (compiled, pure):

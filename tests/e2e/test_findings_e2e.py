@@ -28,31 +28,43 @@ MODELS = {"gqa_model": ("llama-3-70b", "GQA")}
 
 def _recorder(processes: Processes, tmp_path: Path, delay_ms: float) -> tuple[str, Path]:
     port, log = free_port(), tmp_path / "received.jsonl"
-    process = processes.start([sys.executable, str(ROOT / "tests" / "recording_server.py"), str(port), str(log),
-                               str(delay_ms)], name="recorder")
+    process = processes.start(
+        [sys.executable, str(ROOT / "tests" / "recording_server.py"), str(port), str(log), str(delay_ms)],
+        name="recorder",
+    )
     url = f"http://127.0.0.1:{port}"
     wait_http(url + "/health", process)
     return url, log
 
 
 def _received(log: Path) -> list[dict[str, Any]]:
-    return sorted((json.loads(line) for line in log.read_text(encoding="utf-8").splitlines() if line.strip()),
-                  key=lambda e: e["t_recv"])
+    return sorted(
+        (json.loads(line) for line in log.read_text(encoding="utf-8").splitlines() if line.strip()),
+        key=lambda e: e["t_recv"],
+    )
 
 
-def _run(processes: Processes, tmp_path: Path, *args: str, profile: dict[str, Any] | None = None,
-         delay_ms: float = CHUNK_DELAY_MS) -> tuple[list[dict[str, Any]], dict[str, Any], str]:
+def _run(
+    processes: Processes,
+    tmp_path: Path,
+    *args: str,
+    profile: dict[str, Any] | None = None,
+    delay_ms: float = CHUNK_DELAY_MS,
+) -> tuple[list[dict[str, Any]], dict[str, Any], str]:
     url, log = _recorder(processes, tmp_path, delay_ms)
     config = write_config(tmp_path, url, MODELS, workload={"p": profile or {"prompt_tokens": 50, "max_tokens": 16}})
-    run = processes.start(attnload("run", "-c", str(config), "--results", str(tmp_path / "r"), "--metrics-port",
-                                   str(free_port()), *args), name="run")
+    run = processes.start(
+        attnload("run", "-c", str(config), "--results", str(tmp_path / "r"), "--metrics-port", str(free_port()), *args),
+        name="run",
+    )
     assert run.wait(timeout=120) == 0, processes.log_of(run)[-3000:]
     return _received(log), latest_results(tmp_path / "r"), processes.log_of(run)
 
 
 @pytest.mark.parametrize("workers", ["0", "2"])
-def test_four_users_started_together_are_spread_over_half_a_request(processes: Processes, tmp_path: Path,
-                                                                    workers: str) -> None:
+def test_four_users_started_together_are_spread_over_half_a_request(
+    processes: Processes, tmp_path: Path, workers: str
+) -> None:
     """Default ``--start-spread auto``: four users of one (the first) stage; their first requests reach the
     server ≥ half a request's duration apart (first to last), and latencies are what the server served."""
     entries, data, _ = _run(processes, tmp_path, "--users", "4", "--duration", "10s", "--workers", workers)

@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from attnload.server_metrics.dcgm import parse_dcgm
+from attnload.scrape.dcgm import parse_dcgm
 from helpers import ROOT, Processes, attnload, http_text, latest_results, serve_in_thread, start_sim
 
 pytestmark = [pytest.mark.e2e]
@@ -51,8 +51,9 @@ class _Exporter(http.server.BaseHTTPRequestHandler):
             n = _Exporter.hits
             _Exporter.hits += 1
             text = (DATA / "h100x4_two_pods_t0.prom").read_text(encoding="utf-8")
-            body = _ENERGY.sub(lambda m: f"{m.group(1)} {int(m.group(3)) + n * STEP_MJ[int(m.group(2))]}",
-                               text).encode()
+            body = _ENERGY.sub(
+                lambda m: f"{m.group(1)} {int(m.group(3)) + n * STEP_MJ[int(m.group(2))]}", text
+            ).encode()
             kind = "text/plain; version=0.0.4"
         self.send_response(200)
         self.send_header("Content-Type", kind)
@@ -74,13 +75,36 @@ def _run(tmp: Path, models: dict[str, Any], *args: str) -> tuple[dict[str, Any],
     tmp.mkdir(parents=True, exist_ok=True)
     processes = Processes(tmp)
     try:
-        sim = start_sim(processes, "--mode", "fixed", "--ttft-ms", "30", "--itl-ms", "5", "--models",
-                        "llama-3-70b,deepseek-v3,llama-3-8b")
+        sim = start_sim(
+            processes,
+            "--mode",
+            "fixed",
+            "--ttft-ms",
+            "30",
+            "--itl-ms",
+            "5",
+            "--models",
+            "llama-3-70b,deepseek-v3,llama-3-8b",
+        )
         config = tmp / "config.json"
         config.write_text(json.dumps({"base_url": sim + "/v1", "models": models, "benchmark": {"max_tokens": 32}}))
-        run = processes.start(attnload("run", "-c", str(config), "--results", str(tmp / "results"), "--metrics-port",
-                                       "0", "--server-metrics-interval", "1", "--stop-timeout", "10", *args),
-                              name="run")
+        run = processes.start(
+            attnload(
+                "run",
+                "-c",
+                str(config),
+                "--results",
+                str(tmp / "results"),
+                "--metrics-port",
+                "0",
+                "--server-metrics-interval",
+                "1",
+                "--stop-timeout",
+                "10",
+                *args,
+            ),
+            name="run",
+        )
         assert run.wait(timeout=120) == 0, processes.log_of(run)[-3000:]
         return latest_results(tmp / "results"), processes.log_of(run)
     finally:
@@ -90,13 +114,30 @@ def _run(tmp: Path, models: dict[str, Any], *args: str) -> tuple[dict[str, Any],
 def test_exporter_values_per_model_and_a_404(exporter: str, tmp_path: Path) -> None:
     _Exporter.hits = 0
     url = exporter + "/metrics"
-    data, log = _run(tmp_path, {
-        "llama": {"id": "llama-3-70b", "attention_type": "GQA", "gpu_metrics_url": url,
-                  "gpu_selector": {"namespace": "vllm", "pod": "llama-70b-.*"}},
-        "deepseek": {"id": "deepseek-v3", "attention_type": "MLA", "gpu_metrics_url": url,
-                     "gpu_selector": {"pod": "deepseek-v3-.*"}},
-        "broken": {"id": "llama-3-8b", "attention_type": "GQA", "gpu_metrics_url": exporter + "/missing"}},
-        "--shape", "concurrency:3,6", "--stage-duration", "5s", "--spawn-rate", "20")
+    data, log = _run(
+        tmp_path,
+        {
+            "llama": {
+                "id": "llama-3-70b",
+                "attention_type": "GQA",
+                "gpu_metrics_url": url,
+                "gpu_selector": {"namespace": "vllm", "pod": "llama-70b-.*"},
+            },
+            "deepseek": {
+                "id": "deepseek-v3",
+                "attention_type": "MLA",
+                "gpu_metrics_url": url,
+                "gpu_selector": {"pod": "deepseek-v3-.*"},
+            },
+            "broken": {"id": "llama-3-8b", "attention_type": "GQA", "gpu_metrics_url": exporter + "/missing"},
+        },
+        "--shape",
+        "concurrency:3,6",
+        "--stage-duration",
+        "5s",
+        "--spawn-rate",
+        "20",
+    )
     served = parse_dcgm((DATA / "h100x4_two_pods_t0.prom").read_text(encoding="utf-8"))
     scrapes = _Exporter.hits
     assert scrapes >= 8, scrapes
@@ -129,8 +170,14 @@ def test_exporter_values_per_model_and_a_404(exporter: str, tmp_path: Path) -> N
 
 
 def test_an_html_page_is_no_exporter(exporter: str, tmp_path: Path) -> None:
-    data, log = _run(tmp_path, {"m": {"id": "llama-3-8b", "attention_type": "GQA",
-                                      "gpu_metrics_url": exporter + "/html"}}, "--users", "2", "--duration", "4s")
+    data, log = _run(
+        tmp_path,
+        {"m": {"id": "llama-3-8b", "attention_type": "GQA", "gpu_metrics_url": exporter + "/html"}},
+        "--users",
+        "2",
+        "--duration",
+        "4s",
+    )
     model = data["models"][0]
     assert model["gpu"] is None and model["stages"][0]["gpu"] is None and model["requests"]["ok"] > 0
     warnings = [line for line in log.splitlines() if WARNING in line]
@@ -141,12 +188,20 @@ def test_an_html_page_is_no_exporter(exporter: str, tmp_path: Path) -> None:
 def test_gpu_metrics_off_and_a_guess_without_dcgm(exporter: str, tmp_path: Path) -> None:
     """``--gpu-metrics off`` reads nothing; in auto, a fixed-mode sim's /metrics has no DCGM: null, no warning."""
     _Exporter.hits = 0
-    data, log = _run(tmp_path / "off", {"m": {"id": "llama-3-8b", "attention_type": "GQA",
-                                              "gpu_metrics_url": exporter + "/metrics"}},
-                     "--users", "1", "--duration", "2s", "--gpu-metrics", "off")
+    data, log = _run(
+        tmp_path / "off",
+        {"m": {"id": "llama-3-8b", "attention_type": "GQA", "gpu_metrics_url": exporter + "/metrics"}},
+        "--users",
+        "1",
+        "--duration",
+        "2s",
+        "--gpu-metrics",
+        "off",
+    )
     assert data["models"][0]["gpu"] is None and _Exporter.hits == 0
-    data, log = _run(tmp_path / "auto", {"m": {"id": "llama-3-8b", "attention_type": "GQA"}},
-                     "--users", "1", "--duration", "2s")
+    data, log = _run(
+        tmp_path / "auto", {"m": {"id": "llama-3-8b", "attention_type": "GQA"}}, "--users", "1", "--duration", "2s"
+    )
     assert data["models"][0]["gpu"] is None and WARNING not in log
 
 
@@ -157,14 +212,38 @@ def sim_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[dict[str
     try:
         sim = start_sim(processes, "--kv-capacity-scale", "0.05", "--tokens-per-event", "4")
         config = tmp / "config.json"
-        config.write_text(json.dumps({
-            "base_url": sim + "/api",
-            "models": {"gqa_model": {"id": "llama-3-70b", "attention_type": "GQA"},
-                       "mla_model": {"id": "deepseek-chat", "attention_type": "MLA"}},
-            "workload": {"decode-heavy": {"prompt_tokens": 200, "max_tokens": 512}}}))
-        run = processes.start(attnload("run", "-c", str(config), "--shape", "concurrency:16,64", "--stage-duration",
-                                       "12s", "--spawn-rate", "50", "--server-metrics-interval", "1",
-                                       "--results", str(tmp / "results"), "--metrics-port", "0"), name="run")
+        config.write_text(
+            json.dumps(
+                {
+                    "base_url": sim + "/api",
+                    "models": {
+                        "gqa_model": {"id": "llama-3-70b", "attention_type": "GQA"},
+                        "mla_model": {"id": "deepseek-chat", "attention_type": "MLA"},
+                    },
+                    "workload": {"decode-heavy": {"prompt_tokens": 200, "max_tokens": 512}},
+                }
+            )
+        )
+        run = processes.start(
+            attnload(
+                "run",
+                "-c",
+                str(config),
+                "--shape",
+                "concurrency:16,64",
+                "--stage-duration",
+                "12s",
+                "--spawn-rate",
+                "50",
+                "--server-metrics-interval",
+                "1",
+                "--results",
+                str(tmp / "results"),
+                "--metrics-port",
+                "0",
+            ),
+            name="run",
+        )
         assert run.wait(timeout=150) == 0, processes.log_of(run)[-3000:]
         yield latest_results(tmp / "results"), http_text(sim + "/metrics")
     finally:
@@ -200,11 +279,15 @@ def test_sim_gqa_decode_is_bandwidth_bound_and_mla_uses_more_tensor(sim_run: tup
             assert block["joules_per_output_token"] == pytest.approx(block["energy_j"] / stage["completion_tokens"])
 
 
-@pytest.mark.parametrize(("args", "env", "expected"), [
-    (("--gpu-metrics", "sometimes"), {}, "invalid choice"),
-])
-def test_bad_gpu_metrics_value_is_one_line_exit_2(tmp_path: Path, args: tuple[str, ...], env: dict[str, str],
-                                                   expected: str) -> None:
+@pytest.mark.parametrize(
+    ("args", "env", "expected"),
+    [
+        (("--gpu-metrics", "sometimes"), {}, "invalid choice"),
+    ],
+)
+def test_bad_gpu_metrics_value_is_one_line_exit_2(
+    tmp_path: Path, args: tuple[str, ...], env: dict[str, str], expected: str
+) -> None:
     import os
     import subprocess
 
@@ -212,11 +295,35 @@ def test_bad_gpu_metrics_value_is_one_line_exit_2(tmp_path: Path, args: tuple[st
     try:
         sim = start_sim(processes, "--mode", "fixed", "--ttft-ms", "5", "--itl-ms", "1")
         config = tmp_path / "c.json"
-        config.write_text(json.dumps({"base_url": sim, "models": {"m": {"id": "llama-3-70b", "attention_type": "GQA"}},
-                                      "benchmark": {"max_tokens": 4}}))
-        result = subprocess.run(attnload("run", "-c", str(config), "--users", "1", "--duration", "2s", "--results",
-                                         str(tmp_path / "r"), "--metrics-port", "0", *args),
-                                capture_output=True, text=True, timeout=90, env={**os.environ, **env})
+        config.write_text(
+            json.dumps(
+                {
+                    "base_url": sim,
+                    "models": {"m": {"id": "llama-3-70b", "attention_type": "GQA"}},
+                    "benchmark": {"max_tokens": 4},
+                }
+            )
+        )
+        result = subprocess.run(
+            attnload(
+                "run",
+                "-c",
+                str(config),
+                "--users",
+                "1",
+                "--duration",
+                "2s",
+                "--results",
+                str(tmp_path / "r"),
+                "--metrics-port",
+                "0",
+                *args,
+            ),
+            capture_output=True,
+            text=True,
+            timeout=90,
+            env={**os.environ, **env},
+        )
     finally:
         processes.stop_all()
     assert result.returncode == 2 and "Traceback" not in result.stderr + result.stdout, result.stderr[-2000:]

@@ -15,8 +15,12 @@ from helpers import Processes, attnload, free_port, http_text, latest_results, s
 
 pytestmark = pytest.mark.e2e
 
-PER_MODEL = ("attnload_requests_total", "attnload_time_to_first_token_seconds_count",
-             "attnload_completion_tokens_total", "attnload_users")
+PER_MODEL = (
+    "attnload_requests_total",
+    "attnload_time_to_first_token_seconds_count",
+    "attnload_completion_tokens_total",
+    "attnload_users",
+)
 
 
 def _config(directory: Path, models: dict[str, dict[str, Any]], **extra: Any) -> Path:
@@ -27,20 +31,41 @@ def _config(directory: Path, models: dict[str, dict[str, Any]], **extra: Any) ->
 
 
 def _samples(text: str) -> list[tuple[str, tuple[tuple[str, str], ...]]]:
-    return [(s.name, tuple(sorted(s.labels.items())))
-            for family in text_string_to_metric_families(text) for s in family.samples]
+    return [
+        (s.name, tuple(sorted(s.labels.items())))
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    ]
 
 
 def test_same_model_id_on_two_servers_stays_two_series(processes: Processes, tmp_path: Path) -> None:
     vllm = start_sim(processes, "--mode", "fixed", "--ttft-ms", "20", "--itl-ms", "5")
     sglang = start_sim(processes, "--mode", "fixed", "--ttft-ms", "40", "--itl-ms", "5")
-    config = _config(tmp_path, {
-        "dsv3_vllm": {"id": "deepseek-v3", "attention_type": "MLA", "base_url": vllm + "/api"},
-        "dsv3_sglang": {"id": "deepseek-v3", "attention_type": "MLA", "base_url": sglang + "/api"},
-    }, workload={"p": {"prompt_tokens": 50, "max_tokens": 6}})
+    config = _config(
+        tmp_path,
+        {
+            "dsv3_vllm": {"id": "deepseek-v3", "attention_type": "MLA", "base_url": vllm + "/api"},
+            "dsv3_sglang": {"id": "deepseek-v3", "attention_type": "MLA", "base_url": sglang + "/api"},
+        },
+        workload={"p": {"prompt_tokens": 50, "max_tokens": 6}},
+    )
     port = free_port()
-    process = processes.start(attnload("run", "-c", str(config), "--results", str(tmp_path / "r"),
-                                       "--metrics-port", str(port), "--users", "4", "--duration", "8s"), name="run")
+    process = processes.start(
+        attnload(
+            "run",
+            "-c",
+            str(config),
+            "--results",
+            str(tmp_path / "r"),
+            "--metrics-port",
+            str(port),
+            "--users",
+            "4",
+            "--duration",
+            "8s",
+        ),
+        name="run",
+    )
     text = ""
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline and process.poll() is None:
@@ -49,7 +74,7 @@ def test_same_model_id_on_two_servers_stays_two_series(processes: Processes, tmp
             text = http_text(f"http://127.0.0.1:{port}/metrics")
         except OSError:
             continue
-        if text.count('attnload_time_to_first_token_seconds_count{') >= 2:
+        if text.count("attnload_time_to_first_token_seconds_count{") >= 2:
             break
     assert process.wait(timeout=60) == 0, processes.log_of(process)[-3000:]
     samples = _samples(text)
@@ -69,18 +94,37 @@ def test_same_model_id_on_two_servers_stays_two_series(processes: Processes, tmp
 def _paired(processes: Processes, tmp_path: Path, url_a: str, url_b: str) -> dict[str, Any]:
     # One model id and attention behind both targets: nothing but the send order and the server
     # process differs (the simulator's work per request depends on the model id).
-    config = _config(tmp_path, {
-        "server_a": {"id": "llama-3-70b", "attention_type": "GQA", "base_url": url_a + "/api"},
-        "server_b": {"id": "llama-3-70b", "attention_type": "GQA", "base_url": url_b + "/api"},
-    }, workload={"p": {"prompt_tokens": 80, "max_tokens": 8}})
-    process = processes.start(attnload("run", "-c", str(config), "--results", str(tmp_path / "r"),
-                                       "--metrics-port", str(free_port()), "--users", "4", "--duration", "10s",
-                                       "--paired"), name="run")
+    config = _config(
+        tmp_path,
+        {
+            "server_a": {"id": "llama-3-70b", "attention_type": "GQA", "base_url": url_a + "/api"},
+            "server_b": {"id": "llama-3-70b", "attention_type": "GQA", "base_url": url_b + "/api"},
+        },
+        workload={"p": {"prompt_tokens": 80, "max_tokens": 8}},
+    )
+    process = processes.start(
+        attnload(
+            "run",
+            "-c",
+            str(config),
+            "--results",
+            str(tmp_path / "r"),
+            "--metrics-port",
+            str(free_port()),
+            "--users",
+            "4",
+            "--duration",
+            "10s",
+            "--paired",
+        ),
+        name="run",
+    )
     assert process.wait(timeout=90) == 0, processes.log_of(process)[-3000:]
     log = processes.log_of(process)
     assert "paired differences" in log  # the console table
-    paired: dict[str, Any] = next(m for m in latest_results(tmp_path / "r")["models"]
-                                  if m["key"] == "server_b")["paired"]
+    paired: dict[str, Any] = next(m for m in latest_results(tmp_path / "r")["models"] if m["key"] == "server_b")[
+        "paired"
+    ]
     assert paired["baseline"] == "server_a" and paired["pairs"] >= 100
     return paired
 

@@ -47,8 +47,8 @@ from _observe_helpers import (  # tests/e2e is on sys.path (rootdir-relative imp
 )
 from prometheus_client.parser import text_string_to_metric_families
 
-from attnload.observe.dashboards import expr_requirements
-from attnload.observe.prometheus import PrometheusError, start_local_prometheus
+from attnload.dashboards.generate import expr_requirements
+from attnload.dashboards.prometheus import PrometheusError, start_local_prometheus
 
 pytestmark = pytest.mark.e2e
 
@@ -56,21 +56,36 @@ CORE_READY = all(importlib.util.find_spec(m) is not None for m in ("attnload.run
 needs_core = pytest.mark.skipif(not CORE_READY, reason="core not built yet: attnload.runner / attnload.sim.cli missing")
 
 MODELS = (("llama-3-70b", "GQA"), ("deepseek-v3", "MLA"), ("llama-3-8b", "GQA"))
-PROFILES = {"short": "Explain attention in one line.",
-            "medium": "Compare grouped-query attention with multi-head latent attention. " * 4,
-            "long": "Why does the KV cache bound concurrency on one GPU? " * 16}
+PROFILES = {
+    "short": "Explain attention in one line.",
+    "medium": "Compare grouped-query attention with multi-head latent attention. " * 4,
+    "long": "Why does the KV cache bound concurrency on one GPU? " * 16,
+}
 TTFT_S, ITL_S, OUTPUT_TOKENS = 0.050, 0.010, 32
 SERIES_PER_COMBINATION = 400
 """Per (model, attention, profile): 5 histograms × (55 buckets + sum + count [+ created]) + counters."""
 SERIES_FIXED = 500
 """Series without model labels: stage/target gauges, per-worker CPU, process and platform collectors."""
 SERIES_BOUND = len(MODELS) * len(PROFILES) * SERIES_PER_COMBINATION + SERIES_FIXED
-ALLOWED_LABELS = {"model", "attention", "profile", "target", "outcome", "error", "worker", "le", "quantile",
-                  "stage", "target_users", "target_rate"}
+ALLOWED_LABELS = {
+    "model",
+    "attention",
+    "profile",
+    "target",
+    "outcome",
+    "error",
+    "worker",
+    "le",
+    "quantile",
+    "stage",
+    "target_users",
+    "target_rate",
+}
 RUN_TIMEOUT_S = 180
 
 
 # -- process plumbing -----------------------------------------------------------------------
+
 
 def _attnload(*args: str) -> list[str]:
     return [sys.executable, "-m", "attnload", *args]
@@ -81,8 +96,12 @@ def running_sim(tmp: Path, models: str, *extra: str) -> Iterator[str]:
     """The simulator on a free port; yields ``host:port``."""
     port = free_port()
     log = (tmp / f"sim-{port}.log").open("wb")
-    process = subprocess.Popen(_attnload("sim", "--host", "127.0.0.1", "--port", str(port), "--models", models,
-                                         *extra), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    process = subprocess.Popen(
+        _attnload("sim", "--host", "127.0.0.1", "--port", str(port), "--models", models, *extra),
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+    )
     try:
         wait_http(f"http://127.0.0.1:{port}/v1/models", timeout_s=60, process=process)
         yield f"127.0.0.1:{port}"
@@ -145,8 +164,19 @@ def load_run(tmp: Path, sim: str, config: Path, run_args: list[str], capabilitie
     metrics_port = free_port()
     results_dir = tmp / "results"
     with running_prometheus({"attnload": f"127.0.0.1:{metrics_port}", "attnload-sim": sim}, tmp / "prom") as prom:
-        command = _attnload("run", "-c", str(config), "--workers", "2", "--metrics-port", str(metrics_port),
-                            "--results", str(results_dir), "--headless", *run_args)
+        command = _attnload(
+            "run",
+            "-c",
+            str(config),
+            "--workers",
+            "2",
+            "--metrics-port",
+            str(metrics_port),
+            "--results",
+            str(results_dir),
+            "--headless",
+            *run_args,
+        )
         log_path = tmp / "run.log"
         with log_path.open("wb") as log, MetricsPoller(f"http://127.0.0.1:{metrics_port}/metrics") as poller:
             process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
@@ -161,11 +191,13 @@ def load_run(tmp: Path, sim: str, config: Path, run_args: list[str], capabilitie
         assert len(files) == 1, f"expected one results file in {results_dir}: {files}\n{log_tail}"
         stats = json.loads(http_get(f"http://{sim}/stats"))
         at = prom.last_sample_time('attnload_workers{job="attnload"}')
-        yield Run(prom, at, json.loads(files[0].read_text(encoding="utf-8")), stats, poller.last,
-                  frozenset(capabilities))
+        yield Run(
+            prom, at, json.loads(files[0].read_text(encoding="utf-8")), stats, poller.last, frozenset(capabilities)
+        )
 
 
 # -- server truth and results lookups -------------------------------------------------------
+
 
 def _flatten(value: Any, prefix: str = "") -> dict[str, Any]:
     if isinstance(value, dict):
@@ -194,8 +226,11 @@ def sim_truth(stats: dict[str, Any], model_id: str) -> dict[str, int]:
                     return int(value)
         raise AssertionError(f"/stats entry for {model_id} lacks {names}: {entry}")
 
-    truth = {"requests": pick("received", "requests", "requests.total", "requests_total"),
-             "prompt_tokens": pick("prompt_tokens"), "completion_tokens": pick("completion_tokens")}
+    truth = {
+        "requests": pick("received", "requests", "requests.total", "requests_total"),
+        "prompt_tokens": pick("prompt_tokens"),
+        "completion_tokens": pick("completion_tokens"),
+    }
     with contextlib.suppress(AssertionError):  # finished-request counts, where /stats splits them out
         truth["completed"] = pick("completed")
         truth["completed_completion_tokens"] = pick("completed_completion_tokens")
@@ -225,6 +260,7 @@ def bucket_index(bounds: list[float], value: float) -> int:
 
 # -- layer 1: the fixture exporter ----------------------------------------------------------
 
+
 def test_launcher_reports_a_taken_port(tmp_path: Path) -> None:
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))
@@ -235,9 +271,13 @@ def test_launcher_reports_a_taken_port(tmp_path: Path) -> None:
 
 
 def test_dashboard_queries_against_fixture_exporter(tmp_path: Path) -> None:
-    with fixture_exporter(errors=True) as exporter, running_prometheus(
+    with (
+        fixture_exporter(errors=True) as exporter,
+        running_prometheus(
             {"attnload": f"127.0.0.1:{exporter.master_port}", "attnload-sim": f"127.0.0.1:{exporter.sim_port}"},
-            tmp_path) as prom:
+            tmp_path,
+        ) as prom,
+    ):
         prom.wait_for("count_over_time(attnload_workers[1m]) >= 8", timeout_s=30)
         empty = []
         for panel_expr in panel_exprs():
@@ -255,12 +295,23 @@ def test_dashboard_queries_against_fixture_exporter(tmp_path: Path) -> None:
 
 # -- layers 2 and 3: the core ---------------------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def fixed_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
     tmp = tmp_path_factory.mktemp("fixed")
     models = ",".join(m for m, _ in MODELS)
-    with running_sim(tmp, models, "--mode", "fixed", "--ttft-ms", str(round(TTFT_S * 1000)),
-                     "--itl-ms", str(round(ITL_S * 1000)), "--output-tokens", str(OUTPUT_TOKENS)) as sim:
+    with running_sim(
+        tmp,
+        models,
+        "--mode",
+        "fixed",
+        "--ttft-ms",
+        str(round(TTFT_S * 1000)),
+        "--itl-ms",
+        str(round(ITL_S * 1000)),
+        "--output-tokens",
+        str(OUTPUT_TOKENS),
+    ) as sim:
         config = write_config(tmp / "config.json", sim, MODELS)
         yield from load_run(tmp, sim, config, ["--users", "6", "--spawn-rate", "6", "--duration", "20s"], {"sim"})
 
@@ -270,9 +321,13 @@ def error_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
     tmp = tmp_path_factory.mktemp("errors")
     with running_sim(tmp, "llama-3-70b,deepseek-v3", "--mode", "roofline") as sim:
         config = write_config(tmp / "config.json", sim, (("llama-3-70b", "GQA"), ("no-such-model", "MLA")))
-        yield from load_run(tmp, sim, config, ["--shape", "rate:2", "--stage-duration", "10s",
-                                                   "--exit-code-on-error", "0"],
-                            {"sim", "errors", "open_loop", "prefix_cache", "gpu"})
+        yield from load_run(
+            tmp,
+            sim,
+            config,
+            ["--shape", "rate:2", "--stage-duration", "10s", "--exit-code-on-error", "0"],
+            {"sim", "errors", "open_loop", "prefix_cache", "gpu"},
+        )
 
 
 @needs_core
@@ -298,16 +353,21 @@ def test_request_and_token_totals_match_sim_and_results(fixed_run: Run) -> None:
 
 
 @needs_core
-@pytest.mark.parametrize(("metric", "summary", "known_s"), [
-    ("attnload_time_to_first_token_seconds", "ttft_s", TTFT_S),
-    ("attnload_inter_token_latency_seconds", "itl_s", ITL_S),
-])
+@pytest.mark.parametrize(
+    ("metric", "summary", "known_s"),
+    [
+        ("attnload_time_to_first_token_seconds", "ttft_s", TTFT_S),
+        ("attnload_inter_token_latency_seconds", "itl_s", ITL_S),
+    ],
+)
 def test_median_within_one_bucket(fixed_run: Run, metric: str, summary: str, known_s: float) -> None:
     bounds = bucket_bounds(fixed_run, metric)
     assert len(bounds) >= 50 and bounds[0] == pytest.approx(0.001), bounds[:3]
     p50 = fixed_run.prom.scalar_by(
         f'histogram_quantile(0.5, sum by (le, model) (max_over_time({metric}_bucket{{job="attnload"}}[30m])))',
-        "model", at=fixed_run.at)
+        "model",
+        at=fixed_run.at,
+    )
     for model_id, _ in MODELS:
         value = p50[model_id]
         assert math.isfinite(value), (model_id, p50)
@@ -335,14 +395,23 @@ def test_every_dashboard_query_has_data(fixed_run: Run, error_run: Run) -> None:
 def test_server_view_answers_an_sglang_exposition(tmp_path: Path) -> None:
     """SGLang's names in place of the simulator's: every server-view target returns data, labelled with
     the attention type that the master's series give the same model id."""
-    with fixture_exporter(errors=False) as exporter, engine_exposition(("sglang_dp2_t0.prom",), "deepseek-v3") as port, \
-            running_prometheus({"attnload": f"127.0.0.1:{exporter.master_port}", "attnload-sim": f"127.0.0.1:{port}"},
-                               tmp_path) as prom:
+    with (
+        fixture_exporter(errors=False) as exporter,
+        engine_exposition(("sglang_dp2_t0.prom",), "deepseek-v3") as port,
+        running_prometheus(
+            {"attnload": f"127.0.0.1:{exporter.master_port}", "attnload-sim": f"127.0.0.1:{port}"}, tmp_path
+        ) as prom,
+    ):
         prom.wait_for('count_over_time(sglang:num_running_reqs{job="attnload-sim"}[1m]) >= 8', timeout_s=30)
         server = [p for p in panel_exprs() if "sglang:" in p.expr]
-        assert {p.panel for p in server} >= {"Server: KV cache usage", "Server: requests running",
-                                             "Server: requests waiting", "Server: preemptions/s",
-                                             "Server: prefix cache hit ratio", "Server: TTFT (p99 dashed)"}
+        assert {p.panel for p in server} >= {
+            "Server: KV cache usage",
+            "Server: requests running",
+            "Server: requests waiting",
+            "Server: preemptions/s",
+            "Server: prefix cache hit ratio",
+            "Server: TTFT (p99 dashed)",
+        }
         empty = []
         for panel_expr in server:
             result = prom.query(substitute(panel_expr.expr, "10s"))
@@ -357,8 +426,7 @@ def test_server_view_answers_an_sglang_exposition(tmp_path: Path) -> None:
 
 @needs_core
 def test_recording_rules_evaluate_on_real_series(fixed_run: Run) -> None:
-    recorded = fixed_run.prom.query("target_profile:attnload_time_to_first_token_seconds:p50_rate1m",
-                                    at=fixed_run.at)
+    recorded = fixed_run.prom.query("target_profile:attnload_time_to_first_token_seconds:p50_rate1m", at=fixed_run.at)
     assert {r["metric"]["model"] for r in recorded} == {m for m, _ in MODELS}
     assert {r["metric"]["target"] for r in recorded} == {m for m, _ in MODELS}  # config keys = ids here
     assert fixed_run.prom.query("target_profile:attnload_completion_tokens:rate1m > 0", at=fixed_run.at)
@@ -384,24 +452,53 @@ def assert_series_bounded(exposition: str) -> int:
 
 def test_series_count_bounded_with_every_error_class() -> None:
     """The core's exporter, worst case: every model × profile × stage × outcome × error class seen."""
-    metrics = pytest.importorskip("attnload.metrics.exposition")
+    metrics = pytest.importorskip("attnload.exporter.exposition")
     measure = pytest.importorskip("attnload.measure.recorder")
     from prometheus_client import CollectorRegistry, generate_latest
 
     recorder = measure.Recorder()
-    state = metrics.FleetState(model_labels={m: (m, a) for m, a in MODELS}, users={m: 2 for m, _ in MODELS},
-                               workers=64, worker_cpu_ratio={f"worker-{i}": 0.5 for i in range(64)})
-    classes = ("auth", "not_found", "rate_limited", "quota", "context_length", "bad_request", "server",
-               "timeout", "connection", "proxy", "bad_response", "truncated", "cancelled")
+    state = metrics.FleetState(
+        model_labels={m: (m, a) for m, a in MODELS},
+        users={m: 2 for m, _ in MODELS},
+        workers=64,
+        worker_cpu_ratio={f"worker-{i}": 0.5 for i in range(64)},
+    )
+    classes = (
+        "auth",
+        "not_found",
+        "rate_limited",
+        "quota",
+        "context_length",
+        "bad_request",
+        "server",
+        "timeout",
+        "connection",
+        "proxy",
+        "bad_response",
+        "truncated",
+        "cancelled",
+    )
     for request_id in range(2000):  # many requests and stages must not add series
         model, _ = MODELS[request_id % 3]
         error = classes[request_id % len(classes)] if request_id % 2 else None
-        recorder.add(measure.RequestRecord(
-            model_key=model, profile=list(PROFILES)[(request_id // 3) % 3], stage=request_id % 7,
-            outcome="failed" if error else ("cancelled" if request_id % 10 == 0 else "ok"), error=error,
-            ttft_s=0.001 * (1 + request_id % 997), itl_samples=((0.01, 1), (0.02, 3)), e2e_s=1.0 + request_id,
-            prompt_tokens=100, completion_tokens=32, cached_prompt_tokens=16, tokens_estimated=False,
-            dispatch_lag_s=0.001, good=True))
+        recorder.add(
+            measure.RequestRecord(
+                model_key=model,
+                profile=list(PROFILES)[(request_id // 3) % 3],
+                stage=request_id % 7,
+                outcome="failed" if error else ("cancelled" if request_id % 10 == 0 else "ok"),
+                error=error,
+                ttft_s=0.001 * (1 + request_id % 997),
+                itl_samples=((0.01, 1), (0.02, 3)),
+                e2e_s=1.0 + request_id,
+                prompt_tokens=100,
+                completion_tokens=32,
+                cached_prompt_tokens=16,
+                tokens_estimated=False,
+                dispatch_lag_s=0.001,
+                good=True,
+            )
+        )
     registry = CollectorRegistry(auto_describe=False)
     registry.register(metrics.FleetCollector(recorder, state))
     series = assert_series_bounded(generate_latest(registry).decode("utf-8"))
@@ -425,9 +522,9 @@ def test_error_run_counts_not_found(error_run: Run) -> None:
     failed = prom_totals(error_run, "attnload_requests_total", extra=', outcome="failed"')
     assert failed["no-such-model"] == reported["requests"]["failed"]
     assert "llama-3-70b" not in errors or errors["llama-3-70b"] == 0
-    lag = error_run.prom.query('sum(max_over_time(attnload_dispatch_lag_seconds_count{job="attnload"}[30m])) > 0',
-                               at=error_run.at)
+    lag = error_run.prom.query(
+        'sum(max_over_time(attnload_dispatch_lag_seconds_count{job="attnload"}[30m])) > 0', at=error_run.at
+    )
     assert lag, "open-loop run exported no dispatch lag"
-    alerts = error_run.prom.query('ALERTS{alertname="AttnloadErrorRateHigh", model="no-such-model"}',
-                                  at=error_run.at)
+    alerts = error_run.prom.query('ALERTS{alertname="AttnloadErrorRateHigh", model="no-such-model"}', at=error_run.at)
     assert alerts, "error-rate alert neither pending nor firing with half the requests failing"

@@ -25,26 +25,73 @@ from helpers import DIRECT, ROOT, Processes, attnload, free_port, http_json, lat
 pytestmark = pytest.mark.e2e
 REFERENCE = ROOT / "bench" / "reference_server.py"
 STATUSES = {"ok", "failed", "cancelled", "abandoned"}
-FIELDS = {"v", "target", "model", "attention", "stage", "profile", "worker", "user", "conversation", "turn",
-          "intended_s", "start_s", "first_token_s", "end_s", "ttft_s", "tpot_s", "e2e_s", "itl_p50_s", "itl_max_s",
-          "chunks", "prompt_tokens", "completion_tokens", "cached_tokens", "status", "error_class", "http_status"}
+FIELDS = {
+    "v",
+    "target",
+    "model",
+    "attention",
+    "stage",
+    "profile",
+    "worker",
+    "user",
+    "conversation",
+    "turn",
+    "intended_s",
+    "start_s",
+    "first_token_s",
+    "end_s",
+    "ttft_s",
+    "tpot_s",
+    "e2e_s",
+    "itl_p50_s",
+    "itl_max_s",
+    "chunks",
+    "prompt_tokens",
+    "completion_tokens",
+    "cached_tokens",
+    "status",
+    "error_class",
+    "http_status",
+}
 
 
 def _server(processes: Processes) -> str:
     port = free_port()
-    process = processes.start([sys.executable, str(REFERENCE), "--port", str(port), "--ttft-ms", "15",
-                               "--itl-ms", "150", "--ttft-per-kprompt-ms", "25", "--keep-requests"], name="ref")
+    process = processes.start(
+        [
+            sys.executable,
+            str(REFERENCE),
+            "--port",
+            str(port),
+            "--ttft-ms",
+            "15",
+            "--itl-ms",
+            "150",
+            "--ttft-per-kprompt-ms",
+            "25",
+            "--keep-requests",
+        ],
+        name="ref",
+    )
     url = f"http://127.0.0.1:{port}"
     wait_http(url + "/health", process)
     return url
 
 
 def _config(tmp_path: Path, url: str) -> Path:
-    config = {"base_url": url + "/v1",
-              "models": {"gqa_model": {"id": "llama-3-70b", "attention_type": "GQA"},
-                         "mla_model": {"id": "deepseek-chat", "attention_type": "MLA"}},
-              "workload": {"chat": {"prompt_tokens": {"dist": "uniform", "min": 64, "max": 2048},
-                                    "max_tokens": {"dist": "uniform", "min": 3, "max": 8}}}}
+    config = {
+        "base_url": url + "/v1",
+        "models": {
+            "gqa_model": {"id": "llama-3-70b", "attention_type": "GQA"},
+            "mla_model": {"id": "deepseek-chat", "attention_type": "MLA"},
+        },
+        "workload": {
+            "chat": {
+                "prompt_tokens": {"dist": "uniform", "min": 64, "max": 2048},
+                "max_tokens": {"dist": "uniform", "min": 3, "max": 8},
+            }
+        },
+    }
     path = tmp_path / "config.json"
     path.write_text(json.dumps(config), encoding="utf-8")
     return path
@@ -72,17 +119,43 @@ def _pair(lines: list[dict[str, Any]], server: list[dict[str, Any]]) -> list[tup
 def test_one_line_per_request_matching_the_server(processes: Processes, tmp_path: Path) -> None:
     url = _server(processes)
     out = tmp_path / "requests.jsonl.gz"
-    run = processes.start(attnload("run", "-c", str(_config(tmp_path, url)), "--users", "64", "--spawn-rate", "64",
-                                   "--duration", "20s", "--workers", "2", "--stop-timeout", "10", "--warmup", "3s",
-                                   "--results", str(tmp_path / "results"), "--metrics-port", "0",
-                                   "--requests-out", str(out)), name="run")
+    run = processes.start(
+        attnload(
+            "run",
+            "-c",
+            str(_config(tmp_path, url)),
+            "--users",
+            "64",
+            "--spawn-rate",
+            "64",
+            "--duration",
+            "20s",
+            "--workers",
+            "2",
+            "--stop-timeout",
+            "10",
+            "--warmup",
+            "3s",
+            "--results",
+            str(tmp_path / "results"),
+            "--metrics-port",
+            "0",
+            "--requests-out",
+            str(out),
+        ),
+        name="run",
+    )
     assert run.wait(timeout=150) == 0, processes.log_of(run)[-3000:]
     results = latest_results(tmp_path / "results")
     lines = _lines(out)
     totals = sum(sum(m["requests"].get(k, 0) for k in STATUSES) for m in results["models"])
     assert len(lines) == totals > 300
-    assert results["requests_out"] == {"path": str(out), "schema": "attnload.requests/v1", "records": totals,
-                                       "dropped": 0}
+    assert results["requests_out"] == {
+        "path": str(out),
+        "schema": "attnload.requests/v1",
+        "records": totals,
+        "dropped": 0,
+    }
     assert all(FIELDS <= set(line) and line["v"] == "attnload.requests/v1" for line in lines)
     assert {line["status"] for line in lines} <= STATUSES
     assert {line["worker"] for line in lines} == {0, 1}
@@ -95,8 +168,10 @@ def test_one_line_per_request_matching_the_server(processes: Processes, tmp_path
     truth = http_json(url + "/stats")
     server = http_json(url + "/requests")
     (tmp_path / "server_requests.json").write_text(json.dumps(server))  # kept for a failure's diagnosis
-    assert (len(lines), sum(line["completion_tokens"] for line in lines)) == (truth["received"],
-                                                                            truth["completion_tokens"])
+    assert (len(lines), sum(line["completion_tokens"] for line in lines)) == (
+        truth["received"],
+        truth["completion_tokens"],
+    )
     ok = [line for line in lines if line["status"] == "ok"]
     for line in ok:  # closed loop: latencies count from the send, and the stamps agree with them
         assert line["intended_s"] is None and line["user"] is not None and line["http_status"] == 200
@@ -119,9 +194,26 @@ def test_one_line_per_request_matching_the_server(processes: Processes, tmp_path
 def test_sigterm_leaves_whole_lines_with_every_completed_request(processes: Processes, tmp_path: Path) -> None:
     url = _server(processes)
     out = tmp_path / "requests.jsonl.gz"
-    run = processes.start(attnload("run", "-c", str(_config(tmp_path, url)), "--users", "32", "--duration", "120s",
-                                   "--workers", "2", "--results", str(tmp_path / "results"), "--metrics-port", "0",
-                                   "--requests-out", str(out)), name="run")
+    run = processes.start(
+        attnload(
+            "run",
+            "-c",
+            str(_config(tmp_path, url)),
+            "--users",
+            "32",
+            "--duration",
+            "120s",
+            "--workers",
+            "2",
+            "--results",
+            str(tmp_path / "results"),
+            "--metrics-port",
+            "0",
+            "--requests-out",
+            str(out),
+        ),
+        name="run",
+    )
     deadline = time.monotonic() + 60
     while not (out.exists() and out.stat().st_size > 0):  # the first worker report has arrived
         assert time.monotonic() < deadline and run.poll() is None, processes.log_of(run)[-3000:]
@@ -143,17 +235,37 @@ def test_sigterm_leaves_whole_lines_with_every_completed_request(processes: Proc
     for line in lines:
         if line["status"] == "ok":
             by_prompt.setdefault(line["prompt_tokens"], []).append(line["end_s"])
-    missing = [e for e in done_before  # each has a line that ended a moment after the server's last write
-               if not any(-0.01 < end - e["t_end"] < 0.25 for end in by_prompt.get(e["prompt_tokens"], []))]
+    missing = [
+        e
+        for e in done_before  # each has a line that ended a moment after the server's last write
+        if not any(-0.01 < end - e["t_end"] < 0.25 for end in by_prompt.get(e["prompt_tokens"], []))
+    ]
     assert missing == [], (len(missing), signalled)
 
 
 def test_the_environment_twin_in_a_single_process(processes: Processes, tmp_path: Path) -> None:
     """No workers: the process writes its own lines as it goes; plain JSONL for a name without .gz."""
     url = _server(processes)
-    run = processes.start(attnload("run", "-c", str(_config(tmp_path, url)), "--users", "8", "--duration", "6s", "--stop-timeout", "10",
-                                   "--results", str(tmp_path / "results"), "--metrics-port", "0"),
-                          env={"ATTNLOAD_REQUESTS_OUT": "lines.jsonl"}, name="run", cwd=tmp_path)
+    run = processes.start(
+        attnload(
+            "run",
+            "-c",
+            str(_config(tmp_path, url)),
+            "--users",
+            "8",
+            "--duration",
+            "6s",
+            "--stop-timeout",
+            "10",
+            "--results",
+            str(tmp_path / "results"),
+            "--metrics-port",
+            "0",
+        ),
+        env={"ATTNLOAD_REQUESTS_OUT": "lines.jsonl"},
+        name="run",
+        cwd=tmp_path,
+    )
     assert run.wait(timeout=120) == 0, processes.log_of(run)[-3000:]
     results = latest_results(tmp_path / "results")
     text = (tmp_path / "lines.jsonl").read_text()  # relative to where the run was started
@@ -171,9 +283,22 @@ def test_the_master_stays_small_at_10k_streams() -> None:
     """bench/requests_memory.py: 10,000 concurrent streams through 4 local workers, master RSS < 300 MB."""
     import subprocess
 
-    done = subprocess.run([sys.executable, str(ROOT / "bench" / "requests_memory.py"), "--streams", "10000",
-                           "--workers", "4", "--duration-s", "30"], capture_output=True, text=True, timeout=420,
-                          cwd=ROOT / "bench")
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "bench" / "requests_memory.py"),
+            "--streams",
+            "10000",
+            "--workers",
+            "4",
+            "--duration-s",
+            "30",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=420,
+        cwd=ROOT / "bench",
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
     assert "master peak RSS" in done.stdout
 
@@ -181,14 +306,32 @@ def test_the_master_stays_small_at_10k_streams() -> None:
 def test_open_loop_conversations_carry_intended_start_and_turns(processes: Processes, tmp_path: Path) -> None:
     url = _server(processes)
     config = json.loads(_config(tmp_path, url).read_text())
-    config["workload"] = {"dialog": {"conversation": {"turns": 3, "think_time_s": 0.1, "user_tokens": 64},
-                                     "max_tokens": 4}}
+    config["workload"] = {
+        "dialog": {"conversation": {"turns": 3, "think_time_s": 0.1, "user_tokens": 64}, "max_tokens": 4}
+    }
     path = tmp_path / "config.json"
     path.write_text(json.dumps(config), encoding="utf-8")
     out = tmp_path / "r.jsonl.gz"
-    run = processes.start(attnload("run", "-c", str(path), "--shape", "rate:4", "--stage-duration", "6s",
-                                   "--stop-timeout", "10", "--results", str(tmp_path / "results"),
-                                   "--metrics-port", "0", "--requests-out", str(out)), name="run")
+    run = processes.start(
+        attnload(
+            "run",
+            "-c",
+            str(path),
+            "--shape",
+            "rate:4",
+            "--stage-duration",
+            "6s",
+            "--stop-timeout",
+            "10",
+            "--results",
+            str(tmp_path / "results"),
+            "--metrics-port",
+            "0",
+            "--requests-out",
+            str(out),
+        ),
+        name="run",
+    )
     assert run.wait(timeout=120) == 0, processes.log_of(run)[-3000:]
     results = latest_results(tmp_path / "results")
     lines = _lines(out)
@@ -215,15 +358,36 @@ def test_swarm_asks_for_the_file_per_test_as_cluster_run_does(processes: Process
     url = _server(processes)
     results_dir = tmp_path / "results"
     web, master_port = free_port(), free_port()
-    env = {"ATTNLOAD_CONFIG": str(_config(tmp_path, url)), "ATTNLOAD_RESULTS": str(results_dir),
-           "ATTNLOAD_METRICS_PORT": "0"}
+    env = {
+        "ATTNLOAD_CONFIG": str(_config(tmp_path, url)),
+        "ATTNLOAD_RESULTS": str(results_dir),
+        "ATTNLOAD_METRICS_PORT": "0",
+    }
     locust = [sys.executable, "-m", "locust", "-f", str(ROOT / "locustfiles" / "chat.py")]
-    master = processes.start([*locust, "--master", "--stop-timeout", "10", "--web-host", "127.0.0.1", "--web-port",
-                              str(web), "--master-bind-host", "127.0.0.1", "--master-bind-port", str(master_port)],
-                             env=env, name="master")
+    master = processes.start(
+        [
+            *locust,
+            "--master",
+            "--stop-timeout",
+            "10",
+            "--web-host",
+            "127.0.0.1",
+            "--web-port",
+            str(web),
+            "--master-bind-host",
+            "127.0.0.1",
+            "--master-bind-port",
+            str(master_port),
+        ],
+        env=env,
+        name="master",
+    )
     for _ in range(2):
-        processes.start([*locust, "--worker", "--master-host", "127.0.0.1", "--master-port", str(master_port)],
-                        env=env, name="worker")
+        processes.start(
+            [*locust, "--worker", "--master-host", "127.0.0.1", "--master-port", str(master_port)],
+            env=env,
+            name="worker",
+        )
     base = f"http://127.0.0.1:{web}"
     wait_http(base + "/", master)
 
@@ -235,8 +399,11 @@ def test_swarm_asks_for_the_file_per_test_as_cluster_run_does(processes: Process
         marker = results_dir / "latest.txt"
         before = marker.stat().st_mtime if marker.exists() else 0.0
         form = {"user_count": "8", "spawn_rate": "8", "run_time": "5s", **extra}
-        request = urllib.request.Request(base + "/swarm", data=urllib.parse.urlencode(form).encode(),
-                                         headers={"Content-Type": "application/x-www-form-urlencoded"})
+        request = urllib.request.Request(
+            base + "/swarm",
+            data=urllib.parse.urlencode(form).encode(),
+            headers={"Content-Type": "application/x-www-form-urlencoded"},
+        )
         with DIRECT.open(request, timeout=10) as reply:
             assert json.loads(reply.read())["success"]
         deadline = time.monotonic() + 90

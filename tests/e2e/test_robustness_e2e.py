@@ -42,19 +42,34 @@ KEY_ENV = "ATTNLOAD_ROBUST_KEY"
 
 def start_hostile(processes: Processes, slow_s: float = 3.0, stall_s: float = 20.0) -> str:
     port = free_port()
-    process = processes.start([sys.executable, str(ROOT / "tests" / "hostile_server.py"), "--port", str(port),
-                               "--slow-s", str(slow_s), "--stall-s", str(stall_s), "--delay-s", "0.02"],
-                              name="hostile")
+    process = processes.start(
+        [
+            sys.executable,
+            str(ROOT / "tests" / "hostile_server.py"),
+            "--port",
+            str(port),
+            "--slow-s",
+            str(slow_s),
+            "--stall-s",
+            str(stall_s),
+            "--delay-s",
+            "0.02",
+        ],
+        name="hostile",
+    )
     url = f"http://127.0.0.1:{port}"
     wait_http(url + "/health", process)
     return url
 
 
 def hostile_config(directory: Path, base_url: str, model: str = "cycle") -> Path:
-    data = {"base_url": base_url + "/api", "api_key_env": KEY_ENV,
-            "models": {"hostile": {"id": model, "attention_type": "MLA"}},
-            "test_prompts": {"short": "hello"},
-            "request": {"max_tokens": 8, "ttft_timeout_s": 1.0, "idle_timeout_s": 1.0, "total_timeout_s": 5.0}}
+    data = {
+        "base_url": base_url + "/api",
+        "api_key_env": KEY_ENV,
+        "models": {"hostile": {"id": model, "attention_type": "MLA"}},
+        "test_prompts": {"short": "hello"},
+        "request": {"max_tokens": 8, "ttft_timeout_s": 1.0, "idle_timeout_s": 1.0, "total_timeout_s": 5.0},
+    }
     path = directory / "config.json"
     path.write_text(json.dumps(data), encoding="utf-8")
     return path
@@ -89,19 +104,44 @@ def test_hostile_server_64_users_2_workers(processes: Processes, tmp_path: Path)
     config = hostile_config(tmp_path, hostile)
     web, master_port, metrics_port = free_port(), free_port(), free_port()
     results = tmp_path / "results"
-    env = {"ATTNLOAD_CONFIG": str(config), "ATTNLOAD_RESULTS": str(results),
-           "ATTNLOAD_METRICS_PORT": str(metrics_port), "ATTNLOAD_SHAPE": "concurrency:64",
-           "ATTNLOAD_STAGE_DURATION": "30s", "ATTNLOAD_SPAWN_RATE": "64", KEY_ENV: "sk-robust-key-6e2f0a9b1c"}
-    master = processes.start([*LOCUST, "--master", "--web-host", "127.0.0.1", "--web-port", str(web),
-                              "--master-bind-host", "127.0.0.1", "--master-bind-port", str(master_port)],
-                             env=env, name="master")
-    workers = [processes.start([*LOCUST, "--worker", "--master-host", "127.0.0.1", "--master-port",
-                                str(master_port)], env=env, name="worker") for _ in range(2)]
+    env = {
+        "ATTNLOAD_CONFIG": str(config),
+        "ATTNLOAD_RESULTS": str(results),
+        "ATTNLOAD_METRICS_PORT": str(metrics_port),
+        "ATTNLOAD_SHAPE": "concurrency:64",
+        "ATTNLOAD_STAGE_DURATION": "30s",
+        "ATTNLOAD_SPAWN_RATE": "64",
+        KEY_ENV: "sk-robust-key-6e2f0a9b1c",
+    }
+    master = processes.start(
+        [
+            *LOCUST,
+            "--master",
+            "--web-host",
+            "127.0.0.1",
+            "--web-port",
+            str(web),
+            "--master-bind-host",
+            "127.0.0.1",
+            "--master-bind-port",
+            str(master_port),
+        ],
+        env=env,
+        name="master",
+    )
+    workers = [
+        processes.start(
+            [*LOCUST, "--worker", "--master-host", "127.0.0.1", "--master-port", str(master_port)],
+            env=env,
+            name="worker",
+        )
+        for _ in range(2)
+    ]
     wait_http(f"http://127.0.0.1:{web}/", master)
-    wait_for(lambda: len(http_json(f"http://127.0.0.1:{web}/stats/requests")["workers"]) == 2, 30,
-             "workers connected")
-    http_json(f"http://127.0.0.1:{web}/swarm", data=urllib.parse.urlencode({"user_count": 64,
-                                                                           "spawn_rate": 64}).encode())
+    wait_for(lambda: len(http_json(f"http://127.0.0.1:{web}/stats/requests")["workers"]) == 2, 30, "workers connected")
+    http_json(
+        f"http://127.0.0.1:{web}/swarm", data=urllib.parse.urlencode({"user_count": 64, "spawn_rate": 64}).encode()
+    )
     wait_for(lambda: (results / "latest.txt").exists(), 90, "results written")
     time.sleep(2.0)  # the master rewrites once more after the workers' final deltas
 
@@ -160,9 +200,25 @@ def test_sigkill_one_worker_mid_run(processes: Processes, tmp_path: Path) -> Non
     config = hostile_config(tmp_path, hostile, model="ok")
     metrics_port = free_port()
     results = tmp_path / "results"
-    run = processes.start(attnload("run", "-c", str(config), "--users", "8", "--duration", "16s", "--workers", "2",
-                                   "--results", str(results), "--metrics-port", str(metrics_port)),
-                          env={KEY_ENV: "sk-robust-key-6e2f0a9b1c"}, name="run")
+    run = processes.start(
+        attnload(
+            "run",
+            "-c",
+            str(config),
+            "--users",
+            "8",
+            "--duration",
+            "16s",
+            "--workers",
+            "2",
+            "--results",
+            str(results),
+            "--metrics-port",
+            str(metrics_port),
+        ),
+        env={KEY_ENV: "sk-robust-key-6e2f0a9b1c"},
+        name="run",
+    )
     metrics_url = f"http://127.0.0.1:{metrics_port}/metrics"
     wait_http(metrics_url, run, timeout_s=60)
 
@@ -172,8 +228,7 @@ def test_sigkill_one_worker_mid_run(processes: Processes, tmp_path: Path) -> Non
     wait_for(lambda: ok_total() > 50, 30, "requests reported")
     time.sleep(3.5)  # at least one more report from each worker
     before = ok_total()
-    worker = next(p for p in psutil.Process(run.pid).children(recursive=True)
-                  if "--worker" in p.cmdline())
+    worker = next(p for p in psutil.Process(run.pid).children(recursive=True) if "--worker" in p.cmdline())
     os.kill(worker.pid, signal.SIGKILL)
     assert run.wait(timeout=90) == 0, processes.log_of(run)[-3000:]
     log = processes.log_of(run)
@@ -190,14 +245,38 @@ def test_sigterm_master_counts_in_flight_as_cancelled(processes: Processes, tmp_
     config = hostile_config(tmp_path, hostile)
     master_port = free_port()
     results = tmp_path / "results"
-    env = {"ATTNLOAD_CONFIG": str(config), "ATTNLOAD_RESULTS": str(results), "ATTNLOAD_METRICS_PORT": "0",
-           "ATTNLOAD_SHAPE": "concurrency:16", "ATTNLOAD_STAGE_DURATION": "120s", "ATTNLOAD_SPAWN_RATE": "16",
-           KEY_ENV: "sk-robust-key-6e2f0a9b1c"}
-    master = processes.start([*LOCUST, "--master", "--headless", "--expect-workers", "2",
-                              "--master-bind-host", "127.0.0.1", "--master-bind-port", str(master_port)],
-                             env=env, name="master")
-    workers = [processes.start([*LOCUST, "--worker", "--master-host", "127.0.0.1", "--master-port",
-                                str(master_port)], env=env, name="worker") for _ in range(2)]
+    env = {
+        "ATTNLOAD_CONFIG": str(config),
+        "ATTNLOAD_RESULTS": str(results),
+        "ATTNLOAD_METRICS_PORT": "0",
+        "ATTNLOAD_SHAPE": "concurrency:16",
+        "ATTNLOAD_STAGE_DURATION": "120s",
+        "ATTNLOAD_SPAWN_RATE": "16",
+        KEY_ENV: "sk-robust-key-6e2f0a9b1c",
+    }
+    master = processes.start(
+        [
+            *LOCUST,
+            "--master",
+            "--headless",
+            "--expect-workers",
+            "2",
+            "--master-bind-host",
+            "127.0.0.1",
+            "--master-bind-port",
+            str(master_port),
+        ],
+        env=env,
+        name="master",
+    )
+    workers = [
+        processes.start(
+            [*LOCUST, "--worker", "--master-host", "127.0.0.1", "--master-port", str(master_port)],
+            env=env,
+            name="worker",
+        )
+        for _ in range(2)
+    ]
     wait_for(lambda: http_json(hostile + "/counts")["total"] > 100, 60, "load running")
     time.sleep(1.0)
     master.send_signal(signal.SIGTERM)
@@ -217,9 +296,25 @@ def test_ctrl_c_on_attnload_run_keeps_results(processes: Processes, tmp_path: Pa
     hostile = start_hostile(processes, slow_s=30.0)
     config = hostile_config(tmp_path, hostile)
     results = tmp_path / "results"
-    run = processes.start(attnload("run", "-c", str(config), "--users", "16", "--duration", "120s", "--workers", "2",
-                                   "--results", str(results), "--metrics-port", "0"),
-                          env={KEY_ENV: "sk-robust-key-6e2f0a9b1c"}, name="run")
+    run = processes.start(
+        attnload(
+            "run",
+            "-c",
+            str(config),
+            "--users",
+            "16",
+            "--duration",
+            "120s",
+            "--workers",
+            "2",
+            "--results",
+            str(results),
+            "--metrics-port",
+            "0",
+        ),
+        env={KEY_ENV: "sk-robust-key-6e2f0a9b1c"},
+        name="run",
+    )
     wait_for(lambda: http_json(hostile + "/counts")["total"] > 100, 60, "load running")
     run.send_signal(signal.SIGINT)
     run.wait(timeout=60)
@@ -237,19 +332,44 @@ def test_sigterm_one_worker_drains_it(processes: Processes, tmp_path: Path) -> N
     config = hostile_config(tmp_path, hostile)
     web, master_port = free_port(), free_port()
     results = tmp_path / "results"
-    env = {"ATTNLOAD_CONFIG": str(config), "ATTNLOAD_RESULTS": str(results), "ATTNLOAD_METRICS_PORT": "0",
-           "ATTNLOAD_SHAPE": "concurrency:16", "ATTNLOAD_STAGE_DURATION": "12s", "ATTNLOAD_SPAWN_RATE": "16",
-           KEY_ENV: "sk-robust-key-6e2f0a9b1c"}
-    master = processes.start([*LOCUST, "--master", "--web-host", "127.0.0.1", "--web-port", str(web),
-                              "--master-bind-host", "127.0.0.1", "--master-bind-port", str(master_port)],
-                             env=env, name="master")
-    workers = [processes.start([*LOCUST, "--worker", "--master-host", "127.0.0.1", "--master-port",
-                                str(master_port)], env=env, name="worker") for _ in range(2)]
+    env = {
+        "ATTNLOAD_CONFIG": str(config),
+        "ATTNLOAD_RESULTS": str(results),
+        "ATTNLOAD_METRICS_PORT": "0",
+        "ATTNLOAD_SHAPE": "concurrency:16",
+        "ATTNLOAD_STAGE_DURATION": "12s",
+        "ATTNLOAD_SPAWN_RATE": "16",
+        KEY_ENV: "sk-robust-key-6e2f0a9b1c",
+    }
+    master = processes.start(
+        [
+            *LOCUST,
+            "--master",
+            "--web-host",
+            "127.0.0.1",
+            "--web-port",
+            str(web),
+            "--master-bind-host",
+            "127.0.0.1",
+            "--master-bind-port",
+            str(master_port),
+        ],
+        env=env,
+        name="master",
+    )
+    workers = [
+        processes.start(
+            [*LOCUST, "--worker", "--master-host", "127.0.0.1", "--master-port", str(master_port)],
+            env=env,
+            name="worker",
+        )
+        for _ in range(2)
+    ]
     wait_http(f"http://127.0.0.1:{web}/", master)
-    wait_for(lambda: len(http_json(f"http://127.0.0.1:{web}/stats/requests")["workers"]) == 2, 30,
-             "workers connected")
-    http_json(f"http://127.0.0.1:{web}/swarm", data=urllib.parse.urlencode({"user_count": 16,
-                                                                           "spawn_rate": 16}).encode())
+    wait_for(lambda: len(http_json(f"http://127.0.0.1:{web}/stats/requests")["workers"]) == 2, 30, "workers connected")
+    http_json(
+        f"http://127.0.0.1:{web}/swarm", data=urllib.parse.urlencode({"user_count": 16, "spawn_rate": 16}).encode()
+    )
     wait_for(lambda: http_json(hostile + "/counts")["total"] > 100, 60, "load running")
     workers[0].send_signal(signal.SIGTERM)
     assert workers[0].wait(timeout=30) is not None
@@ -266,12 +386,32 @@ def test_stop_timeout_lets_in_flight_requests_finish_and_counts_them(processes: 
     """Headless with --stop-timeout: workers let their in-flight requests finish (seconds, longer than
     Locust's 0.5 s wait at quit) and the master waits for those last counts before writing results."""
     sim = start_sim(processes, "--mode", "fixed", "--ttft-ms", "200", "--itl-ms", "100")
-    config = write_config(tmp_path, sim, models={"m": ("llama-3-70b", "GQA")},
-                          benchmark={"max_tokens": 30, "temperature": 0})
+    config = write_config(
+        tmp_path, sim, models={"m": ("llama-3-70b", "GQA")}, benchmark={"max_tokens": 30, "temperature": 0}
+    )
     results = tmp_path / "results"
-    run = processes.start(attnload("run", "-c", str(config), "--users", "40", "--spawn-rate", "40", "--duration", "6s",
-                                   "--stop-timeout", "10", "--workers", "2", "--results", str(results),
-                                   "--metrics-port", "0"), name="run")
+    run = processes.start(
+        attnload(
+            "run",
+            "-c",
+            str(config),
+            "--users",
+            "40",
+            "--spawn-rate",
+            "40",
+            "--duration",
+            "6s",
+            "--stop-timeout",
+            "10",
+            "--workers",
+            "2",
+            "--results",
+            str(results),
+            "--metrics-port",
+            "0",
+        ),
+        name="run",
+    )
     assert run.wait(timeout=120) == 0, processes.log_of(run)[-3000:]
     requests = latest_results(results)["models"][0]["requests"]
     server = http_json(sim + "/stats")["models"]["llama-3-70b"]

@@ -33,18 +33,22 @@ TOTAL_TIMEOUT_S = 5.0
 
 def start_runaway(processes: Processes) -> str:
     port = free_port()
-    process = processes.start([sys.executable, str(ROOT / "tests" / "runaway_server.py"), "--port", str(port),
-                               "--limit-s", "60"], name="runaway")
+    process = processes.start(
+        [sys.executable, str(ROOT / "tests" / "runaway_server.py"), "--port", str(port), "--limit-s", "60"],
+        name="runaway",
+    )
     url = f"http://127.0.0.1:{port}"
     wait_http(url + "/v1/models", process)
     return url
 
 
 def runaway_config(directory: Path, base_url: str, mode: str) -> Path:
-    data = {"base_url": base_url, "models": {"runaway": {"id": mode, "attention_type": "MLA"}},
-            "test_prompts": {"short": "hello"},
-            "request": {"max_tokens": 8, "ttft_timeout_s": 3.0, "idle_timeout_s": 3.0,
-                        "total_timeout_s": TOTAL_TIMEOUT_S}}
+    data = {
+        "base_url": base_url,
+        "models": {"runaway": {"id": mode, "attention_type": "MLA"}},
+        "test_prompts": {"short": "hello"},
+        "request": {"max_tokens": 8, "ttft_timeout_s": 3.0, "idle_timeout_s": 3.0, "total_timeout_s": TOTAL_TIMEOUT_S},
+    }
     path = directory / "config.json"
     path.write_text(json.dumps(data), encoding="utf-8")
     return path
@@ -103,8 +107,26 @@ def test_run_against_a_runaway_server_ends_with_results(processes: Processes, tm
     config = runaway_config(tmp_path, server, mode)
     results = tmp_path / "results"
     started = time.monotonic()
-    run = processes.start(attnload("run", "-c", str(config), "--users", "4", "--spawn-rate", "4", "--duration", "5s",
-                                   "--workers", "1", "--results", str(results), "--metrics-port", "0"), name="run")
+    run = processes.start(
+        attnload(
+            "run",
+            "-c",
+            str(config),
+            "--users",
+            "4",
+            "--spawn-rate",
+            "4",
+            "--duration",
+            "5s",
+            "--workers",
+            "1",
+            "--results",
+            str(results),
+            "--metrics-port",
+            "0",
+        ),
+        name="run",
+    )
     sampler = RssSampler(run)
     try:
         run.wait(timeout=20 + 40)  # startup of three Python processes on a busy machine is not the run's fault

@@ -25,25 +25,53 @@ SENTINEL = "attnload-sentinel-Zq8xK3vP7mW2"
 def test_sentinel_key_appears_in_no_output(processes: Processes, tmp_path: Path) -> None:
     sim = start_sim(processes, "--mode", "fixed", "--ttft-ms", "5", "--itl-ms", "2")
     hostile_port = free_port()
-    hostile_process = processes.start([sys.executable, str(ROOT / "tests" / "hostile_server.py"), "--port",
-                                       str(hostile_port)], name="hostile")
+    hostile_process = processes.start(
+        [sys.executable, str(ROOT / "tests" / "hostile_server.py"), "--port", str(hostile_port)], name="hostile"
+    )
     hostile = f"http://127.0.0.1:{hostile_port}"
     wait_http(hostile + "/health", hostile_process)
     config = tmp_path / "config.json"
-    config.write_text(json.dumps({
-        "base_url": sim + "/api", "api_key_env": KEY_ENV,
-        "models": {"gqa_model": {"id": "llama-3-70b", "attention_type": "GQA"},
-                   "mla_model": {"id": "deepseek-chat", "attention_type": "MLA"},
-                   # a gateway that rejects the key and echoes it back in the error body
-                   "echo_model": {"id": "auth", "attention_type": "MLA", "base_url": hostile + "/api"}},
-        "benchmark": {"max_tokens": 16, "repeat": 1, "temperature": 0}}), encoding="utf-8")
+    config.write_text(
+        json.dumps(
+            {
+                "base_url": sim + "/api",
+                "api_key_env": KEY_ENV,
+                "models": {
+                    "gqa_model": {"id": "llama-3-70b", "attention_type": "GQA"},
+                    "mla_model": {"id": "deepseek-chat", "attention_type": "MLA"},
+                    # a gateway that rejects the key and echoes it back in the error body
+                    "echo_model": {"id": "auth", "attention_type": "MLA", "base_url": hostile + "/api"},
+                },
+                "benchmark": {"max_tokens": 16, "repeat": 1, "temperature": 0},
+            }
+        ),
+        encoding="utf-8",
+    )
     results = tmp_path / "results"
     metrics_port = free_port()
     env = {KEY_ENV: SENTINEL}
-    run = processes.start(attnload("-v", "run", "-c", str(config), "--shape", "concurrency:3,6", "--stage-duration",
-                                   "4s", "--workers", "2", "--results", str(results), "--metrics-port",
-                                   str(metrics_port), "--exit-code-on-error", "0"),  # echo_model always fails
-                      env=env, name="run")
+    run = processes.start(
+        attnload(
+            "-v",
+            "run",
+            "-c",
+            str(config),
+            "--shape",
+            "concurrency:3,6",
+            "--stage-duration",
+            "4s",
+            "--workers",
+            "2",
+            "--results",
+            str(results),
+            "--metrics-port",
+            str(metrics_port),
+            "--exit-code-on-error",
+            "0",
+        ),  # echo_model always fails
+        env=env,
+        name="run",
+    )
     scrapes = []
     deadline = time.monotonic() + 90
     while run.poll() is None and time.monotonic() < deadline:
@@ -62,12 +90,18 @@ def test_sentinel_key_appears_in_no_output(processes: Processes, tmp_path: Path)
     assert any(name.endswith(".json") for name in outputs) and any(name.endswith(".html") for name in outputs)
 
     latest = results / (results / "latest.txt").read_text().strip()
-    report = subprocess.run(attnload("report", str(latest), "--html", str(tmp_path / "r.html")),
-                            capture_output=True, text=True, timeout=60, env={**_env(), **env})
+    report = subprocess.run(
+        attnload("report", str(latest), "--html", str(tmp_path / "r.html")),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**_env(), **env},
+    )
     outputs["report"] = report.stdout + report.stderr + (tmp_path / "r.html").read_text(errors="replace")
     for args in (["check", "-c", str(config)], ["check", "-c", str(config), "--json"]):
-        check = subprocess.run(attnload("-v", *args), capture_output=True, text=True, timeout=120,
-                               env={**_env(), **env})
+        check = subprocess.run(
+            attnload("-v", *args), capture_output=True, text=True, timeout=120, env={**_env(), **env}
+        )
         assert check.returncode == 1  # echo_model fails with auth
         assert f"ends …{SENTINEL[-4:]}" in check.stdout or f'"last4": "{SENTINEL[-4:]}"' in check.stdout
         outputs[" ".join(args)] = check.stdout + check.stderr

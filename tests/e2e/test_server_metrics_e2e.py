@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from attnload.server_metrics import ServerWindow, parse_exposition
+from attnload.scrape import ServerWindow, parse_exposition
 from helpers import (
     ROOT,
     Processes,
@@ -86,31 +86,63 @@ def _stage(model: dict[str, Any], index: int) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def sim_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[dict[str, Any], dict[str, Any], str,
-                                                                       GaugePoller, str]]:
+def sim_run(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[tuple[dict[str, Any], dict[str, Any], str, GaugePoller, str]]:
     tmp = tmp_path_factory.mktemp("server_sim")
     processes = Processes(tmp)
     try:
         sim = start_sim(processes, "--kv-capacity-scale", "0.01", "--tokens-per-event", "4")
         config = tmp / "config.json"
-        config.write_text(json.dumps({
-            "base_url": sim + "/api",
-            "models": {"gqa_model": {"id": "llama-3-70b", "attention_type": "GQA"},
-                       "mla_model": {"id": "deepseek-chat", "attention_type": "MLA"}},  # an alias of deepseek-v3
-            "workload": {"unique-2k": {"prompt_tokens": 2000, "max_tokens": 128}}}))
+        config.write_text(
+            json.dumps(
+                {
+                    "base_url": sim + "/api",
+                    "models": {
+                        "gqa_model": {"id": "llama-3-70b", "attention_type": "GQA"},
+                        "mla_model": {"id": "deepseek-chat", "attention_type": "MLA"},
+                    },  # an alias of deepseek-v3
+                    "workload": {"unique-2k": {"prompt_tokens": 2000, "max_tokens": 128}},
+                }
+            )
+        )
         port = free_port()
         poller = GaugePoller(sim, f"http://127.0.0.1:{port}/metrics")
         poller.start()
-        run = processes.start(attnload("run", "-c", str(config), "--shape", "concurrency:8,48", "--stage-duration",
-                                       "15s", "--spawn-rate", "50", "--stop-timeout", "30", "--server-metrics-interval",
-                                       "1", "--results", str(tmp / "results"), "--metrics-port", str(port)), name="run")
+        run = processes.start(
+            attnload(
+                "run",
+                "-c",
+                str(config),
+                "--shape",
+                "concurrency:8,48",
+                "--stage-duration",
+                "15s",
+                "--spawn-rate",
+                "50",
+                "--stop-timeout",
+                "30",
+                "--server-metrics-interval",
+                "1",
+                "--results",
+                str(tmp / "results"),
+                "--metrics-port",
+                str(port),
+            ),
+            name="run",
+        )
         try:
             assert run.wait(timeout=150) == 0, processes.log_of(run)[-3000:]
         finally:
             poller.done.set()
             poller.join(timeout=5)
-        yield (latest_results(tmp / "results"), http_json(sim + "/stats"), http_text(sim + "/metrics"), poller,
-               processes.log_of(run))
+        yield (
+            latest_results(tmp / "results"),
+            http_json(sim + "/stats"),
+            http_text(sim + "/metrics"),
+            poller,
+            processes.log_of(run),
+        )
     finally:
         processes.stop_all()
 
@@ -129,7 +161,9 @@ def test_sim_counters_match_the_simulator_exactly(sim_run: tuple[Any, ...]) -> N
         assert sum(s["preemptions"] for s in stages) == counters[("attnload_sim_preemptions_total", served_as)]
         total = model["server"]
         assert (total["generation_tokens"], total["preemptions"]) == (
-            truth["completion_tokens"], counters[("attnload_sim_preemptions_total", served_as)])
+            truth["completion_tokens"],
+            counters[("attnload_sim_preemptions_total", served_as)],
+        )
         for s in stages:
             assert 0.0 <= s["kv_cache_usage"]["mean"] <= s["kv_cache_usage"]["max"] <= 1.0, s
             assert s["requests_running"]["max"] <= 24, s  # 4 then 24 users per model
@@ -147,7 +181,10 @@ def test_gqa_queues_only_in_the_saturated_stage(sim_run: tuple[Any, ...]) -> Non
     for index, server in ((0, calm), (1, full)):  # gauges: within sampling of an independent poll
         independent = poller.mean(index, "llama-3-70b")
         assert abs(server["requests_waiting"]["mean"] - independent) <= max(1.5, 0.3 * independent), (
-            index, server["requests_waiting"], independent)
+            index,
+            server["requests_waiting"],
+            independent,
+        )
 
 
 # ---------------------------------------------------------------------------- recorded servers
@@ -160,9 +197,11 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:  # noqa: N802 (http.server's name)
         n = self.hits[self.path] = self.hits.get(self.path, 0) + 1
-        bodies = {"/vllm": ("vllm_v1_t0.prom", "vllm_v1_t1.prom"),
-                  "/sglang": ("sglang_dp2_t0.prom", "sglang_dp2_t1.prom"),
-                  "/garbage": ("garbage_404.html", "garbage_404.html")}
+        bodies = {
+            "/vllm": ("vllm_v1_t0.prom", "vllm_v1_t1.prom"),
+            "/sglang": ("sglang_dp2_t0.prom", "sglang_dp2_t1.prom"),
+            "/garbage": ("garbage_404.html", "garbage_404.html"),
+        }
         if self.path not in bodies:
             self.send_error(404)
             return
@@ -186,31 +225,59 @@ def metrics_server() -> Iterator[str]:
 def _run_recorded(tmp: Path, metrics: str, chat_id: str, good: str, bad: str) -> tuple[dict[str, Any], str]:
     processes = Processes(tmp)
     try:
-        sim = start_sim(processes, "--mode", "fixed", "--ttft-ms", "50", "--itl-ms", "10", "--models",
-                        f"{chat_id},llama-3-8b")
+        sim = start_sim(
+            processes, "--mode", "fixed", "--ttft-ms", "50", "--itl-ms", "10", "--models", f"{chat_id},llama-3-8b"
+        )
         config = tmp / "config.json"
-        config.write_text(json.dumps({
-            "base_url": sim + "/v1",
-            "models": {"served": {"id": chat_id, "attention_type": "GQA", "metrics_url": metrics + good},
-                       "broken": {"id": "llama-3-8b", "attention_type": "GQA", "metrics_url": metrics + bad}},
-            "benchmark": {"max_tokens": 16}}))
-        run = processes.start(attnload("run", "-c", str(config), "--users", "2", "--duration", "8s", "--results",
-                                       str(tmp / "results"), "--metrics-port", "0", "--server-metrics-interval", "1",
-                                       # the recorded server answers t0 then t1: no second reader of it
-                                       "--gpu-metrics", "off"),
-                              name="run")
+        config.write_text(
+            json.dumps(
+                {
+                    "base_url": sim + "/v1",
+                    "models": {
+                        "served": {"id": chat_id, "attention_type": "GQA", "metrics_url": metrics + good},
+                        "broken": {"id": "llama-3-8b", "attention_type": "GQA", "metrics_url": metrics + bad},
+                    },
+                    "benchmark": {"max_tokens": 16},
+                }
+            )
+        )
+        run = processes.start(
+            attnload(
+                "run",
+                "-c",
+                str(config),
+                "--users",
+                "2",
+                "--duration",
+                "8s",
+                "--results",
+                str(tmp / "results"),
+                "--metrics-port",
+                "0",
+                "--server-metrics-interval",
+                "1",
+                # the recorded server answers t0 then t1: no second reader of it
+                "--gpu-metrics",
+                "off",
+            ),
+            name="run",
+        )
         assert run.wait(timeout=90) == 0, processes.log_of(run)[-3000:]
         return latest_results(tmp / "results"), processes.log_of(run)
     finally:
         processes.stop_all()
 
 
-@pytest.mark.parametrize(("flavour", "chat_id", "bad", "recorded"), [
-    ("vllm", "Llama-3.3-70B-Instruct", "/missing", ("vllm_v1_t0.prom", "vllm_v1_t1.prom")),
-    ("sglang", "DeepSeek-V3", "/garbage", ("sglang_dp2_t0.prom", "sglang_dp2_t1.prom")),
-])
+@pytest.mark.parametrize(
+    ("flavour", "chat_id", "bad", "recorded"),
+    [
+        ("vllm", "Llama-3.3-70B-Instruct", "/missing", ("vllm_v1_t0.prom", "vllm_v1_t1.prom")),
+        ("sglang", "DeepSeek-V3", "/garbage", ("sglang_dp2_t0.prom", "sglang_dp2_t1.prom")),
+    ],
+)
 def test_recorded_server_values_appear_and_a_broken_one_is_null(
-        metrics_server: str, tmp_path: Path, flavour: str, chat_id: str, bad: str, recorded: tuple[str, str]) -> None:
+    metrics_server: str, tmp_path: Path, flavour: str, chat_id: str, bad: str, recorded: tuple[str, str]
+) -> None:
     _Handler.hits.clear()
     data, log = _run_recorded(tmp_path, metrics_server, chat_id, "/" + flavour, bad)
     served, broken = data["models"]
@@ -250,11 +317,34 @@ def test_server_metrics_off_reads_nothing(metrics_server: str, tmp_path: Path) -
     try:
         sim = start_sim(processes, "--mode", "fixed", "--ttft-ms", "20", "--itl-ms", "5")
         config = tmp_path / "config.json"
-        config.write_text(json.dumps({"base_url": sim, "models": {
-            "m": {"id": "llama-3-70b", "attention_type": "GQA", "metrics_url": metrics_server + "/vllm"}},
-            "benchmark": {"max_tokens": 8}}))
-        run = processes.start(attnload("run", "-c", str(config), "--users", "1", "--duration", "3s", "--results",
-                                       str(tmp_path / "results"), "--metrics-port", "0", "--server-metrics", "off"))
+        config.write_text(
+            json.dumps(
+                {
+                    "base_url": sim,
+                    "models": {
+                        "m": {"id": "llama-3-70b", "attention_type": "GQA", "metrics_url": metrics_server + "/vllm"}
+                    },
+                    "benchmark": {"max_tokens": 8},
+                }
+            )
+        )
+        run = processes.start(
+            attnload(
+                "run",
+                "-c",
+                str(config),
+                "--users",
+                "1",
+                "--duration",
+                "3s",
+                "--results",
+                str(tmp_path / "results"),
+                "--metrics-port",
+                "0",
+                "--server-metrics",
+                "off",
+            )
+        )
         assert run.wait(timeout=60) == 0, processes.log_of(run)[-2000:]
     finally:
         processes.stop_all()
@@ -263,20 +353,23 @@ def test_server_metrics_off_reads_nothing(metrics_server: str, tmp_path: Path) -
     assert _Handler.hits == {}
 
 
-
-
-@pytest.mark.parametrize(("flag", "value", "expected"), [
-    ("--server-metrics", "sometimes", "invalid choice"),
-    ("--server-metrics-interval", "0", "--server-metrics-interval"),
-])
+@pytest.mark.parametrize(
+    ("flag", "value", "expected"),
+    [
+        ("--server-metrics", "sometimes", "invalid choice"),
+        ("--server-metrics-interval", "0", "--server-metrics-interval"),
+    ],
+)
 def test_bad_server_metrics_flags_are_one_line_exit_2(tmp_path: Path, flag: str, value: str, expected: str) -> None:
     import subprocess
 
     config = tmp_path / "c.json"
-    config.write_text(json.dumps({"base_url": "http://127.0.0.1:9/api",
-                                  "models": {"m": {"id": "llama-3-70b", "attention_type": "GQA"}}}))
-    result = subprocess.run(attnload("run", "-c", str(config), flag, value), capture_output=True, text=True,
-                            timeout=60)
+    config.write_text(
+        json.dumps(
+            {"base_url": "http://127.0.0.1:9/api", "models": {"m": {"id": "llama-3-70b", "attention_type": "GQA"}}}
+        )
+    )
+    result = subprocess.run(attnload("run", "-c", str(config), flag, value), capture_output=True, text=True, timeout=60)
     assert result.returncode == 2 and "Traceback" not in result.stderr + result.stdout
     lines = result.stderr.strip().splitlines()
     assert len(lines) <= 2 and expected in lines[-1], result.stderr  # argparse may print its usage line first

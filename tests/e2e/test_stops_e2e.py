@@ -26,8 +26,9 @@ FAULTS = ROOT / "tests" / "data" / "fault_inject"
 
 def fixed_sim(processes: Processes, tmp_path: Path) -> tuple[str, Path]:
     sim = start_sim(processes, "--mode", "fixed", "--ttft-ms", "50", "--itl-ms", "20")
-    config = write_config(tmp_path, sim, models={"m": ("llama-3-70b", "GQA")},
-                          benchmark={"max_tokens": 10, "temperature": 0})
+    config = write_config(
+        tmp_path, sim, models={"m": ("llama-3-70b", "GQA")}, benchmark={"max_tokens": 10, "temperature": 0}
+    )
     return sim, config
 
 
@@ -70,11 +71,28 @@ def alive(pid: int) -> bool:
 
 @pytest.mark.parametrize(("signum", "code", "workers"), [(signal.SIGTERM, 143, "1"), (signal.SIGINT, 130, "0")])
 def test_signal_mid_run_writes_interrupted_results_and_exits_128_plus_n(
-        processes: Processes, tmp_path: Path, signum: int, code: int, workers: str) -> None:
+    processes: Processes, tmp_path: Path, signum: int, code: int, workers: str
+) -> None:
     sim, config = fixed_sim(processes, tmp_path)
     results = tmp_path / "results"
-    run = processes.start(attnload("run", "-c", str(config), "--users", "4", "--duration", "60s", "--workers", workers,
-                                   "--results", str(results), "--metrics-port", "0"), name="run")
+    run = processes.start(
+        attnload(
+            "run",
+            "-c",
+            str(config),
+            "--users",
+            "4",
+            "--duration",
+            "60s",
+            "--workers",
+            workers,
+            "--results",
+            str(results),
+            "--metrics-port",
+            "0",
+        ),
+        name="run",
+    )
     wait_until(lambda: served(sim) > 20, 60, "load running")
     time.sleep(5.0)  # mid-run (~8 s in), well before the 60 s end
     sent_at = time.monotonic()
@@ -105,8 +123,14 @@ def test_plain_locust_master_sigterm_marks_results_interrupted(processes: Proces
 def test_sigkill_of_the_master_leaves_a_snapshot_that_parses(processes: Processes, tmp_path: Path) -> None:
     sim, config = fixed_sim(processes, tmp_path)
     results = tmp_path / "results"
-    env = {"ATTNLOAD_CONFIG": str(config), "ATTNLOAD_RESULTS": str(results), "ATTNLOAD_METRICS_PORT": "0",
-           "ATTNLOAD_SHAPE": "concurrency:4", "ATTNLOAD_STAGE_DURATION": "60s", "ATTNLOAD_SNAPSHOT_INTERVAL": "2"}
+    env = {
+        "ATTNLOAD_CONFIG": str(config),
+        "ATTNLOAD_RESULTS": str(results),
+        "ATTNLOAD_METRICS_PORT": "0",
+        "ATTNLOAD_SHAPE": "concurrency:4",
+        "ATTNLOAD_STAGE_DURATION": "60s",
+        "ATTNLOAD_SNAPSHOT_INTERVAL": "2",
+    }
     master = processes.start([*LOCUST, "--headless"], env=env, name="locust")
     wait_until(lambda: results.is_dir() and any(results.glob("*.json")) and served(sim) > 20, 60, "a snapshot")
     time.sleep(2.5)  # at least one snapshot taken with requests in it
@@ -119,16 +143,35 @@ def test_sigkill_of_the_master_leaves_a_snapshot_that_parses(processes: Processe
     assert sorted(p.name for p in results.iterdir()) == [snapshot.name]  # no temporary, no marker: not ended
 
 
-def test_attnload_run_whose_master_is_killed_reports_the_snapshot_and_exits_1(processes: Processes,
-                                                                             tmp_path: Path) -> None:
+def test_attnload_run_whose_master_is_killed_reports_the_snapshot_and_exits_1(
+    processes: Processes, tmp_path: Path
+) -> None:
     sim, config = fixed_sim(processes, tmp_path)
     results = tmp_path / "results"
-    run = processes.start(attnload("run", "-c", str(config), "--users", "4", "--duration", "60s", "--workers", "1",
-                                   "--snapshot-interval", "2", "--results", str(results), "--metrics-port", "0"),
-                          name="run")
+    run = processes.start(
+        attnload(
+            "run",
+            "-c",
+            str(config),
+            "--users",
+            "4",
+            "--duration",
+            "60s",
+            "--workers",
+            "1",
+            "--snapshot-interval",
+            "2",
+            "--results",
+            str(results),
+            "--metrics-port",
+            "0",
+        ),
+        name="run",
+    )
     wait_until(lambda: results.is_dir() and any(results.glob("*.json")) and served(sim) > 20, 60, "a snapshot")
-    (master,) = [pid for pid in children_of(run.pid)
-                 if b"--worker" not in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")]
+    (master,) = [
+        pid for pid in children_of(run.pid) if b"--worker" not in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    ]
     os.kill(master, signal.SIGKILL)
     assert run.wait(timeout=30) == 1, processes.log_of(run)[-3000:]
     log = processes.log_of(run)
@@ -138,8 +181,24 @@ def test_attnload_run_whose_master_is_killed_reports_the_snapshot_and_exits_1(pr
 
 def test_sigkill_of_attnload_run_ends_its_master_and_workers(processes: Processes, tmp_path: Path) -> None:
     sim, config = fixed_sim(processes, tmp_path)
-    run = processes.start(attnload("run", "-c", str(config), "--users", "4", "--duration", "60s", "--workers", "2",
-                                   "--results", str(tmp_path / "results"), "--metrics-port", "0"), name="run")
+    run = processes.start(
+        attnload(
+            "run",
+            "-c",
+            str(config),
+            "--users",
+            "4",
+            "--duration",
+            "60s",
+            "--workers",
+            "2",
+            "--results",
+            str(tmp_path / "results"),
+            "--metrics-port",
+            "0",
+        ),
+        name="run",
+    )
     wait_until(lambda: served(sim) > 20, 60, "load running")
     children = children_of(run.pid)
     assert len(children) >= 3, children  # master + 2 workers
@@ -151,17 +210,37 @@ def test_sigkill_of_attnload_run_ends_its_master_and_workers(processes: Processe
     assert served(sim) == sent  # the load stopped with them
 
 
-@pytest.mark.parametrize(("fault", "shape", "message"), [
-    ("users", "concurrency:3", "every user crashed (3 of 3)"),
-    ("scheduler", "rate:5", "the open-loop scheduler died (RuntimeError: injected fault (scheduler))"),
-])
-def test_a_run_that_could_not_send_exits_1_saying_why(processes: Processes, tmp_path: Path, fault: str, shape: str,
-                                                      message: str) -> None:
+@pytest.mark.parametrize(
+    ("fault", "shape", "message"),
+    [
+        ("users", "concurrency:3", "every user crashed (3 of 3)"),
+        ("scheduler", "rate:5", "the open-loop scheduler died (RuntimeError: injected fault (scheduler))"),
+    ],
+)
+def test_a_run_that_could_not_send_exits_1_saying_why(
+    processes: Processes, tmp_path: Path, fault: str, shape: str, message: str
+) -> None:
     sim, config = fixed_sim(processes, tmp_path)
     env = {"ATTNLOAD_TEST_FAULT": fault, "PYTHONPATH": os.pathsep.join([str(FAULTS), os.environ.get("PYTHONPATH", "")])}
-    run = processes.start(attnload("run", "-c", str(config), "--shape", shape, "--stage-duration", "4s", "--workers",
-                                   "1", "--results", str(tmp_path / "results"), "--metrics-port", "0"),
-                          env=env, name="run")
+    run = processes.start(
+        attnload(
+            "run",
+            "-c",
+            str(config),
+            "--shape",
+            shape,
+            "--stage-duration",
+            "4s",
+            "--workers",
+            "1",
+            "--results",
+            str(tmp_path / "results"),
+            "--metrics-port",
+            "0",
+        ),
+        env=env,
+        name="run",
+    )
     assert run.wait(timeout=90) == 1, processes.log_of(run)[-3000:]
     assert f"attnload run: error: {message}" in processes.log_of(run)
     assert served(sim) == 0
@@ -171,8 +250,22 @@ def test_a_run_that_sends_nothing_exits_1(processes: Processes, tmp_path: Path) 
     """0.05 req/s for 4 s rounds to no arrival at all: the run did nothing, and says so."""
     sim, config = fixed_sim(processes, tmp_path)
     results = tmp_path / "results"
-    run = processes.start(attnload("run", "-c", str(config), "--shape", "rate:0.05", "--stage-duration", "4s",
-                                   "--results", str(results), "--metrics-port", "0"), name="run")
+    run = processes.start(
+        attnload(
+            "run",
+            "-c",
+            str(config),
+            "--shape",
+            "rate:0.05",
+            "--stage-duration",
+            "4s",
+            "--results",
+            str(results),
+            "--metrics-port",
+            "0",
+        ),
+        name="run",
+    )
     assert run.wait(timeout=90) == 1, processes.log_of(run)[-3000:]
     assert "attnload run: error: nothing was sent" in processes.log_of(run)
     data = json.loads((results / (results / "latest.txt").read_text().strip()).read_text())

@@ -28,8 +28,10 @@ MODELS = {"gqa_model": ("llama-3-70b", "GQA"), "mla_model": ("deepseek-v3", "MLA
 
 def start_recorder(processes: Processes, tmp_path: Path, chunk_delay_ms: float = 1.0) -> tuple[str, Path]:
     port, log = free_port(), tmp_path / "received.jsonl"
-    process = processes.start([sys.executable, str(ROOT / "tests" / "recording_server.py"), str(port), str(log),
-                               str(chunk_delay_ms)], name="recorder")
+    process = processes.start(
+        [sys.executable, str(ROOT / "tests" / "recording_server.py"), str(port), str(log), str(chunk_delay_ms)],
+        name="recorder",
+    )
     url = f"http://127.0.0.1:{port}"
     wait_http(url + "/health", process)
     return url, log
@@ -42,8 +44,10 @@ def received(log: Path) -> list[dict[str, Any]]:
 
 
 def run(processes: Processes, config: Path, results: Path, *args: str, timeout_s: float = 120) -> dict[str, Any]:
-    process = processes.start(attnload("run", "-c", str(config), "--results", str(results),
-                                       "--metrics-port", str(free_port()), *args), name="run")
+    process = processes.start(
+        attnload("run", "-c", str(config), "--results", str(results), "--metrics-port", str(free_port()), *args),
+        name="run",
+    )
     assert process.wait(timeout=timeout_s) == 0, processes.log_of(process)[-3000:]
     return latest_results(results)
 
@@ -62,10 +66,15 @@ def test_conversations_resend_the_streamed_reply_and_think(processes: Processes,
     """(a) request k = request k−1's messages + the reply exactly as streamed + one user message; 3 turns;
     think time 0.3 s measured at the server from the end of an answer to the next request."""
     url, log = start_recorder(processes, tmp_path)
-    config = write_config(tmp_path, url, MODELS, workload={"chat": {
-        "conversation": {"turns": 3, "think_time_s": 0.3, "user_tokens": 40}, "max_tokens": 16}})
-    data = run(processes, config, tmp_path / "r", "--users", "2", "--duration", "6s", "--workers", "2",
-               "--spawn-rate", "10")
+    config = write_config(
+        tmp_path,
+        url,
+        MODELS,
+        workload={"chat": {"conversation": {"turns": 3, "think_time_s": 0.3, "user_tokens": 40}, "max_tokens": 16}},
+    )
+    data = run(
+        processes, config, tmp_path / "r", "--users", "2", "--duration", "6s", "--workers", "2", "--spawn-rate", "10"
+    )
     groups = conversations(received(log))
     complete = [g for g in groups.values() if len(g) == 3]
     assert len(complete) >= 4, {k: len(v) for k, v in groups.items()}
@@ -75,7 +84,7 @@ def test_conversations_resend_the_streamed_reply_and_think(processes: Processes,
         assert SALT.match(turns[0]["body"]["messages"][0]["content"])
         for previous, current in zip(turns, turns[1:], strict=False):
             sent, before = current["body"]["messages"], previous["body"]["messages"]
-            assert sent[:len(before)] == before
+            assert sent[: len(before)] == before
             assert sent[len(before)] == {"role": "assistant", "content": previous["reply"]}  # byte for byte
             assert len(sent) == len(before) + 2 and sent[-1]["role"] == "user"
             assert not SALT.match(sent[-1]["content"])
@@ -101,10 +110,14 @@ def test_dataset_prompts_come_from_the_file(processes: Processes, tmp_path: Path
         records = [dataset.record(i) for i in range(len(dataset))]
     first_turns = {r.user_turns[0]: r for r in records}
     url, log = start_recorder(processes, tmp_path, chunk_delay_ms=0)
-    config = write_config(tmp_path, url, {"gqa_model": MODELS["gqa_model"]}, seed=7, workload={"data": {
-        "dataset": {"path": str(path), "output_tokens": "dataset", "turns": "first"}}})
-    run(processes, config, tmp_path / "r", "--users", "2", "--duration", "4s", "--workers", "2",
-        "--spawn-rate", "10")
+    config = write_config(
+        tmp_path,
+        url,
+        {"gqa_model": MODELS["gqa_model"]},
+        seed=7,
+        workload={"data": {"dataset": {"path": str(path), "output_tokens": "dataset", "turns": "first"}}},
+    )
+    run(processes, config, tmp_path / "r", "--users", "2", "--duration", "4s", "--workers", "2", "--spawn-rate", "10")
     entries = sorted(received(log), key=lambda e: e["t_recv"])
     assert len(entries) >= 2 * len(records)
     used = []
@@ -142,8 +155,17 @@ def test_mooncake_replay_keeps_the_trace_offsets(processes: Processes, tmp_path:
     trace = load_trace(trace_path)
     url, log = start_recorder(processes, tmp_path, chunk_delay_ms=0)
     config = write_config(tmp_path, url, MODELS, workload={"p": {"prompt_tokens": 100}})
-    data = run(processes, config, tmp_path / "r", "--shape", f"replay:{trace_path}", "--workers", "2",
-               "--stage-duration", "10s")
+    data = run(
+        processes,
+        config,
+        tmp_path / "r",
+        "--shape",
+        f"replay:{trace_path}",
+        "--workers",
+        "2",
+        "--stage-duration",
+        "10s",
+    )
     entries = received(log)
     expected = sorted(r.offset_s for r in trace.requests)
     for model_id, offsets in _offsets_by_model(entries).items():
@@ -159,8 +181,11 @@ def test_mooncake_replay_keeps_the_trace_offsets(processes: Processes, tmp_path:
         by_length[body["max_tokens"]].append(entry)
     assert sorted(by_length) == sorted({r.output_tokens for r in trace.requests})
     # Prefix sharing: two lines whose hash_ids agree for k blocks share (at least) k blocks of text.
-    texts = [e["body"]["messages"][0]["content"] for e in sorted(entries, key=lambda e: e["t_recv"])
-             if e["body"]["model"] == "llama-3-70b"]
+    texts = [
+        e["body"]["messages"][0]["content"]
+        for e in sorted(entries, key=lambda e: e["t_recv"])
+        if e["body"]["model"] == "llama-3-70b"
+    ]
     ordered = sorted(trace.requests, key=lambda r: (r.offset_s, r.line))
     for (i, a), (j, b) in ((x, y) for x in enumerate(ordered) for y in enumerate(ordered) if x[0] < y[0]):
         common = 0
@@ -194,8 +219,9 @@ def test_replay_speed_two_halves_the_offsets(processes: Processes, tmp_path: Pat
     trace = load_trace(short)
     url, log = start_recorder(processes, tmp_path, chunk_delay_ms=0)
     config = write_config(tmp_path, url, {"gqa_model": MODELS["gqa_model"]}, workload={"p": {"prompt_tokens": 100}})
-    run(processes, config, tmp_path / "r", "--shape", f"replay:{short}", "--replay-speed", "2",
-        "--stage-duration", "5s")
+    run(
+        processes, config, tmp_path / "r", "--shape", f"replay:{short}", "--replay-speed", "2", "--stage-duration", "5s"
+    )
     offsets = _offsets_by_model(received(log))["llama-3-70b"]
     expected = [r.offset_s / 2 for r in trace.requests]
     assert len(offsets) == len(expected)
@@ -206,8 +232,11 @@ def test_replay_speed_two_halves_the_offsets(processes: Processes, tmp_path: Pat
 def test_sim_prefix_cache_grows_with_the_turn(processes: Processes, tmp_path: Path) -> None:
     """(d) against `attnload sim`: cached prompt tokens rise with the turn index; the turn table is in the results."""
     sim = start_sim(processes)
-    config = write_config(tmp_path, sim + "/api", workload={"chat": {
-        "conversation": {"turns": 4, "think_time_s": 0.05, "user_tokens": 300}, "max_tokens": 32}})
+    config = write_config(
+        tmp_path,
+        sim + "/api",
+        workload={"chat": {"conversation": {"turns": 4, "think_time_s": 0.05, "user_tokens": 300}, "max_tokens": 32}},
+    )
     data = run(processes, config, tmp_path / "r", "--users", "4", "--duration", "8s", "--spawn-rate", "20")
     for model in data["models"]:
         rows = sorted(model["turns"], key=lambda row: row["turn"])
@@ -217,21 +246,39 @@ def test_sim_prefix_cache_grows_with_the_turn(processes: Processes, tmp_path: Pa
         assert model["ttft_by_prompt_tokens"], model.keys()
 
 
-@pytest.mark.parametrize(("content", "message"), [
-    (None, "no such file"),
-    ('{"prompt": "fine"}\n{"prompt": oops}\n', "line 2"),
-    ("", "empty"),
-])
-def test_bad_dataset_is_one_line_and_exit_2(processes: Processes, tmp_path: Path, content: str | None,
-                                            message: str) -> None:
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (None, "no such file"),
+        ('{"prompt": "fine"}\n{"prompt": oops}\n', "line 2"),
+        ("", "empty"),
+    ],
+)
+def test_bad_dataset_is_one_line_and_exit_2(
+    processes: Processes, tmp_path: Path, content: str | None, message: str
+) -> None:
     """(d) a missing path, a malformed line (with its number) or an empty file: one line, exit 2, no load."""
     url, log = start_recorder(processes, tmp_path)
     path = tmp_path / "data.jsonl"
     if content is not None:
         path.write_text(content)
     config = write_config(tmp_path, url, MODELS, workload={"d": {"dataset": {"path": str(path)}}})
-    process = processes.start(attnload("run", "-c", str(config), "--results", str(tmp_path / "r"), "--users", "1",
-                                       "--duration", "3s", "--metrics-port", str(free_port())), name="run")
+    process = processes.start(
+        attnload(
+            "run",
+            "-c",
+            str(config),
+            "--results",
+            str(tmp_path / "r"),
+            "--users",
+            "1",
+            "--duration",
+            "3s",
+            "--metrics-port",
+            str(free_port()),
+        ),
+        name="run",
+    )
     assert process.wait(timeout=60) == 2
     output = processes.log_of(process).strip()
     assert len(output.splitlines()) == 1 and message in output and "Traceback" not in output, output
@@ -248,8 +295,12 @@ def test_tokenizer_sizes_messages_and_counts_tokens_without_usage(processes: Pro
     path = word_level(tmp_path)
     tokens = load_tokenizer(path)
     url, log = start_recorder(processes, tmp_path, chunk_delay_ms=0)
-    config = write_config(tmp_path, url, {"gqa_model": MODELS["gqa_model"]}, workload={"chat": {
-        "conversation": {"turns": 2, "user_tokens": 30}, "max_tokens": 8}})
+    config = write_config(
+        tmp_path,
+        url,
+        {"gqa_model": MODELS["gqa_model"]},
+        workload={"chat": {"conversation": {"turns": 2, "user_tokens": 30}, "max_tokens": 8}},
+    )
     data = json.loads(config.read_text())
     data["models"]["gqa_model"]["tokenizer"] = str(path)
     config.write_text(json.dumps(data))
@@ -268,21 +319,37 @@ def test_tokenizer_sizes_messages_and_counts_tokens_without_usage(processes: Pro
     assert summary["prompt_tokens"] == prompt and summary["completion_tokens"] == completion
 
 
-def test_open_loop_conversations_schedule_turns_after_answer_and_think(processes: Processes,
-                                                                       tmp_path: Path) -> None:
+def test_open_loop_conversations_schedule_turns_after_answer_and_think(processes: Processes, tmp_path: Path) -> None:
     """rate: stages: each arrival starts a conversation; its next turn is due think time after the answer."""
     url, log = start_recorder(processes, tmp_path)
-    config = write_config(tmp_path, url, MODELS, workload={"chat": {
-        "conversation": {"turns": 3, "think_time_s": 0.2, "user_tokens": 30}, "max_tokens": 8}})
-    run(processes, config, tmp_path / "r", "--shape", "rate:2", "--stage-duration", "4s", "--arrivals", "constant",
-        "--stop-timeout", "5")
+    config = write_config(
+        tmp_path,
+        url,
+        MODELS,
+        workload={"chat": {"conversation": {"turns": 3, "think_time_s": 0.2, "user_tokens": 30}, "max_tokens": 8}},
+    )
+    run(
+        processes,
+        config,
+        tmp_path / "r",
+        "--shape",
+        "rate:2",
+        "--stage-duration",
+        "4s",
+        "--arrivals",
+        "constant",
+        "--stop-timeout",
+        "5",
+    )
     groups = conversations(received(log))
     assert len(groups) >= 12, len(groups)  # 2 conversations/s per model over 4 s (both models)
     gaps = []
     for turns in groups.values():
         for previous, current in zip(turns, turns[1:], strict=False):
             before = previous["body"]["messages"]
-            assert current["body"]["messages"][:len(before) + 1] == [
-                *before, {"role": "assistant", "content": previous["reply"]}]
+            assert current["body"]["messages"][: len(before) + 1] == [
+                *before,
+                {"role": "assistant", "content": previous["reply"]},
+            ]
             gaps.append(current["t_recv"] - previous["t_end"])
     assert gaps and min(gaps) >= 0.2 - 0.02 and statistics.median(gaps) <= 0.2 + 0.05, sorted(gaps)

@@ -52,11 +52,26 @@ def vllm_pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pair]:
         pytest.skip(INSTALL_HINT)
     root = tmp_path_factory.mktemp("vllm")
     tiny_models.write_pair(root / "models")
-    gqa = ServerSpec(root / "models" / tiny_models.GQA_NAME, tiny_models.GQA_NAME, free_port(), core=0,
-                     kv_cache_bytes=KV_BYTES, max_model_len=MAX_MODEL_LEN, block_size=32, max_num_seqs=16)
-    mla = ServerSpec(root / "models" / tiny_models.MLA_NAME, tiny_models.MLA_NAME, free_port(), core=1,
-                     kv_cache_bytes=KV_BYTES, max_model_len=MAX_MODEL_LEN, max_num_seqs=16,
-                     prompt_tokens_details=False)
+    gqa = ServerSpec(
+        root / "models" / tiny_models.GQA_NAME,
+        tiny_models.GQA_NAME,
+        free_port(),
+        core=0,
+        kv_cache_bytes=KV_BYTES,
+        max_model_len=MAX_MODEL_LEN,
+        block_size=32,
+        max_num_seqs=16,
+    )
+    mla = ServerSpec(
+        root / "models" / tiny_models.MLA_NAME,
+        tiny_models.MLA_NAME,
+        free_port(),
+        core=1,
+        kv_cache_bytes=KV_BYTES,
+        max_model_len=MAX_MODEL_LEN,
+        max_num_seqs=16,
+        prompt_tokens_details=False,
+    )
     with running([gqa, mla], root / "logs"):
         yield Pair(gqa, mla, root / "models")
 
@@ -76,12 +91,19 @@ def series(base_url: str) -> dict[str, float]:
 
 def config(pair: Pair, directory: Path, workload: dict[str, Any], *, gqa_id: str | None = None) -> Path:
     def entry(spec: ServerSpec, attention: str, model_id: str | None = None) -> dict[str, Any]:
-        return {"id": model_id or spec.served_name, "attention_type": attention, "base_url": f"{spec.base_url}/v1",
-                "tokenizer": str(pair.models / tiny_models.GQA_NAME / "tokenizer.json")}  # exact prompt sizes
+        return {
+            "id": model_id or spec.served_name,
+            "attention_type": attention,
+            "base_url": f"{spec.base_url}/v1",
+            "tokenizer": str(pair.models / tiny_models.GQA_NAME / "tokenizer.json"),
+        }  # exact prompt sizes
 
-    data = {"base_url": f"{pair.gqa.base_url}/v1",
-            "models": {"gqa_model": entry(pair.gqa, "GQA", gqa_id), "mla_model": entry(pair.mla, "MLA")},
-            "workload": workload, "request": {"total_timeout_s": 300, "idle_timeout_s": 120}}
+    data = {
+        "base_url": f"{pair.gqa.base_url}/v1",
+        "models": {"gqa_model": entry(pair.gqa, "GQA", gqa_id), "mla_model": entry(pair.mla, "MLA")},
+        "workload": workload,
+        "request": {"total_timeout_s": 300, "idle_timeout_s": 120},
+    }
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / "config.json"
     path.write_text(json.dumps(data), encoding="utf-8")
@@ -90,9 +112,25 @@ def config(pair: Pair, directory: Path, workload: dict[str, Any], *, gqa_id: str
 
 def run(processes: Processes, config_path: Path, *args: str, timeout_s: float = 400) -> dict[str, Any]:
     results = config_path.parent / "results"
-    process = processes.start(attnload("run", "-c", str(config_path), "--results", str(results),
-                                       "--metrics-port", "0", "--workers", "1", "--server-metrics-interval", "1",
-                                       "--stop-timeout", "120", *args), name="run")
+    process = processes.start(
+        attnload(
+            "run",
+            "-c",
+            str(config_path),
+            "--results",
+            str(results),
+            "--metrics-port",
+            "0",
+            "--workers",
+            "1",
+            "--server-metrics-interval",
+            "1",
+            "--stop-timeout",
+            "120",
+            *args,
+        ),
+        name="run",
+    )
     assert process.wait(timeout=timeout_s) == 0, processes.log_of(process)[-3000:]
     return latest_results(results)
 
@@ -128,8 +166,11 @@ class Watcher:
 
 
 def post_chat(spec: ServerSpec, body: dict[str, Any]) -> tuple[int, bytes]:
-    request = urllib.request.Request(f"{spec.base_url}/v1/chat/completions", data=json.dumps(body).encode(),
-                                     headers={"Content-Type": "application/json"})
+    request = urllib.request.Request(
+        f"{spec.base_url}/v1/chat/completions",
+        data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json"},
+    )
     try:
         with DIRECT.open(request, timeout=120) as response:
             return response.status, response.read()
@@ -140,8 +181,9 @@ def post_chat(spec: ServerSpec, body: dict[str, Any]) -> tuple[int, bytes]:
 # ----------------------------------------------------------------------------- tests
 
 
-def test_client_tokens_equal_vllm_counters_and_server_view(vllm_pair: Pair, processes: Processes,
-                                                          tmp_path: Path) -> None:
+def test_client_tokens_equal_vllm_counters_and_server_view(
+    vllm_pair: Pair, processes: Processes, tmp_path: Path
+) -> None:
     """Client usage totals = vLLM's own counter deltas; the server view's gauges match our scrapes."""
     path = config(vllm_pair, tmp_path, {"short": {"prompt_tokens": 48, "max_tokens": 16, "ignore_eos": True}})
     urls = (vllm_pair.gqa.base_url, vllm_pair.mla.base_url)
@@ -170,8 +212,11 @@ def test_client_tokens_equal_vllm_counters_and_server_view(vllm_pair: Pair, proc
 
 def test_gqa_conversation_hits_the_prefix_cache(vllm_pair: Pair, processes: Processes, tmp_path: Path) -> None:
     """GQA with --enable-prompt-tokens-details: cached prompt tokens rise from turn 2 (block 32)."""
-    path = config(vllm_pair, tmp_path, {"chat": {"conversation": {"turns": 3, "user_tokens": 40},
-                                                 "max_tokens": 24, "ignore_eos": True}})
+    path = config(
+        vllm_pair,
+        tmp_path,
+        {"chat": {"conversation": {"turns": 3, "user_tokens": 40}, "max_tokens": 24, "ignore_eos": True}},
+    )
     data = run(processes, path, "--users", "2", "--duration", "25s")
     turns = {t["turn"]: t for t in model(data, "gqa_model")["turns"]}
     assert {1, 2, 3} <= set(turns)
@@ -180,14 +225,20 @@ def test_gqa_conversation_hits_the_prefix_cache(vllm_pair: Pair, processes: Proc
     assert model(data, "gqa_model")["server"]["prefix_cache_hit_ratio"] > 0
 
 
-def test_cached_tokens_are_null_when_vllm_does_not_report_them(vllm_pair: Pair, processes: Processes,
-                                                               tmp_path: Path) -> None:
+def test_cached_tokens_are_null_when_vllm_does_not_report_them(
+    vllm_pair: Pair, processes: Processes, tmp_path: Path
+) -> None:
     """The MLA server runs without --enable-prompt-tokens-details: vLLM sends no
     ``prompt_tokens_details``, and every turn's ``cached_tokens_mean`` is null, never 0."""
-    path = config(vllm_pair, tmp_path, {"chat": {"conversation": {"turns": 2, "user_tokens": 32},
-                                                 "max_tokens": 8, "ignore_eos": True}})
-    status, body = post_chat(vllm_pair.mla, {"model": vllm_pair.mla.served_name, "max_tokens": 2,
-                                             "messages": [{"role": "user", "content": "hello"}]})
+    path = config(
+        vllm_pair,
+        tmp_path,
+        {"chat": {"conversation": {"turns": 2, "user_tokens": 32}, "max_tokens": 8, "ignore_eos": True}},
+    )
+    status, body = post_chat(
+        vllm_pair.mla,
+        {"model": vllm_pair.mla.served_name, "max_tokens": 2, "messages": [{"role": "user", "content": "hello"}]},
+    )
     assert status == 200 and json.loads(body)["usage"].get("prompt_tokens_details") is None
     data = run(processes, path, "--users", "2", "--duration", "12s")
     turns = model(data, "mla_model")["turns"]
@@ -197,13 +248,16 @@ def test_cached_tokens_are_null_when_vllm_does_not_report_them(vllm_pair: Pair, 
 def test_vllm_error_bodies_get_their_classes(vllm_pair: Pair) -> None:
     """vLLM's own bodies: a prompt over max_model_len is context_length, an unknown model not_found."""
     long_text = " ".join(["attention"] * (MAX_MODEL_LEN * 2))
-    status, body = post_chat(vllm_pair.gqa, {"model": vllm_pair.gqa.served_name, "max_tokens": 8,
-                                             "messages": [{"role": "user", "content": long_text}]})
+    status, body = post_chat(
+        vllm_pair.gqa,
+        {"model": vllm_pair.gqa.served_name, "max_tokens": 8, "messages": [{"role": "user", "content": long_text}]},
+    )
     failure = classify_status(status, body)
     assert status == 400 and failure.kind in (ErrorClass.CONTEXT_LENGTH, ErrorClass.BAD_REQUEST), body
     assert failure.kind is ErrorClass.CONTEXT_LENGTH and "\n" not in failure.detail
-    status, body = post_chat(vllm_pair.gqa, {"model": "no-such-model", "max_tokens": 8,
-                                             "messages": [{"role": "user", "content": "hi"}]})
+    status, body = post_chat(
+        vllm_pair.gqa, {"model": "no-such-model", "max_tokens": 8, "messages": [{"role": "user", "content": "hi"}]}
+    )
     failure = classify_status(status, body)
     assert status == 404 and failure.kind is ErrorClass.NOT_FOUND and "\n" not in failure.detail, body
 
@@ -215,15 +269,15 @@ def test_attnload_check_against_vllm(vllm_pair: Pair, tmp_path: Path) -> None:
     assert done.returncode == 0, done.stdout + done.stderr
     assert [m["verdict"] for m in json.loads(done.stdout)["models"]] == ["ok", "ok"]
     bad = config(vllm_pair, tmp_path / "bad", {}, gqa_id="no-such-model")
-    done = subprocess.run(attnload("check", "-c", str(bad), "--model", "gqa_model"), capture_output=True,
-                          text=True, timeout=180)
+    done = subprocess.run(
+        attnload("check", "-c", str(bad), "--model", "gqa_model"), capture_output=True, text=True, timeout=180
+    )
     assert done.returncode == 1, done.stdout + done.stderr
     verdicts = [line for line in done.stdout.splitlines() if "not_found" in line]
     assert len(verdicts) >= 1 and "no-such-model" in done.stdout
 
 
-def test_equal_kv_budget_queues_gqa_while_mla_admits(vllm_pair: Pair, processes: Processes,
-                                                     tmp_path: Path) -> None:
+def test_equal_kv_budget_queues_gqa_while_mla_admits(vllm_pair: Pair, processes: Processes, tmp_path: Path) -> None:
     """Same 8 MiB of KV: 6 requests of ~250 tokens (8 blocks of 32) overflow GQA's 15 blocks (it
     queues or preempts), while MLA's 1,808 tokens (113 blocks of 16) hold all six at once."""
     path = config(vllm_pair, tmp_path, {"long": {"prompt_tokens": 200, "max_tokens": 48, "ignore_eos": True}})
@@ -232,8 +286,11 @@ def test_equal_kv_budget_queues_gqa_while_mla_admits(vllm_pair: Pair, processes:
         data = run(processes, path, "--users", "12", "--duration", "30s", "--spawn-rate", "100")
     gqa, mla = model(data, "gqa_model")["server"], model(data, "mla_model")["server"]
     gqa_seen, mla_seen = watcher.max[vllm_pair.gqa.base_url], watcher.max[vllm_pair.mla.base_url]
-    preempted = {s.served_name: series(s.base_url).get("vllm:num_preemptions_total", 0.0)
-                 - before[s.served_name].get("vllm:num_preemptions_total", 0.0) for s in (vllm_pair.gqa, vllm_pair.mla)}
+    preempted = {
+        s.served_name: series(s.base_url).get("vllm:num_preemptions_total", 0.0)
+        - before[s.served_name].get("vllm:num_preemptions_total", 0.0)
+        for s in (vllm_pair.gqa, vllm_pair.mla)
+    }
     assert gqa["requests_waiting"]["max"] >= 1 or preempted[vllm_pair.gqa.served_name] > 0, (gqa, preempted)
     assert gqa_seen["vllm:num_requests_waiting"] >= 1 or preempted[vllm_pair.gqa.served_name] > 0
     assert gqa["kv_cache_usage"]["max"] >= 0.8

@@ -29,8 +29,10 @@ pytestmark = pytest.mark.e2e
 
 
 def run(processes: Processes, config: Path, results: Path, *args: str, timeout_s: float = 120) -> dict[str, Any]:
-    process = processes.start(attnload("run", "-c", str(config), "--results", str(results),
-                                       "--metrics-port", str(free_port()), *args), name="run")
+    process = processes.start(
+        attnload("run", "-c", str(config), "--results", str(results), "--metrics-port", str(free_port()), *args),
+        name="run",
+    )
     assert process.wait(timeout=timeout_s) == 0, processes.log_of(process)[-3000:]
     return latest_results(results)
 
@@ -43,8 +45,21 @@ def test_concurrency_stages_users_and_warmup(processes: Processes, tmp_path: Pat
     """Two closed-loop stages: per-stage users, windows and a warm-up excluded from stage stats."""
     sim = start_sim(processes, "--mode", "fixed", "--ttft-ms", "20", "--itl-ms", "5")
     config = write_config(tmp_path, sim + "/api", workload={"p": {"prompt_tokens": 100, "max_tokens": 10}})
-    data = run(processes, config, tmp_path / "r", "--shape", "concurrency:2,8", "--stage-duration", "6s",
-               "--workers", "2", "--warmup", "2s", "--spawn-rate", "100")
+    data = run(
+        processes,
+        config,
+        tmp_path / "r",
+        "--shape",
+        "concurrency:2,8",
+        "--stage-duration",
+        "6s",
+        "--workers",
+        "2",
+        "--warmup",
+        "2s",
+        "--spawn-rate",
+        "100",
+    )
     truth = http_json(sim + "/stats")["models"]
     for key, model_id in (("gqa_model", "llama-3-70b"), ("mla_model", "deepseek-v3")):
         summary = model(data, key)
@@ -66,9 +81,26 @@ def test_rate_mode_hits_the_target_and_a_stall_is_lag_not_fewer_sends(processes:
     sim = start_sim(processes, "--mode", "fixed", "--ttft-ms", "30", "--itl-ms", "5")
     config = write_config(tmp_path, sim + "/api", workload={"p": {"prompt_tokens": 100, "max_tokens": 8}})
     results, metrics_port = tmp_path / "r", free_port()
-    process = processes.start(attnload("run", "-c", str(config), "--results", str(results), "--metrics-port",
-                                       str(metrics_port), "--shape", "rate:10,10", "--stage-duration", "10s",
-                                       "--workers", "2", "--arrivals", "constant"), name="run")
+    process = processes.start(
+        attnload(
+            "run",
+            "-c",
+            str(config),
+            "--results",
+            str(results),
+            "--metrics-port",
+            str(metrics_port),
+            "--shape",
+            "rate:10,10",
+            "--stage-duration",
+            "10s",
+            "--workers",
+            "2",
+            "--arrivals",
+            "constant",
+        ),
+        name="run",
+    )
     worker = _wait_for_worker(process.pid)
     _wait_for_stage(metrics_port, 1)
     time.sleep(2.0)  # well inside stage 2
@@ -157,8 +189,9 @@ def test_paired_mode_sends_identical_prompts(processes: Processes, tmp_path: Pat
 def test_long_context_profiles_reach_their_token_targets(processes: Processes, tmp_path: Path) -> None:
     sim = start_sim(processes, "--mode", "fixed", "--ttft-ms", "10", "--itl-ms", "2")
     targets = {"ctx-1k": 1024, "ctx-8k": 8192, "ctx-32k": 32768}
-    config = write_config(tmp_path, sim + "/api", workload={
-        name: {"prompt_tokens": n, "max_tokens": 4} for name, n in targets.items()})
+    config = write_config(
+        tmp_path, sim + "/api", workload={name: {"prompt_tokens": n, "max_tokens": 4} for name, n in targets.items()}
+    )
     data = run(processes, config, tmp_path / "r", "--users", "2", "--duration", "4s")
     for summary in data["models"]:
         assert not summary["estimated_tokens"]  # counts are the server's usage
@@ -171,8 +204,11 @@ def test_long_context_profiles_reach_their_token_targets(processes: Processes, t
 
 def test_shared_prefix_hits_the_prefix_cache_and_unique_salt_does_not(processes: Processes, tmp_path: Path) -> None:
     sim = start_sim(processes, "--kv-capacity-scale", "0.2", "--tokens-per-event", "4")
-    shared = write_config(tmp_path, sim + "/api", workload={
-        "rag": {"prompt_tokens": 2000, "max_tokens": 8, "shared_prefix_ratio": 0.75, "prefixes": 2}})
+    shared = write_config(
+        tmp_path,
+        sim + "/api",
+        workload={"rag": {"prompt_tokens": 2000, "max_tokens": 8, "shared_prefix_ratio": 0.75, "prefixes": 2}},
+    )
     data = run(processes, shared, tmp_path / "shared", "--users", "4", "--duration", "5s")
     for summary in data["models"]:
         assert summary["cached_prompt_tokens"] > 0.5 * 0.75 * summary["prompt_tokens"]
@@ -188,8 +224,9 @@ def test_shared_prefix_hits_the_prefix_cache_and_unique_salt_does_not(processes:
 def test_goodput_equals_a_hand_count(processes: Processes, tmp_path: Path) -> None:
     """Jittered TTFT around an SLO: goodput × duration is the number of requests under it, per stage."""
     sim = start_sim(processes, "--mode", "fixed", "--ttft-ms", "50", "--itl-ms", "2", "--jitter", "0.8")
-    config = write_config(tmp_path, sim + "/api", workload={"p": {"prompt_tokens": 50, "max_tokens": 4}},
-                          slo={"ttft_p99_s": 0.05})
+    config = write_config(
+        tmp_path, sim + "/api", workload={"p": {"prompt_tokens": 50, "max_tokens": 4}}, slo={"ttft_p99_s": 0.05}
+    )
     data = run(processes, config, tmp_path / "r", "--users", "4", "--duration", "6s", "--workers", "1")
     for summary in data["models"]:
         stage = summary["stages"][0]
@@ -205,10 +242,18 @@ def test_goodput_equals_a_hand_count(processes: Processes, tmp_path: Path) -> No
 
 def test_seed_script_prints_the_seed_format(tmp_path: Path, processes: Processes) -> None:
     sim = start_sim(processes, "--mode", "fixed", "--ttft-ms", "20", "--itl-ms", "2")
-    config = write_config(tmp_path, sim + "/api", test_prompts={"short": "hi", "long": "explain " * 200},
-                          benchmark={"repeat": 3, "max_tokens": 32, "temperature": 0})
-    result = subprocess.run(attnload("run", "-c", str(config), "--seed-script", "--results", str(tmp_path / "r")),
-                            capture_output=True, text=True, timeout=60)
+    config = write_config(
+        tmp_path,
+        sim + "/api",
+        test_prompts={"short": "hi", "long": "explain " * 200},
+        benchmark={"repeat": 3, "max_tokens": 32, "temperature": 0},
+    )
+    result = subprocess.run(
+        attnload("run", "-c", str(config), "--seed-script", "--results", str(tmp_path / "r")),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     assert lines[0] == "--- gqa_model (llama-3-70b) ---" and lines[3] == "--- mla_model (deepseek-chat) ---"
@@ -219,13 +264,16 @@ def test_seed_script_prints_the_seed_format(tmp_path: Path, processes: Processes
     assert http_json(sim + "/stats")["models"]["llama-3-70b"]["received"] == 6
 
 
-@pytest.mark.parametrize(("args", "expected"), [
-    (["--shape", "concurrency:"], "lists no levels"),
-    (["--shape", "rate:-1"], "finite rate in req/s above 0"),
-    (["--shape", "sweep:x"], "sweep takes one whole number"),
-    (["--profile", "nosuch"], "unknown profile 'nosuch'"),
-    (["--paired", "--shape", "sweep"], "--paired cannot run a sweep"),
-])
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["--shape", "concurrency:"], "lists no levels"),
+        (["--shape", "rate:-1"], "finite rate in req/s above 0"),
+        (["--shape", "sweep:x"], "sweep takes one whole number"),
+        (["--profile", "nosuch"], "unknown profile 'nosuch'"),
+        (["--paired", "--shape", "sweep"], "--paired cannot run a sweep"),
+    ],
+)
 def test_bad_workload_input_is_one_line_exit_2(tmp_path: Path, args: list[str], expected: str) -> None:
     config = write_config(tmp_path, "http://127.0.0.1:9/api", workload={"p": {"prompt_tokens": 10}})
     result = subprocess.run(attnload("run", "-c", str(config), *args), capture_output=True, text=True, timeout=60)
@@ -235,8 +283,11 @@ def test_bad_workload_input_is_one_line_exit_2(tmp_path: Path, args: list[str], 
 
 
 def test_distribution_with_min_above_max_is_exit_2(tmp_path: Path) -> None:
-    config = write_config(tmp_path, "http://127.0.0.1:9/api", workload={
-        "p": {"prompt_tokens": {"dist": "uniform", "min": 100, "max": 10}}})
+    config = write_config(
+        tmp_path,
+        "http://127.0.0.1:9/api",
+        workload={"p": {"prompt_tokens": {"dist": "uniform", "min": 100, "max": 10}}},
+    )
     result = subprocess.run(attnload("run", "-c", str(config)), capture_output=True, text=True, timeout=60)
     assert result.returncode == 2
     assert result.stderr.count("\n") == 1 and "min 100 > max 10" in result.stderr

@@ -7,7 +7,7 @@ the kernel gives, geventhttpclient's C parser (llhttp) removes HTTP framing, and
 ``SseSplitter`` cuts events without per-chunk string concatenation. Every byte of a
 ``recv`` is stamped with the time that ``recv`` returned. The per-chunk work (splitting,
 the plain-delta check, stamping, token counting) runs in C when the extension was built
-(``_CRun``, attnload/_fastpath.c) and in Python otherwise (``PyRun``); ``attnload.native``
+(``_CStream``, attnload/native/fastpath.c) and in Python otherwise (``PyStream``); ``attnload.native``
 chooses, and both give the same records (docs/performance.md, "The compiled path").
 
 Failures become :class:`RequestFailed` with a docs/design.md :class:`ErrorClass` in one place
@@ -32,18 +32,18 @@ from geventhttpclient.response import HTTPParseError
 
 from attnload.client.budget import DRAIN_READS, MAX_HEADER_BYTES, YIELD_EVERY
 from attnload.client.classify import classify_exception, classify_status
-from attnload.client.run import (
+from attnload.client.stream import (
     BODY_ERRORS,
     NEVER,
     PUMP_ABANDON,
     PUMP_DONE_OPEN,
     PUMP_EOF,
     PUMP_TIMEOUT,
-    PyRun,
+    PyStream,
     frames_chunked,
     frames_in_c,
     header,
-    new_run,
+    new_stream,
 )
 from attnload.client.transport import RECV_BYTES, Endpoint, Response, SocketReader, Timeouts, head_end
 from attnload.errors import ErrorClass, RequestFailed
@@ -77,8 +77,14 @@ class ChatClient:
             reader = self._reader = SocketReader(sock)
         return reader
 
-    def __init__(self, url: str, api_key: str | None, timeouts: Timeouts,
-                 ssl_context: gevent.ssl.SSLContext | None = None, retry_after_max_s: float = 0.0) -> None:
+    def __init__(
+        self,
+        url: str,
+        api_key: str | None,
+        timeouts: Timeouts,
+        ssl_context: gevent.ssl.SSLContext | None = None,
+        retry_after_max_s: float = 0.0,
+    ) -> None:
         self.endpoint = Endpoint.from_url(url)
         self.timeouts = timeouts
         self.retry_after_max_s = retry_after_max_s
@@ -92,9 +98,11 @@ class ChatClient:
         target = self.endpoint.path
         if self.endpoint.proxy and not self.endpoint.tls:
             target = f"http://{self.endpoint.host_header}{self.endpoint.path}"  # absolute-form via a proxy
-        self._head = (f"POST {target} HTTP/1.1\r\nHost: {self.endpoint.host_header}\r\n"
-                      f"Content-Type: application/json\r\nAccept: text/event-stream\r\n"
-                      f"User-Agent: attnload\r\n{auth}Content-Length: ").encode()
+        self._head = (
+            f"POST {target} HTTP/1.1\r\nHost: {self.endpoint.host_header}\r\n"
+            f"Content-Type: application/json\r\nAccept: text/event-stream\r\n"
+            f"User-Agent: attnload\r\n{auth}Content-Length: "
+        ).encode()
 
     def close(self) -> None:
         if self._reader is not None:
@@ -127,8 +135,10 @@ class ChatClient:
 
     def _tunnel(self, sock: Any) -> Any:
         endpoint = self.endpoint
-        sock.sendall(f"CONNECT {endpoint.host}:{endpoint.port} HTTP/1.1\r\nHost: {endpoint.host}:{endpoint.port}\r\n\r\n"
-                     .encode())
+        sock.sendall(
+            f"CONNECT {endpoint.host}:{endpoint.port} HTTP/1.1\r\n"
+            f"Host: {endpoint.host}:{endpoint.port}\r\n\r\n".encode()
+        )
         reply = b""
         deadline = time.perf_counter() + self.timeouts.connect_s
         while b"\r\n\r\n" not in reply:
@@ -140,14 +150,24 @@ class ChatClient:
             reply += data
         status = reply.split(b" ", 2)[1:2]
         if status != [b"200"]:
-            raise RequestFailed(ErrorClass.PROXY, f"proxy refused CONNECT: {reply.splitlines()[0].decode(errors='replace')}")
+            raise RequestFailed(
+                ErrorClass.PROXY, f"proxy refused CONNECT: {reply.splitlines()[0].decode(errors='replace')}"
+            )
         return sock
 
     # ------------------------------------------------------------------ request
 
-    def send(self, body: dict[str, Any], *, model_key: str, profile: str, stage: int,
-             intended_start: float | None = None, capture_text: bool = False,
-             abandon: tuple[int | None, float | None] | None = None) -> RequestRecord:
+    def send(
+        self,
+        body: dict[str, Any],
+        *,
+        model_key: str,
+        profile: str,
+        stage: int,
+        intended_start: float | None = None,
+        capture_text: bool = False,
+        abandon: tuple[int | None, float | None] | None = None,
+    ) -> RequestRecord:
         """Run one request to completion and return its record; never raises for server faults.
 
         ``intended_start`` (perf_counter seconds) is the open-loop schedule's send time:
@@ -163,7 +183,7 @@ class ChatClient:
         origin = intended_start if intended_start is not None else started
         stream = bool(body.get("stream", True))
         max_tokens = int(body.get("max_tokens") or body.get("max_completion_tokens") or 0)
-        run = new_run(stream, max_tokens)
+        run = new_stream(stream, max_tokens)
         if capture_text:
             run.texts = []
         if abandon is not None:
@@ -206,7 +226,7 @@ class ChatClient:
                 self._resume_at = time.perf_counter() + min(error.retry_after_s, self.retry_after_max_s)
         return self._record(body, run, origin, outcome, error, model_key, profile, stage, intended_start, started)
 
-    def _read_buffered(self, run: PyRun, origin: float) -> None:
+    def _read_buffered(self, run: PyStream, origin: float) -> None:
         """At a stop, take what already sits in the kernel's receive buffer, without waiting.
 
         The server counts a response complete once it has written it; if the test stops before
@@ -241,7 +261,7 @@ class ChatClient:
         if wait > 0:
             gevent.sleep(wait)  # a GreenletExit here cancels nothing: no request is in flight
 
-    def _exchange(self, payload: bytes, run: PyRun, origin: float) -> None:
+    def _exchange(self, payload: bytes, run: PyStream, origin: float) -> None:
         timeouts = self.timeouts
         deadline = origin + timeouts.total_s
         first_deadline = origin + timeouts.ttft_s if timeouts.ttft_s else deadline
@@ -336,7 +356,7 @@ class ChatClient:
         return self._sock, reused
 
     def _pump(self, run: Any, sock: Any, at: float, deadline: float, first_deadline: float) -> None:
-        """The rest of a 200's chunked stream in the compiled loop (``RunBase.pump``, attnload/_fastread.c).
+        """The rest of a 200's chunked stream in the compiled loop (``StreamBase.pump``, attnload/native/fastread.c).
 
         The same reads, stamps, deadlines and stop conditions as the loop in ``_exchange`` and
         ``_finish_framing``, without a Python frame per read; each way it can end maps to what
@@ -346,8 +366,16 @@ class ChatClient:
         reader.greenlet = gevent.getcurrent()
         timeouts = self.timeouts
         try:
-            code = run.pump(reader, at, deadline, first_deadline, timeouts.idle_s, float(run.abandon_chunks),
-                            run.abandon_at, FRAMING_TAIL_S)
+            code = run.pump(
+                reader,
+                at,
+                deadline,
+                first_deadline,
+                timeouts.idle_s,
+                float(run.abandon_chunks),
+                run.abandon_at,
+                FRAMING_TAIL_S,
+            )
         except TimeoutError:
             raise RequestFailed(ErrorClass.TIMEOUT, _timeout_detail(run, timeouts)) from None
         except BODY_ERRORS as exc:
@@ -390,9 +418,19 @@ class ChatClient:
         if not response.message_complete or response.should_close():
             self.close()
 
-    def _record(self, body: dict[str, Any], run: PyRun, origin: float, outcome: str, error: RequestFailed | None,
-                model_key: str, profile: str, stage: int, intended_start: float | None, started: float
-                ) -> RequestRecord:
+    def _record(
+        self,
+        body: dict[str, Any],
+        run: PyStream,
+        origin: float,
+        outcome: str,
+        error: RequestFailed | None,
+        model_key: str,
+        profile: str,
+        stage: int,
+        intended_start: float | None,
+        started: float,
+    ) -> RequestRecord:
         end = run.done_at or time.perf_counter()
         usage = run.usage or {}
         reported_prompt = usage.get("prompt_tokens")
@@ -401,16 +439,25 @@ class ChatClient:
         estimated = not isinstance(reported_prompt, int) or not isinstance(reported_completion, int)
         completion = reported_completion if isinstance(reported_completion, int) else sum(run.chunk_tokens)
         return RequestRecord(
-            model_key=model_key, profile=profile, stage=stage, outcome=outcome,
-            error=error.kind.label if error else None, ttft_s=None if run.first_at is None else run.first_at - origin,
+            model_key=model_key,
+            profile=profile,
+            stage=stage,
+            outcome=outcome,
+            error=error.kind.label if error else None,
+            ttft_s=None if run.first_at is None else run.first_at - origin,
             itl_samples=split_gaps(run.gaps, run.chunk_tokens, completion if not estimated else None),
             e2e_s=end - origin,
-            prompt_tokens=reported_prompt if isinstance(reported_prompt, int) else prompt_tokens(body.get("messages", ())),
+            prompt_tokens=reported_prompt
+            if isinstance(reported_prompt, int)
+            else prompt_tokens(body.get("messages", ())),
             completion_tokens=completion,
             cached_prompt_tokens=cached_tokens(details),
-            tokens_estimated=estimated, dispatch_lag_s=None if intended_start is None else started - intended_start,
-            reply_text=None if run.texts is None else "".join(run.texts), started_perf=started,
-            http_status=_status_code(run))
+            tokens_estimated=estimated,
+            dispatch_lag_s=None if intended_start is None else started - intended_start,
+            reply_text=None if run.texts is None else "".join(run.texts),
+            started_perf=started,
+            http_status=_status_code(run),
+        )
 
 
 def _feed_head(response: Response, run: Any, data: bytes, seen: bytes) -> tuple[bytes | None, bool]:
@@ -430,7 +477,7 @@ def _feed_head(response: Response, run: Any, data: bytes, seen: bytes) -> tuple[
     return None, False
 
 
-def _status_code(run: PyRun) -> int | None:
+def _status_code(run: PyStream) -> int | None:
     """The HTTP status of the response, once its head arrived (per request, for ``--requests-out``)."""
     response = run.response
     return response.get_code() if response is not None and response.headers_complete else None
@@ -455,7 +502,7 @@ class Cancelled(Exception):
         self.record = record
 
 
-def _timeout_detail(run: PyRun, timeouts: Timeouts) -> str:
+def _timeout_detail(run: PyStream, timeouts: Timeouts) -> str:
     if run.response is None or not run.response.headers_complete:
         limit = f"ttft {timeouts.ttft_s:g} s" if timeouts.ttft_s and run.stream else f"total {timeouts.total_s:g} s"
         return f"no response headers in time ({limit})"
@@ -464,11 +511,23 @@ def _timeout_detail(run: PyRun, timeouts: Timeouts) -> str:
     return f"stream stalled (idle {timeouts.idle_s:g} s or total {timeouts.total_s:g} s exceeded)"
 
 
-def chat_body(model_id: str, messages: Sequence[dict[str, Any]], *, max_tokens: int, temperature: float,
-              stream: bool = True, ignore_eos: bool = False) -> dict[str, Any]:
+def chat_body(
+    model_id: str,
+    messages: Sequence[dict[str, Any]],
+    *,
+    max_tokens: int,
+    temperature: float,
+    stream: bool = True,
+    ignore_eos: bool = False,
+) -> dict[str, Any]:
     """The request body: streaming with usage by default (docs/design.md, measurement rules)."""
-    body: dict[str, Any] = {"model": model_id, "messages": list(messages), "max_tokens": max_tokens,
-                            "temperature": temperature, "stream": stream}
+    body: dict[str, Any] = {
+        "model": model_id,
+        "messages": list(messages),
+        "max_tokens": max_tokens,
+        "temperature": temperature,
+        "stream": stream,
+    }
     if stream:
         body["stream_options"] = {"include_usage": True}
     if ignore_eos:

@@ -81,12 +81,29 @@ def _message_of(error: dict[str, Any]) -> str:
 
 
 _QUOTA_WORDS = ("insufficient_quota", "quota", "balance", "billing", "credit", "余额")
-_CONTEXT_WORDS = ("context_length", "context length", "maximum context", "context window", "is too long",
-                  "too many tokens", "max_tokens is too large", "reduce the length")
+_CONTEXT_WORDS = (
+    "context_length",
+    "context length",
+    "maximum context",
+    "context window",
+    "is too long",
+    "too many tokens",
+    "max_tokens is too large",
+    "reduce the length",
+)
 _AUTH_WORDS = ("invalid_api_key", "invalid api key", "unauthorized", "authentication", "incorrect api key")
-_NOT_FOUND_WORDS = ("model_not_found", "model not found", "does not exist", "no such model", "unknown model",
-                    "deploymentnotfound", "not_found_error", "invalid model name", "not a valid model",
-                    "invalid model id")
+_NOT_FOUND_WORDS = (
+    "model_not_found",
+    "model not found",
+    "does not exist",
+    "no such model",
+    "unknown model",
+    "deploymentnotfound",
+    "not_found_error",
+    "invalid model name",
+    "not a valid model",
+    "invalid model id",
+)
 """A wrong model id, however the server words it: OpenAI and vLLM ("does not exist"), LiteLLM's proxy
 (HTTP 400, "Invalid model name passed in model=..."), OpenRouter-style ("is not a valid model ID")."""
 _RATE_WORDS = ("rate_limit", "rate limit", "too many requests")
@@ -144,7 +161,7 @@ def _text_of(body: bytes) -> str:
     text = body[:2000].decode("utf-8", errors="replace")
     if "<" in text:  # an HTML error page: keep its title
         start, end = text.lower().find("<title>"), text.lower().find("</title>")
-        text = text[start + 7:end] if 0 <= start < end else "HTML error page"
+        text = text[start + 7 : end] if 0 <= start < end else "HTML error page"
     return " ".join(text.split())[:200]
 
 

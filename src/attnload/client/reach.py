@@ -23,6 +23,8 @@ def check_reachable(config: TestConfig) -> None:
             socket.create_connection(address, timeout=5.0).close()
         except OSError as exc:
             what = "proxy" if endpoint.proxy else "endpoint"
-            raise UsageError(f"cannot reach the {what} {address[0]}:{address[1]} for model {target.key} "
-                             f"({exc.strerror or exc}): start the server or fix base_url "
-                             f"(`attnload check -c FILE` diagnoses it)") from None
+            raise UsageError(
+                f"cannot reach the {what} {address[0]}:{address[1]} for model {target.key} "
+                f"({exc.strerror or exc}): start the server or fix base_url "
+                f"(`attnload check -c FILE` diagnoses it)"
+            ) from None

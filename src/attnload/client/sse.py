@@ -44,8 +44,14 @@ class SseSplitter:
     def feed(self, data: bytes) -> None:
         if type(data) is not bytes:
             data = bytes(data)  # llhttp hands a bytearray it reuses
-        if not self._buffer and not self._cr and data.startswith(b"data: ") and data.find(b"\n") == len(data) - 2 \
-                and data.endswith(b"\n\n") and b"\r" not in data:
+        if (
+            not self._buffer
+            and not self._cr
+            and data.startswith(b"data: ")
+            and data.find(b"\n") == len(data) - 2
+            and data.endswith(b"\n\n")
+            and b"\r" not in data
+        ):
             self.events.append((b"message", bytes(data[6:-2])))  # one whole one-line event per read: most reads
             return
         if self._cr or b"\r" in data:
@@ -67,7 +73,7 @@ class SseSplitter:
             if end < 0:
                 break
             if buffer.startswith(b"data: ", start) and buffer.find(b"\n", start, end) < 0:
-                events.append((b"message", buffer[start + 6:end]))  # the common case, without a call
+                events.append((b"message", buffer[start + 6 : end]))  # the common case, without a call
             else:
                 self._event(buffer[start:end])
             start = end + 2
@@ -133,20 +139,25 @@ class SseSplitter:
 
 
 def overflow_error(max_event_bytes: int, size: int) -> RequestFailed:
-    return RequestFailed(ErrorClass.BAD_RESPONSE, f"an SSE event grew past {max_event_bytes} bytes "
-                                                  f"({size} read) without ending: a runaway or non-SSE stream")
+    return RequestFailed(
+        ErrorClass.BAD_RESPONSE,
+        f"an SSE event grew past {max_event_bytes} bytes ({size} read) without ending: a runaway or non-SSE stream",
+    )
 
 
 def dataless_error(max_dataless: int) -> RequestFailed:
-    return RequestFailed(ErrorClass.BAD_RESPONSE, f"more than {max_dataless} blocks without a data "
-                                                  f"field: the 200 body is not an event stream")
+    return RequestFailed(
+        ErrorClass.BAD_RESPONSE,
+        f"more than {max_dataless} blocks without a data field: the 200 body is not an event stream",
+    )
 
 
 _EXTENSION = native.extension()
 CompiledSseSplitter: type | None = None
 if _EXTENSION is not None:
+
     class CompiledSseSplitter(_EXTENSION.Splitter):  # type: ignore[no-redef]
-        """``SseSplitter`` in C (attnload/_fastpath.c): the budgets' failures are raised here."""
+        """``SseSplitter`` in C (attnload/native/fastpath.c): the budgets' failures are raised here."""
 
         __slots__ = ()
 

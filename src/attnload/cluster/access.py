@@ -24,8 +24,10 @@ from attnload.cluster.kube import Kube, NotFound
 from attnload.errors import UsageError, register_secret
 
 PASSWORD_BYTES = 18
-READ_PASSWORD = (f"kubectl -n {names.NAMESPACE} get secret {names.GRAFANA_SECRET} "
-                 f"-o jsonpath='{{.data.{names.GRAFANA_SECRET_KEY}}}' | base64 -d")
+READ_PASSWORD = (
+    f"kubectl -n {names.NAMESPACE} get secret {names.GRAFANA_SECRET} "
+    f"-o jsonpath='{{.data.{names.GRAFANA_SECRET_KEY}}}' | base64 -d"
+)
 _APISERVER_SLICES = "/apis/discovery.k8s.io/v1/namespaces/default/endpointslices"
 
 
@@ -38,10 +40,17 @@ def grafana_secret(kube: Kube) -> dict[str, Any] | None:
         pass
     password = secrets.token_urlsafe(PASSWORD_BYTES)
     register_secret(password)
-    return {"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
-            "metadata": {"name": names.GRAFANA_SECRET, "namespace": names.NAMESPACE,
-                         "labels": names.labels("grafana", "grafana")},
-            "stringData": {names.GRAFANA_SECRET_KEY: password}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "type": "Opaque",
+        "metadata": {
+            "name": names.GRAFANA_SECRET,
+            "namespace": names.NAMESPACE,
+            "labels": names.labels("grafana", "grafana"),
+        },
+        "stringData": {names.GRAFANA_SECRET_KEY: password},
+    }
 
 
 def apiserver_cidrs(kube: Kube) -> list[str]:
@@ -64,8 +73,7 @@ def apiserver_cidrs(kube: Kube) -> list[str]:
 
 # NetworkPolicy -> the direction and peer field that holds the API server placeholder: the master
 # admits the API server's service proxy; Prometheus reaches the API server to discover pods.
-_APISERVER_PEERS = {names.APISERVER_POLICY: ("ingress", "from"),
-                    names.PROMETHEUS_APISERVER_POLICY: ("egress", "to")}
+_APISERVER_PEERS = {names.APISERVER_POLICY: ("ingress", "from"), names.PROMETHEUS_APISERVER_POLICY: ("egress", "to")}
 
 
 def point_policy_at_apiserver(objects: list[dict[str, Any]], cidrs: list[str]) -> bool:

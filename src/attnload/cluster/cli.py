@@ -33,20 +33,30 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, ~/.kube/config)")
     parser.add_argument("--context", help="kubeconfig context (default: the current one)")
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds to wait for readiness (300)")
-    sub = parser.add_subparsers(dest="action", metavar="ACTION", required=True,
-                                parser_class=type(parser))
+    sub = parser.add_subparsers(dest="action", metavar="ACTION", required=True, parser_class=type(parser))
     up = sub.add_parser("up", help="apply deploy/ and wait until every Deployment is ready")
-    up.add_argument("--manifests", type=Path, help="manifest directory (default: ./deploy when present, "
-                                                   "else the copy packaged with attnload)")
+    up.add_argument(
+        "--manifests",
+        type=Path,
+        help="manifest directory (default: ./deploy when present, else the copy packaged with attnload)",
+    )
     up.add_argument("--image", help=f"image for master, workers and sim (default {manifests.ATTNLOAD_IMAGE})")
     up.add_argument("--workers", type=_non_negative, help="worker replicas (default: the manifest's)")
-    up.add_argument("--config", help="config file name in the attnload-config ConfigMap "
-                                     "(default k8s_sim_config.json: the in-cluster simulator)")
+    up.add_argument(
+        "--config",
+        help="config file name in the attnload-config ConfigMap "
+        "(default k8s_sim_config.json: the in-cluster simulator)",
+    )
     up.add_argument("--shape", help="ATTNLOAD_SHAPE, e.g. concurrency:8,32,128")
     up.add_argument("--stage-duration", help="ATTNLOAD_STAGE_DURATION, e.g. 60s")
     up.add_argument("--profile", help="ATTNLOAD_PROFILE")
-    up.add_argument("--api-key-env", action="append", default=[], metavar="VAR",
-                    help="copy this local env var into the attnload-api-keys Secret (repeatable)")
+    up.add_argument(
+        "--api-key-env",
+        action="append",
+        default=[],
+        metavar="VAR",
+        help="copy this local env var into the attnload-api-keys Secret (repeatable)",
+    )
     up.add_argument("--no-wait", action="store_true", help="return after applying")
     sub.add_parser("status", help="Deployments' readiness and the Locust master's state")
     scale = sub.add_parser("scale", help="set the number of Locust workers")
@@ -56,11 +66,19 @@ def configure(parser: argparse.ArgumentParser) -> None:
     # Locust's spellings, as `attnload run` accepts them: -u, -r, -t/--run-time (alias --duration)
     run.add_argument("-u", "--users", type=int, default=32, help="users (ignored when ATTNLOAD_SHAPE drives the test)")
     run.add_argument("-r", "--spawn-rate", type=float, default=8.0, help="users started per second")
-    run.add_argument("-t", "--run-time", "--duration", dest="run_time",
-                     help="stop after this long, e.g. 5m (default: the shape's end or /stop)")
-    run.add_argument("--requests-out", metavar="NAME",
-                     help="also write one JSON line per request to NAME in the master's results volume (gzip when "
-                          "it ends in .gz); `attnload cluster results` fetches it with the results")
+    run.add_argument(
+        "-t",
+        "--run-time",
+        "--duration",
+        dest="run_time",
+        help="stop after this long, e.g. 5m (default: the shape's end or /stop)",
+    )
+    run.add_argument(
+        "--requests-out",
+        metavar="NAME",
+        help="also write one JSON line per request to NAME in the master's results volume (gzip when "
+        "it ends in .gz); `attnload cluster results` fetches it with the results",
+    )
     run.add_argument("--wait", action="store_true", help="block until the test stops, then fetch results")
     run.add_argument("--out", type=Path, default=Path("results"), help="where --wait puts results (results/)")
     sub.add_parser("stop", help="stop the running test (the master writes results)")
@@ -83,8 +101,15 @@ def _non_negative(text: str) -> int:
 def run(args: argparse.Namespace) -> int:
     kube = connect(args.kubeconfig, args.context)
     actions: dict[str, Callable[[Kube, argparse.Namespace], int]] = {
-        "up": up, "status": status, "scale": scale, "run": start, "stop": stop,
-        "results": fetch_results, "logs": logs, "down": down}
+        "up": up,
+        "status": status,
+        "scale": scale,
+        "run": start,
+        "stop": stop,
+        "results": fetch_results,
+        "logs": logs,
+        "down": down,
+    }
     return actions[args.action](kube, args)
 
 
@@ -95,8 +120,14 @@ def up(kube: Kube, args: argparse.Namespace) -> int:
     directory = args.manifests or manifests.default_directory()
     print(f"manifests: {directory}")
     objects = manifests.load(directory)
-    overrides = manifests.Overrides(image=args.image, workers=args.workers, config=args.config,
-                                    shape=args.shape, stage_duration=args.stage_duration, profile=args.profile)
+    overrides = manifests.Overrides(
+        image=args.image,
+        workers=args.workers,
+        config=args.config,
+        shape=args.shape,
+        stage_duration=args.stage_duration,
+        profile=args.profile,
+    )
     manifests.customise(objects, overrides, manifests.config_keys(objects))
     keys = _api_key_secret(args.api_key_env)
     grafana = access.grafana_secret(kube)
@@ -105,9 +136,11 @@ def up(kube: Kube, args: argparse.Namespace) -> int:
     if cidrs:
         access.point_policy_at_apiserver(objects, cidrs)
     else:
-        print(f"warning: cannot read the API server's addresses; NetworkPolicies {names.APISERVER_POLICY} and "
-              f"{names.PROMETHEUS_APISERVER_POLICY} keep their placeholder, so `attnload cluster run` may be refused "
-              "and Prometheus may not discover the model servers (docs/kubernetes.md, NetworkPolicy)")
+        print(
+            f"warning: cannot read the API server's addresses; NetworkPolicies {names.APISERVER_POLICY} and "
+            f"{names.PROMETHEUS_APISERVER_POLICY} keep their placeholder, so `attnload cluster run` may be refused "
+            "and Prometheus may not discover the model servers (docs/kubernetes.md, NetworkPolicy)"
+        )
     for obj in objects:
         kube.apply(obj)
         print(f"applied {obj['kind'].lower()}/{obj['metadata']['name']}")
@@ -129,9 +162,13 @@ def _api_key_secret(env_names: list[str]) -> dict[str, Any] | None:
             raise UsageError(f"--api-key-env {name}: the variable is not set; export {name}=<your key>")
         register_secret(value)
         data[name] = value
-    return {"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
-            "metadata": {"name": names.SECRET, "namespace": NS, "labels": names.labels("loadgen")},
-            "stringData": data}
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "type": "Opaque",
+        "metadata": {"name": names.SECRET, "namespace": NS, "labels": names.labels("loadgen")},
+        "stringData": data,
+    }
 
 
 def _unready(deployments: list[dict[str, Any]]) -> list[str]:
@@ -152,8 +189,10 @@ def wait_ready(kube: Kube, timeout_s: float, poll_s: float = 2.0) -> None:
         if not waiting:
             return
         if time.monotonic() > deadline:
-            raise UsageError(f"not ready after {timeout_s:.0f} s: {', '.join(waiting)}; "
-                             f"see `kubectl -n {NS} get pods` and `attnload cluster logs`")
+            raise UsageError(
+                f"not ready after {timeout_s:.0f} s: {', '.join(waiting)}; "
+                f"see `kubectl -n {NS} get pods` and `attnload cluster logs`"
+            )
         time.sleep(poll_s)
 
 
@@ -198,8 +237,10 @@ def status(kube: Kube, args: argparse.Namespace) -> int:
         print(f"master: not answering ({exc})")
         return 1
     workers = stats.get("workers") or []
-    print(f"master: state={stats.get('state')} users={stats.get('user_count')} workers={len(workers)} "
-          f"rps={stats.get('total_rps', 0):.1f} fail_ratio={stats.get('fail_ratio', 0):.3f}")
+    print(
+        f"master: state={stats.get('state')} users={stats.get('user_count')} workers={len(workers)} "
+        f"rps={stats.get('total_rps', 0):.1f} fail_ratio={stats.get('fail_ratio', 0):.3f}"
+    )
     return 0
 
 
@@ -260,8 +301,10 @@ _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*\.jsonl(?:\.gz)?")
 def _requests_name(text: str) -> str:
     """``--requests-out`` in the cluster: a plain file name, written to the master's results volume."""
     if not _NAME.fullmatch(text):
-        raise UsageError(f"--requests-out {text}: give a plain file name ending in .jsonl or .jsonl.gz (it is "
-                         "written to the master's results volume), e.g. requests.jsonl.gz")
+        raise UsageError(
+            f"--requests-out {text}: give a plain file name ending in .jsonl or .jsonl.gz (it is "
+            "written to the master's results volume), e.g. requests.jsonl.gz"
+        )
     return text
 
 

@@ -35,8 +35,7 @@ _A = "__meta_kubernetes_pod_annotation_prometheus_io_"
 # Keep only the series a dashboard or attnload reads: the servers' per-model ones (vLLM and
 # SGLang label every engine series with model_name) and the simulator's attnload_sim_* (label
 # `model`). A real vLLM also exports hundreds of python_*/process_*/http_* series nobody reads.
-KEEP_SERIES = {"source_labels": ["__name__", "model_name"], "regex": "attnload_sim_.+;.*|.+;.+",
-               "action": "keep"}
+KEEP_SERIES = {"source_labels": ["__name__", "model_name"], "regex": "attnload_sim_.+;.*|.+;.+", "action": "keep"}
 
 
 def _relabel() -> list[dict[str, Any]]:
@@ -47,17 +46,32 @@ def _relabel() -> list[dict[str, Any]]:
         {"source_labels": [f"{_A}path"], "regex": "(.+)", "target_label": "__metrics_path__", "action": "replace"},
         {"source_labels": [f"{_A}scheme"], "regex": "(https?)", "target_label": "__scheme__", "action": "replace"},
         # prometheus.io/port replaces the port; the pod IP is bracketed when it is IPv6.
-        {"source_labels": [f"{_A}port", "__meta_kubernetes_pod_ip"],
-         "regex": "(\\d+);(([A-Fa-f0-9]{1,4}::?){1,7}[A-Fa-f0-9]{1,4})", "replacement": "[$2]:$1",
-         "target_label": "__address__", "action": "replace"},
-        {"source_labels": [f"{_A}port", "__meta_kubernetes_pod_ip"],
-         "regex": "(\\d+);((([0-9]+?)(\\.|$)){4})", "replacement": "$2:$1",
-         "target_label": "__address__", "action": "replace"},
+        {
+            "source_labels": [f"{_A}port", "__meta_kubernetes_pod_ip"],
+            "regex": "(\\d+);(([A-Fa-f0-9]{1,4}::?){1,7}[A-Fa-f0-9]{1,4})",
+            "replacement": "[$2]:$1",
+            "target_label": "__address__",
+            "action": "replace",
+        },
+        {
+            "source_labels": [f"{_A}port", "__meta_kubernetes_pod_ip"],
+            "regex": "(\\d+);((([0-9]+?)(\\.|$)){4})",
+            "replacement": "$2:$1",
+            "target_label": "__address__",
+            "action": "replace",
+        },
         {"source_labels": ["__meta_kubernetes_namespace"], "target_label": "namespace", "action": "replace"},
         {"source_labels": ["__meta_kubernetes_pod_name"], "target_label": "pod", "action": "replace"},
-        {"source_labels": ["__meta_kubernetes_pod_label_app_kubernetes_io_part_of",
-                           "__meta_kubernetes_pod_label_app_kubernetes_io_component"],
-         "regex": f"{names.PART_OF};sim", "replacement": SIM_JOB, "target_label": "job", "action": "replace"},
+        {
+            "source_labels": [
+                "__meta_kubernetes_pod_label_app_kubernetes_io_part_of",
+                "__meta_kubernetes_pod_label_app_kubernetes_io_component",
+            ],
+            "regex": f"{names.PART_OF};sim",
+            "replacement": SIM_JOB,
+            "target_label": "job",
+            "action": "replace",
+        },
     ]
 
 
@@ -74,25 +88,40 @@ def scrape_job(namespaces: Sequence[str] = names.MODEL_SERVER_NAMESPACES) -> dic
 def rbac(namespaces: Sequence[str] = names.MODEL_SERVER_NAMESPACES) -> list[dict[str, Any]]:
     """Prometheus's ServiceAccount, and a Role + RoleBinding to read pods in each namespace."""
     labels = names.labels("prometheus", "prometheus")
-    objects: list[dict[str, Any]] = [{
-        "apiVersion": "v1", "kind": "ServiceAccount",
-        "metadata": {"name": names.PROMETHEUS_SERVICE_ACCOUNT, "namespace": names.NAMESPACE, "labels": labels},
-        # Only the Prometheus pod mounts the token (41-prometheus.yaml); nothing else gets one by default.
-        "automountServiceAccountToken": False,
-    }]
+    objects: list[dict[str, Any]] = [
+        {
+            "apiVersion": "v1",
+            "kind": "ServiceAccount",
+            "metadata": {"name": names.PROMETHEUS_SERVICE_ACCOUNT, "namespace": names.NAMESPACE, "labels": labels},
+            # Only the Prometheus pod mounts the token (41-prometheus.yaml); nothing else gets one by default.
+            "automountServiceAccountToken": False,
+        }
+    ]
     for namespace in namespaces:
         meta = {"name": names.PROMETHEUS_DISCOVERY_ROLE, "namespace": namespace, "labels": labels}
-        objects.append({
-            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": meta,
-            "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}],
-        })
-        objects.append({
-            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": dict(meta),
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
-                        "name": names.PROMETHEUS_DISCOVERY_ROLE},
-            "subjects": [{"kind": "ServiceAccount", "name": names.PROMETHEUS_SERVICE_ACCOUNT,
-                          "namespace": names.NAMESPACE}],
-        })
+        objects.append(
+            {
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "Role",
+                "metadata": meta,
+                "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}],
+            }
+        )
+        objects.append(
+            {
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "RoleBinding",
+                "metadata": dict(meta),
+                "roleRef": {
+                    "apiGroup": "rbac.authorization.k8s.io",
+                    "kind": "Role",
+                    "name": names.PROMETHEUS_DISCOVERY_ROLE,
+                },
+                "subjects": [
+                    {"kind": "ServiceAccount", "name": names.PROMETHEUS_SERVICE_ACCOUNT, "namespace": names.NAMESPACE}
+                ],
+            }
+        )
     return objects
 
 
@@ -106,15 +135,21 @@ def egress_policy(namespaces: Sequence[str] = names.MODEL_SERVER_NAMESPACES) -> 
     if not others:
         return None
     return {
-        "apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
-        "metadata": {"name": names.PROMETHEUS_MODEL_SERVERS_POLICY, "namespace": names.NAMESPACE,
-                     "labels": names.labels("network")},
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {
+            "name": names.PROMETHEUS_MODEL_SERVERS_POLICY,
+            "namespace": names.NAMESPACE,
+            "labels": names.labels("network"),
+        },
         "spec": {
-            "podSelector": {"matchLabels": {"app.kubernetes.io/name": "prometheus",
-                                            "app.kubernetes.io/component": "prometheus"}},
+            "podSelector": {
+                "matchLabels": {"app.kubernetes.io/name": "prometheus", "app.kubernetes.io/component": "prometheus"}
+            },
             "policyTypes": ["Egress"],
-            "egress": [{"to": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": n}}}
-                               for n in others]}],
+            "egress": [
+                {"to": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": n}}} for n in others]}
+            ],
         },
     }
 

@@ -45,8 +45,11 @@ def _rule_object(groups: list[dict[str, Any]]) -> dict[str, Any]:
     return {
         "apiVersion": "monitoring.coreos.com/v1",
         "kind": "PrometheusRule",
-        "metadata": {"name": "attnload", "namespace": names.NAMESPACE,
-                     "labels": {**names.labels("prometheus"), **RULE_LABELS}},
+        "metadata": {
+            "name": "attnload",
+            "namespace": names.NAMESPACE,
+            "labels": {**names.labels("prometheus"), **RULE_LABELS},
+        },
         "spec": {"groups": groups},
     }
 
@@ -62,12 +65,17 @@ def dashboard_config_maps(root: Path) -> tuple[list[dict[str, Any]], list[str]]:
         except json.JSONDecodeError as exc:
             raise SystemExit(f"{path}:{exc.lineno}: not valid JSON: {exc.msg}") from None
         stem = path.stem.removeprefix("attnload-")
-        maps.append({
-            "apiVersion": "v1",
-            "kind": "ConfigMap",
-            "metadata": {"name": f"attnload-dashboard-{stem}", "namespace": names.NAMESPACE,
-                         "labels": {**names.labels("grafana"), **DASHBOARD_LABEL},
-                         "annotations": dict(DASHBOARD_FOLDER_ANNOTATION)},
-            "data": {path.name: text},
-        })
+        maps.append(
+            {
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "metadata": {
+                    "name": f"attnload-dashboard-{stem}",
+                    "namespace": names.NAMESPACE,
+                    "labels": {**names.labels("grafana"), **DASHBOARD_LABEL},
+                    "annotations": dict(DASHBOARD_FOLDER_ANNOTATION),
+                },
+                "data": {path.name: text},
+            }
+        )
     return maps, [str(p.relative_to(root)) for p in files] or ["grafana/dashboards/ (empty)"]

@@ -35,8 +35,11 @@ def scrape_job(namespaces: Sequence[str] = names.DCGM_NAMESPACES) -> dict[str, A
         "honor_labels": True,
         "kubernetes_sd_configs": [{"role": "pod", "namespaces": {"names": list(namespaces)}}],
         "relabel_configs": [
-            {"source_labels": [f"{_P}label_app", f"{_P}label_app_kubernetes_io_name"],
-             "regex": "nvidia-dcgm-exporter;.*|.*;dcgm-exporter", "action": "keep"},
+            {
+                "source_labels": [f"{_P}label_app", f"{_P}label_app_kubernetes_io_name"],
+                "regex": "nvidia-dcgm-exporter;.*|.*;dcgm-exporter",
+                "action": "keep",
+            },
             {"source_labels": [f"{_P}phase"], "regex": "Pending|Succeeded|Failed", "action": "drop"},
             {"source_labels": [f"{_P}container_port_number"], "regex": str(names.DCGM_PORT), "action": "keep"},
             {"source_labels": [f"{_P}node_name"], "target_label": "node", "action": "replace"},
@@ -52,31 +55,60 @@ def rbac(namespaces: Sequence[str] = names.DCGM_NAMESPACES) -> list[dict[str, An
     out: list[dict[str, Any]] = []
     for namespace in namespaces:
         meta = {"name": names.PROMETHEUS_DCGM_ROLE, "namespace": namespace, "labels": labels}
-        out.append({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": meta,
-                    "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}]})
-        out.append({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": dict(meta),
-                    "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
-                                "name": names.PROMETHEUS_DCGM_ROLE},
-                    "subjects": [{"kind": "ServiceAccount", "name": names.PROMETHEUS_SERVICE_ACCOUNT,
-                                  "namespace": names.NAMESPACE}]})
+        out.append(
+            {
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "Role",
+                "metadata": meta,
+                "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}],
+            }
+        )
+        out.append(
+            {
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "RoleBinding",
+                "metadata": dict(meta),
+                "roleRef": {
+                    "apiGroup": "rbac.authorization.k8s.io",
+                    "kind": "Role",
+                    "name": names.PROMETHEUS_DCGM_ROLE,
+                },
+                "subjects": [
+                    {"kind": "ServiceAccount", "name": names.PROMETHEUS_SERVICE_ACCOUNT, "namespace": names.NAMESPACE}
+                ],
+            }
+        )
     return out
 
 
 def objects(namespaces: Sequence[str] = names.DCGM_NAMESPACES) -> list[dict[str, Any]]:
     """What deploy/ holds besides the job: Prometheus's egress to the exporter pods."""
-    return [{
-        "apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
-        "metadata": {"name": names.PROMETHEUS_DCGM_POLICY, "namespace": names.NAMESPACE,
-                     "labels": names.labels("network")},
-        "spec": {
-            "podSelector": {"matchLabels": {"app.kubernetes.io/name": "prometheus",
-                                            "app.kubernetes.io/component": "prometheus"}},
-            "policyTypes": ["Egress"],
-            "egress": [{"to": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": n}}}
-                               for n in namespaces],
-                        "ports": [{"protocol": "TCP", "port": names.DCGM_PORT}]}],
-        },
-    }]
+    return [
+        {
+            "apiVersion": "networking.k8s.io/v1",
+            "kind": "NetworkPolicy",
+            "metadata": {
+                "name": names.PROMETHEUS_DCGM_POLICY,
+                "namespace": names.NAMESPACE,
+                "labels": names.labels("network"),
+            },
+            "spec": {
+                "podSelector": {
+                    "matchLabels": {"app.kubernetes.io/name": "prometheus", "app.kubernetes.io/component": "prometheus"}
+                },
+                "policyTypes": ["Egress"],
+                "egress": [
+                    {
+                        "to": [
+                            {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": n}}}
+                            for n in namespaces
+                        ],
+                        "ports": [{"protocol": "TCP", "port": names.DCGM_PORT}],
+                    }
+                ],
+            },
+        }
+    ]
 
 
 def monitors(namespaces: Sequence[str] = names.DCGM_NAMESPACES) -> list[dict[str, Any]]:
@@ -84,16 +116,40 @@ def monitors(namespaces: Sequence[str] = names.DCGM_NAMESPACES) -> list[dict[str
     labels = names.labels("monitoring")
     keep = {"sourceLabels": ["__name__"], "regex": "DCGM_FI_.+", "action": "keep"}
     return [
-        {"apiVersion": "monitoring.coreos.com/v1", "kind": "ServiceMonitor",
-         "metadata": {"name": "attnload-dcgm-exporter", "namespace": names.NAMESPACE, "labels": labels},
-         "spec": {"namespaceSelector": {"matchNames": list(namespaces)},
-                  "selector": {"matchLabels": {"app": APP_LABELS["app"]}},
-                  "endpoints": [{"port": "gpu-metrics", "path": "/metrics", "interval": "5s", "honorLabels": True,
-                                 "metricRelabelings": [dict(keep)]}]}},
-        {"apiVersion": "monitoring.coreos.com/v1", "kind": "PodMonitor",
-         "metadata": {"name": "attnload-dcgm-exporter-chart", "namespace": names.NAMESPACE, "labels": labels},
-         "spec": {"namespaceSelector": {"matchNames": list(namespaces)},
-                  "selector": {"matchLabels": {"app.kubernetes.io/name": APP_LABELS["app.kubernetes.io/name"]}},
-                  "podMetricsEndpoints": [{"port": "metrics", "path": "/metrics", "interval": "5s",
-                                           "honorLabels": True, "metricRelabelings": [dict(keep)]}]}},
+        {
+            "apiVersion": "monitoring.coreos.com/v1",
+            "kind": "ServiceMonitor",
+            "metadata": {"name": "attnload-dcgm-exporter", "namespace": names.NAMESPACE, "labels": labels},
+            "spec": {
+                "namespaceSelector": {"matchNames": list(namespaces)},
+                "selector": {"matchLabels": {"app": APP_LABELS["app"]}},
+                "endpoints": [
+                    {
+                        "port": "gpu-metrics",
+                        "path": "/metrics",
+                        "interval": "5s",
+                        "honorLabels": True,
+                        "metricRelabelings": [dict(keep)],
+                    }
+                ],
+            },
+        },
+        {
+            "apiVersion": "monitoring.coreos.com/v1",
+            "kind": "PodMonitor",
+            "metadata": {"name": "attnload-dcgm-exporter-chart", "namespace": names.NAMESPACE, "labels": labels},
+            "spec": {
+                "namespaceSelector": {"matchNames": list(namespaces)},
+                "selector": {"matchLabels": {"app.kubernetes.io/name": APP_LABELS["app.kubernetes.io/name"]}},
+                "podMetricsEndpoints": [
+                    {
+                        "port": "metrics",
+                        "path": "/metrics",
+                        "interval": "5s",
+                        "honorLabels": True,
+                        "metricRelabelings": [dict(keep)],
+                    }
+                ],
+            },
+        },
     ]

@@ -31,8 +31,7 @@ from kubernetes.config.config_exception import ConfigException
 from attnload.errors import UsageError
 
 FIELD_MANAGER = "attnload"
-NO_CLUSTER = ("no Kubernetes cluster configured: set KUBECONFIG or create ~/.kube/config "
-              "(kind create cluster)")
+NO_CLUSTER = "no Kubernetes cluster configured: set KUBECONFIG or create ~/.kube/config (kind create cluster)"
 # kind -> (API prefix, plural); enough for what deploy/ holds.
 _RESOURCES = {
     "Namespace": ("/api/v1", "namespaces"),
@@ -86,9 +85,17 @@ class Kube:
     def server(self) -> str:
         return str(self.api.configuration.host)
 
-    def request(self, method: str, path: str, *, query: Mapping[str, str] | None = None,
-                body: Any = None, form: Mapping[str, str] | None = None,
-                content_type: str = "application/json", raw: bool | str = False) -> Any:
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: Mapping[str, str] | None = None,
+        body: Any = None,
+        form: Mapping[str, str] | None = None,
+        content_type: str = "application/json",
+        raw: bool | str = False,
+    ) -> Any:
         """One API call; returns parsed JSON (or text when ``raw``; the body's bytes when ``raw="bytes"``)."""
         headers = {"Accept": "*/*" if raw else "application/json"}
         if body is not None or form is not None:
@@ -96,16 +103,24 @@ class Kube:
         if isinstance(body, dict) and "json" not in headers.get("Content-Type", ""):
             body = json.dumps(body)  # apply-patch+yaml takes JSON, which is YAML
         method_, url, headers, body, post = self.api.param_serialize(
-            method=method, resource_path=path, query_params=list((query or {}).items()),
-            header_params=headers, body=body, post_params=list((form or {}).items()) or None,
-            auth_settings=["BearerToken"])
+            method=method,
+            resource_path=path,
+            query_params=list((query or {}).items()),
+            header_params=headers,
+            body=body,
+            post_params=list((form or {}).items()) or None,
+            auth_settings=["BearerToken"],
+        )
         try:
-            reply = self.api.call_api(method_, url, header_params=headers, body=body, post_params=post,
-                                      _request_timeout=self.timeout_s)
+            reply = self.api.call_api(
+                method_, url, header_params=headers, body=body, post_params=post, _request_timeout=self.timeout_s
+            )
             reply.read()
         except urllib3.exceptions.HTTPError as exc:
-            raise UsageError(f"cannot reach the Kubernetes API at {self.server}: {type(exc).__name__}; "
-                             "is the cluster running? (kubectl cluster-info)") from None
+            raise UsageError(
+                f"cannot reach the Kubernetes API at {self.server}: {type(exc).__name__}; "
+                "is the cluster running? (kubectl cluster-info)"
+            ) from None
         except ApiException as exc:  # raised by the REST layer for transport-level failures
             raise UsageError(f"Kubernetes API {method} {path}: {exc.reason}") from None
         text = (reply.data or b"").decode("utf-8", "replace")
@@ -135,8 +150,12 @@ class Kube:
     def apply(self, obj: Mapping[str, Any]) -> dict[str, Any]:
         """Server-side apply: create or update ``obj`` in one call; we own the fields we set."""
         result: dict[str, Any] = self.request(
-            "PATCH", self.object_path(obj), query={"fieldManager": FIELD_MANAGER, "force": "true"},
-            body=dict(obj), content_type="application/apply-patch+yaml")
+            "PATCH",
+            self.object_path(obj),
+            query={"fieldManager": FIELD_MANAGER, "force": "true"},
+            body=dict(obj),
+            content_type="application/apply-patch+yaml",
+        )
         return result
 
     def deployments(self, namespace: str) -> list[dict[str, Any]]:
@@ -144,8 +163,12 @@ class Kube:
         return items
 
     def scale(self, namespace: str, deployment: str, replicas: int) -> None:
-        self.request("PATCH", f"/apis/apps/v1/namespaces/{namespace}/deployments/{deployment}/scale",
-                     body={"spec": {"replicas": replicas}}, content_type="application/merge-patch+json")
+        self.request(
+            "PATCH",
+            f"/apis/apps/v1/namespaces/{namespace}/deployments/{deployment}/scale",
+            body={"spec": {"replicas": replicas}},
+            content_type="application/merge-patch+json",
+        )
 
     def namespace_exists(self, namespace: str) -> bool:
         try:
@@ -158,22 +181,36 @@ class Kube:
         self.request("DELETE", f"/api/v1/namespaces/{namespace}", body={"propagationPolicy": "Foreground"})
 
     def pods(self, namespace: str, selector: str) -> list[dict[str, Any]]:
-        items: list[dict[str, Any]] = self.request("GET", f"/api/v1/namespaces/{namespace}/pods",
-                                                   query={"labelSelector": selector})["items"]
+        items: list[dict[str, Any]] = self.request(
+            "GET", f"/api/v1/namespaces/{namespace}/pods", query={"labelSelector": selector}
+        )["items"]
         return items
 
     def pod_log(self, namespace: str, pod: str, container: str, tail: int) -> str:
-        text: str = self.request("GET", f"/api/v1/namespaces/{namespace}/pods/{pod}/log",
-                                 query={"container": container, "tailLines": str(tail)}, raw=True)
+        text: str = self.request(
+            "GET",
+            f"/api/v1/namespaces/{namespace}/pods/{pod}/log",
+            query={"container": container, "tailLines": str(tail)},
+            raw=True,
+        )
         return text
 
     # ----------------------------------------------------------------- service proxy
 
-    def proxy(self, method: str, namespace: str, service: str, port: str, path: str = "",
-              form: Mapping[str, str] | None = None, raw: bool | str = False) -> Any:
+    def proxy(
+        self,
+        method: str,
+        namespace: str,
+        service: str,
+        port: str,
+        path: str = "",
+        form: Mapping[str, str] | None = None,
+        raw: bool | str = False,
+    ) -> Any:
         """HTTP to a Service port through the API server (no port-forward needed)."""
-        return self.request(method, f"/api/v1/namespaces/{namespace}/services/{service}:{port}/proxy/{path}",
-                            form=form, raw=raw)
+        return self.request(
+            method, f"/api/v1/namespaces/{namespace}/services/{service}:{port}/proxy/{path}", form=form, raw=raw
+        )
 
 
 def _message(text: str) -> str:

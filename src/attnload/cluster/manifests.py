@@ -28,7 +28,7 @@ class Overrides:
 
     image: str | None = None
     workers: int | None = None
-    config: str | None = None          # a file name inside the attnload-config ConfigMap
+    config: str | None = None  # a file name inside the attnload-config ConfigMap
     shape: str | None = None
     stage_duration: str | None = None
     profile: str | None = None
@@ -76,15 +76,21 @@ def _set_env(container: dict[str, Any], name: str, value: str) -> None:
     env.append({"name": name, "value": value})
 
 
-def customise(objects: list[dict[str, Any]], overrides: Overrides,
-              config_keys: set[str] | None = None) -> list[dict[str, Any]]:
+def customise(
+    objects: list[dict[str, Any]], overrides: Overrides, config_keys: set[str] | None = None
+) -> list[dict[str, Any]]:
     """Apply ``overrides`` in place (the objects are fresh copies from :func:`load`)."""
     if overrides.config is not None and config_keys is not None and overrides.config not in config_keys:
-        raise UsageError(f"--config {overrides.config} is not in ConfigMap {names.CONFIG_MAP}; "
-                         f"choose one of: {', '.join(sorted(config_keys))}")
-    env = {"ATTNLOAD_CONFIG": f"{names.CONFIG_DIR}/{overrides.config}" if overrides.config else None,
-           "ATTNLOAD_SHAPE": overrides.shape, "ATTNLOAD_STAGE_DURATION": overrides.stage_duration,
-           "ATTNLOAD_PROFILE": overrides.profile}
+        raise UsageError(
+            f"--config {overrides.config} is not in ConfigMap {names.CONFIG_MAP}; "
+            f"choose one of: {', '.join(sorted(config_keys))}"
+        )
+    env = {
+        "ATTNLOAD_CONFIG": f"{names.CONFIG_DIR}/{overrides.config}" if overrides.config else None,
+        "ATTNLOAD_SHAPE": overrides.shape,
+        "ATTNLOAD_STAGE_DURATION": overrides.stage_duration,
+        "ATTNLOAD_PROFILE": overrides.profile,
+    }
     for obj in objects:
         name = obj.get("metadata", {}).get("name")
         if name == names.WORKER_DEPLOYMENT and overrides.workers is not None:

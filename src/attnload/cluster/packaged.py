@@ -41,8 +41,11 @@ def _mirrored(root: Path) -> dict[str, str]:
     target = root / PACKAGE_DIR
     if not target.is_dir():
         return {}
-    return {str(p.relative_to(target)): p.read_text(encoding="utf-8")
-            for p in sorted(target.rglob("*")) if p.is_file() and p.name.endswith(SUFFIXES)}
+    return {
+        str(p.relative_to(target)): p.read_text(encoding="utf-8")
+        for p in sorted(target.rglob("*"))
+        if p.is_file() and p.name.endswith(SUFFIXES)
+    }
 
 
 def stale(root: Path) -> list[str]:

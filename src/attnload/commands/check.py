@@ -31,13 +31,19 @@ from attnload.client.classify import classify_status, printable
 from attnload.client.transport import Timeouts, proxy_for
 from attnload.commands.check_budget import bounding_hook, max_probe_bytes, within
 from attnload.config.limits import MAX_OUTPUT_TOKENS
+from attnload.config.load import load_config
 from attnload.config.model import ModelTarget, TestConfig
-from attnload.config.seed import load_config
 from attnload.errors import ErrorClass, RequestFailed, UsageError, redact, register_secret
 
 PROXY_VARS = ("HTTPS_PROXY", "HTTP_PROXY", "ALL_PROXY", "NO_PROXY")
-LEFTOVER_CREDENTIALS = ("OPENAI_API_KEY", "OPENAI_BASE_URL", "ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN",
-                        "ANTHROPIC_BASE_URL", "CLAUDE_CODE_OAUTH_TOKEN")
+LEFTOVER_CREDENTIALS = (
+    "OPENAI_API_KEY",
+    "OPENAI_BASE_URL",
+    "ANTHROPIC_API_KEY",
+    "ANTHROPIC_AUTH_TOKEN",
+    "ANTHROPIC_BASE_URL",
+    "CLAUDE_CODE_OAUTH_TOKEN",
+)
 """Credentials other tools read first (the seed's "OAuth leftovers"); only their names are ever shown."""
 PROXY_PROBE_S = 2.0
 MODELS_TIMEOUT_S = 10.0
@@ -49,8 +55,13 @@ SCHEMA = "attnload.check/v1"
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-c", "--config", required=True, help="benchmark_config.json or taotoken_config.toml")
-    parser.add_argument("--model", action="append", default=[], metavar="KEY",
-                        help="check only this model key (repeatable; default: every model)")
+    parser.add_argument(
+        "--model",
+        action="append",
+        default=[],
+        metavar="KEY",
+        help="check only this model key (repeatable; default: every model)",
+    )
     parser.add_argument("--max-tokens", type=int, default=16, help="tokens asked of each tiny request")
     parser.add_argument("--prompt", default="Reply with one short sentence.", help="the tiny request's prompt")
     parser.add_argument("--json", action="store_true", help="machine-readable output on stdout")
@@ -129,9 +140,19 @@ def run(args: argparse.Namespace) -> int:
     targets = [config.model(key) for key in args.model] if args.model else list(config.models)
     checks = [check_model(config, target, args.max_tokens, args.prompt) for target in targets]
     if args.json:
-        print(json.dumps(_redact_tree({"schema": SCHEMA, "config": str(args.config),
-                                       "ok": all(c.ok for c in checks), "models": [_as_json(c) for c in checks]}),
-                         indent=2))
+        print(
+            json.dumps(
+                _redact_tree(
+                    {
+                        "schema": SCHEMA,
+                        "config": str(args.config),
+                        "ok": all(c.ok for c in checks),
+                        "models": [_as_json(c) for c in checks],
+                    }
+                ),
+                indent=2,
+            )
+        )
     else:
         print(redact(render(str(args.config), checks)))
     return 0 if all(c.ok for c in checks) else 1
@@ -141,26 +162,45 @@ def check_model(config: TestConfig, target: ModelTarget, max_tokens: int, prompt
     """Everything ``attnload check`` knows about one model, with the verdict and fix filled in."""
     sdk_base = target.chat_url.removesuffix("/chat/completions")
     key_info, key = _key_info(target)
-    check = ModelCheck(key=target.key, model=target.id, attention=target.attention, url=target.chat_url,
-                       sdk_base_url=sdk_base, url_note=target.url_note, api_key=key_info,
-                       proxy=_proxy_info(target.chat_url))
+    check = ModelCheck(
+        key=target.key,
+        model=target.id,
+        attention=target.attention,
+        url=target.chat_url,
+        sdk_base_url=sdk_base,
+        url_note=target.url_note,
+        api_key=key_info,
+        proxy=_proxy_info(target.chat_url),
+    )
     if "ends in /v1" in target.url_note:
-        check.notes.append(f"base_url ends in /v1: used {target.chat_url} (not /v1/v1); "
-                           f"you may drop the trailing /v1 from base_url")
+        check.notes.append(
+            f"base_url ends in /v1: used {target.chat_url} (not /v1/v1); you may drop the trailing /v1 from base_url"
+        )
     if key_info.env and not key_info.set:
-        _decide(check, RequestFailed(ErrorClass.AUTH, f"environment variable {key_info.env} is not set"), config,
-                max_tokens)
+        _decide(
+            check, RequestFailed(ErrorClass.AUTH, f"environment variable {key_info.env} is not set"), config, max_tokens
+        )
         return check
-    timeouts = Timeouts(connect_s=config.request.connect_timeout_s, ttft_s=config.request.ttft_timeout_s,
-                        idle_s=config.request.idle_timeout_s, total_s=config.request.total_timeout_s)
+    timeouts = Timeouts(
+        connect_s=config.request.connect_timeout_s,
+        ttft_s=config.request.ttft_timeout_s,
+        idle_s=config.request.idle_timeout_s,
+        total_s=config.request.total_timeout_s,
+    )
     messages = [{"role": "user", "content": prompt}]
     deadline = time.perf_counter() + timeouts.total_s
-    check.sdk = within(deadline, timeouts.total_s,
-                       lambda: _sdk_probe(sdk_base, key, target.id, messages, max_tokens, timeouts, check.proxy),
-                       Probe.failed)
+    check.sdk = within(
+        deadline,
+        timeouts.total_s,
+        lambda: _sdk_probe(sdk_base, key, target.id, messages, max_tokens, timeouts, check.proxy),
+        Probe.failed,
+    )
     # The SDK ran out of time: confirm with the load path quickly, so check returns within total + ~5 s.
-    confirm = check.sdk.error == ErrorClass.TIMEOUT.label and "total timeout" in check.sdk.detail \
+    confirm = (
+        check.sdk.error == ErrorClass.TIMEOUT.label
+        and "total timeout" in check.sdk.detail
         and timeouts.total_s > CONFIRM_TIMEOUT_S
+    )
     raw_timeouts = replace(timeouts, total_s=CONFIRM_TIMEOUT_S) if confirm else timeouts
     check.raw = _raw_probe(target.chat_url, key, target.id, messages, max_tokens, raw_timeouts)
     failing = next((p for p in (check.sdk, check.raw) if not p.ok), None)
@@ -170,18 +210,27 @@ def check_model(config: TestConfig, target: ModelTarget, max_tokens: int, prompt
         check.verdict = "ok"
         return check
     if check.sdk.ok and not check.raw.ok:
-        check.notes.append("the openai SDK succeeded but attnload's load-path client failed: `attnload run` "
-                           "would fail the same way")
-    _decide(check, RequestFailed(ErrorClass.from_label(failing.error or "bad_response"), failing.detail), config,
-            max_tokens)
+        check.notes.append(
+            "the openai SDK succeeded but attnload's load-path client failed: `attnload run` would fail the same way"
+        )
+    _decide(
+        check, RequestFailed(ErrorClass.from_label(failing.error or "bad_response"), failing.detail), config, max_tokens
+    )
     return check
 
 
 # ---------------------------------------------------------------------------- probes
 
 
-def _sdk_probe(base_url: str, key: str | None, model: str, messages: list[dict[str, str]], max_tokens: int,
-               timeouts: Timeouts, proxy: ProxyInfo) -> Probe:
+def _sdk_probe(
+    base_url: str,
+    key: str | None,
+    model: str,
+    messages: list[dict[str, str]],
+    max_tokens: int,
+    timeouts: Timeouts,
+    proxy: ProxyInfo,
+) -> Probe:
     """One streaming request through the openai SDK (httpx honours the proxy variables).
 
     Bounded (check_budget.py): body bytes and events are capped and ``total_s`` is a deadline
@@ -194,32 +243,46 @@ def _sdk_probe(base_url: str, key: str | None, model: str, messages: list[dict[s
     timeout = httpx2.Timeout(read_s, connect=timeouts.connect_s)
     started = time.perf_counter()
     hook = bounding_hook(started + timeouts.total_s, max_probe_bytes(max_tokens), timeouts.total_s)
-    client = openai.OpenAI(base_url=base_url, api_key=key or "no-key", max_retries=0, timeout=timeout,
-                           http_client=openai.DefaultHttpxClient(timeout=timeout, event_hooks={"response": [hook]}))
+    client = openai.OpenAI(
+        base_url=base_url,
+        api_key=key or "no-key",
+        max_retries=0,
+        timeout=timeout,
+        http_client=openai.DefaultHttpxClient(timeout=timeout, event_hooks={"response": [hook]}),
+    )
     events_left = max_events(max_tokens)
     ttft: float | None = None
     tokens = 0
     usage_tokens: int | None = None
     finish: str | None = None
     try:
-        stream = client.chat.completions.create(model=model, messages=messages,  # type: ignore[arg-type]
-                                                max_tokens=max_tokens, temperature=0, stream=True,
-                                                stream_options={"include_usage": True})
+        stream = client.chat.completions.create(
+            model=model,
+            messages=messages,  # type: ignore[arg-type]
+            max_tokens=max_tokens,
+            temperature=0,
+            stream=True,
+            stream_options={"include_usage": True},
+        )
         for chunk in stream:
             if time.perf_counter() - started > timeouts.total_s:
                 raise RequestFailed(ErrorClass.TIMEOUT, f"stream exceeded the total timeout {timeouts.total_s:g} s")
             events_left -= 1
             if events_left < 0:
-                raise RequestFailed(ErrorClass.TRUNCATED, f"more than {max_events(max_tokens)} chunks for max_tokens "
-                                                          f"{max_tokens} and no [DONE]: the stream would not end")
+                raise RequestFailed(
+                    ErrorClass.TRUNCATED,
+                    f"more than {max_events(max_tokens)} chunks for max_tokens "
+                    f"{max_tokens} and no [DONE]: the stream would not end",
+                )
             usage = getattr(chunk, "usage", None)
             if usage is not None and isinstance(getattr(usage, "completion_tokens", None), int):
                 usage_tokens = usage.completion_tokens
             choices = getattr(chunk, "choices", None)
             if not isinstance(choices, list):
                 if usage is None:
-                    raise RequestFailed(ErrorClass.BAD_RESPONSE, "stream chunk without `choices` (reading choices "
-                                                                 "failed)")
+                    raise RequestFailed(
+                        ErrorClass.BAD_RESPONSE, "stream chunk without `choices` (reading choices failed)"
+                    )
                 continue
             for choice in choices:
                 text = getattr(choice.delta, "content", None) or getattr(choice.delta, "reasoning_content", None)
@@ -230,8 +293,9 @@ def _sdk_probe(base_url: str, key: str | None, model: str, messages: list[dict[s
     except RequestFailed as failure:
         return Probe.failed(failure)
     except openai.APIStatusError as exc:
-        return Probe.failed(classify_status(exc.status_code, exc.response.content,
-                                            exc.response.headers.get("retry-after")))
+        return Probe.failed(
+            classify_status(exc.status_code, exc.response.content, exc.response.headers.get("retry-after"))
+        )
     except openai.APITimeoutError:
         return Probe.failed(RequestFailed(ErrorClass.TIMEOUT, f"no data within {read_s:g} s (openai SDK)"))
     except openai.APIConnectionError as exc:
@@ -240,18 +304,30 @@ def _sdk_probe(base_url: str, key: str | None, model: str, messages: list[dict[s
         body = exc.body if exc.body is not None else exc.message
         return Probe.failed(classify_status(200, json.dumps({"error": body}).encode()))
     except (ValueError, TypeError, AttributeError, KeyError, openai.OpenAIError) as exc:
-        return Probe.failed(RequestFailed(ErrorClass.BAD_RESPONSE, f"reading the stream failed: "
-                                                                   f"{type(exc).__name__}: {exc}"))
+        return Probe.failed(
+            RequestFailed(ErrorClass.BAD_RESPONSE, f"reading the stream failed: {type(exc).__name__}: {exc}")
+        )
     finally:
         client.close()  # also ends a runaway reply's connection
     completion = usage_tokens if usage_tokens is not None else tokens
     probe = Probe(ok=True, ttft_s=ttft, tokens=completion, finish_reason=finish)
     if finish == "length" and completion < max_tokens:
-        return Probe(ok=False, error=ErrorClass.TRUNCATED.label, ttft_s=ttft, tokens=completion, finish_reason=finish,
-                     detail=f"finish_reason length after {completion} of max_tokens {max_tokens}")
+        return Probe(
+            ok=False,
+            error=ErrorClass.TRUNCATED.label,
+            ttft_s=ttft,
+            tokens=completion,
+            finish_reason=finish,
+            detail=f"finish_reason length after {completion} of max_tokens {max_tokens}",
+        )
     if ttft is None:
-        return Probe(ok=False, error=ErrorClass.BAD_RESPONSE.label, tokens=completion, finish_reason=finish,
-                     detail="the stream carried no content (reading choices found nothing)")
+        return Probe(
+            ok=False,
+            error=ErrorClass.BAD_RESPONSE.label,
+            tokens=completion,
+            finish_reason=finish,
+            detail="the stream carried no content (reading choices found nothing)",
+        )
     return probe
 
 
@@ -262,20 +338,26 @@ def _connection_failure(cause: BaseException, proxy: ProxyInfo) -> RequestFailed
     if isinstance(cause, RequestFailed):  # a budget that ran out while the SDK was reading
         return cause
     if isinstance(cause, httpx2.RemoteProtocolError) and "disconnected" not in str(cause):
-        return RequestFailed(ErrorClass.BAD_RESPONSE, f"the reply broke HTTP ({cause}): an endless header or not "
-                                                      f"an HTTP server")
+        return RequestFailed(
+            ErrorClass.BAD_RESPONSE, f"the reply broke HTTP ({cause}): an endless header or not an HTTP server"
+        )
     kind = ErrorClass.PROXY if proxy.sdk_proxy else ErrorClass.CONNECTION
     via = f" via proxy {proxy.sdk_proxy}" if proxy.sdk_proxy else ""
     return RequestFailed(kind, f"{type(cause).__name__}: {cause}{via}")
 
 
-def _raw_probe(url: str, key: str | None, model: str, messages: list[dict[str, str]], max_tokens: int,
-               timeouts: Timeouts) -> Probe:
+def _raw_probe(
+    url: str, key: str | None, model: str, messages: list[dict[str, str]], max_tokens: int, timeouts: Timeouts
+) -> Probe:
     """The same request through the load path's own client, so `attnload run` is known to work too."""
     client = ChatClient(url, key, timeouts)
     try:
-        record = client.send(chat_body(model, messages, max_tokens=max_tokens, temperature=0),
-                             model_key="check", profile="check", stage=0)
+        record = client.send(
+            chat_body(model, messages, max_tokens=max_tokens, temperature=0),
+            model_key="check",
+            profile="check",
+            stage=0,
+        )
     finally:
         client.close()
     if record.outcome == "ok":
@@ -306,16 +388,16 @@ def _key_info(target: ModelTarget) -> tuple[KeyInfo, str | None]:
 
 
 def _proxy_info(url: str) -> ProxyInfo:
-    variables = {name: redact(os.environ[n]) for name in PROXY_VARS for n in (name, name.lower())
-                 if os.environ.get(n)}
+    variables = {name: redact(os.environ[n]) for name in PROXY_VARS for n in (name, name.lower()) if os.environ.get(n)}
     parts = urlsplit(url)
     info = ProxyInfo(variables=variables)
     host = parts.hostname or ""
     load_path = proxy_for(parts.scheme, host)
     info.load_path_proxy = f"{load_path[0]}:{load_path[1]}" if load_path else None
     # httpx (the SDK) uses a proxy for loopback hosts too, unless NO_PROXY names them.
-    if os.environ.get("NO_PROXY", os.environ.get("no_proxy", "")).strip() == "*" or \
-            urllib.request.proxy_bypass_environment(host):
+    if os.environ.get(
+        "NO_PROXY", os.environ.get("no_proxy", "")
+    ).strip() == "*" or urllib.request.proxy_bypass_environment(host):
         return info
     for name in (f"{parts.scheme}_proxy", "all_proxy"):
         for var in (name, name.upper()):
@@ -350,21 +432,27 @@ def fix_for(check: ModelCheck, failure: RequestFailed, config: TestConfig, max_t
     key = check.api_key
     if kind is ErrorClass.AUTH:
         if key.env is None:
-            return ("the endpoint wants a key: add api_key_env to the config and export the key in that "
-                    "variable (keys are never read from files)")
+            return (
+                "the endpoint wants a key: add api_key_env to the config and export the key in that "
+                "variable (keys are never read from files)"
+            )
         if not key.set:
             return f"export {key.env}=<your key> (keys are never read from files), then check again"
         ends = f", ends …{key.last4}" if key.last4 else ""
-        text = (f"check the key in ${key.env} ({key.length} chars{ends}): copy it complete with no spaces "
-                f"(`echo ${key.env}` must print it; the client sends the header as Bearer, one space, the key); "
-                f"if it was deleted or expired, create a new one")
+        text = (
+            f"check the key in ${key.env} ({key.length} chars{ends}): copy it complete with no spaces "
+            f"(`echo ${key.env}` must print it; the client sends the header as Bearer, one space, the key); "
+            f"if it was deleted or expired, create a new one"
+        )
         if key.problems:
             text = f"the key in ${key.env} {' and '.join(key.problems)}: fix it; " + text
         leftovers = [name for name in LEFTOVER_CREDENTIALS if os.environ.get(name) and name != key.env]
         if leftovers:
-            text += (f". Other credentials are set ({', '.join(leftovers)}): attnload uses only ${key.env}, but "
-                     f"tools that read those first (Claude Code with old OAuth tokens in ~/.claude/) keep sending "
-                     f"stale ones: unset them or clear ~/.claude/ caches and reconfigure")
+            text += (
+                f". Other credentials are set ({', '.join(leftovers)}): attnload uses only ${key.env}, but "
+                f"tools that read those first (Claude Code with old OAuth tokens in ~/.claude/) keep sending "
+                f"stale ones: unset them or clear ~/.claude/ caches and reconfigure"
+            )
         return text
     if kind is ErrorClass.NOT_FOUND:
         if "/v1/v1" in check.url:
@@ -372,21 +460,27 @@ def fix_for(check: ModelCheck, failure: RequestFailed, config: TestConfig, max_t
             return f"drop the extra /v1 from base_url: it resolved to {check.url}; use {root} (the API root)"
         models = _list_models(check.sdk_base_url, _key_value(check))
         if models is None:
-            return (f"the path does not exist: set base_url to the API root (e.g. https://taotoken.net/api, "
-                    f"no trailing /v1/chat/completions); used {check.url}. If it is right, check that the model id "
-                    f"{check.model!r} is in the provider's model list")
+            return (
+                f"the path does not exist: set base_url to the API root (e.g. https://taotoken.net/api, "
+                f"no trailing /v1/chat/completions); used {check.url}. If it is right, check that the model id "
+                f"{check.model!r} is in the provider's model list"
+            )
         if check.model not in models:
             shown = ", ".join(models[:8]) + (" …" if len(models) > 8 else "")
-            return (f"model id {check.model!r} is not in the provider's model list ({shown}): fix its spelling "
-                    f"(ids are lowercase with hyphens, e.g. deepseek-chat, llama-3-70b)")
+            return (
+                f"model id {check.model!r} is not in the provider's model list ({shown}): fix its spelling "
+                f"(ids are lowercase with hyphens, e.g. deepseek-chat, llama-3-70b)"
+            )
         return f"the provider lists {check.model!r} but refused it: check the model id and base_url ({check.url})"
     if kind is ErrorClass.PROXY:
         proxy = check.proxy
         names = " ".join(n for n in proxy.variables if n != "NO_PROXY") or proxy.sdk_proxy_var or "HTTPS_PROXY"
         state = "unreachable" if proxy.sdk_proxy_reachable is False else "failing"
         host = urlsplit(check.url).hostname
-        return (f"unset {names} (the proxy {proxy.sdk_proxy or ''} is {state}) and check again, or add {host} to "
-                f"NO_PROXY; the endpoint needs no proxy. IDE plugins may use their own proxy settings too")
+        return (
+            f"unset {names} (the proxy {proxy.sdk_proxy or ''} is {state}) and check again, or add {host} to "
+            f"NO_PROXY; the endpoint needs no proxy. IDE plugins may use their own proxy settings too"
+        )
     if kind is ErrorClass.TIMEOUT:
         request = config.request
         which, now = "timeout", request.total_timeout_s  # the seed's `timeout` is total_timeout_s
@@ -394,29 +488,43 @@ def fix_for(check: ModelCheck, failure: RequestFailed, config: TestConfig, max_t
             which, now = "ttft_timeout_s", request.ttft_timeout_s
         elif "stalled" in failure.detail:
             which, now = "idle_timeout_s", request.idle_timeout_s
-        return (f"raise [request] {which} (now {now:g} s; e.g. 120; the seed's `timeout` sets total_timeout_s, "
-                f"ttft_timeout_s bounds the first token, idle_timeout_s the gap between chunks) or lower max_tokens")
+        return (
+            f"raise [request] {which} (now {now:g} s; e.g. 120; the seed's `timeout` sets total_timeout_s, "
+            f"ttft_timeout_s bounds the first token, idle_timeout_s the gap between chunks) or lower max_tokens"
+        )
     if kind is ErrorClass.TRUNCATED:
         if "[DONE]" in failure.detail:
-            return ("the stream ended without [DONE]: the server or a proxy cut it; check for a gateway timeout "
-                    "in front of the server, then raise max_tokens if replies are cut short")
-        return f"raise max_tokens (this check asked for {max_tokens}; the config has {config.request.max_tokens}; " \
-               f"try 512): the model stopped on length before max_tokens"
+            return (
+                "the stream ended without [DONE]: the server or a proxy cut it; check for a gateway timeout "
+                "in front of the server, then raise max_tokens if replies are cut short"
+            )
+        return (
+            f"raise max_tokens (this check asked for {max_tokens}; the config has {config.request.max_tokens}; "
+            f"try 512): the model stopped on length before max_tokens"
+        )
     if kind is ErrorClass.QUOTA:
-        return ("the account is out of quota or balance (insufficient quota): top it up or check usage in the "
-                "provider's console")
+        return (
+            "the account is out of quota or balance (insufficient quota): top it up or check usage in the "
+            "provider's console"
+        )
     if kind is ErrorClass.BAD_RESPONSE:
-        return (f"the reply is not an OpenAI chat completion (reading choices failed): set base_url to the API "
-                f"root (e.g. https://taotoken.net/api; used {check.url}) and check that the model id "
-                f"{check.model!r} is listed; the raw reply was: {failure.detail}")
+        return (
+            f"the reply is not an OpenAI chat completion (reading choices failed): set base_url to the API "
+            f"root (e.g. https://taotoken.net/api; used {check.url}) and check that the model id "
+            f"{check.model!r} is listed; the raw reply was: {failure.detail}"
+        )
     if kind is ErrorClass.CONNECTION:
         parts = urlsplit(check.url)
         where = f"{parts.hostname}:{parts.port or (443 if parts.scheme == 'https' else 80)}"
         if any(w in failure.detail.lower() for w in ("refused", "connecterror", "unreachable", "no route")):
-            return f"nothing accepted the connection at {where}: check base_url (scheme, host, port) and that " \
-                   f"the server is up"
-        return (f"the connection to {where} was reset mid-request: the server, a load balancer or a proxy dropped "
-                f"it; check the server's logs, then try again with a smaller max_tokens")
+            return (
+                f"nothing accepted the connection at {where}: check base_url (scheme, host, port) and that "
+                f"the server is up"
+            )
+        return (
+            f"the connection to {where} was reset mid-request: the server, a load balancer or a proxy dropped "
+            f"it; check the server's logs, then try again with a smaller max_tokens"
+        )
     if kind is ErrorClass.RATE_LIMITED:
         return "the provider rate-limited even one request: wait and retry, then lower --users or --shape rate"
     return kind.value
@@ -431,9 +539,13 @@ def _list_models(base_url: str, key: str | None) -> list[str] | None:
     import openai
 
     hook = bounding_hook(time.perf_counter() + MODELS_TIMEOUT_S, MAX_BODY_BYTES, MODELS_TIMEOUT_S)
-    client = openai.OpenAI(base_url=base_url, api_key=key or "no-key", max_retries=0, timeout=MODELS_TIMEOUT_S,
-                           http_client=openai.DefaultHttpxClient(timeout=MODELS_TIMEOUT_S,
-                                                                 event_hooks={"response": [hook]}))
+    client = openai.OpenAI(
+        base_url=base_url,
+        api_key=key or "no-key",
+        max_retries=0,
+        timeout=MODELS_TIMEOUT_S,
+        http_client=openai.DefaultHttpxClient(timeout=MODELS_TIMEOUT_S, event_hooks={"response": [hook]}),
+    )
     try:
         return sorted(str(m.id) for m in client.models.list())
     except (openai.OpenAIError, ValueError, TypeError, AttributeError, RequestFailed):
@@ -467,9 +579,12 @@ def render(config_path: str, checks: list[ModelCheck]) -> str:
     proxy_vars = checks[0].proxy.variables if checks else {}
     lines.append("proxy variables: " + (", ".join(f"{k}={v}" for k, v in proxy_vars.items()) or "none set"))
     for check in checks:
-        lines += ["", f"[{check.key}] {check.model} ({check.attention})",
-                  f"  url:     {check.url}  ({check.url_note})",
-                  f"  sdk:     base_url {check.sdk_base_url}"]
+        lines += [
+            "",
+            f"[{check.key}] {check.model} ({check.attention})",
+            f"  url:     {check.url}  ({check.url_note})",
+            f"  sdk:     base_url {check.sdk_base_url}",
+        ]
         key = check.api_key
         if key.env is None:
             lines.append("  key:     no api_key_env (requests carry no Authorization header)")
@@ -482,8 +597,10 @@ def render(config_path: str, checks: list[ModelCheck]) -> str:
         proxy = check.proxy
         if proxy.sdk_proxy:
             reach = "reachable" if proxy.sdk_proxy_reachable else "UNREACHABLE"
-            lines.append(f"  proxy:   {proxy.sdk_proxy_var}={proxy.sdk_proxy} ({reach}) applies to the openai SDK; "
-                         f"load path: {proxy.load_path_proxy or 'direct'}")
+            lines.append(
+                f"  proxy:   {proxy.sdk_proxy_var}={proxy.sdk_proxy} ({reach}) applies to the openai SDK; "
+                f"load path: {proxy.load_path_proxy or 'direct'}"
+            )
         else:
             lines.append(f"  proxy:   none applies (load path: {proxy.load_path_proxy or 'direct'})")
         for name, probe in (("openai SDK", check.sdk), ("raw", check.raw)):
@@ -499,8 +616,11 @@ def render(config_path: str, checks: list[ModelCheck]) -> str:
             lines.append(f"  verdict: FAILED {check.verdict}: {check.detail}")
             lines.append(f"  fix:     {check.fix}")
     failed = [c.key for c in checks if not c.ok]
-    lines += ["", f"{len(checks) - len(failed)} of {len(checks)} models passed"
-              + (f"; failed: {', '.join(failed)}" if failed else "")]
+    lines += [
+        "",
+        f"{len(checks) - len(failed)} of {len(checks)} models passed"
+        + (f"; failed: {', '.join(failed)}" if failed else ""),
+    ]
     return "\n".join(printable(line) for line in lines)  # server text must not drive the terminal
 
 

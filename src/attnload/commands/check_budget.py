@@ -47,8 +47,10 @@ class BoundedBody(httpx2.SyncByteStream):
         for chunk in self._stream:
             self.read += len(chunk)
             if self.read > self._max_bytes:
-                raise RequestFailed(ErrorClass.BAD_RESPONSE, f"the reply exceeded {self._max_bytes} bytes without "
-                                                             f"ending (openai SDK probe): a runaway stream")
+                raise RequestFailed(
+                    ErrorClass.BAD_RESPONSE,
+                    f"the reply exceeded {self._max_bytes} bytes without ending (openai SDK probe): a runaway stream",
+                )
             if time.perf_counter() > self._deadline:
                 raise RequestFailed(ErrorClass.TIMEOUT, f"stream exceeded the total timeout {self._total_s:g} s")
             yield chunk
@@ -85,8 +87,9 @@ def within(deadline: float, total_s: float, probe: Callable[[], T], on_timeout: 
     thread.start()
     thread.join(max(0.0, deadline - time.perf_counter()) + JOIN_GRACE_S)
     if thread.is_alive():
-        return on_timeout(RequestFailed(ErrorClass.TIMEOUT, f"no complete reply within the total timeout "
-                                                            f"{total_s:g} s (openai SDK)"))
+        return on_timeout(
+            RequestFailed(ErrorClass.TIMEOUT, f"no complete reply within the total timeout {total_s:g} s (openai SDK)")
+        )
     if failure:
         raise failure[0]
     return result[0]

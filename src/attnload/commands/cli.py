@@ -19,8 +19,11 @@ from attnload import __version__
 from attnload.errors import UsageError, redact
 
 SUBCOMMANDS = {
-    "demo": ("attnload.commands.demo", "run the built-in GQA-vs-MLA demo against the simulator (no network, no key; "
-                                       "--engine vllm: real vLLM CPU servers)"),
+    "demo": (
+        "attnload.commands.demo",
+        "run the built-in GQA-vs-MLA demo against the simulator (no network, no key; "
+        "--engine vllm: real vLLM CPU servers)",
+    ),
     "run": ("attnload.commands.run", "run a load test from a config file"),
     "sim": ("attnload.commands.sim", "serve the attention-aware OpenAI-compatible simulator"),
     "check": ("attnload.commands.check", "preflight: one tiny request per model, with the fix for each failure"),
@@ -53,8 +56,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     command = next((a for a in args_list if not a.startswith("-")), None)
     parser = build_parser(command if command in SUBCOMMANDS else None)
     args = parser.parse_args(args_list)
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
     if args.command is None:
         parser.print_help()
         return 2

@@ -1,4 +1,5 @@
-"""``attnload cluster up|status|down|logs``: the Kubernetes side (``attnload.cluster.cli``) behind the common dispatch."""
+"""``attnload cluster up|status|down|logs``: the Kubernetes side (``attnload.cluster.cli``) behind the
+common dispatch."""
 
 from attnload.cluster.cli import configure, run
 

@@ -18,7 +18,7 @@ import urllib.request
 from pathlib import Path
 
 from attnload.errors import UsageError
-from attnload.runner.launch import execute, free_port, plan_from_args
+from attnload.plan.launch import execute, free_port, plan_from_args
 
 DEMO_SHAPE = "concurrency:16,64,144"
 DEMO_STAGE_S = "20s"
@@ -28,33 +28,55 @@ _DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # loopba
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--engine", choices=("sim", "vllm"), default="sim",
-                        help="sim: the built-in simulator; vllm: two real vLLM CPU servers with tiny GQA/MLA models "
-                             "(`make vllm-env` first; docs/vllm.md)")
-    parser.add_argument("--shape", default=None,
-                        help=f"users per stage, both models together ({DEMO_SHAPE}; vllm: concurrency:2,8)")
-    parser.add_argument("--stage-duration", default=None,
-                        help=f"length of each stage ({DEMO_STAGE_S}; vllm: 60s)")
+    parser.add_argument(
+        "--engine",
+        choices=("sim", "vllm"),
+        default="sim",
+        help="sim: the built-in simulator; vllm: two real vLLM CPU servers with tiny GQA/MLA models "
+        "(`make vllm-env` first; docs/vllm.md)",
+    )
+    parser.add_argument(
+        "--shape", default=None, help=f"users per stage, both models together ({DEMO_SHAPE}; vllm: concurrency:2,8)"
+    )
+    parser.add_argument("--stage-duration", default=None, help=f"length of each stage ({DEMO_STAGE_S}; vllm: 60s)")
     parser.add_argument("--spawn-rate", type=float, default=20.0, help="users started per second")
     parser.add_argument("--workers", type=int, default=2, help="local Locust worker processes")
-    parser.add_argument("--kv-capacity-scale", type=float, default=0.05,
-                        help="shrink simulated KV memory so the capacity knee fits a laptop run")
-    parser.add_argument("--tokens-per-event", type=int, default=1,
-                        help="tokens per SSE event from the simulator (>1 smooths ITL percentiles toward the mean)")
-    parser.add_argument("--kv-cache-bytes", type=int, default=8 * 2**20,
-                        help="--engine vllm: KV cache bytes per server, equal for both models (8 MiB)")
+    parser.add_argument(
+        "--kv-capacity-scale",
+        type=float,
+        default=0.05,
+        help="shrink simulated KV memory so the capacity knee fits a laptop run",
+    )
+    parser.add_argument(
+        "--tokens-per-event",
+        type=int,
+        default=1,
+        help="tokens per SSE event from the simulator (>1 smooths ITL percentiles toward the mean)",
+    )
+    parser.add_argument(
+        "--kv-cache-bytes",
+        type=int,
+        default=8 * 2**20,
+        help="--engine vllm: KV cache bytes per server, equal for both models (8 MiB)",
+    )
     parser.add_argument("--results", default="results", help="directory for results JSON + HTML")
     parser.add_argument("--metrics-port", type=int, default=9646, help="master's /metrics port (0 = off)")
-    parser.add_argument("--locust-stats", action="store_true", default=None,
-                        help="also print Locust's own request tables (off by default)")
+    parser.add_argument(
+        "--locust-stats",
+        action="store_true",
+        default=None,
+        help="also print Locust's own request tables (off by default)",
+    )
 
 
 def demo_config(base_url: str) -> dict[str, object]:
     """The seed's benchmark_config.json, pointed at the simulator, with a 2000-token prompt profile."""
     return {
         "base_url": base_url,
-        "models": {"gqa_model": {"id": "llama-3-70b", "attention_type": "GQA", "max_context": 8192},
-                   "mla_model": {"id": "deepseek-chat", "attention_type": "MLA", "max_context": 65536}},
+        "models": {
+            "gqa_model": {"id": "llama-3-70b", "attention_type": "GQA", "max_context": 8192},
+            "mla_model": {"id": "deepseek-chat", "attention_type": "MLA", "max_context": 65536},
+        },
         "workload": {"prompt-2k": {"prompt_tokens": DEMO_PROMPT_TOKENS, "max_tokens": DEMO_MAX_TOKENS}},
         "benchmark": {"repeat": 1, "max_tokens": DEMO_MAX_TOKENS, "temperature": 0},
     }
@@ -71,17 +93,43 @@ def run(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory(prefix="attnload-demo-") as tmp:
         config_path = Path(tmp) / "demo_config.json"
         config_path.write_text(json.dumps(demo_config(f"http://127.0.0.1:{port}/api"), indent=2), encoding="utf-8")
-        sim = subprocess.Popen([sys.executable, "-m", "attnload", "sim", "--host", "127.0.0.1", "--port", str(port),
-                                "--kv-capacity-scale", str(args.kv_capacity_scale),
-                                "--tokens-per-event", str(args.tokens_per_event)])
+        sim = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "attnload",
+                "sim",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--kv-capacity-scale",
+                str(args.kv_capacity_scale),
+                "--tokens-per-event",
+                str(args.tokens_per_event),
+            ]
+        )
         try:
             _wait_ready(f"http://127.0.0.1:{port}/health", sim)
-            print(f"simulator: llama-3-70b (GQA, TP8) vs deepseek-v3 (MLA, DP attention) on 8×H200, "
-                  f"KV capacity ×{args.kv_capacity_scale:g} (simulated)")
-            load = argparse.Namespace(users=None, spawn_rate=args.spawn_rate, duration=None, shape=args.shape,
-                                      stage_duration=args.stage_duration, warmup="0", profile="", workers=args.workers,
-                                      results=args.results, metrics_port=args.metrics_port, headless=True,
-                                      web_port=8089, locust_stats=args.locust_stats)
+            print(
+                f"simulator: llama-3-70b (GQA, TP8) vs deepseek-v3 (MLA, DP attention) on 8×H200, "
+                f"KV capacity ×{args.kv_capacity_scale:g} (simulated)"
+            )
+            load = argparse.Namespace(
+                users=None,
+                spawn_rate=args.spawn_rate,
+                duration=None,
+                shape=args.shape,
+                stage_duration=args.stage_duration,
+                warmup="0",
+                profile="",
+                workers=args.workers,
+                results=args.results,
+                metrics_port=args.metrics_port,
+                headless=True,
+                web_port=8089,
+                locust_stats=args.locust_stats,
+            )
             results = execute(plan_from_args(load, config_path))
         finally:
             sim.terminate()

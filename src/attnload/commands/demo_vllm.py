@@ -19,8 +19,8 @@ from pathlib import Path
 from attnload.engines import tiny_models
 from attnload.engines.vllm import ServerSpec, VllmServer, complete, require_vllm_env, running
 from attnload.errors import UsageError
+from attnload.plan.launch import execute_run, free_port, plan_from_args
 from attnload.results.model import Results
-from attnload.runner.launch import execute_run, free_port, plan_from_args
 from attnload.runner.stops import signal_exit_code
 
 VLLM_SHAPE = "concurrency:2,8"
@@ -38,15 +38,26 @@ GQA_BLOCK = 32
 
 def demo_config(gqa: ServerSpec, mla: ServerSpec, tokenizer: Path) -> dict[str, object]:
     """Conversations against both servers; the tiny models' own tokenizer sizes the prompts exactly."""
+
     def model(spec: ServerSpec, attention: str) -> dict[str, object]:
-        return {"id": spec.served_name, "attention_type": attention, "max_context": MAX_MODEL_LEN,
-                "base_url": f"{spec.base_url}/v1", "tokenizer": str(tokenizer)}
+        return {
+            "id": spec.served_name,
+            "attention_type": attention,
+            "max_context": MAX_MODEL_LEN,
+            "base_url": f"{spec.base_url}/v1",
+            "tokenizer": str(tokenizer),
+        }
 
     return {
         "base_url": f"{gqa.base_url}/v1",
         "models": {"gqa_model": model(gqa, "GQA"), "mla_model": model(mla, "MLA")},
-        "workload": {"chat": {"conversation": {"turns": TURNS, "user_tokens": USER_TOKENS, "think_time_s": 0.0},
-                              "max_tokens": MAX_TOKENS, "ignore_eos": True}},
+        "workload": {
+            "chat": {
+                "conversation": {"turns": TURNS, "user_tokens": USER_TOKENS, "think_time_s": 0.0},
+                "max_tokens": MAX_TOKENS,
+                "ignore_eos": True,
+            }
+        },
         "benchmark": {"repeat": 1, "max_tokens": MAX_TOKENS, "temperature": 0},
         "request": {"max_tokens": MAX_TOKENS, "total_timeout_s": 300, "idle_timeout_s": 120},
     }
@@ -54,18 +65,35 @@ def demo_config(gqa: ServerSpec, mla: ServerSpec, tokenizer: Path) -> dict[str, 
 
 def server_specs(model_root: Path, kv_cache_bytes: int) -> tuple[ServerSpec, ServerSpec]:
     """One server per model, each on its own core, the same KV bytes for both."""
-    gqa = ServerSpec(model_root / tiny_models.GQA_NAME, tiny_models.GQA_NAME, free_port(), core=0,
-                     kv_cache_bytes=kv_cache_bytes, max_model_len=MAX_MODEL_LEN, block_size=GQA_BLOCK, max_num_seqs=16)
-    mla = ServerSpec(model_root / tiny_models.MLA_NAME, tiny_models.MLA_NAME, free_port(), core=1,
-                     kv_cache_bytes=kv_cache_bytes, max_model_len=MAX_MODEL_LEN, max_num_seqs=16)
+    gqa = ServerSpec(
+        model_root / tiny_models.GQA_NAME,
+        tiny_models.GQA_NAME,
+        free_port(),
+        core=0,
+        kv_cache_bytes=kv_cache_bytes,
+        max_model_len=MAX_MODEL_LEN,
+        block_size=GQA_BLOCK,
+        max_num_seqs=16,
+    )
+    mla = ServerSpec(
+        model_root / tiny_models.MLA_NAME,
+        tiny_models.MLA_NAME,
+        free_port(),
+        core=1,
+        kv_cache_bytes=kv_cache_bytes,
+        max_model_len=MAX_MODEL_LEN,
+        max_num_seqs=16,
+    )
     return gqa, mla
 
 
 def run(args: argparse.Namespace) -> int:
     require_vllm_env()  # before anything is written: one line saying how to install it
     if args.kv_cache_bytes < KV_CACHE_BYTES:
-        raise UsageError(f"--kv-cache-bytes {args.kv_cache_bytes}: use at least {KV_CACHE_BYTES} (8 MiB): the GQA "
-                         f"server must hold one {MAX_MODEL_LEN}-token request plus vLLM's null block")
+        raise UsageError(
+            f"--kv-cache-bytes {args.kv_cache_bytes}: use at least {KV_CACHE_BYTES} (8 MiB): the GQA "
+            f"server must hold one {MAX_MODEL_LEN}-token request plus vLLM's null block"
+        )
     shape = args.shape or VLLM_SHAPE
     stage = args.stage_duration or VLLM_STAGE_S
     with tempfile.TemporaryDirectory(prefix="attnload-demo-vllm-") as tmp:
@@ -73,22 +101,38 @@ def run(args: argparse.Namespace) -> int:
         try:
             tiny_models.write_pair(root / "models")
         except ImportError as exc:
-            raise UsageError("the demo trains the tiny models' tokenizer with `tokenizers`: "
-                             "pip install 'attnload[tokenizer]'") from exc
+            raise UsageError(
+                "the demo trains the tiny models' tokenizer with `tokenizers`: pip install 'attnload[tokenizer]'"
+            ) from exc
         gqa, mla = server_specs(root / "models", args.kv_cache_bytes)
         config_path = root / "demo_vllm_config.json"
-        config_path.write_text(json.dumps(demo_config(gqa, mla, gqa.model_dir / "tokenizer.json"), indent=2),
-                               encoding="utf-8")
+        config_path.write_text(
+            json.dumps(demo_config(gqa, mla, gqa.model_dir / "tokenizer.json"), indent=2), encoding="utf-8"
+        )
         log_dir = Path(args.results) / "vllm-logs"
-        print(f"vLLM (CPU build): {gqa.served_name} (GQA, 16 KiB KV/token) on core 0, {mla.served_name} "
-              f"(MLA, 4.5 KiB KV/token) on core 1, {args.kv_cache_bytes / 2**20:g} MiB of KV each; "
-              f"starting (~1-4 min, logs in {log_dir})", flush=True)
+        print(
+            f"vLLM (CPU build): {gqa.served_name} (GQA, 16 KiB KV/token) on core 0, {mla.served_name} "
+            f"(MLA, 4.5 KiB KV/token) on core 1, {args.kv_cache_bytes / 2**20:g} MiB of KV each; "
+            f"starting (~1-4 min, logs in {log_dir})",
+            flush=True,
+        )
         with running([gqa, mla], log_dir) as servers:
             warm_up(servers)
-            load = argparse.Namespace(users=None, spawn_rate=args.spawn_rate, duration=None, shape=shape,
-                                      stage_duration=stage, warmup="0", profile="", workers=args.workers,
-                                      results=args.results, metrics_port=args.metrics_port, headless=True,
-                                      web_port=8089, server_metrics_interval="1")
+            load = argparse.Namespace(
+                users=None,
+                spawn_rate=args.spawn_rate,
+                duration=None,
+                shape=shape,
+                stage_duration=stage,
+                warmup="0",
+                profile="",
+                workers=args.workers,
+                results=args.results,
+                metrics_port=args.metrics_port,
+                headless=True,
+                web_port=8089,
+                server_metrics_interval="1",
+            )
             outcome = execute_run(plan_from_args(load, config_path))
     if outcome.results is not None:
         print(kv_line(outcome.results))
@@ -116,6 +160,8 @@ def kv_line(results: Results) -> str:
             parts.append(f"{model.model}: no server view")
             continue
         usage, waiting = server.kv_cache_usage.max, server.requests_waiting.max
-        parts.append(f"{model.model} ({model.attention}) KV usage max "
-                     f"{'n/a' if usage is None else f'{usage:.0%}'}, waiting max {'n/a' if waiting is None else f'{waiting:g}'}")
+        parts.append(
+            f"{model.model} ({model.attention}) KV usage max "
+            f"{'n/a' if usage is None else f'{usage:.0%}'}, waiting max {'n/a' if waiting is None else f'{waiting:g}'}"
+        )
     return "last stage, vLLM's own gauges: " + "; ".join(parts)

@@ -7,17 +7,20 @@ import os
 import sys
 from pathlib import Path
 
-from attnload.runner.exitcodes import make_policy, run_status
-from attnload.runner.launch import execute_run, plan_from_args
-from attnload.runner.options import add_load_arguments
-from attnload.runner.outcome import exit_status
+from attnload.plan.launch import execute_run, plan_from_args
+from attnload.plan.options import add_load_arguments
+from attnload.results.exitcodes import make_policy, run_status
+from attnload.results.outcome import exit_status
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-c", "--config", required=True, help="benchmark_config.json or taotoken_config.toml")
-    parser.add_argument("--seed-script", action="store_true",
-                        help="instead of a load test, the seed's section-4 latency script: per model, each "
-                             "test prompt, medians over benchmark.repeat (one request at a time)")
+    parser.add_argument(
+        "--seed-script",
+        action="store_true",
+        help="instead of a load test, the seed's section-4 latency script: per model, each "
+        "test prompt, medians over benchmark.repeat (one request at a time)",
+    )
     add_load_arguments(parser)
 
 

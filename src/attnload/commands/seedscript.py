@@ -23,8 +23,8 @@ from typing import Any
 from attnload.client.chat import ChatClient, chat_body
 from attnload.client.reach import check_reachable
 from attnload.client.transport import Timeouts
+from attnload.config.load import load_config
 from attnload.config.model import TestConfig
-from attnload.config.seed import load_config
 from attnload.errors import UsageError
 from attnload.workload.prompts import Workload
 
@@ -46,8 +46,12 @@ def seed_profiles(config: TestConfig, selected: str = "") -> list[str]:
 def measure(config: TestConfig, profiles: list[str]) -> dict[str, dict[str, dict[str, Any]]]:
     """``{model key: {profile: {model, elapsed_sec, completion_tokens, tokens_per_sec, samples}}}``."""
     request = config.request
-    timeouts = Timeouts(connect_s=request.connect_timeout_s, ttft_s=request.ttft_timeout_s,
-                        idle_s=request.idle_timeout_s, total_s=request.total_timeout_s)
+    timeouts = Timeouts(
+        connect_s=request.connect_timeout_s,
+        ttft_s=request.ttft_timeout_s,
+        idle_s=request.idle_timeout_s,
+        total_s=request.total_timeout_s,
+    )
     out: dict[str, dict[str, dict[str, Any]]] = {}
     for target in config.models:
         client = ChatClient(target.chat_url, target.api_key(), timeouts)
@@ -59,12 +63,20 @@ def measure(config: TestConfig, profiles: list[str]) -> dict[str, dict[str, dict
                 for _ in range(config.repeat):
                     plan = workload.next()
                     # Non-streaming, as the seed measures: elapsed is the whole request.
-                    body = chat_body(target.id, plan.messages, max_tokens=plan.max_tokens,
-                                     temperature=request.temperature, stream=False, ignore_eos=plan.ignore_eos)
+                    body = chat_body(
+                        target.id,
+                        plan.messages,
+                        max_tokens=plan.max_tokens,
+                        temperature=request.temperature,
+                        stream=False,
+                        ignore_eos=plan.ignore_eos,
+                    )
                     record = client.send(body, model_key=target.key, profile=name, stage=0)
                     if record.outcome != "ok":
-                        raise UsageError(f"model {target.key}, prompt {name}: request failed ({record.error}); "
-                                         "run `attnload check -c FILE` for the fix")
+                        raise UsageError(
+                            f"model {target.key}, prompt {name}: request failed ({record.error}); "
+                            "run `attnload check -c FILE` for the fix"
+                        )
                     samples.append((record.e2e_s, record.completion_tokens))
                 out[target.key][name] = _row(target.id, samples)
         finally:
@@ -76,10 +88,13 @@ def _row(model_id: str, samples: list[tuple[float, int]]) -> dict[str, Any]:
     elapsed = statistics.median(s[0] for s in samples)
     tokens = statistics.median(s[1] for s in samples)
     rates = statistics.median(s[1] / s[0] for s in samples if s[0] > 0)
-    return {"model": model_id, "elapsed_sec": round(elapsed, 3),
-            "completion_tokens": int(tokens) if float(tokens).is_integer() else tokens,
-            "tokens_per_sec": round(rates, 2),
-            "samples": [{"elapsed_sec": round(e, 4), "completion_tokens": n} for e, n in samples]}
+    return {
+        "model": model_id,
+        "elapsed_sec": round(elapsed, 3),
+        "completion_tokens": int(tokens) if float(tokens).is_integer() else tokens,
+        "tokens_per_sec": round(rates, 2),
+        "samples": [{"elapsed_sec": round(e, 4), "completion_tokens": n} for e, n in samples],
+    }
 
 
 def format_lines(config: TestConfig, table: dict[str, dict[str, dict[str, Any]]]) -> list[str]:
@@ -103,8 +118,18 @@ def run_seed_script(config_path: Path, *, profiles: str = "", results_dir: Path 
     if results_dir is not None:
         results_dir.mkdir(parents=True, exist_ok=True)
         path = results_dir / "seed_latency.json"
-        path.write_text(json.dumps({"schema": "attnload.seed_latency/v1", "repeat": config.repeat,
-                                    "written_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                                    "models": table}, ensure_ascii=False, indent=2), encoding="utf-8")
+        path.write_text(
+            json.dumps(
+                {
+                    "schema": "attnload.seed_latency/v1",
+                    "repeat": config.repeat,
+                    "written_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                    "models": table,
+                },
+                ensure_ascii=False,
+                indent=2,
+            ),
+            encoding="utf-8",
+        )
         print(f"medians over {config.repeat} requests each; samples: {path}")
     return 0

@@ -61,8 +61,7 @@ NAME_RULE = "use 1-64 of A-Z a-z 0-9 . _ : - (names travel in wire keys and metr
 _BRACKETS = re.compile(r"[\[\]{}]")
 _NOT_NEWLINE = re.compile(r"[^\n]")
 _JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.DOTALL)
-_TOML_SKIP = re.compile(r'"""(?:[^\\]|\\.)*?"""|\'\'\'.*?\'\'\'|"(?:[^"\\\n]|\\.)*"|\'[^\'\n]*\'|#[^\n]*',
-                        re.DOTALL)
+_TOML_SKIP = re.compile(r'"""(?:[^\\]|\\.)*?"""|\'\'\'.*?\'\'\'|"(?:[^"\\\n]|\\.)*"|\'[^\'\n]*\'|#[^\n]*', re.DOTALL)
 
 
 class LimitError(ValueError):
@@ -90,8 +89,11 @@ def scan_depth(text: str, toml: bool) -> None:
         depth = depth + 1 if match.group() in "[{" else depth - 1
         if depth > MAX_DEPTH:
             line = text.count("\n", 0, match.start()) + 1
-            raise LimitError(f"line {line}", f"nesting deeper than {MAX_DEPTH} levels is refused; a config nests "
-                                             "at most 5 (check for a generated or pasted file)")
+            raise LimitError(
+                f"line {line}",
+                f"nesting deeper than {MAX_DEPTH} levels is refused; a config nests "
+                "at most 5 (check for a generated or pasted file)",
+            )
 
 
 def refuse_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -99,8 +101,7 @@ def refuse_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     result: dict[str, Any] = {}
     for key, value in pairs:
         if key in result:
-            raise LimitError(f"key {key!r}", "given twice in one object; JSON would silently keep the last: "
-                                            "delete one")
+            raise LimitError(f"key {key!r}", "given twice in one object; JSON would silently keep the last: delete one")
         result[key] = value
     return result
 
@@ -109,11 +110,15 @@ def check_tree(data: Mapping[str, Any]) -> None:
     """Walk the parsed file without recursion: depth, finite numbers, and the names of models and profiles."""
     for path, value, depth in _walk(data):
         if depth > MAX_DEPTH:
-            raise LimitError(_dotted(path), f"nesting deeper than {MAX_DEPTH} levels is refused; a config nests "
-                                            "at most 5")
+            raise LimitError(
+                _dotted(path), f"nesting deeper than {MAX_DEPTH} levels is refused; a config nests at most 5"
+            )
         if isinstance(value, float) and not math.isfinite(value):
-            raise LimitError(_dotted(path), f"{_number_text(value)} is refused: every number must be finite; "
-                                            "give a number within the limits in docs/limits.md")
+            raise LimitError(
+                _dotted(path),
+                f"{_number_text(value)} is refused: every number must be finite; "
+                "give a number within the limits in docs/limits.md",
+            )
         if len(path) == 2 and path[0] in ("models", "workload", "test_prompts") and not is_name(path[1]):
             what = "model key" if path[0] == "models" else "profile name"
             raise LimitError(_dotted(path[:1]), f"{what} {path[1]!r} is refused: {NAME_RULE}")
@@ -153,12 +158,12 @@ def with_value(message: str, error: Mapping[str, Any]) -> str:
     return f"{message} (got {value!r})"
 
 
-def check_number(what: str, value: float, *, low: float, high: float, low_inclusive: bool = False,
-                 fix: str = "") -> float:
+def check_number(
+    what: str, value: float, *, low: float, high: float, low_inclusive: bool = False, fix: str = ""
+) -> float:
     """A flag's number: finite and within (low, high] (or [low, high]); else one-line :class:`UsageError`."""
     ok_low = value >= low if low_inclusive else value > low
     if not math.isfinite(value) or not ok_low or value > high:
         bound = f"{'≥' if low_inclusive else '>'} {low:g} and ≤ {high:g}"
-        raise UsageError(f"{what} {value:g} is out of range: it must be finite, {bound}"
-                         f"{'; ' + fix if fix else ''}")
+        raise UsageError(f"{what} {value:g} is out of range: it must be finite, {bound}{'; ' + fix if fix else ''}")
     return value

@@ -44,8 +44,10 @@ def env_name(value: str | None) -> str | None:
         return None
     if not _ENV_NAME.match(value):
         # Never echo the value: it is probably the key itself.
-        raise ValueError("api_key_env must name an environment variable (e.g. TAOTOKEN_API_KEY), "
-                         "not hold the key; export the key in that variable")
+        raise ValueError(
+            "api_key_env must name an environment variable (e.g. TAOTOKEN_API_KEY), "
+            "not hold the key; export the key in that variable"
+        )
     return value
 
 
@@ -79,8 +81,10 @@ class ModelTarget(StrictModel):
             return None
         value = os.environ.get(self.api_key_env)
         if not value:
-            raise UsageError(f"environment variable {self.api_key_env} is not set (model {self.key}): "
-                             f"export {self.api_key_env}=<your key>; keys are never read from files")
+            raise UsageError(
+                f"environment variable {self.api_key_env} is not set (model {self.key}): "
+                f"export {self.api_key_env}=<your key>; keys are never read from files"
+            )
         register_secret(value)
         return value
 
@@ -105,8 +109,9 @@ class Distribution(StrictModel):
     def _consistent(self) -> Distribution:
         if self.min > self.max:
             raise ValueError(f"distribution min {self.min} > max {self.max}; swap them")
-        needs = {"fixed": ("value",), "uniform": (), "normal": ("mean", "stddev"),
-                 "lognormal": ("mean", "stddev")}[self.dist]
+        needs = {"fixed": ("value",), "uniform": (), "normal": ("mean", "stddev"), "lognormal": ("mean", "stddev")}[
+            self.dist
+        ]
         missing = [name for name in needs if getattr(self, name) is None]
         if missing:
             raise ValueError(f"a {self.dist} distribution needs {' and '.join(missing)}")
@@ -170,8 +175,13 @@ class DurationDistribution(StrictModel):
     def _consistent(self) -> DurationDistribution:
         if self.min > self.max:
             raise ValueError(f"distribution min {self.min} > max {self.max}; swap them")
-        needs = {"fixed": ("value",), "uniform": (), "normal": ("mean", "stddev"),
-                 "lognormal": ("mean", "stddev"), "exponential": ("mean",)}[self.dist]
+        needs = {
+            "fixed": ("value",),
+            "uniform": (),
+            "normal": ("mean", "stddev"),
+            "lognormal": ("mean", "stddev"),
+            "exponential": ("mean",),
+        }[self.dist]
         missing = [name for name in needs if getattr(self, name) is None]
         if missing:
             raise ValueError(f"a {self.dist} think time needs {' and '.join(missing)}")
@@ -281,19 +291,24 @@ class Profile(ProfileSpec):
         if not limits.is_name(self.name):
             raise ValueError(f"profile name {self.name!r} is refused: {limits.NAME_RULE}")
         if self.shared_prefix_ratio > 0 and self.prompt_tokens is None:
-            raise ValueError(f"profile {self.name!r}: shared_prefix_ratio needs prompt_tokens (the prefix is a "
-                             "share of the built prompt)")
+            raise ValueError(
+                f"profile {self.name!r}: shared_prefix_ratio needs prompt_tokens (the prefix is a "
+                "share of the built prompt)"
+            )
         return self
 
 
 def check_token_bounds(prompt_tokens: int | Distribution | None, max_tokens: int | Distribution | None) -> None:
     """Token counts within :mod:`limits`: a fixed count, or the largest a distribution can draw."""
-    for name, value, high in (("prompt_tokens", prompt_tokens, limits.MAX_PROMPT_TOKENS),
-                              ("max_tokens", max_tokens, limits.MAX_OUTPUT_TOKENS)):
+    for name, value, high in (
+        ("prompt_tokens", prompt_tokens, limits.MAX_PROMPT_TOKENS),
+        ("max_tokens", max_tokens, limits.MAX_OUTPUT_TOKENS),
+    ):
         largest = value if isinstance(value, int) or value is None else (value.value or value.max)
         if largest is not None and largest > high:
-            raise ValueError(f"{name} {largest} is out of range: at most {high:,} tokens per request "
-                             "(lower it; see docs/limits.md)")
+            raise ValueError(
+                f"{name} {largest} is out of range: at most {high:,} tokens per request (lower it; see docs/limits.md)"
+            )
 
 
 class RequestSettings(StrictModel):

@@ -46,14 +46,18 @@ def check_url(url: str, what: str = "base_url") -> str:
         parts = urlsplit(url)
         port = parts.port
     except ValueError as exc:
-        raise ValueError(f"{what} {shown!r} is not a valid URL ({exc}): write it as http(s)://host[:port]/path "
-                         "with a port from 1 to 65535") from None
+        raise ValueError(
+            f"{what} {shown!r} is not a valid URL ({exc}): write it as http(s)://host[:port]/path "
+            "with a port from 1 to 65535"
+        ) from None
     if parts.scheme.lower() not in ("http", "https") or not parts.hostname:
         raise ValueError(f"{what} {shown!r} must start with http:// or https:// and name a host")
     if "@" in parts.netloc:
-        raise ValueError(f"{what} {shown!r} carries user:password@ credentials, which are refused (they would be "
-                         "written into results and logs): remove them and put the key in the env var named by "
-                         "api_key_env")
+        raise ValueError(
+            f"{what} {shown!r} carries user:password@ credentials, which are refused (they would be "
+            "written into results and logs): remove them and put the key in the env var named by "
+            "api_key_env"
+        )
     if port == 0:
         raise ValueError(f"{what} {shown!r}: port 0 is not a port; use 1-65535")
     return url

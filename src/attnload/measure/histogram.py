@@ -51,8 +51,9 @@ class LogHistogram:
         """
         fast = native.active()
         if fast is not None and type(samples) in (tuple, list):
-            done = fast.record_pairs(self.buckets, samples, self.count, self.total, self.min, self.max,
-                                     _MIN_VALUE_S, _LOG_GAMMA)
+            done = fast.record_pairs(
+                self.buckets, samples, self.count, self.total, self.min, self.max, _MIN_VALUE_S, _LOG_GAMMA
+            )
             if done is not None:
                 self.count, self.total, self.min, self.max = done
                 return
@@ -130,5 +131,12 @@ class LogHistogram:
 
     def summary(self) -> dict[str, float | int | None]:
         """The results-file summary: count, mean, p50, p90, p95, p99, max (seconds)."""
-        return {"count": self.count, "mean": self.mean, "p50": self.quantile(0.50), "p90": self.quantile(0.90),
-                "p95": self.quantile(0.95), "p99": self.quantile(0.99), "max": self.max if self.count else None}
+        return {
+            "count": self.count,
+            "mean": self.mean,
+            "p50": self.quantile(0.50),
+            "p90": self.quantile(0.90),
+            "p95": self.quantile(0.95),
+            "p99": self.quantile(0.99),
+            "max": self.max if self.count else None,
+        }

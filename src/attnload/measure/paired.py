@@ -124,8 +124,7 @@ class PairedRecorder:
     def take_delta(self) -> dict[str, Any]:
         delta, self._delta = self._delta, {}
         pairs, self._delta_pairs = self._delta_pairs, {}
-        return {"d": {f"{s}|{k}|{m}": v for (s, k, m), v in delta.items()},
-                "p": {str(s): n for s, n in pairs.items()}}
+        return {"d": {f"{s}|{k}|{m}": v for (s, k, m), v in delta.items()}, "p": {str(s): n for s, n in pairs.items()}}
 
     def merge_delta(self, data: Mapping[str, Any]) -> None:
         for stage, n in (data.get("p") or {}).items():
@@ -155,8 +154,9 @@ def _median(values: list[float]) -> float:
     return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2.0
 
 
-def bootstrap_median_ci(values: list[float], *, resamples: int = BOOTSTRAP_RESAMPLES, confidence: float = CONFIDENCE,
-                        seed: int = 0) -> tuple[float | None, float | None, float | None]:
+def bootstrap_median_ci(
+    values: list[float], *, resamples: int = BOOTSTRAP_RESAMPLES, confidence: float = CONFIDENCE, seed: int = 0
+) -> tuple[float | None, float | None, float | None]:
     """Median of ``values`` and its percentile-bootstrap confidence interval (seeded, so reproducible)."""
     if not values:
         return None, None, None

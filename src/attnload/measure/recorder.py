@@ -16,8 +16,18 @@ from attnload import native
 from attnload.measure.histogram import LogHistogram
 
 HISTOGRAMS = ("ttft", "itl", "tpot", "e2e", "lag")
-COUNTERS = ("ok", "failed", "cancelled", "abandoned", "prompt_tokens", "completion_tokens", "cached_prompt_tokens",
-            "estimated", "good", "cached_reported")
+COUNTERS = (
+    "ok",
+    "failed",
+    "cancelled",
+    "abandoned",
+    "prompt_tokens",
+    "completion_tokens",
+    "cached_prompt_tokens",
+    "estimated",
+    "good",
+    "cached_reported",
+)
 """``cached_reported``: requests whose server reported cached tokens (the sum counts only those)."""
 
 
@@ -38,8 +48,11 @@ class Series:
             self.errors[name] = self.errors.get(name, 0) + n
 
     def to_wire(self) -> dict[str, Any]:
-        return {"h": {k: v.to_wire() for k, v in self.hists.items() if v.count},
-                "c": {k: v for k, v in self.counts.items() if v}, "e": self.errors}
+        return {
+            "h": {k: v.to_wire() for k, v in self.hists.items() if v.count},
+            "c": {k: v for k, v in self.counts.items() if v},
+            "e": self.errors,
+        }
 
     @classmethod
     def from_wire(cls, data: dict[str, Any]) -> Series:
@@ -130,13 +143,15 @@ class Recorder:
             for series in self._both(key):
                 series.merge(incoming)
 
-    def combined(self, model_key: str | None = None, profile: str | None = None,
-                 stage: int | None = None) -> Series:
+    def combined(self, model_key: str | None = None, profile: str | None = None, stage: int | None = None) -> Series:
         """One merged series over every key matching the given parts."""
         total = Series()
         for (m, p, s), series in self.series.items():
-            if (model_key is None or m == model_key) and (profile is None or p == profile) and (
-                    stage is None or s == stage):
+            if (
+                (model_key is None or m == model_key)
+                and (profile is None or p == profile)
+                and (stage is None or s == stage)
+            ):
                 total.merge(series)
         return total
 
@@ -171,8 +186,9 @@ def _apply(series: Series, record: RequestRecord) -> None:
         hists["tpot"].record(tpot)
 
 
-def split_gaps(gaps_s: list[float], chunk_tokens: list[int], completion_tokens: int | None
-               ) -> tuple[tuple[float, int], ...]:
+def split_gaps(
+    gaps_s: list[float], chunk_tokens: list[int], completion_tokens: int | None
+) -> tuple[tuple[float, int], ...]:
     """Per-token ITL samples: a chunk of k tokens after a gap g gives k samples of g/k.
 
     ``chunk_tokens`` are local estimates for every content chunk, the first included

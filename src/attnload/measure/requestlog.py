@@ -81,8 +81,14 @@ def _us(value: float | None) -> float | None:
     return None if value is None else round(value, 6)
 
 
-def request_line(record: RequestRecord, facts: TargetFacts, worker: int, who: Who = NOBODY,
-                 now_perf: float | None = None, now_epoch: float | None = None) -> dict[str, Any]:
+def request_line(
+    record: RequestRecord,
+    facts: TargetFacts,
+    worker: int,
+    who: Who = NOBODY,
+    now_perf: float | None = None,
+    now_epoch: float | None = None,
+) -> dict[str, Any]:
     """The record as a dict of the documented fields (epoch seconds at microsecond resolution).
 
     Times in the record are ``perf_counter`` seconds; ``now_perf``/``now_epoch`` (default: now) map
@@ -100,17 +106,33 @@ def request_line(record: RequestRecord, facts: TargetFacts, worker: int, who: Wh
     origin = started - (lag or 0.0)
     p50, peak = itl_p50_max(record.itl_samples)
     return {
-        "v": SCHEMA, "target": facts.target, "model": facts.model, "attention": facts.attention,
-        "stage": record.stage if record.stage >= 0 else None, "profile": record.profile, "worker": worker,
-        "user": who.user, "conversation": who.conversation if record.turn is not None else None,
-        "turn": record.turn, "intended_s": _us(origin) if lag is not None else None, "start_s": _us(started),
+        "v": SCHEMA,
+        "target": facts.target,
+        "model": facts.model,
+        "attention": facts.attention,
+        "stage": record.stage if record.stage >= 0 else None,
+        "profile": record.profile,
+        "worker": worker,
+        "user": who.user,
+        "conversation": who.conversation if record.turn is not None else None,
+        "turn": record.turn,
+        "intended_s": _us(origin) if lag is not None else None,
+        "start_s": _us(started),
         "first_token_s": _us(origin + record.ttft_s) if record.ttft_s is not None else None,
-        "end_s": _us(origin + record.e2e_s), "ttft_s": _us(record.ttft_s), "tpot_s": _us(record.tpot_s),
-        "e2e_s": _us(record.e2e_s), "itl_p50_s": _us(p50), "itl_max_s": _us(peak),
+        "end_s": _us(origin + record.e2e_s),
+        "ttft_s": _us(record.ttft_s),
+        "tpot_s": _us(record.tpot_s),
+        "e2e_s": _us(record.e2e_s),
+        "itl_p50_s": _us(p50),
+        "itl_max_s": _us(peak),
         "chunks": len(record.itl_samples) + (record.ttft_s is not None),
-        "prompt_tokens": record.prompt_tokens, "completion_tokens": record.completion_tokens,
-        "cached_tokens": record.cached_prompt_tokens, "tokens_estimated": record.tokens_estimated,
-        "dispatch_lag_s": _us(lag), "status": status_of(record), "error_class": record.error,
+        "prompt_tokens": record.prompt_tokens,
+        "completion_tokens": record.completion_tokens,
+        "cached_tokens": record.cached_prompt_tokens,
+        "tokens_estimated": record.tokens_estimated,
+        "dispatch_lag_s": _us(lag),
+        "status": status_of(record),
+        "error_class": record.error,
         "http_status": record.http_status,
     }
 

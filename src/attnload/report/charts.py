@@ -33,12 +33,17 @@ def throughput_chart(results: Results, baseline: Results | None = None) -> str:
             stages = _loaded(run)
             points = [(float(stage_x(s) or 0.0), s.output_tokens_per_s) for s in stages]
             series.append(Series(series_name(run) + suffix, points, colors[model.key], dashed))
-    return line_chart("plot-throughput", series, load_axis_name(results), "output tokens/s",
-                      log_y=False, describe=lambda s, x, y: f"{s.name}: {y:,.0f} tok/s at {x:g}")
+    return line_chart(
+        "plot-throughput",
+        series,
+        load_axis_name(results),
+        "output tokens/s",
+        log_y=False,
+        describe=lambda s, x, y: f"{s.name}: {y:,.0f} tok/s at {x:g}",
+    )
 
 
-def frontier_chart(results: Results, field: str = "ttft_s", q: str = "p99",
-                   baseline: Results | None = None) -> str:
+def frontier_chart(results: Results, field: str = "ttft_s", q: str = "p99", baseline: Results | None = None) -> str:
     """Latency vs throughput per stage: the frontier; lower-right is better."""
     colors = _colors(results)
     series: list[Series] = []
@@ -52,12 +57,18 @@ def frontier_chart(results: Results, field: str = "ttft_s", q: str = "p99",
                 if value is not None:
                     points.append((stage.output_tokens_per_s, value * 1000.0))
                     labels.append(stage_label(stage).replace(" users", "u"))
-            series.append(Series(series_name(run) + suffix, points, colors[model.key], dashed,
-                                 labels if not dashed else []))
+            series.append(
+                Series(series_name(run) + suffix, points, colors[model.key], dashed, labels if not dashed else [])
+            )
     name = {"ttft_s": "TTFT", "itl_s": "ITL"}[field]
-    return line_chart(f"plot-frontier-{name.lower()}-{q}", series, "output tokens/s", f"{name} {q} (ms)",
-                      sort_x=False,
-                      describe=lambda s, x, y: f"{s.name}: {name} {q} {y:,.1f} ms at {x:,.0f} tok/s")
+    return line_chart(
+        f"plot-frontier-{name.lower()}-{q}",
+        series,
+        "output tokens/s",
+        f"{name} {q} (ms)",
+        sort_x=False,
+        describe=lambda s, x, y: f"{s.name}: {name} {q} {y:,.1f} ms at {x:,.0f} tok/s",
+    )
 
 
 def percentile_chart(results: Results, field: str) -> str:
@@ -73,8 +84,13 @@ def percentile_chart(results: Results, field: str) -> str:
                 if value is not None:
                     points.append((float(stage_x(stage) or 0.0), value * 1000.0))
             series.append(Series(f"{series_name(model)} {q}", points, colors[model.key], dashed))
-    return line_chart(f"plot-{name.lower()}-percentiles", series, load_axis_name(results), f"{name} (ms)",
-                      describe=lambda s, x, y: f"{s.name}: {y:,.1f} ms at {x:g}")
+    return line_chart(
+        f"plot-{name.lower()}-percentiles",
+        series,
+        load_axis_name(results),
+        f"{name} (ms)",
+        describe=lambda s, x, y: f"{s.name}: {y:,.1f} ms at {x:g}",
+    )
 
 
 def context_chart(results: Results) -> str:
@@ -84,11 +100,19 @@ def context_chart(results: Results) -> str:
     series: list[Series] = []
     for model in results.models:
         for q, dashed in (("p50", False), ("p99", True)):
-            points = [(float(b.prompt_tokens_mean or b.max_tokens), getattr(b.ttft_s, q) * 1000.0)
-                      for b in model.ttft_by_prompt_tokens if getattr(b.ttft_s, q) is not None]
+            points = [
+                (float(b.prompt_tokens_mean or b.max_tokens), getattr(b.ttft_s, q) * 1000.0)
+                for b in model.ttft_by_prompt_tokens
+                if getattr(b.ttft_s, q) is not None
+            ]
             series.append(Series(f"{series_name(model)} {q}", points, colors[model.key], dashed))
-    return line_chart("plot-ttft-context", series, "prompt tokens (bucket mean)", "TTFT (ms)",
-                      describe=lambda s, x, y: f"{s.name}: {y:,.1f} ms at {x:,.0f} prompt tokens")
+    return line_chart(
+        "plot-ttft-context",
+        series,
+        "prompt tokens (bucket mean)",
+        "TTFT (ms)",
+        describe=lambda s, x, y: f"{s.name}: {y:,.1f} ms at {x:,.0f} prompt tokens",
+    )
 
 
 CANCELLED = "cancelled"
@@ -108,9 +132,16 @@ def errors_chart(results: Results) -> str:
 def cancellations_chart(results: Results) -> str:
     """Requests in flight when a stage or the test stopped; kept apart from failures, which they are not."""
     abandoned = any(m.requests.abandoned for m in results.models)
-    bars = [(series_name(m), {"cancelled at stop": m.requests.cancelled,
-                              **({"abandoned by the client": m.requests.abandoned} if abandoned else {})})
-            for m in results.models]
+    bars = [
+        (
+            series_name(m),
+            {
+                "cancelled at stop": m.requests.cancelled,
+                **({"abandoned by the client": m.requests.abandoned} if abandoned else {}),
+            },
+        )
+        for m in results.models
+    ]
     return stacked_bars("plot-cancellations", bars, "requests cancelled at stop or abandoned (not failures)")
 
 
@@ -119,25 +150,50 @@ def charts(results: Results, baseline: Results | None = None) -> list[tuple[str,
     out: list[tuple[str, str, str]] = []
     if any(_loaded(m) for m in results.models):
         out += [
-            ("Throughput vs load", "Output tokens/s per stage. The curve flattens where a model saturates.",
-             throughput_chart(results, baseline)),
-            ("Latency vs throughput frontier (TTFT p99)",
-             "Each point is a stage, joined in stage order. Lower and further right is better; a curve that "
-             "shoots up is a model past its knee.", frontier_chart(results, "ttft_s", "p99", baseline)),
-            ("Latency vs throughput frontier (ITL p50)",
-             "Typical decode speed as throughput grows.", frontier_chart(results, "itl_s", "p50", baseline)),
+            (
+                "Throughput vs load",
+                "Output tokens/s per stage. The curve flattens where a model saturates.",
+                throughput_chart(results, baseline),
+            ),
+            (
+                "Latency vs throughput frontier (TTFT p99)",
+                "Each point is a stage, joined in stage order. Lower and further right is better; a curve that "
+                "shoots up is a model past its knee.",
+                frontier_chart(results, "ttft_s", "p99", baseline),
+            ),
+            (
+                "Latency vs throughput frontier (ITL p50)",
+                "Typical decode speed as throughput grows.",
+                frontier_chart(results, "itl_s", "p50", baseline),
+            ),
             ("TTFT by stage", "Solid: p50, dashed: p99.", percentile_chart(results, "ttft_s")),
             ("ITL by stage", "Solid: p50, dashed: p99.", percentile_chart(results, "itl_s")),
         ]
     if any(len(m.ttft_by_prompt_tokens) > 1 or m.turns for m in results.models):
-        out.append(("TTFT vs context length",
-                    "TTFT by prompt-length bucket (powers of two); solid p50, dashed p99. A conversation's prompt "
-                    "grows every turn, so this is where KV bytes per token show.", context_chart(results)))
+        out.append(
+            (
+                "TTFT vs context length",
+                "TTFT by prompt-length bucket (powers of two); solid p50, dashed p99. A conversation's prompt "
+                "grows every turn, so this is where KV bytes per token show.",
+                context_chart(results),
+            )
+        )
     if any(failures(m) for m in results.models):
-        out.append(("Failures", "Failed requests by error class (see the fix hints in `attnload check`). "
-                    "Requests cancelled when the test stopped are not counted here.", errors_chart(results)))
+        out.append(
+            (
+                "Failures",
+                "Failed requests by error class (see the fix hints in `attnload check`). "
+                "Requests cancelled when the test stopped are not counted here.",
+                errors_chart(results),
+            )
+        )
     if any(m.requests.cancelled or m.requests.abandoned for m in results.models):
-        out.append(("Cancelled at stop", "Requests still in flight when a stage or the test stopped, and streams "
-                    "the client closed on purpose (--abandon-rate): not server failures, shown apart from them.",
-                    cancellations_chart(results)))
+        out.append(
+            (
+                "Cancelled at stop",
+                "Requests still in flight when a stage or the test stopped, and streams "
+                "the client closed on purpose (--abandon-rate): not server failures, shown apart from them.",
+                cancellations_chart(results),
+            )
+        )
     return out

@@ -124,3 +124,23 @@ def compare_results(current: Results, baseline: Results, threshold: float = DEFA
         only_baseline=[m.key for m in baseline.models if m.key not in current_keys],
         threshold=threshold,
     )
+
+
+def regression_status(comparison: Comparison) -> tuple[int, list[str]]:
+    """``report --fail-on-regression``: 1 with one line per regressed row, each metric with its change
+    (the comparison was built with the PCT as its threshold), else 0."""
+    lines = []
+    for row in comparison.rows:
+        parts = [
+            f"{d.metric.title} {d.metric.show(d.baseline)} → {d.metric.show(d.current)}"
+            + (f" ({d.change * 100:+.1f}%)" if d.change is not None else "")
+            for d in row.deltas
+            if d.regression
+        ]
+        if row.failure_regression:
+            before, after = (f"{(r or 0.0) * 100:.1f}%" for r in row.failure_ratio)
+            parts.append(f"failure ratio {before} → {after}")
+        if parts:
+            where = row.key + (f" @{row.stage}" if row.stage else "")
+            lines.append(f"regression: {where}: {'; '.join(parts)}")
+    return (1 if lines else 0), lines

@@ -47,8 +47,15 @@ def _has(results: Results, key: str) -> bool:
     return any(key in m.attention_info for m in results.models)
 
 
-_HEADERS = ("TTFT ms\np50 / p99", "ITL ms\np50 / p99", "TPOT ms\np50", "out\ntok/s", "req\nok / failed",
-            "errors", "goodput\nreq/s")
+_HEADERS = (
+    "TTFT ms\np50 / p99",
+    "ITL ms\np50 / p99",
+    "TPOT ms\np50",
+    "out\ntok/s",
+    "req\nok / failed",
+    "errors",
+    "goodput\nreq/s",
+)
 
 
 def _metric_cells(totals: Totals) -> list[str]:
@@ -66,13 +73,18 @@ def _metric_cells(totals: Totals) -> list[str]:
 
 def _add_metric_columns(table: Table) -> None:
     for title in _HEADERS:
-        table.add_column(title, justify="left" if title == "errors" else "right",
-                         no_wrap=title != "errors", max_width=24 if title == "errors" else None)
+        table.add_column(
+            title,
+            justify="left" if title == "errors" else "right",
+            no_wrap=title != "errors",
+            max_width=24 if title == "errors" else None,
+        )
 
 
 def _model_table(results: Results) -> Table:
-    table = Table(title="attnload results (medians first)", title_justify="left", header_style="bold",
-                  box=box.SIMPLE_HEAD)
+    table = Table(
+        title="attnload results (medians first)", title_justify="left", header_style="bold", box=box.SIMPLE_HEAD
+    )
     table.add_column("model", no_wrap=True)
     _add_metric_columns(table)
     show_kv = _has(results, "kv_bytes_per_token_per_gpu")
@@ -112,14 +124,18 @@ def _paired_table(results: Results) -> Table | None:
     rows = paired_rows(results)
     if not rows:
         return None
-    table = Table(title=f"paired differences (model − {rows[0].baseline}, ms, {rows[0].confidence:.0%} CI)",
-                  title_justify="left", header_style="bold", box=box.SIMPLE_HEAD)
+    table = Table(
+        title=f"paired differences (model − {rows[0].baseline}, ms, {rows[0].confidence:.0%} CI)",
+        title_justify="left",
+        header_style="bold",
+        box=box.SIMPLE_HEAD,
+    )
     for title in ("model", "metric", "median diff", "CI", "pairs", ""):
-        table.add_column(title, justify="right" if title in ("median diff", "CI", "pairs") else "left",
-                         no_wrap=True)
+        table.add_column(title, justify="right" if title in ("median diff", "CI", "pairs") else "left", no_wrap=True)
     for row in rows:
-        table.add_row(row.model, row.metric, diff_ms(row.diff.median_diff), ci_ms(row.diff),
-                      f"{row.diff.n:,}", row.verdict)
+        table.add_row(
+            row.model, row.metric, diff_ms(row.diff.median_diff), ci_ms(row.diff), f"{row.diff.n:,}", row.verdict
+        )
     return table
 
 
@@ -156,8 +172,11 @@ def print_summary(results: Results, console: Console | None = None) -> None:
 
 def render_comparison(comparison: Comparison) -> RenderableType:
     """This run against a baseline: each cell ``now (Δ%)``, regressions in red."""
-    table = Table(title=f"compared with baseline (regression: >{comparison.threshold:.0%} worse)",
-                  title_justify="left", header_style="bold")
+    table = Table(
+        title=f"compared with baseline (regression: >{comparison.threshold:.0%} worse)",
+        title_justify="left",
+        header_style="bold",
+    )
     table.add_column("model")
     for metric in METRICS:
         table.add_column(metric.title, justify="right")

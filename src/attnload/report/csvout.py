@@ -16,10 +16,25 @@ from pathlib import Path
 from attnload.results.model import ModelSummary, Results, Totals
 
 LLM_CSV_COLUMNS = (
-    "Target", "Model", "Attention", "Stage", "Users", "Rate (req/s)",
-    "Requests OK", "Requests Failed", "Requests Cancelled", "Requests Abandoned",
-    "TTFT p50 (ms)", "TTFT p99 (ms)", "ITL p50 (ms)", "ITL p99 (ms)", "TPOT p50 (ms)", "E2E p50 (ms)",
-    "Output Tokens/s", "Requests/s", "Goodput Requests/s",
+    "Target",
+    "Model",
+    "Attention",
+    "Stage",
+    "Users",
+    "Rate (req/s)",
+    "Requests OK",
+    "Requests Failed",
+    "Requests Cancelled",
+    "Requests Abandoned",
+    "TTFT p50 (ms)",
+    "TTFT p99 (ms)",
+    "ITL p50 (ms)",
+    "ITL p99 (ms)",
+    "TPOT p50 (ms)",
+    "E2E p50 (ms)",
+    "Output Tokens/s",
+    "Requests/s",
+    "Goodput Requests/s",
 )
 AGGREGATED = "Aggregated"
 """Locust's name for the total row."""
@@ -50,10 +65,25 @@ def llm_rows(results: Results) -> Iterator[list[str]]:
 
 def _row(model: ModelSummary, stage: str, users: int | None, rate: float | None, t: Totals) -> list[str]:
     return [
-        model.key, model.model, model.attention, stage, _plain(users), _plain(rate),
-        str(t.requests.ok), str(t.requests.failed), str(t.requests.cancelled), str(t.requests.abandoned),
-        _ms(t.ttft_s.p50), _ms(t.ttft_s.p99), _ms(t.itl_s.p50), _ms(t.itl_s.p99), _ms(t.tpot_s.p50),
-        _ms(t.e2e_s.p50), _num(t.output_tokens_per_s), _num(t.requests_per_s), _plain(t.goodput_rps),
+        model.key,
+        model.model,
+        model.attention,
+        stage,
+        _plain(users),
+        _plain(rate),
+        str(t.requests.ok),
+        str(t.requests.failed),
+        str(t.requests.cancelled),
+        str(t.requests.abandoned),
+        _ms(t.ttft_s.p50),
+        _ms(t.ttft_s.p99),
+        _ms(t.itl_s.p50),
+        _ms(t.itl_s.p99),
+        _ms(t.tpot_s.p50),
+        _ms(t.e2e_s.p50),
+        _num(t.output_tokens_per_s),
+        _num(t.requests_per_s),
+        _plain(t.goodput_rps),
     ]
 
 

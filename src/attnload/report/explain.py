@@ -98,13 +98,15 @@ def model_paragraph(model: ModelSummary) -> str:
         if dp is not None and dp > 1:
             parts.append(
                 f"On {tp:.0f}× {gpu} it runs DP attention in {dp:.0f} groups: each GPU holds only its own "
-                f"sequences' KV" + (f" ({kib(per_gpu)} per token)" if per_gpu is not None else "")
+                f"sequences' KV"
+                + (f" ({kib(per_gpu)} per token)" if per_gpu is not None else "")
                 + ", so capacity grows with the group count instead of with head sharding."
             )
         else:
             parts.append(
                 f"On {tp:.0f}× {gpu} tensor parallelism splits each token's KV across the GPUs"
-                + (f" ({kib(per_gpu)} per GPU)" if per_gpu is not None else "") + "."
+                + (f" ({kib(per_gpu)} per GPU)" if per_gpu is not None else "")
+                + "."
             )
     cap = _info_num(model, "kv_capacity_tokens")
     seqs = _info_num(model, "max_seqs_at_8k")
@@ -170,19 +172,26 @@ def _measured(models: list[ModelSummary]) -> list[str]:
     flat = [k for k in knees if k.factor < FLAT_FACTOR]
 
     def describe(k: _Knee) -> str:
-        return (f"{series_name(k.model)}'s TTFT p99 went from {ms(k.first.ttft_s.p99)} at {stage_label(k.first)} "
-                f"to {ms(k.last.ttft_s.p99)} at {stage_label(k.last)} (×{k.factor:.1f})")
+        return (
+            f"{series_name(k.model)}'s TTFT p99 went from {ms(k.first.ttft_s.p99)} at {stage_label(k.first)} "
+            f"to {ms(k.last.ttft_s.p99)} at {stage_label(k.last)} (×{k.factor:.1f})"
+        )
 
     if rising and flat:
         out.append(
-            "Measured: " + "; ".join(describe(k) for k in rising) + ", while "
-            + " and ".join(f"{series_name(k.model)} stayed within ×{k.factor:.1f}" for k in flat) + ". "
+            "Measured: "
+            + "; ".join(describe(k) for k in rising)
+            + ", while "
+            + " and ".join(f"{series_name(k.model)} stayed within ×{k.factor:.1f}" for k in flat)
+            + ". "
             "A first token that arrives later and later as users are added means new requests waited for "
             "KV space: " + ", ".join(k.model.key for k in rising) + " hit its KV capacity first."
         )
     elif rising:
-        out.append("Measured: " + "; ".join(describe(k) for k in knees) + ". Every model passed its knee "
-                   "in this sweep; the one whose TTFT rose later held more sequences in its KV cache.")
+        out.append(
+            "Measured: " + "; ".join(describe(k) for k in knees) + ". Every model passed its knee "
+            "in this sweep; the one whose TTFT rose later held more sequences in its KV cache."
+        )
     else:
         out.append(
             "Measured: no model's TTFT p99 rose more than ×" + f"{max(k.factor for k in knees):.1f}"
@@ -192,9 +201,12 @@ def _measured(models: list[ModelSummary]) -> list[str]:
     lasts = [k for k in knees if k.last.output_tokens_per_s > 0]
     if len(lasts) > 1:
         out.append(
-            "In the last stage: " + ", ".join(
-                f"{k.model.key} produced {rate(k.last.output_tokens_per_s)} output tok/s "
-                f"at {stage_label(k.last)}" for k in lasts) + "."
+            "In the last stage: "
+            + ", ".join(
+                f"{k.model.key} produced {rate(k.last.output_tokens_per_s)} output tok/s at {stage_label(k.last)}"
+                for k in lasts
+            )
+            + "."
         )
     firsts = [k for k in knees if k.first.itl_s.p50 is not None]
     if len(firsts) > 1:
@@ -202,11 +214,15 @@ def _measured(models: list[ModelSummary]) -> list[str]:
         fastest = min(firsts, key=lambda k: k.first.itl_s.p50 or 0.0)
         dp = _info_num(slowest.model, "dp_attention")
         if slowest is not fastest:
-            text = (f"At the lightest load, ITL p50 was {ms(slowest.first.itl_s.p50)} for {slowest.model.key} vs "
-                    f"{ms(fastest.first.itl_s.p50)} for {fastest.model.key}")
+            text = (
+                f"At the lightest load, ITL p50 was {ms(slowest.first.itl_s.p50)} for {slowest.model.key} vs "
+                f"{ms(fastest.first.itl_s.p50)} for {fastest.model.key}"
+            )
             if dp is not None and dp > 1:
-                text += (": DP attention trades single-stream speed for capacity, since one GPU runs all heads "
-                         "of its own sequences")
+                text += (
+                    ": DP attention trades single-stream speed for capacity, since one GPU runs all heads "
+                    "of its own sequences"
+                )
             out.append(text + ".")
     return out
 
@@ -223,6 +239,7 @@ def explain(results: Results) -> list[str]:
     if presets_differ(results):
         paragraphs.append(f"Caveat: the {MIXED_MODELS_NOTE}, so not every difference is the attention's doing.")
     if is_simulated(results):
-        paragraphs.append("These figures come from attnload's simulator (an attention-aware roofline model), "
-                          "not from real GPUs.")
+        paragraphs.append(
+            "These figures come from attnload's simulator (an attention-aware roofline model), not from real GPUs."
+        )
     return paragraphs

@@ -80,15 +80,20 @@ def console_table(results: Results) -> Table | None:
     found = rows(results)
     if not found:
         return None
-    table = Table(title="GPU view (dcgm-exporter / simulated DCGM fields per model and stage)", title_justify="left",
-                  header_style="bold", box=box.SIMPLE_HEAD)
+    table = Table(
+        title="GPU view (dcgm-exporter / simulated DCGM fields per model and stage)",
+        title_justify="left",
+        header_style="bold",
+        box=box.SIMPLE_HEAD,
+    )
     for title in ("model", "stage", *(c.title for c in COLUMNS), "bound"):
         table.add_column(title, justify="left" if title in ("model", "stage", "bound") else "right", no_wrap=True)
     last = None
     for model, stage, gpu in found:
         cells = [column.show(column.get(gpu)) for column in COLUMNS]  # type: ignore[arg-type]
-        table.add_row(model.key if model.key != last else "", stage_label(stage) if stage else "run", *cells,
-                      gpu.bound or DASH)
+        table.add_row(
+            model.key if model.key != last else "", stage_label(stage) if stage else "run", *cells, gpu.bound or DASH
+        )
         last = model.key
     unread = [m.key for m in results.models if m.gpu is None]
     if unread:
@@ -106,19 +111,27 @@ def html_section(results: Results) -> str:
         for column in COLUMNS:
             value = column.get(gpu)
             raw = "" if value is None else repr(value)
-            cells.append(f'<td class="num" data-field="{escape(column.path)}" data-value="{escape(raw)}">'
-                         f"{escape(column.show(value))}</td>")  # type: ignore[arg-type]
+            cells.append(
+                f'<td class="num" data-field="{escape(column.path)}" data-value="{escape(raw)}">'
+                f"{escape(column.show(value))}</td>"
+            )  # type: ignore[arg-type]
         where = stage_label(stage) if stage is not None else "whole run"
         index = f' data-stage="{stage.index}"' if stage is not None else ""
-        body.append(f'<tr data-model="{escape(model.key)}"{index}><th scope="row">{escape(model.key)}</th>'
-                    f"<td>{escape(where)}</td><td>{escape(gpu.source or DASH)}</td>{''.join(cells)}"
-                    f'<td data-field="gpu.bound">{escape(gpu.bound or DASH)}</td></tr>')
-    note = ('<p class="note">DRAM and tensor: share of cycles the memory interface / tensor pipes were active, mean '
-            "over the model's GPUs; W: summed over them; J/token: their energy over the client's output tokens. "
-            "bound: bandwidth when DRAM ≥ 25 % and ≥ 2× tensor, compute the other way round, else neither "
-            "(docs/gpu-metrics.md).</p>")
-    return (f'{note}<table class="stages" id="gpu-table"><thead><tr><th>model</th><th class="l">stage</th>'
-            f"<th>source</th>{head}<th>bound</th></tr></thead><tbody>{''.join(body)}</tbody></table>")
+        body.append(
+            f'<tr data-model="{escape(model.key)}"{index}><th scope="row">{escape(model.key)}</th>'
+            f"<td>{escape(where)}</td><td>{escape(gpu.source or DASH)}</td>{''.join(cells)}"
+            f'<td data-field="gpu.bound">{escape(gpu.bound or DASH)}</td></tr>'
+        )
+    note = (
+        '<p class="note">DRAM and tensor: share of cycles the memory interface / tensor pipes were active, mean '
+        "over the model's GPUs; W: summed over them; J/token: their energy over the client's output tokens. "
+        "bound: bandwidth when DRAM ≥ 25 % and ≥ 2× tensor, compute the other way round, else neither "
+        "(docs/gpu-metrics.md).</p>"
+    )
+    return (
+        f'{note}<table class="stages" id="gpu-table"><thead><tr><th>model</th><th class="l">stage</th>'
+        f"<th>source</th>{head}<th>bound</th></tr></thead><tbody>{''.join(body)}</tbody></table>"
+    )
 
 
 def live_cells(totals: Totals) -> dict[str, str]:
@@ -127,17 +140,22 @@ def live_cells(totals: Totals) -> dict[str, str]:
     if gpu is None:
         return dict.fromkeys(LIVE_KEYS, "")
     dram, tensor = _mean(gpu.dram_active), _mean(gpu.tensor_active)
-    return {"gpu_dram_pct": "" if dram is None else percent(dram),
-            "gpu_tensor_pct": "" if tensor is None else percent(tensor),
-            "gpu_power_w": "" if gpu.power_w is None else f"{gpu.power_w:,.0f}",
-            "gpu_j_per_token": "" if gpu.joules_per_output_token is None else f"{gpu.joules_per_output_token:.3f}",
-            "gpu_bound": gpu.bound or ""}
+    return {
+        "gpu_dram_pct": "" if dram is None else percent(dram),
+        "gpu_tensor_pct": "" if tensor is None else percent(tensor),
+        "gpu_power_w": "" if gpu.power_w is None else f"{gpu.power_w:,.0f}",
+        "gpu_j_per_token": "" if gpu.joules_per_output_token is None else f"{gpu.joules_per_output_token:.3f}",
+        "gpu_bound": gpu.bound or "",
+    }
 
 
 LIVE_KEYS = ("gpu_dram_pct", "gpu_tensor_pct", "gpu_power_w", "gpu_j_per_token", "gpu_bound")
 LIVE_COLUMNS: tuple[tuple[str, str], ...] = (
-    ("gpu_dram_pct", "GPU DRAM"), ("gpu_tensor_pct", "GPU tensor"), ("gpu_power_w", "GPU W"),
-    ("gpu_j_per_token", "J/token"), ("gpu_bound", "Bound"),
+    ("gpu_dram_pct", "GPU DRAM"),
+    ("gpu_tensor_pct", "GPU tensor"),
+    ("gpu_power_w", "GPU W"),
+    ("gpu_j_per_token", "J/token"),
+    ("gpu_bound", "Bound"),
 )
 
 
@@ -155,15 +173,17 @@ def measured_gpu(results: Results) -> list[str]:
         if dram is None and tensor is None:
             text = f"{series_name(model)}'s GPUs{where} drew {_num(gpu.power_w)} W (no profiling fields served)"
         else:
-            text = (f"{series_name(model)}'s GPUs{where} kept DRAM {_pct(dram)} active and tensor pipes "
-                    f"{_pct(tensor)}")
+            text = f"{series_name(model)}'s GPUs{where} kept DRAM {_pct(dram)} active and tensor pipes {_pct(tensor)}"
             if gpu.bound in ("bandwidth", "compute"):
                 text += f": {gpu.bound}-bound"
                 kv = model.attention_info.get("kv_bytes_per_token")
                 if gpu.bound == "bandwidth" and isinstance(kv, int | float) and kv:
                     latent = model.attention in KINDS and KINDS[model.attention].latent
-                    text += (f", streaming weights more than its {kv / 1024:,.0f} KiB of KV per token" if latent
-                             else f", as {kv / 1024:,.0f} KiB of KV per token predicts")
+                    text += (
+                        f", streaming weights more than its {kv / 1024:,.0f} KiB of KV per token"
+                        if latent
+                        else f", as {kv / 1024:,.0f} KiB of KV per token predicts"
+                    )
             elif gpu.bound == "neither":
                 text += ": neither roof (overhead, communication or idle time dominates)"
         if gpu.joules_per_output_token is not None:

@@ -35,8 +35,9 @@ def _num_cell(path: str, value: float | int | None, text: str, extra_class: str 
 
 def _totals_cells(totals: Totals) -> str:
     cells = [_num_cell(m.path, m.get(totals), m.show(m.get(totals)), "num") for m in METRICS[:5]]
-    cells.append(_num_cell("output_tokens_per_s", totals.output_tokens_per_s,
-                           METRICS[5].show(totals.output_tokens_per_s), "num"))
+    cells.append(
+        _num_cell("output_tokens_per_s", totals.output_tokens_per_s, METRICS[5].show(totals.output_tokens_per_s), "num")
+    )
     cells.append(_num_cell("requests.ok", totals.requests.ok, f"{totals.requests.ok:,}", "num"))
     failed_cls = "num bad" if totals.requests.failed else "num"
     cells.append(_num_cell("requests.failed", totals.requests.failed, f"{totals.requests.failed:,}", failed_cls))
@@ -45,8 +46,10 @@ def _totals_cells(totals: Totals) -> str:
     return "".join(cells)
 
 
-_HEAD = ("<th>TTFT p50</th><th>TTFT p99</th><th>ITL p50</th><th>ITL p99</th><th>TPOT p50</th>"
-         '<th>out tok/s</th><th>ok</th><th>failed</th><th class="l">errors</th><th>goodput req/s</th>')
+_HEAD = (
+    "<th>TTFT p50</th><th>TTFT p99</th><th>ITL p50</th><th>ITL p99</th><th>TPOT p50</th>"
+    '<th>out tok/s</th><th>ok</th><th>failed</th><th class="l">errors</th><th>goodput req/s</th>'
+)
 
 
 def _summary_table(results: Results) -> str:
@@ -59,20 +62,29 @@ def _summary_table(results: Results) -> str:
     for m in results.models:
         sub = f'<div class="sub">{escape(m.model)}</div>' if m.model != m.key else ""
         failed = ' class="failed-model"' if m.requests.ok == 0 and m.requests.total > 0 else ""
-        row = (f'<tr data-model="{escape(m.key)}"{failed}><th scope="row">{escape(m.key)}'
-               f'{sub}</th><td><span class="badge '
-               f'att-{escape(m.attention.lower())}">{escape(m.attention.upper())}</span></td>{_totals_cells(m)}')
+        row = (
+            f'<tr data-model="{escape(m.key)}"{failed}><th scope="row">{escape(m.key)}'
+            f'{sub}</th><td><span class="badge '
+            f'att-{escape(m.attention.lower())}">{escape(m.attention.upper())}</span></td>{_totals_cells(m)}'
+        )
         if show_kv:
             value = m.attention_info.get("kv_bytes_per_token_per_gpu")
-            row += _num_cell("attention_info.kv_bytes_per_token_per_gpu", value if not isinstance(value, str)
-                             else None, count(value), "num")
+            row += _num_cell(
+                "attention_info.kv_bytes_per_token_per_gpu",
+                value if not isinstance(value, str) else None,
+                count(value),
+                "num",
+            )
         if show_cap:
             value = m.attention_info.get("kv_capacity_tokens")
-            row += _num_cell("attention_info.kv_capacity_tokens", value if not isinstance(value, str)
-                             else None, count(value), "num")
+            row += _num_cell(
+                "attention_info.kv_capacity_tokens", value if not isinstance(value, str) else None, count(value), "num"
+            )
         rows.append(row + "</tr>")
-    return (f'<table class="summary" id="summary-table"><thead><tr>{head}</tr></thead>'
-            f"<tbody>{''.join(rows)}</tbody></table>")
+    return (
+        f'<table class="summary" id="summary-table"><thead><tr>{head}</tr></thead>'
+        f"<tbody>{''.join(rows)}</tbody></table>"
+    )
 
 
 def _stage_table(results: Results) -> str:
@@ -81,20 +93,25 @@ def _stage_table(results: Results) -> str:
         for s in m.stages:
             empty = ' class="empty-stage"' if s.requests.total == 0 else ""
             flags = " ".join(f'<span class="flag">{escape(f)}</span>' for f in s.flags)
-            rows.append(f'<tr data-model="{escape(m.key)}" data-stage="{s.index}"{empty}><th scope="row">'
-                        f'{escape(m.key)}</th><td>{escape(stage_label(s))} {flags}</td>{_totals_cells(s)}</tr>')
+            rows.append(
+                f'<tr data-model="{escape(m.key)}" data-stage="{s.index}"{empty}><th scope="row">'
+                f"{escape(m.key)}</th><td>{escape(stage_label(s))} {flags}</td>{_totals_cells(s)}</tr>"
+            )
     if not rows:
         return '<p class="note">This run had a single stage; the summary above is the whole story.</p>'
-    return (f'<table class="stages" id="stage-table"><thead><tr><th>model</th><th class="l">stage</th>{_HEAD}</tr>'
-            f"</thead><tbody>{''.join(rows)}</tbody></table>")
+    return (
+        f'<table class="stages" id="stage-table"><thead><tr><th>model</th><th class="l">stage</th>{_HEAD}</tr>'
+        f"</thead><tbody>{''.join(rows)}</tbody></table>"
+    )
 
 
 def _attention_section(results: Results) -> str:
     cards = []
     for m in results.models:
         facts = "".join(f"<dt>{escape(k)}</dt><dd>{escape(v)}</dd>" for k, v in attention_facts(m))
-        cards.append(f'<div class="card" data-model="{escape(m.key)}"><h3>{escape(series_name(m))}</h3>'
-                     f"<dl>{facts}</dl></div>")
+        cards.append(
+            f'<div class="card" data-model="{escape(m.key)}"><h3>{escape(series_name(m))}</h3><dl>{facts}</dl></div>'
+        )
     text = "".join(f"<p>{escape(p)}</p>" for p in explain(results))
     return f'<div class="cards">{"".join(cards)}</div><div class="explain">{text}</div>'
 
@@ -107,35 +124,52 @@ def _compare_section(comparison: Comparison, baseline: Results) -> str:
         for d in row.deltas:
             cls = "regression" if d.regression else "improvement" if d.improvement else ""
             base = d.metric.show(d.baseline)
-            cells.append(f'<td class="num {cls}" data-metric="{d.metric.key}">{escape(d.metric.show(d.current))}'
-                         f'<div class="sub">was {escape(base)} · {escape(pct(d.change))}</div></td>')
+            cells.append(
+                f'<td class="num {cls}" data-metric="{d.metric.key}">{escape(d.metric.show(d.current))}'
+                f'<div class="sub">was {escape(base)} · {escape(pct(d.change))}</div></td>'
+            )
         fb, fc = row.failure_ratio
         cls = "regression" if row.failure_regression else ""
-        cells.append(f'<td class="num {cls}">{escape(DASH if fc is None else f"{fc:.1%}")}'
-                     f'<div class="sub">was {escape(DASH if fb is None else f"{fb:.1%}")}</div></td>')
+        cells.append(
+            f'<td class="num {cls}">{escape(DASH if fc is None else f"{fc:.1%}")}'
+            f'<div class="sub">was {escape(DASH if fb is None else f"{fb:.1%}")}</div></td>'
+        )
         where = escape(row.key) + (f'<div class="sub">{escape(row.stage)}</div>' if row.stage else "")
-        rows.append(f'<tr class="{"has-regression" if row.regressions else ""}"><th scope="row">{where}</th>'
-                    f"{''.join(cells)}</tr>")
+        rows.append(
+            f'<tr class="{"has-regression" if row.regressions else ""}"><th scope="row">{where}</th>'
+            f"{''.join(cells)}</tr>"
+        )
     flagged = comparison.regressions
-    summary = (f'<div class="callout bad"><strong>{len(flagged)} regression(s)</strong> (more than '
-               f'{comparison.threshold:.0%} worse):<ul>{"".join(f"<li>{escape(r)}</li>" for r in flagged)}</ul></div>'
-               if flagged else f'<div class="callout good">No regressions beyond {comparison.threshold:.0%}.</div>')
+    summary = (
+        f'<div class="callout bad"><strong>{len(flagged)} regression(s)</strong> (more than '
+        f"{comparison.threshold:.0%} worse):<ul>{''.join(f'<li>{escape(r)}</li>' for r in flagged)}</ul></div>"
+        if flagged
+        else f'<div class="callout good">No regressions beyond {comparison.threshold:.0%}.</div>'
+    )
     extra = ""
     if comparison.only_current or comparison.only_baseline:
-        extra = (f'<p class="note">Only in this run: {escape(", ".join(comparison.only_current) or DASH)}. '
-                 f'Only in the baseline: {escape(", ".join(comparison.only_baseline) or DASH)}.</p>')
-    return (f'<p class="note">Baseline: run started {escape(baseline.started_at)} (config '
-            f"{escape(baseline.config_sha256[:12])}). Each cell: this run, then the baseline and the change."
-            f'</p>{summary}{extra}<table class="compare" id="compare-table"><thead><tr><th>model</th>{head}'
-            f"</tr></thead><tbody>{''.join(rows)}</tbody></table>")
+        extra = (
+            f'<p class="note">Only in this run: {escape(", ".join(comparison.only_current) or DASH)}. '
+            f"Only in the baseline: {escape(', '.join(comparison.only_baseline) or DASH)}.</p>"
+        )
+    return (
+        f'<p class="note">Baseline: run started {escape(baseline.started_at)} (config '
+        f"{escape(baseline.config_sha256[:12])}). Each cell: this run, then the baseline and the change."
+        f'</p>{summary}{extra}<table class="compare" id="compare-table"><thead><tr><th>model</th>{head}'
+        f"</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+    )
 
 
 def _run_section(results: Results) -> str:
     client = results.client
     items = [
-        ("started", results.started_at), ("ended", results.ended_at), ("duration", f"{results.duration_s:,.1f} s"),
-        ("config sha256", results.config_sha256), ("workers", str(client.workers)),
-        ("workers lost", str(client.workers_lost)), ("client CPU max", f"{client.cpu_max_ratio:.0%}"),
+        ("started", results.started_at),
+        ("ended", results.ended_at),
+        ("duration", f"{results.duration_s:,.1f} s"),
+        ("config sha256", results.config_sha256),
+        ("workers", str(client.workers)),
+        ("workers lost", str(client.workers_lost)),
+        ("client CPU max", f"{client.cpu_max_ratio:.0%}"),
         ("client saturated", "yes" if client.client_saturated else "no"),
         ("report by", f"attnload {__version__}"),
     ]
@@ -151,13 +185,17 @@ def _banners(results: Results) -> str:
     client = results.client
     if client.client_saturated:
         reasons = "; ".join(client.saturation_reasons) or f"CPU peaked at {client.cpu_max_ratio:.0%}"
-        out.append(f'<div class="callout bad" id="saturation"><strong>Client saturated</strong> ({escape(reasons)})'
-                   ": the load generator itself was a bottleneck, so latencies include its delay. "
-                   "Add workers and rerun.</div>")
+        out.append(
+            f'<div class="callout bad" id="saturation"><strong>Client saturated</strong> ({escape(reasons)})'
+            ": the load generator itself was a bottleneck, so latencies include its delay. "
+            "Add workers and rerun.</div>"
+        )
     for m in results.models:
         if m.requests.ok == 0 and m.requests.total > 0:
-            out.append(f'<div class="callout bad"><strong>{escape(m.key)}</strong> completed no request '
-                       f"({escape(errors_text(m, limit=5))}).</div>")
+            out.append(
+                f'<div class="callout bad"><strong>{escape(m.key)}</strong> completed no request '
+                f"({escape(errors_text(m, limit=5))}).</div>"
+            )
     if presets_differ(results):
         out.append(f'<div class="callout note">Note: the {MIXED_MODELS_NOTE}.</div>')
     return "".join(out)
@@ -170,26 +208,35 @@ def _paired_section(results: Results) -> str:
     body = "".join(
         f"<tr><td>{escape(r.model)}</td><td>{escape(r.metric)}</td>"
         f"{_num_cell('paired.median_diff', r.diff.median_diff, diff_ms(r.diff.median_diff))}"
-        f"<td>{escape(ci_ms(r.diff))}</td><td>{r.diff.n:,}</td><td>{escape(r.verdict)}</td></tr>" for r in rows)
-    note = (f'<p class="note">Model − {escape(rows[0].baseline)}, prompt by prompt; {rows[0].confidence:.0%} '
-            "bootstrap CI of the median. Which model is sent first alternates at random (seeded).</p>")
+        f"<td>{escape(ci_ms(r.diff))}</td><td>{r.diff.n:,}</td><td>{escape(r.verdict)}</td></tr>"
+        for r in rows
+    )
+    note = (
+        f'<p class="note">Model − {escape(rows[0].baseline)}, prompt by prompt; {rows[0].confidence:.0%} '
+        "bootstrap CI of the median. Which model is sent first alternates at random (seeded).</p>"
+    )
     return f"{note}<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
-def render_html(results: Results, compare: Results | None = None, requests: Path | None = None,
-                requests_lines: int | None = None) -> str:
+def render_html(
+    results: Results, compare: Results | None = None, requests: Path | None = None, requests_lines: int | None = None
+) -> str:
     """The report as one HTML string; ``compare`` is the baseline run shown side by side; ``requests``
     the run's ``--requests-out`` file (its TTFT-vs-prompt scatter is added, from its first
     ``requests_lines`` lines; None: all)."""
     scatter = scatter_figure(requests, requests_lines)
     figures = "".join(
-        f'<figure><figcaption><strong>{escape(title)}</strong><span>{escape(caption)}</span></figcaption>'
-        f"{svg}</figure>" for title, caption, svg in [*charts(results, compare), *([scatter] if scatter else [])])
+        f"<figure><figcaption><strong>{escape(title)}</strong><span>{escape(caption)}</span></figcaption>{svg}</figure>"
+        for title, caption, svg in [*charts(results, compare), *([scatter] if scatter else [])]
+    )
     sections = [
         ("summary", "Summary", _banners(results) + _summary_table(results)),
         ("attention", "Attention", _attention_section(results)),
-        ("plots", "Plots", f'<div class="plots">{figures}</div>' if figures
-         else '<p class="note">No completed requests to plot.</p>'),
+        (
+            "plots",
+            "Plots",
+            f'<div class="plots">{figures}</div>' if figures else '<p class="note">No completed requests to plot.</p>',
+        ),
         ("stages", "Per stage", _stage_table(results)),
     ]
     if server_view.has_server(results):
@@ -201,8 +248,9 @@ def render_html(results: Results, compare: Results | None = None, requests: Path
     if paired_rows(results):
         sections.append(("paired", "Paired differences", _paired_section(results)))
     if compare is not None:
-        sections.append(("compare", "Compared with baseline", _compare_section(compare_results(results, compare),
-                                                                             compare)))
+        sections.append(
+            ("compare", "Compared with baseline", _compare_section(compare_results(results, compare), compare))
+        )
     sections.append(("run", "Run, client and config", _run_section(results)))
     nav = "".join(f'<a href="#{sid}">{escape(title)}</a>' for sid, title, _ in sections)
     body = "".join(f'<section id="{sid}"><h2>{escape(title)}</h2>{html}</section>' for sid, title, html in sections)
@@ -213,13 +261,14 @@ def render_html(results: Results, compare: Results | None = None, requests: Path
         f"<title>attnload report — {escape(results.started_at)}</title><style>{_CSS}</style></head><body>"
         f'<header><h1>attnload report</h1><p class="sub">{escape(models)} · {escape(results.started_at)} · '
         f"{results.duration_s:,.0f} s</p><nav>{nav}</nav></header><main>{body}</main>"
-        f'<footer>Medians first; percentiles from mergeable histograms (≤1% relative error). '
+        f"<footer>Medians first; percentiles from mergeable histograms (≤1% relative error). "
         f"Generated by attnload {__version__}.</footer></body></html>"
     )
 
 
-def write_html(results: Results, path: str | Path, compare: Results | None = None,
-               requests: Path | None = None) -> Path:
+def write_html(
+    results: Results, path: str | Path, compare: Results | None = None, requests: Path | None = None
+) -> Path:
     """Write :func:`render_html` to ``path`` (parents created); returns the path written. Without
     ``requests``, the ``--requests-out`` file the results name is used when it exists (its first
     ``RUN_SCAN_LINES`` lines: the run's own report is written as the master stops)."""

@@ -41,8 +41,16 @@ def paired_rows(results: Results) -> list[PairedRow]:
         if model.paired is None:
             continue
         for field, title in PAIRED_METRICS:
-            rows.append(PairedRow(series_name(model), model.paired.baseline, title, model.paired.pairs,
-                                  model.paired.confidence, getattr(model.paired, field)))
+            rows.append(
+                PairedRow(
+                    series_name(model),
+                    model.paired.baseline,
+                    title,
+                    model.paired.pairs,
+                    model.paired.confidence,
+                    getattr(model.paired, field),
+                )
+            )
     return rows
 
 

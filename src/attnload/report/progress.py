@@ -96,8 +96,9 @@ def is_live_terminal(stream: TextIO) -> bool:
 class ProgressPrinter:
     """Decides when to write the progress line and writes it (in place on a terminal)."""
 
-    def __init__(self, stream: TextIO, *, live: bool | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, stream: TextIO, *, live: bool | None = None, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self.stream = stream
         self.live = is_live_terminal(stream) if live is None else live
         self.clock = clock
@@ -114,8 +115,9 @@ class ProgressPrinter:
         stage_changed = state.stage != self._last_stage and state.stage >= 0
         if self.live:
             self._draw(format_line(state, rates))
-        elif state.stage >= 0 and (stage_changed or self._last_written is None
-                                   or now - self._last_written >= LOG_INTERVAL_S):
+        elif state.stage >= 0 and (
+            stage_changed or self._last_written is None or now - self._last_written >= LOG_INTERVAL_S
+        ):
             self._write(format_line(state, rates) + "\n")
             self._last_written = now
             self.lines_written += 1

@@ -36,8 +36,9 @@ class Point:
     ttft_s: float
 
 
-def find_requests_file(results: Results, results_path: str | Path | None = None,
-                       explicit: str | Path | None = None) -> Path | None:
+def find_requests_file(
+    results: Results, results_path: str | Path | None = None, explicit: str | Path | None = None
+) -> Path | None:
     """The JSONL of a run: ``explicit`` (``--requests``), else the path the results recorded, else a file
     of that name beside the results (``attnload cluster results`` fetches it there). None: no file."""
     if explicit is not None:
@@ -103,8 +104,12 @@ def ttft_scatter(points: list[Point]) -> str:
     series: dict[str, list[Point]] = {}
     for point in points:
         series.setdefault(point.target, []).append(point)
-    drawn = [Series(f"{target} ({group[0].attention})", [(p.prompt_tokens, p.ttft_s) for p in group],
-                    colors[group[0].attention]) for target, group in sorted(series.items())]
+    drawn = [
+        Series(
+            f"{target} ({group[0].attention})", [(p.prompt_tokens, p.ttft_s) for p in group], colors[group[0].attention]
+        )
+        for target, group in sorted(series.items())
+    ]
     return scatter_chart("plot-ttft-scatter", drawn, "prompt tokens", "TTFT (s)")
 
 
@@ -115,7 +120,10 @@ def scatter_figure(path: Path | None, max_lines: int | None = None) -> tuple[str
     points = sample_points(path, max_lines=max_lines)
     if not points:
         return None
-    return ("TTFT vs prompt length (every request)",
-            f"One dot per request from {path.name} ({len(points):,} drawn, a fixed sample when there are more "
-            f"than {MAX_POINTS:,}); colour: attention type. Slow requests that are also long ones point at "
-            "prefill; slow short ones at queueing.", ttft_scatter(points))
+    return (
+        "TTFT vs prompt length (every request)",
+        f"One dot per request from {path.name} ({len(points):,} drawn, a fixed sample when there are more "
+        f"than {MAX_POINTS:,}); colour: attention type. Slow requests that are also long ones point at "
+        "prefill; slow short ones at queueing.",
+        ttft_scatter(points),
+    )

@@ -61,8 +61,13 @@ COLUMNS: tuple[Column, ...] = (
     Column("waiting mean", "server.requests_waiting.mean", lambda t, s: s.requests_waiting.mean, _number),
     Column("waiting max", "server.requests_waiting.max", lambda t, s: s.requests_waiting.max, _number),
     Column("preemptions", "server.preemptions", lambda t, s: s.preemptions, _number),
-    Column("TTFT p50 ms server", "server.ttft_p50_s", lambda t, s: s.ttft_p50_s, ms_bare,
-           lambda s: server_ttft(s.ttft_p50_s, s.ttft_p50_bucket_s)),
+    Column(
+        "TTFT p50 ms server",
+        "server.ttft_p50_s",
+        lambda t, s: s.ttft_p50_s,
+        ms_bare,
+        lambda s: server_ttft(s.ttft_p50_s, s.ttft_p50_bucket_s),
+    ),
     Column("TTFT p50 ms client", "ttft_s.p50", lambda t, s: t.ttft_s.p50, ms_bare),
     Column("gen tokens server", "server.generation_tokens", lambda t, s: s.generation_tokens, _number),
     Column("tokens client", "completion_tokens", lambda t, s: t.completion_tokens, _number),
@@ -70,8 +75,12 @@ COLUMNS: tuple[Column, ...] = (
 
 
 _CONSOLE_GROUPS: tuple[tuple[str, tuple[int, ...]], ...] = (
-    ("KV used\nmean / max", (0, 1)), ("running\nmean", (2,)), ("waiting\nmean / max", (3, 4)),
-    ("preempt-\nions", (5,)), ("TTFT p50 ms\nserver / client", (6, 7)), ("tokens out\nserver / client", (8, 9)),
+    ("KV used\nmean / max", (0, 1)),
+    ("running\nmean", (2,)),
+    ("waiting\nmean / max", (3, 4)),
+    ("preempt-\nions", (5,)),
+    ("TTFT p50 ms\nserver / client", (6, 7)),
+    ("tokens out\nserver / client", (8, 9)),
 )
 """The console pairs columns (``24% / 29%``) so the table fits a terminal; HTML shows each."""
 
@@ -98,8 +107,12 @@ def console_table(results: Results) -> Table | None:
     found = rows(results)
     if not found:
         return None
-    table = Table(title="server view (the model servers' /metrics, next to the client's)", title_justify="left",
-                  header_style="bold", box=box.SIMPLE_HEAD)
+    table = Table(
+        title="server view (the model servers' /metrics, next to the client's)",
+        title_justify="left",
+        header_style="bold",
+        box=box.SIMPLE_HEAD,
+    )
     table.add_column("model", no_wrap=True)
     table.add_column("stage", no_wrap=True)
     for title, _ in _CONSOLE_GROUPS:
@@ -111,8 +124,13 @@ def console_table(results: Results) -> Table | None:
         shown = [column.render(totals, server) for column in COLUMNS]
         cells = [" / ".join(shown[i] for i in indexes) for _, indexes in _CONSOLE_GROUPS]
         gap = "server_client_gap" if stage is not None and "server_client_gap" in stage.flags else ""
-        table.add_row(model.key if model.key != last else "", stage_label(stage) if stage else "run", *cells, gap,
-                      style="yellow" if gap else None)
+        table.add_row(
+            model.key if model.key != last else "",
+            stage_label(stage) if stage else "run",
+            *cells,
+            gap,
+            style="yellow" if gap else None,
+        )
         last = model.key
     unread = [m.key for m in results.models if m.server is None]
     if unread:
@@ -124,8 +142,10 @@ def html_section(results: Results) -> str:
     """The HTML "Server view" table, cells carrying ``data-field``/``data-value`` like the others."""
     found = rows(results)
     if not found:
-        return ('<p class="note">No server metrics were read (the servers publish no Prometheus /metrics '
-                "there, or the run used --server-metrics off).</p>")
+        return (
+            '<p class="note">No server metrics were read (the servers publish no Prometheus /metrics '
+            "there, or the run used --server-metrics off).</p>"
+        )
     head = "".join(f"<th>{escape(c.title)}</th>" for c in COLUMNS)
     body = []
     for model, stage, server in found:
@@ -134,20 +154,28 @@ def html_section(results: Results) -> str:
         for column in COLUMNS:
             value = column.get(totals, server)  # type: ignore[arg-type]
             raw = "" if value is None else repr(value)
-            cells.append(f'<td class="num" data-field="{escape(column.path)}" data-value="{escape(raw)}">'
-                         f"{escape(column.render(totals, server))}</td>")
+            cells.append(
+                f'<td class="num" data-field="{escape(column.path)}" data-value="{escape(raw)}">'
+                f"{escape(column.render(totals, server))}</td>"
+            )
         reasons = stage.server_gap_reasons if stage is not None else []
-        gap = (f'<span class="flag" title="{escape("; ".join(reasons))}">server_client_gap</span>'
-               if reasons else "")
+        gap = f'<span class="flag" title="{escape("; ".join(reasons))}">server_client_gap</span>' if reasons else ""
         where = stage_label(stage) if stage is not None else "whole run"
         index = f' data-stage="{stage.index}"' if stage is not None else ""
-        body.append(f'<tr data-model="{escape(model.key)}"{index}><th scope="row">{escape(model.key)}</th>'
-                    f"<td>{escape(where)} {gap}</td><td>{escape(server.source or DASH)}</td>{''.join(cells)}</tr>")
+        body.append(
+            f'<tr data-model="{escape(model.key)}"{index}><th scope="row">{escape(model.key)}</th>'
+            f"<td>{escape(where)} {gap}</td><td>{escape(server.source or DASH)}</td>{''.join(cells)}</tr>"
+        )
     notes = [f"{m.key} {stage_label(s)}: {r}" for m in results.models for s in m.stages for r in s.server_gap_reasons]
-    note = ('<div class="callout note"><strong>server_client_gap</strong>: ' + escape("; ".join(notes)) + "</div>"
-            if notes else "")
-    return (f'{note}<table class="stages" id="server-table"><thead><tr><th>model</th><th class="l">stage</th>'
-            f"<th>source</th>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>")
+    note = (
+        '<div class="callout note"><strong>server_client_gap</strong>: ' + escape("; ".join(notes)) + "</div>"
+        if notes
+        else ""
+    )
+    return (
+        f'{note}<table class="stages" id="server-table"><thead><tr><th>model</th><th class="l">stage</th>'
+        f"<th>source</th>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+    )
 
 
 def live_cells(totals: Totals) -> dict[str, str]:
@@ -156,9 +184,12 @@ def live_cells(totals: Totals) -> dict[str, str]:
     server = getattr(totals, "server", None)
     if server is None:
         return {"kv_used_pct": "", "waiting_mean": "", "preemptions": "", "server_ttft_p50_ms": ""}
-    return {"kv_used_pct": percent(server.kv_cache_usage.mean),
-            "waiting_mean": _number(server.requests_waiting.mean), "preemptions": _number(server.preemptions),
-            "server_ttft_p50_ms": server_ttft(server.ttft_p50_s, server.ttft_p50_bucket_s)}
+    return {
+        "kv_used_pct": percent(server.kv_cache_usage.mean),
+        "waiting_mean": _number(server.requests_waiting.mean),
+        "preemptions": _number(server.preemptions),
+        "server_ttft_p50_ms": server_ttft(server.ttft_p50_s, server.ttft_p50_bucket_s),
+    }
 
 
 def measured_state(results: Results) -> list[str]:
@@ -172,8 +203,10 @@ def measured_state(results: Results) -> list[str]:
         heaviest = staged[-1]
         server = heaviest.server
         assert server is not None
-        text = f"{series_name(model)}'s KV cache was {_share(server.kv_cache_usage.max)} full at its peak " \
-               f"(mean {_share(server.kv_cache_usage.mean)})"
+        text = (
+            f"{series_name(model)}'s KV cache was {_share(server.kv_cache_usage.max)} full at its peak "
+            f"(mean {_share(server.kv_cache_usage.mean)})"
+        )
         waiting = server.requests_waiting.mean
         if waiting is not None:
             text += f" with {_number(waiting)} requests waiting on average"
@@ -183,11 +216,21 @@ def measured_state(results: Results) -> list[str]:
     if not parts:
         return []
     out = ["Server-side (the servers' own /metrics): " + "; ".join(parts) + "."]
-    queued = [m.key for m in results.models for s in m.stages[-1:]
-              if s.server is not None and (s.server.requests_waiting.mean or 0) >= 1]
-    calm = [m.key for m in results.models for s in m.stages[-1:]
-            if s.server is not None and (s.server.requests_waiting.mean or 0) < 1]
+    queued = [
+        m.key
+        for m in results.models
+        for s in m.stages[-1:]
+        if s.server is not None and (s.server.requests_waiting.mean or 0) >= 1
+    ]
+    calm = [
+        m.key
+        for m in results.models
+        for s in m.stages[-1:]
+        if s.server is not None and (s.server.requests_waiting.mean or 0) < 1
+    ]
     if queued and calm:
-        out.append(f"Requests queued for KV space on {', '.join(queued)} while {', '.join(calm)} admitted "
-                   "them at once: the queue, not a slower decode, is what the client's TTFT shows.")
+        out.append(
+            f"Requests queued for KV space on {', '.join(queued)} while {', '.join(calm)} admitted "
+            "them at once: the queue, not a slower decode, is what the client's TTFT shows."
+        )
     return out

@@ -120,8 +120,10 @@ def line_chart(
 
     legend_rows = math.ceil(len(drawn) / 2)
     height = HEIGHT + 20 * legend_rows
-    out = [f'<svg class="plot" id="{escape(plot_id)}" viewBox="0 0 {WIDTH} {height}" role="img" '
-           f'aria-label="{escape(y_label)} vs {escape(x_label)}" xmlns="http://www.w3.org/2000/svg">']
+    out = [
+        f'<svg class="plot" id="{escape(plot_id)}" viewBox="0 0 {WIDTH} {height}" role="img" '
+        f'aria-label="{escape(y_label)} vs {escape(x_label)}" xmlns="http://www.w3.org/2000/svg">'
+    ]
     out += _axes(x_ticks, y_ticks, px, py, x_label, y_label + (" (log)" if log_y else ""))
     for s in drawn:
         pts = list(zip(s.points, s.labels or [""] * len(s.points), strict=True))
@@ -133,12 +135,13 @@ def line_chart(
         out.append(f'<path class="series-line" data-series="{name}" d="{d}" stroke="{s.color}"{dash}/>')
         for (x, y), label in pts:
             tip = describe(s, x, y) if describe else f"{s.name}: {x:g}, {y:g}"
-            out.append(f'<circle class="datum" data-series="{name}" data-x="{_num(x)}" data-y="{_num(y)}" '
-                       f'cx="{px(x):.1f}" cy="{py(y):.1f}" r="4" fill="{s.color}"><title>{escape(tip)}</title>'
-                       "</circle>")
+            out.append(
+                f'<circle class="datum" data-series="{name}" data-x="{_num(x)}" data-y="{_num(y)}" '
+                f'cx="{px(x):.1f}" cy="{py(y):.1f}" r="4" fill="{s.color}"><title>{escape(tip)}</title>'
+                "</circle>"
+            )
             if label and (x, y) in (pts[0][0], pts[-1][0]):  # ends only: middle labels collide
-                out.append(f'<text class="point-label" x="{px(x) + 6:.1f}" y="{py(y) - 6:.1f}">'
-                           f"{escape(label)}</text>")
+                out.append(f'<text class="point-label" x="{px(x) + 6:.1f}" y="{py(y) - 6:.1f}">{escape(label)}</text>')
     out += _legend(drawn, plot_w)
     out.append("</svg>")
     return "".join(out)
@@ -176,37 +179,56 @@ def scatter_chart(plot_id: str, series: Sequence[Series], x_label: str, y_label:
         return TOP + plot_h - frac * plot_h
 
     height = HEIGHT + 20 * math.ceil(len(drawn) / 2)
-    out = [f'<svg class="plot scatter" id="{escape(plot_id)}" viewBox="0 0 {WIDTH} {height}" role="img" '
-           f'aria-label="{escape(y_label)} vs {escape(x_label)}" xmlns="http://www.w3.org/2000/svg">']
+    out = [
+        f'<svg class="plot scatter" id="{escape(plot_id)}" viewBox="0 0 {WIDTH} {height}" role="img" '
+        f'aria-label="{escape(y_label)} vs {escape(x_label)}" xmlns="http://www.w3.org/2000/svg">'
+    ]
     out += _axes(x_ticks, y_ticks, px, py, x_label, y_label + (" (log)" if log_y else ""))
     for s in drawn:
         name = escape(s.name)
-        out += [f'<circle class="datum" data-series="{name}" data-x="{_num(x)}" data-y="{_num(y)}" cx="{px(x):.1f}" '
-                f'cy="{py(y):.1f}" r="1.8" fill="{s.color}" fill-opacity="0.5"/>' for x, y in s.points]
+        out += [
+            f'<circle class="datum" data-series="{name}" data-x="{_num(x)}" data-y="{_num(y)}" cx="{px(x):.1f}" '
+            f'cy="{py(y):.1f}" r="1.8" fill="{s.color}" fill-opacity="0.5"/>'
+            for x, y in s.points
+        ]
     out += _legend(drawn, plot_w)
     out.append("</svg>")
     return "".join(out)
 
 
-def _axes(x_ticks: Sequence[float], y_ticks: Sequence[float], px: Callable[[float], float],
-          py: Callable[[float], float], x_label: str, y_label: str) -> list[str]:
+def _axes(
+    x_ticks: Sequence[float],
+    y_ticks: Sequence[float],
+    px: Callable[[float], float],
+    py: Callable[[float], float],
+    x_label: str,
+    y_label: str,
+) -> list[str]:
     """Grid lines with tick labels, the plot frame and both axis titles."""
     plot_w, plot_h = WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
     out = []
     for tick in y_ticks:
         y = py(tick)
-        out.append(f'<line class="grid" x1="{LEFT}" x2="{WIDTH - RIGHT}" y1="{y:.1f}" y2="{y:.1f}"/>'
-                   f'<text class="tick" x="{LEFT - 6}" y="{y + 4:.1f}" text-anchor="end">{_axis_fmt(tick)}</text>')
+        out.append(
+            f'<line class="grid" x1="{LEFT}" x2="{WIDTH - RIGHT}" y1="{y:.1f}" y2="{y:.1f}"/>'
+            f'<text class="tick" x="{LEFT - 6}" y="{y + 4:.1f}" text-anchor="end">{_axis_fmt(tick)}</text>'
+        )
     for tick in x_ticks:
         x = px(tick)
-        out.append(f'<line class="grid" x1="{x:.1f}" x2="{x:.1f}" y1="{TOP}" y2="{TOP + plot_h}"/>'
-                   f'<text class="tick" x="{x:.1f}" y="{TOP + plot_h + 16}" text-anchor="middle">'
-                   f"{_axis_fmt(tick)}</text>")
+        out.append(
+            f'<line class="grid" x1="{x:.1f}" x2="{x:.1f}" y1="{TOP}" y2="{TOP + plot_h}"/>'
+            f'<text class="tick" x="{x:.1f}" y="{TOP + plot_h + 16}" text-anchor="middle">'
+            f"{_axis_fmt(tick)}</text>"
+        )
     out.append(f'<rect class="frame" x="{LEFT}" y="{TOP}" width="{plot_w}" height="{plot_h}"/>')
-    out.append(f'<text class="axis" x="{LEFT + plot_w / 2:.0f}" y="{TOP + plot_h + 36}" '
-               f'text-anchor="middle">{escape(x_label)}</text>')
-    out.append(f'<text class="axis" transform="translate(16 {TOP + plot_h / 2:.0f}) rotate(-90)" '
-               f'text-anchor="middle">{escape(y_label)}</text>')
+    out.append(
+        f'<text class="axis" x="{LEFT + plot_w / 2:.0f}" y="{TOP + plot_h + 36}" '
+        f'text-anchor="middle">{escape(x_label)}</text>'
+    )
+    out.append(
+        f'<text class="axis" transform="translate(16 {TOP + plot_h / 2:.0f}) rotate(-90)" '
+        f'text-anchor="middle">{escape(y_label)}</text>'
+    )
     return out
 
 
@@ -216,9 +238,11 @@ def _legend(drawn: Sequence[Series], plot_w: float) -> list[str]:
     for i, s in enumerate(drawn):
         lx, ly = LEFT + (i % 2) * (plot_w / 2), HEIGHT + 20 * (i // 2) - 8
         dash = ' stroke-dasharray="6 4"' if s.dashed else ""
-        out.append(f'<g class="legend"><line x1="{lx:.0f}" x2="{lx + 22:.0f}" y1="{ly}" y2="{ly}" '
-                   f'stroke="{s.color}" stroke-width="2.5"{dash}/><circle cx="{lx + 11:.0f}" cy="{ly}" r="3.5" '
-                   f'fill="{s.color}"/><text x="{lx + 30:.0f}" y="{ly + 4}">{escape(s.name)}</text></g>')
+        out.append(
+            f'<g class="legend"><line x1="{lx:.0f}" x2="{lx + 22:.0f}" y1="{ly}" y2="{ly}" '
+            f'stroke="{s.color}" stroke-width="2.5"{dash}/><circle cx="{lx + 11:.0f}" cy="{ly}" r="3.5" '
+            f'fill="{s.color}"/><text x="{lx + 30:.0f}" y="{ly + 4}">{escape(s.name)}</text></g>'
+        )
     return out
 
 
@@ -236,34 +260,45 @@ def stacked_bars(plot_id: str, bars: Sequence[tuple[str, dict[str, int]]], x_lab
     plot_w = WIDTH - left - RIGHT
     plot_h = len(bars) * (bar_h + gap) + gap
     height = TOP + plot_h + 44 + 20 * math.ceil(len(classes) / 4)
-    out = [f'<svg class="plot" id="{escape(plot_id)}" viewBox="0 0 {WIDTH} {height}" role="img" '
-           f'aria-label="{escape(x_label)}" xmlns="http://www.w3.org/2000/svg">']
+    out = [
+        f'<svg class="plot" id="{escape(plot_id)}" viewBox="0 0 {WIDTH} {height}" role="img" '
+        f'aria-label="{escape(x_label)}" xmlns="http://www.w3.org/2000/svg">'
+    ]
     for tick in ticks:
         x = left + tick / hi * plot_w
-        out.append(f'<line class="grid" x1="{x:.1f}" x2="{x:.1f}" y1="{TOP}" y2="{TOP + plot_h}"/>'
-                   f'<text class="tick" x="{x:.1f}" y="{TOP + plot_h + 16}" text-anchor="middle">'
-                   f"{_axis_fmt(tick)}</text>")
-    out.append(f'<text class="axis" x="{left + plot_w / 2:.0f}" y="{TOP + plot_h + 34}" '
-               f'text-anchor="middle">{escape(x_label)}</text>')
+        out.append(
+            f'<line class="grid" x1="{x:.1f}" x2="{x:.1f}" y1="{TOP}" y2="{TOP + plot_h}"/>'
+            f'<text class="tick" x="{x:.1f}" y="{TOP + plot_h + 16}" text-anchor="middle">'
+            f"{_axis_fmt(tick)}</text>"
+        )
+    out.append(
+        f'<text class="axis" x="{left + plot_w / 2:.0f}" y="{TOP + plot_h + 34}" '
+        f'text-anchor="middle">{escape(x_label)}</text>'
+    )
     for row, (name, parts) in enumerate(bars):
         y = TOP + gap + row * (bar_h + gap)
-        out.append(f'<text class="category" x="{left - 8}" y="{y + bar_h / 2 + 4:.0f}" text-anchor="end">'
-                   f"{escape(name)}</text>")
+        out.append(
+            f'<text class="category" x="{left - 8}" y="{y + bar_h / 2 + 4:.0f}" text-anchor="end">{escape(name)}</text>'
+        )
         x = float(left)
         for cls in classes:
             n = parts.get(cls, 0)
             if n <= 0:
                 continue
             w = n / hi * plot_w
-            out.append(f'<rect class="datum" data-series="{escape(name)}" data-x="{escape(cls)}" data-y="{n}" '
-                       f'x="{x:.1f}" y="{y}" width="{max(w, 1.0):.1f}" height="{bar_h}" fill="{colors[cls]}">'
-                       f"<title>{escape(f'{name}: {cls} {n}')}</title></rect>")
+            out.append(
+                f'<rect class="datum" data-series="{escape(name)}" data-x="{escape(cls)}" data-y="{n}" '
+                f'x="{x:.1f}" y="{y}" width="{max(w, 1.0):.1f}" height="{bar_h}" fill="{colors[cls]}">'
+                f"<title>{escape(f'{name}: {cls} {n}')}</title></rect>"
+            )
             x += w
         if not any(parts.values()):
             out.append(f'<text class="tick" x="{left + 6}" y="{y + bar_h / 2 + 4:.0f}">no errors</text>')
     for i, cls in enumerate(classes):
         lx, ly = left + (i % 4) * (plot_w / 4), TOP + plot_h + 52 + 20 * (i // 4)
-        out.append(f'<g class="legend"><rect x="{lx:.0f}" y="{ly - 9}" width="12" height="12" '
-                   f'fill="{colors[cls]}"/><text x="{lx + 18:.0f}" y="{ly + 2}">{escape(cls)}</text></g>')
+        out.append(
+            f'<g class="legend"><rect x="{lx:.0f}" y="{ly - 9}" width="12" height="12" '
+            f'fill="{colors[cls]}"/><text x="{lx + 18:.0f}" y="{ly + 2}">{escape(cls)}</text></g>'
+        )
     out.append("</svg>")
     return "".join(out)

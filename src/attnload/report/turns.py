@@ -34,10 +34,12 @@ def cached_notes(results: Results) -> list[str]:
     notes = []
     for model in results.models:
         if model.turns and all(row.cached_tokens_mean is None for row in model.turns):
-            notes.append(f"{model.key}: the server reported no cached prompt tokens "
-                         f"(usage.prompt_tokens_details.cached_tokens), so the turn table shows none rather than 0; "
-                         f"vLLM reports them only when started with {PROMPT_DETAILS_FLAG}. "
-                         f"Server prefix-cache hit ratio over the run: {_hit_ratio(model)}.")
+            notes.append(
+                f"{model.key}: the server reported no cached prompt tokens "
+                f"(usage.prompt_tokens_details.cached_tokens), so the turn table shows none rather than 0; "
+                f"vLLM reports them only when started with {PROMPT_DETAILS_FLAG}. "
+                f"Server prefix-cache hit ratio over the run: {_hit_ratio(model)}."
+            )
     return notes
 
 
@@ -58,10 +60,14 @@ def turn_table(results: Results) -> str:
                 f'<td class="num">{_tokens(row.prompt_tokens_mean)}</td>'
                 f'<td class="num">{_tokens(row.cached_tokens_mean)}</td>'
                 f'<td class="num">{_ms(row.ttft_s.p50)}</td><td class="num">{_ms(row.ttft_s.p99)}</td>'
-                f'<td class="num">{_ms(row.itl_s.p50)}</td></tr>')
-    notes = "".join(f'<div class="callout note cached-tokens-note">{escape(text)}</div>'
-                    for text in cached_notes(results))
-    return (f'{notes}<p class="note" id="turn-prefix-cache">{escape(hit_ratio_line(results))}</p>'
-            '<table class="stages" id="turn-table"><thead><tr><th>model</th><th>turn</th><th>requests</th>'
-            "<th>prompt tok (mean)</th><th>cached tok (mean)</th><th>TTFT p50 (ms)</th><th>TTFT p99 (ms)</th>"
-            f"<th>ITL p50 (ms)</th></tr></thead><tbody>{''.join(rows)}</tbody></table>")
+                f'<td class="num">{_ms(row.itl_s.p50)}</td></tr>'
+            )
+    notes = "".join(
+        f'<div class="callout note cached-tokens-note">{escape(text)}</div>' for text in cached_notes(results)
+    )
+    return (
+        f'{notes}<p class="note" id="turn-prefix-cache">{escape(hit_ratio_line(results))}</p>'
+        '<table class="stages" id="turn-table"><thead><tr><th>model</th><th>turn</th><th>requests</th>'
+        "<th>prompt tok (mean)</th><th>cached tok (mean)</th><th>TTFT p50 (ms)</th><th>TTFT p99 (ms)</th>"
+        f"<th>ITL p50 (ms)</th></tr></thead><tbody>{''.join(rows)}</tbody></table>"
+    )

@@ -93,35 +93,54 @@ def llm_rows(results: Results) -> list[dict[str, Any]]:
     for model in results.models:
         stage, totals = _scope(model)
         in_flight = getattr(model, "in_flight", None)  # live-only field; absent from finished results
-        rows.append({
-            "name": series_name(model),
-            "safe_name": model.key,
-            "stage": stage,
-            "ttft_p50_ms": _ms_cell(totals.ttft_s.p50),
-            "ttft_p99_ms": _ms_cell(totals.ttft_s.p99),
-            "itl_p50_ms": _ms_cell(totals.itl_s.p50),
-            "itl_p99_ms": _ms_cell(totals.itl_s.p99),
-            "output_tok_s": _rate_cell(totals.output_tokens_per_s),
-            "in_flight": in_flight if in_flight is not None else "",
-            "requests_ok": totals.requests.ok,
-            "errors": error_total(totals),
-            **live_cells(totals), **gpu_view.live_cells(totals),
-            "prompt_tokens": "", "cached_tokens": "",
-        })
+        rows.append(
+            {
+                "name": series_name(model),
+                "safe_name": model.key,
+                "stage": stage,
+                "ttft_p50_ms": _ms_cell(totals.ttft_s.p50),
+                "ttft_p99_ms": _ms_cell(totals.ttft_s.p99),
+                "itl_p50_ms": _ms_cell(totals.itl_s.p50),
+                "itl_p99_ms": _ms_cell(totals.itl_s.p99),
+                "output_tok_s": _rate_cell(totals.output_tokens_per_s),
+                "in_flight": in_flight if in_flight is not None else "",
+                "requests_ok": totals.requests.ok,
+                "errors": error_total(totals),
+                **live_cells(totals),
+                **gpu_view.live_cells(totals),
+                "prompt_tokens": "",
+                "cached_tokens": "",
+            }
+        )
         rows += turn_rows(model)
     return rows
 
 
 def turn_rows(model: ModelSummary) -> list[dict[str, Any]]:
     """Conversation runs: one row per turn index under the model's row (cached tokens rise with the turn)."""
-    return [{
-        "name": series_name(model), "safe_name": f"{model.key}-turn-{row.turn}", "stage": f"turn {row.turn}",
-        "ttft_p50_ms": _ms_cell(row.ttft_s.p50), "ttft_p99_ms": _ms_cell(row.ttft_s.p99),
-        "itl_p50_ms": _ms_cell(row.itl_s.p50), "itl_p99_ms": _ms_cell(row.itl_s.p99), "output_tok_s": "",
-        "in_flight": "", "requests_ok": row.requests - row.failed, "errors": row.failed,
-        "prompt_tokens": _mean_cell(row.prompt_tokens_mean), "cached_tokens": _mean_cell(row.cached_tokens_mean),
-        "kv_used_pct": "", "waiting_mean": "", "preemptions": "", "server_ttft_p50_ms": "", **dict.fromkeys(gpu_view.LIVE_KEYS, ""),
-    } for row in model.turns]
+    return [
+        {
+            "name": series_name(model),
+            "safe_name": f"{model.key}-turn-{row.turn}",
+            "stage": f"turn {row.turn}",
+            "ttft_p50_ms": _ms_cell(row.ttft_s.p50),
+            "ttft_p99_ms": _ms_cell(row.ttft_s.p99),
+            "itl_p50_ms": _ms_cell(row.itl_s.p50),
+            "itl_p99_ms": _ms_cell(row.itl_s.p99),
+            "output_tok_s": "",
+            "in_flight": "",
+            "requests_ok": row.requests - row.failed,
+            "errors": row.failed,
+            "prompt_tokens": _mean_cell(row.prompt_tokens_mean),
+            "cached_tokens": _mean_cell(row.cached_tokens_mean),
+            "kv_used_pct": "",
+            "waiting_mean": "",
+            "preemptions": "",
+            "server_ttft_p50_ms": "",
+            **dict.fromkeys(gpu_view.LIVE_KEYS, ""),
+        }
+        for row in model.turns
+    ]
 
 
 def live_points(results: Results) -> list[dict[str, Any]]:
@@ -129,11 +148,18 @@ def live_points(results: Results) -> list[dict[str, Any]]:
     points = []
     for model in results.models:
         stage, totals = _scope(model)
-        points.append({
-            "key": model.key, "name": series_name(model), "attention": model.attention, "stage": stage,
-            "ttft_p50_ms": _ms(totals.ttft_s.p50), "ttft_p99_ms": _ms(totals.ttft_s.p99),
-            "itl_p50_ms": _ms(totals.itl_s.p50), "output_tok_s": totals.output_tokens_per_s,
-        })
+        points.append(
+            {
+                "key": model.key,
+                "name": series_name(model),
+                "attention": model.attention,
+                "stage": stage,
+                "ttft_p50_ms": _ms(totals.ttft_s.p50),
+                "ttft_p99_ms": _ms(totals.ttft_s.p99),
+                "itl_p50_ms": _ms(totals.itl_s.p50),
+                "output_tok_s": totals.output_tokens_per_s,
+            }
+        )
     return points
 
 
@@ -187,8 +213,12 @@ def install(environment: Any, snapshot: Callable[[], Results]) -> None:
 
     @web_ui.app.after_request  # type: ignore[untyped-decorator]
     def add_llm_rows(response: Response) -> Response:
-        if (response.status_code == 200 and response.mimetype == "text/html" and not response.direct_passthrough
-                and request.path.endswith("/")):
+        if (
+            response.status_code == 200
+            and response.mimetype == "text/html"
+            and not response.direct_passthrough
+            and request.path.endswith("/")
+        ):
             response.set_data(inject_live_script(response.get_data(as_text=True)))
             return response
         if not request.path.endswith(LOCUST_STATS_ROUTE) or response.status_code != 200:

@@ -25,22 +25,35 @@ def context_fields(context: ContextRecorder | None, model_key: str) -> dict[str,
     for turn, series in context.by(model_key, TURN).items():
         counts = series.counts
         ok = counts.get("ok", 0)
-        turns.append(TurnSummary(
-            turn=turn, requests=ok + counts.get("failed", 0), failed=counts.get("failed", 0),
-            prompt_tokens_mean=_mean(counts.get("prompt_tokens", 0), ok),
-            cached_tokens_mean=_mean(counts.get("cached_prompt_tokens", 0), counts.get("cached_reported", 0)),
-            ttft_s=_summary(series, "ttft"), itl_s=_summary(series, "itl")))
+        turns.append(
+            TurnSummary(
+                turn=turn,
+                requests=ok + counts.get("failed", 0),
+                failed=counts.get("failed", 0),
+                prompt_tokens_mean=_mean(counts.get("prompt_tokens", 0), ok),
+                cached_tokens_mean=_mean(counts.get("cached_prompt_tokens", 0), counts.get("cached_reported", 0)),
+                ttft_s=_summary(series, "ttft"),
+                itl_s=_summary(series, "itl"),
+            )
+        )
     buckets = []
     for high, series in context.by(model_key, PROMPT).items():
         ok = series.counts.get("ok", 0)
-        buckets.append(PromptLengthBucket(
-            min_tokens=prompt_bucket(high)[0], max_tokens=high, requests=ok,
-            prompt_tokens_mean=_mean(series.counts.get("prompt_tokens", 0), ok), ttft_s=_summary(series, "ttft")))
+        buckets.append(
+            PromptLengthBucket(
+                min_tokens=prompt_bucket(high)[0],
+                max_tokens=high,
+                requests=ok,
+                prompt_tokens_mean=_mean(series.counts.get("prompt_tokens", 0), ok),
+                ttft_s=_summary(series, "ttft"),
+            )
+        )
     return {"turns": turns, "ttft_by_prompt_tokens": buckets}
 
 
-def with_replay_rates(stage: StageSummary, context: ContextRecorder | None, model_key: str,
-                      trace_rate_per_s: float | None) -> StageSummary:
+def with_replay_rates(
+    stage: StageSummary, context: ContextRecorder | None, model_key: str, trace_rate_per_s: float | None
+) -> StageSummary:
     """A replay stage gets the trace's arrival rate and the one achieved (measured the same way)."""
     if trace_rate_per_s is None or context is None:
         return stage

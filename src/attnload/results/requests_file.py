@@ -29,7 +29,9 @@ def requests_out_path(text: str | None) -> str | None:
         return None
     path = Path(str(text).strip()).expanduser()
     if path.is_dir():
-        raise UsageError(f"--requests-out {text}: is a directory; give a file name such as {path / 'requests.jsonl.gz'}")
+        raise UsageError(
+            f"--requests-out {text}: is a directory; give a file name such as {path / 'requests.jsonl.gz'}"
+        )
     parent = path.parent if path.parent != Path("") else Path(".")
     existing = next((p for p in (parent, *parent.parents) if p.exists()), Path("."))
     if not existing.is_dir() or not os.access(existing, os.W_OK):
@@ -50,8 +52,9 @@ class RequestsFile:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._handle: BinaryIO | None = self.path.open("wb")
         except OSError as exc:
-            raise UsageError(f"--requests-out {path}: cannot write it ({exc.strerror}); "
-                             "give a file in a writable directory") from None
+            raise UsageError(
+                f"--requests-out {path}: cannot write it ({exc.strerror}); give a file in a writable directory"
+            ) from None
 
     def write(self, batch: dict[str, Any] | None) -> None:
         """One batch ``{"lines": [...], "dropped": n}`` (a worker's report, or this process's buffer)."""
@@ -70,9 +73,12 @@ class RequestsFile:
             self.dropped += dropped
             if not self._warned:
                 self._warned = True
-                print(f"attnload: warning: --requests-out: {dropped} request records dropped (a worker's buffer "
-                      "was full: the master is reading reports too slowly); the results count them "
-                      "(requests_out.dropped)", file=sys.stderr)
+                print(
+                    f"attnload: warning: --requests-out: {dropped} request records dropped (a worker's buffer "
+                    "was full: the master is reading reports too slowly); the results count them "
+                    "(requests_out.dropped)",
+                    file=sys.stderr,
+                )
 
     def sync(self) -> None:
         """Flush to the disk itself (the final write): the file survives the machine as well."""

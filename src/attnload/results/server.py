@@ -74,19 +74,25 @@ def gap_reasons(stage: StageSummary, server: ServerSummary) -> list[str]:
         client, served = stage.completion_tokens, float(server.generation_tokens)
         allowance = token_allowance(stage)
         if abs(served - client) > allowance:
-            reasons.append(f"server generated {served:.0f} tokens, the client received {client} "
-                           f"(allowed difference {allowance:.0f})")
+            reasons.append(
+                f"server generated {served:.0f} tokens, the client received {client} "
+                f"(allowed difference {allowance:.0f})"
+            )
     client_p50, server_p50 = stage.ttft_s.p50, server.ttft_p50_s
     if client_p50 is not None and server_p50 is not None and stage.ttft_s.count >= MIN_REQUESTS_FOR_TTFT:
         bucket = server.ttft_p50_bucket_s
         low, high = (bucket[0], bucket[1]) if bucket is not None else (server_p50, server_p50)
         shown = ttft_text(server_p50, bucket)
         if high is not None and high < TTFT_RATIO * client_p50 and client_p50 - high > TTFT_MIN_GAP_S:
-            reasons.append(f"server TTFT p50 {shown} < half the client's "
-                           f"{client_p50 * 1000:.0f} ms (a gateway or the network adds time)")
+            reasons.append(
+                f"server TTFT p50 {shown} < half the client's "
+                f"{client_p50 * 1000:.0f} ms (a gateway or the network adds time)"
+            )
         elif low > client_p50 / TTFT_RATIO and low - client_p50 > TTFT_MIN_GAP_S:
-            reasons.append(f"server TTFT p50 {shown} > twice the client's "
-                           f"{client_p50 * 1000:.0f} ms (another model's series, or other traffic)")
+            reasons.append(
+                f"server TTFT p50 {shown} > twice the client's "
+                f"{client_p50 * 1000:.0f} ms (another model's series, or other traffic)"
+            )
     return reasons
 
 
@@ -129,5 +135,4 @@ def token_allowance(stage: StageSummary) -> float:
         concurrency = stage.rate * stage.e2e_s.mean
     else:
         concurrency = 0.0
-    return (TOKENS_REL_TOLERANCE * stage.completion_tokens + TOKENS_ABS_TOLERANCE
-            + math.ceil(concurrency) * per_request)
+    return TOKENS_REL_TOLERANCE * stage.completion_tokens + TOKENS_ABS_TOLERANCE + math.ceil(concurrency) * per_request

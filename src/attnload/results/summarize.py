@@ -77,12 +77,19 @@ def totals(series: Series, duration_s: float, slo_set: bool) -> dict[str, Any]:
     counts = series.counts
     duration_s = max(duration_s, 1e-9)
     return {
-        "requests": Requests(ok=counts.get("ok", 0), failed=counts.get("failed", 0),
-                             cancelled=counts.get("cancelled", 0), abandoned=counts.get("abandoned", 0)),
+        "requests": Requests(
+            ok=counts.get("ok", 0),
+            failed=counts.get("failed", 0),
+            cancelled=counts.get("cancelled", 0),
+            abandoned=counts.get("abandoned", 0),
+        ),
         "errors": dict(sorted(series.errors.items())),
-        "ttft_s": summary(series.hists["ttft"]), "itl_s": summary(series.hists["itl"]),
-        "tpot_s": summary(series.hists["tpot"]), "e2e_s": summary(series.hists["e2e"]),
-        "prompt_tokens": counts.get("prompt_tokens", 0), "completion_tokens": counts.get("completion_tokens", 0),
+        "ttft_s": summary(series.hists["ttft"]),
+        "itl_s": summary(series.hists["itl"]),
+        "tpot_s": summary(series.hists["tpot"]),
+        "e2e_s": summary(series.hists["e2e"]),
+        "prompt_tokens": counts.get("prompt_tokens", 0),
+        "completion_tokens": counts.get("completion_tokens", 0),
         "cached_prompt_tokens": cached_total(counts),
         "estimated_tokens": counts.get("estimated", 0) > 0,
         "output_tokens_per_s": counts.get("completion_tokens", 0) / duration_s,
@@ -91,49 +98,98 @@ def totals(series: Series, duration_s: float, slo_set: bool) -> dict[str, Any]:
     }
 
 
-def build_results(config: TestConfig, recorder: Recorder, *, started_at: float, ended_at: float,
-                  stages: list[StageWindow], client: ClientInfo, run_info: dict[str, Any],
-                  attention_info: dict[str, dict[str, Any]] | None = None, paired: PairedRecorder | None = None,
-                  sweep: dict[str, dict[str, Any]] | None = None, in_flight: dict[str, int] | None = None,
-                  server: ServerResults | None = None, gpu: GpuResults | None = None,
-                  context: ContextRecorder | None = None, trace_rate_per_s: float | None = None) -> Results:
+def build_results(
+    config: TestConfig,
+    recorder: Recorder,
+    *,
+    started_at: float,
+    ended_at: float,
+    stages: list[StageWindow],
+    client: ClientInfo,
+    run_info: dict[str, Any],
+    attention_info: dict[str, dict[str, Any]] | None = None,
+    paired: PairedRecorder | None = None,
+    sweep: dict[str, dict[str, Any]] | None = None,
+    in_flight: dict[str, int] | None = None,
+    server: ServerResults | None = None,
+    gpu: GpuResults | None = None,
+    context: ContextRecorder | None = None,
+    trace_rate_per_s: float | None = None,
+) -> Results:
     """Summaries per model, per profile and per stage; wall times are epoch seconds."""
     duration_s = max(ended_at - started_at, 1e-9)
     slo_set = any(v is not None for v in config.slo.model_dump().values())
     models = []
     for target in config.models:
         whole = recorder.combined(model_key=target.key)
-        profiles = {p.name: Totals(**totals(recorder.combined(model_key=target.key, profile=p.name), duration_s,
-                                            slo_set))
-                    for p in config.profiles if any(k[0] == target.key and k[1] == p.name for k in recorder.series)}
-        stage_summaries = [with_replay_rates(_stage_summary(recorder, target.key, window, slo_set, paired,
-                                                            replay=trace_rate_per_s is not None,
-                                                            users=stage_users(window, config, target.key,
-                                                                              paired is not None)), context,
-                                             target.key, trace_rate_per_s) for window in stages]
+        profiles = {
+            p.name: Totals(**totals(recorder.combined(model_key=target.key, profile=p.name), duration_s, slo_set))
+            for p in config.profiles
+            if any(k[0] == target.key and k[1] == p.name for k in recorder.series)
+        }
+        stage_summaries = [
+            with_replay_rates(
+                _stage_summary(
+                    recorder,
+                    target.key,
+                    window,
+                    slo_set,
+                    paired,
+                    replay=trace_rate_per_s is not None,
+                    users=stage_users(window, config, target.key, paired is not None),
+                ),
+                context,
+                target.key,
+                trace_rate_per_s,
+            )
+            for window in stages
+        ]
         stage_summaries = [with_arrivals(s, run_info, trace_rate_per_s is not None) for s in stage_summaries]
         if server is not None:
             stage_summaries = [with_server(s, server.stage(target.key, s.index)) for s in stage_summaries]
         if gpu is not None:
             stage_summaries = [with_gpu(s, gpu.stage(target.key, s.index)) for s in stage_summaries]  # type: ignore[misc]
-        models.append(ModelSummary(
-            **totals(whole, duration_s, slo_set), key=target.key, model=target.id, attention=target.attention,
-            stages=stage_summaries, profiles=profiles, attention_info=(attention_info or {}).get(target.key, {}),
-            paired=paired.summary(target.key) if paired is not None else None,
-            sweep=(sweep or {}).get(target.key), in_flight=(in_flight or {}).get(target.key),
-            server=server.total(target.key) if server is not None else None,
-            gpu=per_token(gpu.total(target.key), whole.counts.get("completion_tokens", 0)) if gpu else None,
-            **context_fields(context, target.key),
-            target=target.key))
-    return Results.model_validate({
-        "schema": "attnload.results/v1", "started_at": _iso(started_at), "ended_at": _iso(ended_at),
-        "duration_s": duration_s, "config_sha256": config.sha256, "config": run_info,
-        "client": client, "models": models})
+        models.append(
+            ModelSummary(
+                **totals(whole, duration_s, slo_set),
+                key=target.key,
+                model=target.id,
+                attention=target.attention,
+                stages=stage_summaries,
+                profiles=profiles,
+                attention_info=(attention_info or {}).get(target.key, {}),
+                paired=paired.summary(target.key) if paired is not None else None,
+                sweep=(sweep or {}).get(target.key),
+                in_flight=(in_flight or {}).get(target.key),
+                server=server.total(target.key) if server is not None else None,
+                gpu=per_token(gpu.total(target.key), whole.counts.get("completion_tokens", 0)) if gpu else None,
+                **context_fields(context, target.key),
+                target=target.key,
+            )
+        )
+    return Results.model_validate(
+        {
+            "schema": "attnload.results/v1",
+            "started_at": _iso(started_at),
+            "ended_at": _iso(ended_at),
+            "duration_s": duration_s,
+            "config_sha256": config.sha256,
+            "config": run_info,
+            "client": client,
+            "models": models,
+        }
+    )
 
 
-def _stage_summary(recorder: Recorder, model_key: str, window: StageWindow, slo_set: bool,
-                   paired: PairedRecorder | None, replay: bool = False, users: int | None = None
-                   ) -> StageSummary:
+def _stage_summary(
+    recorder: Recorder,
+    model_key: str,
+    window: StageWindow,
+    slo_set: bool,
+    paired: PairedRecorder | None,
+    replay: bool = False,
+    users: int | None = None,
+) -> StageSummary:
     series = recorder.combined(model_key=model_key, stage=window.index)
     window_s = max(window.end_s - window.start_s, 1e-9)
     fields = totals(series, window_s, slo_set)
@@ -153,10 +209,18 @@ def _stage_summary(recorder: Recorder, model_key: str, window: StageWindow, slo_
         if (behind or short) and "client_behind" not in flags:
             flags.append("client_behind")
     return StageSummary(
-        **fields, index=window.index, users=users if users is not None else window.users,
-        users_total=window.users, rate=rate, start_s=window.start_s, end_s=window.end_s,
-        dispatch_lag_s=summary(lag) if lag.count else None, flags=flags, achieved_rate_rps=achieved,
-        paired=paired.summary(model_key, window.index) if paired is not None else None)
+        **fields,
+        index=window.index,
+        users=users if users is not None else window.users,
+        users_total=window.users,
+        rate=rate,
+        start_s=window.start_s,
+        end_s=window.end_s,
+        dispatch_lag_s=summary(lag) if lag.count else None,
+        flags=flags,
+        achieved_rate_rps=achieved,
+        paired=paired.summary(model_key, window.index) if paired is not None else None,
+    )
 
 
 def with_arrivals(stage: StageSummary, run_info: dict[str, Any], replay: bool) -> StageSummary:
@@ -168,8 +232,9 @@ def with_arrivals(stage: StageSummary, run_info: dict[str, Any], replay: bool) -
     return stage.model_copy(update={"arrivals": run_info.get("arrivals"), "burstiness": run_info.get("burstiness")})
 
 
-def client_info(workers: int, workers_lost: int, cpu_max_ratio: float, recorder: Recorder,
-                throttled_ratio: float = 0.0) -> ClientInfo:
+def client_info(
+    workers: int, workers_lost: int, cpu_max_ratio: float, recorder: Recorder, throttled_ratio: float = 0.0
+) -> ClientInfo:
     """Saturation is measured: CPU above 90 %, cgroup throttling, or the chunk-coalescing signature in ITL."""
     reasons = []
     if (throttled := throttled_reason(throttled_ratio)) is not None:
@@ -179,10 +244,16 @@ def client_info(workers: int, workers_lost: int, cpu_max_ratio: float, recorder:
     itl = recorder.combined().hists["itl"]
     p50, p99 = itl.quantile(0.5), itl.quantile(0.99)
     if itl.count >= 1000 and p50 is not None and p99 is not None and p50 < 0.0005 < p99 and p99 > 50 * p50:
-        reasons.append("ITL p50 collapsed toward 0 while p99 grew: several chunks arrive per read "
-                       "(the client is behind)")
-    return ClientInfo(workers=workers, workers_lost=workers_lost, cpu_max_ratio=round(cpu_max_ratio, 3),
-                      client_saturated=bool(reasons), saturation_reasons=reasons)
+        reasons.append(
+            "ITL p50 collapsed toward 0 while p99 grew: several chunks arrive per read (the client is behind)"
+        )
+    return ClientInfo(
+        workers=workers,
+        workers_lost=workers_lost,
+        cpu_max_ratio=round(cpu_max_ratio, 3),
+        client_saturated=bool(reasons),
+        saturation_reasons=reasons,
+    )
 
 
 def _iso(epoch_s: float) -> str:

@@ -21,8 +21,12 @@ from attnload.results.model import Results
 log = logging.getLogger(__name__)
 
 
-def write_results(results: Results, directory: str | Path, started_at: float,
-                  render_html: Callable[[Results, Path], object] | None = None) -> Path:
+def write_results(
+    results: Results,
+    directory: str | Path,
+    started_at: float,
+    render_html: Callable[[Results, Path], object] | None = None,
+) -> Path:
     """Write the JSON (named by the start time, UTC), then the HTML (``render_html``), then the marker
     ``latest.txt`` that ``attnload run`` reads: a marker only ever names a complete file."""
     path = results_path(directory, started_at)

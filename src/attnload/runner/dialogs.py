@@ -42,8 +42,11 @@ def dataset_path(path: str, config_source: str) -> Path:
 
 def open_datasets(config: TestConfig, profiles: Sequence[Profile]) -> dict[str, Dataset]:
     """Every dataset the profiles name, opened and validated (a bad file is a UsageError, before any load)."""
-    return {p.name: open_dataset(dataset_path(p.dataset.path, config.source), p.dataset.format)
-            for p in profiles if p.dataset is not None}
+    return {
+        p.name: open_dataset(dataset_path(p.dataset.path, config.source), p.dataset.format)
+        for p in profiles
+        if p.dataset is not None
+    }
 
 
 def check_traffic(config: TestConfig, profiles: Sequence[Profile] | None = None) -> None:
@@ -92,8 +95,9 @@ class Traffic:
     def script(self, profile: Profile, salt: str, tokens: TextTokens) -> ConversationScript:
         if profile.dataset is not None:
             record = self.sampler(profile.name).next()
-            return dataset_script(record, salt, self.rng, turns=profile.dataset.turns,
-                                  output_tokens=profile.dataset.output_tokens)
+            return dataset_script(
+                record, salt, self.rng, turns=profile.dataset.turns, output_tokens=profile.dataset.output_tokens
+            )
         assert profile.conversation is not None
         return synthetic_script(profile.conversation, salt, self.rng, tokens)
 
@@ -102,8 +106,7 @@ class Traffic:
         tokens = self.tokens[key]
         if isinstance(tokens, EstimatorTokens):
             return None
-        return lambda messages: sum(tokens.count(str(m.get("content", ""))) + MESSAGE_OVERHEAD_TOKENS
-                                    for m in messages)
+        return lambda messages: sum(tokens.count(str(m.get("content", ""))) + MESSAGE_OVERHEAD_TOKENS for m in messages)
 
     def sizer(self, keys: Sequence[str]) -> TextTokens | None:
         """What sizes a single-turn prompt for ``keys``: the first model's tokenizer (None: the estimator).
@@ -172,8 +175,9 @@ class Session:
         for key in self.keys:
             counter = traffic.counter(key)
             extra = {"count_prompt": counter} if counter is not None else {}
-            self.dialog[key] = Conversation(script, context_window_tokens=traffic.targets[key].max_context,
-                                            default_max_tokens=default_max, **extra)
+            self.dialog[key] = Conversation(
+                script, context_window_tokens=traffic.targets[key].max_context, default_max_tokens=default_max, **extra
+            )
         self.conversations += 1
 
     def _turn(self) -> dict[str, PlannedRequest] | None:
@@ -189,14 +193,19 @@ class Session:
             taken = conversation.next_request()
             assert taken is not None
             messages, max_tokens, _tokens = taken
-            plans[key] = PlannedRequest(profile=profile.name, messages=messages,
-                                        max_tokens=max_tokens or drawn or workload.default_max_tokens,
-                                        ignore_eos=ignore_eos, turn=conversation.turn)
+            plans[key] = PlannedRequest(
+                profile=profile.name,
+                messages=messages,
+                max_tokens=max_tokens or drawn or workload.default_max_tokens,
+                ignore_eos=ignore_eos,
+                turn=conversation.turn,
+            )
         return plans
 
 
-def with_reply_tokens(record: RequestRecord, tokens: TextTokens, messages: Sequence[Mapping[str, object]]
-                      ) -> RequestRecord:
+def with_reply_tokens(
+    record: RequestRecord, tokens: TextTokens, messages: Sequence[Mapping[str, object]]
+) -> RequestRecord:
     """A server sent no usage: count prompt and completion with the model's tokenizer instead of the estimator."""
     if not record.tokens_estimated or isinstance(tokens, EstimatorTokens):
         return record

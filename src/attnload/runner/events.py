@@ -12,10 +12,11 @@ from locust.runners import MasterRunner, WorkerRunner
 
 from attnload.attention import FactsLookup, no_facts
 from attnload.client.chat import ChatClient
+from attnload.config.load import load_config
 from attnload.config.model import ModelTarget
-from attnload.config.seed import load_config
 from attnload.errors import UsageError
-from attnload.metrics.exposition import serve_metrics
+from attnload.exporter.exposition import serve_metrics
+from attnload.plan.options import add_arguments, exit_usage, options_from, requests_out_option
 from attnload.report import webui
 from attnload.runner import requestsink
 from attnload.runner.fleet import (
@@ -28,7 +29,6 @@ from attnload.runner.fleet import (
 from attnload.runner.gcpolicy import quiet_full_collections
 from attnload.runner.gpuview import GpuView, gpu_targets
 from attnload.runner.openloop import PAIR_STREAM, ClientPool, OpenLoop
-from attnload.runner.options import add_arguments, exit_usage, options_from, requests_out_option
 from attnload.runner.progress import feed_progress, silence_locust_tables
 from attnload.runner.replay import ReplaySchedule
 from attnload.runner.runtime import Runtime
@@ -79,7 +79,8 @@ def _on_init(environment: Environment, attention_facts: FactsLookup, **_: Any) -
     if not isinstance(runner, WorkerRunner) and environment.parsed_options is not None:
         configured = getattr(environment.parsed_options, "attnload_requests_out", "")
         events.test_stop.add_listener(
-            lambda **_: setattr(environment.parsed_options, "attnload_requests_out", configured))
+            lambda **_: setattr(environment.parsed_options, "attnload_requests_out", configured)
+        )
     if not isinstance(runner, MasterRunner):
         runtime.open_loop = _open_loop(environment, runtime)
         runtime.open_loop.on_error = runtime.health.scheduler_died
@@ -116,8 +117,9 @@ def _follow_requests_out(environment: Environment, runtime: Runtime) -> None:
 
 def _open_loop(environment: Environment, runtime: Runtime) -> OpenLoop:
     """This process's open-loop scheduler (idle until a rate stage begins)."""
-    pool = ClientPool(list(runtime.config.models), lambda target: chat_client(runtime, target),
-                      runtime.options.max_in_flight)
+    pool = ClientPool(
+        list(runtime.config.models), lambda target: chat_client(runtime, target), runtime.options.max_in_flight
+    )
 
     def send(client: ChatClient, target: ModelTarget, plan: PlannedRequest, stage: int, intended: float) -> None:
         send_plan(environment, runtime, client, target, plan, stage, intended)
@@ -131,17 +133,30 @@ def _open_loop(environment: Environment, runtime: Runtime) -> OpenLoop:
         """A rate stage's next request, sized by the stream's model (paired: the first model's tokenizer)."""
         return runtime.workload.next(runtime.traffic.sizer(keys if stream == PAIR_STREAM else [stream]))
 
-    loop = OpenLoop(list(runtime.config.models), pool, next_plan, send,
-                    pair if runtime.paired is not None else None, runtime.arrivals, runtime.config.seed)
+    loop = OpenLoop(
+        list(runtime.config.models),
+        pool,
+        next_plan,
+        send,
+        pair if runtime.paired is not None else None,
+        runtime.arrivals,
+        runtime.config.seed,
+    )
     loop.burstiness = runtime.options.burstiness
     shape = runtime.options.shape
     if isinstance(shape, ReplaySpec):
         first = runtime.config.models[0]
-        loop.planned = ReplaySchedule(shape, [m.key for m in runtime.config.models], runtime.paired is not None,
-                                      lambda: runtime.run_salt, runtime.traffic.tokens[first.key])
+        loop.planned = ReplaySchedule(
+            shape,
+            [m.key for m in runtime.config.models],
+            runtime.paired is not None,
+            lambda: runtime.run_salt,
+            runtime.traffic.tokens[first.key],
+        )
     elif runtime.traffic.conversational:
-        loop.arrival = lambda stream, intended, stage: converse_open(environment, runtime, pool, stream, intended,
-                                                                     stage)
+        loop.arrival = lambda stream, intended, stage: converse_open(
+            environment, runtime, pool, stream, intended, stage
+        )
     return loop
 
 
@@ -150,22 +165,31 @@ def _init_collector(environment: Environment, runtime: Runtime) -> None:
     runner = environment.runner
     events = environment.events
     if runtime.options.server_metrics == "auto":
-        runtime.server_view = ServerView(scrape_targets(runtime.config, runtime.attention_facts),
-                                         runtime.options.server_metrics_interval_s)
+        runtime.server_view = ServerView(
+            scrape_targets(runtime.config, runtime.attention_facts), runtime.options.server_metrics_interval_s
+        )
     if runtime.options.gpu_metrics == "auto":
         guess = runtime.options.server_metrics == "auto"  # off: the servers' /metrics are not read at all
-        runtime.gpu_view = GpuView(gpu_targets(runtime.config, runtime.attention_facts, guess),
-                                   runtime.options.server_metrics_interval_s, on_sample=runtime.fleet.gpu.record)
+        runtime.gpu_view = GpuView(
+            gpu_targets(runtime.config, runtime.attention_facts, guess),
+            runtime.options.server_metrics_interval_s,
+            on_sample=runtime.fleet.gpu.record,
+        )
     if runtime.options.metrics_port:
         try:
-            serve_metrics(runtime.recorder, runtime.fleet, runtime.options.metrics_port,
-                          runtime.options.metrics_host)
+            serve_metrics(runtime.recorder, runtime.fleet, runtime.options.metrics_port, runtime.options.metrics_host)
         except OSError as exc:
-            exit_usage(UsageError(f"cannot serve /metrics on port {runtime.options.metrics_port} ({exc.strerror}): "
-                             "pass another --metrics-port or stop the process holding it"))
+            exit_usage(
+                UsageError(
+                    f"cannot serve /metrics on port {runtime.options.metrics_port} ({exc.strerror}): "
+                    "pass another --metrics-port or stop the process holding it"
+                )
+            )
     if isinstance(runner, MasterRunner):
         events.worker_report.add_listener(
-            lambda client_id, data: runtime.merge_worker(client_id, data.get("attnload") or {}))
+            lambda client_id, data: runtime.merge_worker(client_id, data.get("attnload") or {})
+        )
+
         def final_counts(environment: Environment, msg: Any) -> None:
             runtime.merge_worker(msg.node_id, msg.data or {})
             runtime.final_counts_from.add(msg.node_id)

@@ -59,8 +59,11 @@ def _await_final_counts(runtime: Runtime, expected: set[str]) -> None:
     while (missing := expected - runtime.final_counts_from - runtime.workers_lost) and time.monotonic() < deadline:
         gevent.sleep(0.05)
     if missing:
-        log.warning("%d worker(s) sent no final counts within %.0f s; their last requests are missing from the "
-                    "results", len(missing), FINAL_COUNTS_WAIT_S)
+        log.warning(
+            "%d worker(s) sent no final counts within %.0f s; their last requests are missing from the results",
+            len(missing),
+            FINAL_COUNTS_WAIT_S,
+        )
 
 
 def sample_cpu(runtime: Runtime) -> None:

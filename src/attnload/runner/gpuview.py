@@ -16,8 +16,8 @@ from attnload.attention import FactsLookup, no_facts
 from attnload.config.model import TestConfig
 from attnload.results.gpu import GpuResults
 from attnload.runner.serverview import ServerView, model_names
-from attnload.server_metrics import default_metrics_url
-from attnload.server_metrics.gpupoller import GpuMetricsPoller, GpuTarget, OnSample
+from attnload.scrape import default_metrics_url
+from attnload.scrape.gpupoller import GpuMetricsPoller, GpuTarget, OnSample
 
 Fetch = Callable[[str], str]
 
@@ -30,24 +30,32 @@ def gpu_targets(config: TestConfig, attention_facts: FactsLookup = no_facts, gue
         if m.gpu_metrics_url is None and not guess:
             continue
         url = m.gpu_metrics_url or m.metrics_url or default_metrics_url(m.base_url)
-        targets.append(GpuTarget(key=m.key, url=url, names=model_names(m, attention_facts),
-                                 selector=tuple(sorted((m.gpu_selector or {}).items())),
-                                 explicit=m.gpu_metrics_url is not None))
+        targets.append(
+            GpuTarget(
+                key=m.key,
+                url=url,
+                names=model_names(m, attention_facts),
+                selector=tuple(sorted((m.gpu_selector or {}).items())),
+                explicit=m.gpu_metrics_url is not None,
+            )
+        )
     return targets
 
 
 class GpuView(ServerView):
     """Per test: a GPU poller, the finished stages' GPU summaries and the whole-run ones."""
 
-    def __init__(self, targets: list[GpuTarget], interval_s: float, fetch: Fetch | None = None,
-                 on_sample: OnSample | None = None) -> None:
+    def __init__(
+        self, targets: list[GpuTarget], interval_s: float, fetch: Fetch | None = None, on_sample: OnSample | None = None
+    ) -> None:
         super().__init__(list(targets), interval_s, fetch)
         self.gpu_targets = targets
         self._on_sample = on_sample
 
     def _new_poller(self) -> GpuMetricsPoller:  # type: ignore[override]
-        return GpuMetricsPoller(self.gpu_targets, interval_s=self.interval_s, fetch=self._fetch,
-                                on_sample=self._on_sample)
+        return GpuMetricsPoller(
+            self.gpu_targets, interval_s=self.interval_s, fetch=self._fetch, on_sample=self._on_sample
+        )
 
     def results(self, running_stage: int | None = None) -> GpuResults:  # type: ignore[override]
         base = super().results(running_stage)

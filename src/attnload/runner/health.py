@@ -42,6 +42,8 @@ class RunHealth:
     def client_fields(self, started_here: int) -> dict[str, Any]:
         """``ClientInfo`` fields over this process and every worker that reported."""
         reports = [self.payload(started_here), *self.workers.values()]
-        return {"users_started": sum(int(r.get("started") or 0) for r in reports),
-                "users_crashed": sum(int(r.get("crashed") or 0) for r in reports),
-                "scheduler_error": next((str(r["scheduler"]) for r in reports if r.get("scheduler")), None)}
+        return {
+            "users_started": sum(int(r.get("started") or 0) for r in reports),
+            "users_crashed": sum(int(r.get("crashed") or 0) for r in reports),
+            "scheduler_error": next((str(r["scheduler"]) for r in reports if r.get("scheduler")), None),
+        }

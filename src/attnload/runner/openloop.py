@@ -47,8 +47,18 @@ into dispatch lag (flagged ``client_behind``), so the default is generous (``run
 the open-files limit) and ``--max-in-flight`` lowers it on purpose."""
 
 
-def arrival_offsets(rate_rps: float, duration_s: float, *, arrivals: Arrivals, share_index: int, share_count: int,
-                    seed: int, stage: int, stream: int, streams: int = 1) -> list[float]:
+def arrival_offsets(
+    rate_rps: float,
+    duration_s: float,
+    *,
+    arrivals: Arrivals,
+    share_index: int,
+    share_count: int,
+    seed: int,
+    stage: int,
+    stream: int,
+    streams: int = 1,
+) -> list[float]:
     """This share's arrival times, in seconds after the stage start, sorted.
 
     The stage sends ``round(rate · duration)`` requests in all, split over
@@ -122,8 +132,16 @@ class ClientPool:
 class OpenLoop:
     """One worker's open-loop scheduler and its in-flight requests."""
 
-    def __init__(self, targets: list[ModelTarget], pool: ClientPool, next_plan: Callable[..., PlannedRequest],
-                 send: SendPlan, send_pair: SendPair | None, arrivals: Arrivals, seed: int) -> None:
+    def __init__(
+        self,
+        targets: list[ModelTarget],
+        pool: ClientPool,
+        next_plan: Callable[..., PlannedRequest],
+        send: SendPlan,
+        send_pair: SendPair | None,
+        arrivals: Arrivals,
+        seed: int,
+    ) -> None:
         self.targets = {t.key: t for t in targets}
         self.pool = pool
         self.next_plan = next_plan
@@ -166,17 +184,35 @@ class OpenLoop:
     def schedule(self, stage: OpenStage) -> list[tuple[float, str]]:
         """``(perf_counter time, stream)`` of this worker's arrivals, merged over streams."""
         streams = sorted(stage.rates_rps)
-        per_stream = [[(stage.started_perf + offset, key) for offset in self._offsets(stage, key, position, len(streams))]
-                      for position, key in enumerate(streams)]
+        per_stream = [
+            [(stage.started_perf + offset, key) for offset in self._offsets(stage, key, position, len(streams))]
+            for position, key in enumerate(streams)
+        ]
         return list(heapq.merge(*per_stream))
 
     def _offsets(self, stage: OpenStage, key: str, position: int, streams: int) -> list[float]:
         if self.burstiness is not None:
-            return gamma_offsets(stage.rates_rps[key], stage.duration_s, self.burstiness, share_index=stage.share_index,
-                                 share_count=stage.share_count, seed=self.seed, stage=stage.index, stream=position)
-        return arrival_offsets(stage.rates_rps[key], stage.duration_s, arrivals=self.arrivals,
-                               share_index=stage.share_index, share_count=stage.share_count, seed=self.seed,
-                               stage=stage.index, stream=position, streams=streams)
+            return gamma_offsets(
+                stage.rates_rps[key],
+                stage.duration_s,
+                self.burstiness,
+                share_index=stage.share_index,
+                share_count=stage.share_count,
+                seed=self.seed,
+                stage=stage.index,
+                stream=position,
+            )
+        return arrival_offsets(
+            stage.rates_rps[key],
+            stage.duration_s,
+            arrivals=self.arrivals,
+            share_index=stage.share_index,
+            share_count=stage.share_count,
+            seed=self.seed,
+            stage=stage.index,
+            stream=position,
+            streams=streams,
+        )
 
     def _run(self, stage: OpenStage) -> None:
         arrivals: Iterable[tuple[float, str, PlannedRequest | None]]

@@ -45,12 +45,17 @@ def progress_state(runtime: Runtime) -> ProgressState:
     rates = runtime.stage.rates
     return ProgressState(
         elapsed_s=time.perf_counter() - runtime.started_perf if runtime.started_at is not None else 0.0,
-        stage=runtime.stage.index, stages=len(shape.stages) if planned and shape is not None else None,
+        stage=runtime.stage.index,
+        stages=len(shape.stages) if planned and shape is not None else None,
         total_s=shape.duration_s if planned and shape is not None else None,
-        users=sum(runtime.fleet.users.values()), target_users=runtime.fleet.target_users,
+        users=sum(runtime.fleet.users.values()),
+        target_users=runtime.fleet.target_users,
         target_rate=max(rates.values()) if rates else None,
-        ok=counts["ok"], failed=counts["failed"], completion_tokens=tokens,
-        saturated=runtime.fleet.client_saturated)
+        ok=counts["ok"],
+        failed=counts["failed"],
+        completion_tokens=tokens,
+        saturated=runtime.fleet.client_saturated,
+    )
 
 
 class _ClearBeforeLog(logging.Filter):

@@ -26,8 +26,9 @@ REPLAY_PROFILE = "replay"
 class ReplaySchedule:
     """This worker's share of the trace as ``(perf_counter time, stream, plan)`` for one stage start."""
 
-    def __init__(self, spec: ReplaySpec, keys: list[str], paired: bool, salt: Callable[[], str],
-                 tokens: TextTokens | None = None) -> None:
+    def __init__(
+        self, spec: ReplaySpec, keys: list[str], paired: bool, salt: Callable[[], str], tokens: TextTokens | None = None
+    ) -> None:
         self.trace: Trace = load_trace(spec.path, spec.speed)
         self.streams = [PAIR_STREAM] if paired else list(keys)
         self.salt = salt
@@ -41,8 +42,12 @@ class ReplaySchedule:
         for number, request in enumerate(self.trace.requests):
             if number % count != stage.share_index % count:
                 continue
-            plan = PlannedRequest(profile=REPLAY_PROFILE, messages=prompts.messages(request, unique_seed=number),
-                                  max_tokens=request.output_tokens, ignore_eos=True)
+            plan = PlannedRequest(
+                profile=REPLAY_PROFILE,
+                messages=prompts.messages(request, unique_seed=number),
+                max_tokens=request.output_tokens,
+                ignore_eos=True,
+            )
             for stream in self.streams:
                 yield stage.started_perf + REPLAY_LEAD_S + request.offset_s, stream, plan
 

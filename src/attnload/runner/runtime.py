@@ -19,12 +19,13 @@ from typing import Any
 from attnload.attention import FactsLookup, no_facts
 from attnload.client.transport import Timeouts
 from attnload.config.model import ModelTarget, TestConfig
+from attnload.exporter.exposition import FleetState
 from attnload.measure.cgroup import ThrottleMeter, throttled_reason
 from attnload.measure.context import ContextRecorder
 from attnload.measure.paired import PairedRecorder
 from attnload.measure.recorder import Recorder, RequestRecord
 from attnload.measure.requestlog import NOBODY, Who
-from attnload.metrics.exposition import FleetState
+from attnload.plan.options import RunOptions
 from attnload.report.csvout import write_llm_csv
 from attnload.report.html import write_html
 from attnload.results.model import Results
@@ -34,7 +35,6 @@ from attnload.runner.dialogs import Traffic
 from attnload.runner.gpuview import GpuView
 from attnload.runner.health import RunHealth
 from attnload.runner.openloop import PAIR_STREAM, OpenLoop, OpenStage
-from attnload.runner.options import RunOptions
 from attnload.runner.requestsink import RequestSink
 from attnload.runner.serverview import ServerView
 from attnload.runner.startspread import StartSpread
@@ -51,8 +51,6 @@ WARMUP_STAGE = -1
 """Stage tag of requests that started before the test or inside a stage's warm-up window."""
 USERS_REPORT_LAG_S = 3.5
 """Workers report their users every 3 s: a master's count is current this long after a stage starts."""
-
-
 
 
 class CpuMeter:
@@ -107,8 +105,9 @@ class StageClock:
 class Runtime:
     """Config, recorder, workload and fleet state for one Locust process."""
 
-    def __init__(self, config: TestConfig, options: RunOptions, role: str,
-                 attention_facts: FactsLookup = no_facts) -> None:
+    def __init__(
+        self, config: TestConfig, options: RunOptions, role: str, attention_facts: FactsLookup = no_facts
+    ) -> None:
         self.config = config
         self.attention_facts = attention_facts
         """Preset KV facts per model id, handed in by the entry point (the runner never imports the simulator)."""
@@ -125,8 +124,12 @@ class Runtime:
         self.fleet = FleetState(model_labels={m.key: (m.id, m.attention) for m in config.models})
         self.api_keys = {m.key: m.api_key() for m in config.models}
         request = config.request
-        self.timeouts = Timeouts(connect_s=request.connect_timeout_s, ttft_s=request.ttft_timeout_s,
-                                 idle_s=request.idle_timeout_s, total_s=request.total_timeout_s)
+        self.timeouts = Timeouts(
+            connect_s=request.connect_timeout_s,
+            ttft_s=request.ttft_timeout_s,
+            idle_s=request.idle_timeout_s,
+            total_s=request.total_timeout_s,
+        )
         self.stage = StageClock()
         self.worker_index = 0
         self.users_by_model: Counter[str] = Counter()
@@ -166,9 +169,13 @@ class Runtime:
         self.abandoner = Abandoner(options.abandon, config.seed) if options.abandon is not None else None
         """``--abandon-rate``: draws which requests close their stream early (None: none do)."""
         self.start_spread = StartSpread(
-            options.start_spread, stage_duration_s=options.shape.stage_duration_s if options.shape else None,
-            seed=config.seed, role=role, recorder=self.recorder,
-            placement=lambda: (self.worker_index, self.worker_count))
+            options.start_spread,
+            stage_duration_s=options.shape.stage_duration_s if options.shape else None,
+            seed=config.seed,
+            role=role,
+            recorder=self.recorder,
+            placement=lambda: (self.worker_index, self.worker_count),
+        )
         """When each new closed-loop user sends its first request (``--start-spread``)."""
 
     # ------------------------------------------------------------------ users
@@ -263,9 +270,15 @@ class Runtime:
             if self.options.shape is None:
                 self.enter_stage(0, users=None, rate=None)
 
-    def enter_stage(self, index: int, users: int | None, rate: float | None,
-                    rates: dict[str, float] | None = None, workers: int | None = None, salt: str | None = None
-                    ) -> None:
+    def enter_stage(
+        self,
+        index: int,
+        users: int | None,
+        rate: float | None,
+        rates: dict[str, float] | None = None,
+        workers: int | None = None,
+        salt: str | None = None,
+    ) -> None:
         """A new stage begins (master: from the shape; workers: from its message).
 
         ``rates`` (per model key) makes it an open-loop stage: a sending process starts
@@ -302,9 +315,15 @@ class Runtime:
         if self.paired is not None:
             # Paired arrivals are prompts, each sent to every model: one stream at the per-model rate.
             rates = {PAIR_STREAM: min(rates.values())}
-        return OpenStage(index=index, rates_rps=rates, started_perf=started_perf, duration_s=duration_s,
-                         warmup_s=self.options.warmup_s, share_index=self.worker_index,
-                         share_count=max(self.worker_count, 1))
+        return OpenStage(
+            index=index,
+            rates_rps=rates,
+            started_perf=started_perf,
+            duration_s=duration_s,
+            warmup_s=self.options.warmup_s,
+            share_index=self.worker_index,
+            share_count=max(self.worker_count, 1),
+        )
 
     def stage_stats(self, index: int) -> dict[str, ModelStageStats]:
         """Per model, what stage ``index`` has done so far (the sweep decides on it).
@@ -328,8 +347,11 @@ class Runtime:
             out[target.key] = ModelStageStats(
                 output_tokens_per_s=series.counts.get("completion_tokens", 0) / duration_s,
                 requests_per_s=series.counts.get("ok", 0) / duration_s,
-                ttft_p99_s=hists["ttft"].quantile(0.99), itl_p99_s=hists["itl"].quantile(0.99),
-                e2e_p99_s=hists["e2e"].quantile(0.99), failed=series.counts.get("failed", 0))
+                ttft_p99_s=hists["ttft"].quantile(0.99),
+                itl_p99_s=hists["itl"].quantile(0.99),
+                e2e_p99_s=hists["e2e"].quantile(0.99),
+                failed=series.counts.get("failed", 0),
+            )
         return out
 
     def test_stopped(self) -> None:
@@ -362,10 +384,14 @@ class Runtime:
     # ------------------------------------------------------------------ distribution
 
     def worker_payload(self, final: bool = False) -> dict[str, Any]:
-        payload: dict[str, Any] = {"delta": self.recorder.take_delta(), "users": dict(self.users_by_model),
-                                   "cpu": self.cpu.peak(), "context": self.context.take_delta(),
-                                   "health": self.health.payload(self.spawned),
-                                   "throttled": self.throttle.peak()}
+        payload: dict[str, Any] = {
+            "delta": self.recorder.take_delta(),
+            "users": dict(self.users_by_model),
+            "cpu": self.cpu.peak(),
+            "context": self.context.take_delta(),
+            "health": self.health.payload(self.spawned),
+            "throttled": self.throttle.peak(),
+        }
         if self.paired is not None:
             payload["paired"] = self.paired.take_delta()
         if self.requests is not None:
@@ -411,29 +437,60 @@ class Runtime:
     def results(self) -> Results:
         started = self.started_at or time.time()
         ended = self.ended_at or time.time()
-        windows = [replace(w, model_users=self.stage.model_users.get(w.index))
-                   for w in self.stage.windows if w.end_s > w.start_s] if self.options.shape else []
+        windows = (
+            [
+                replace(w, model_users=self.stage.model_users.get(w.index))
+                for w in self.stage.windows
+                if w.end_s > w.start_s
+            ]
+            if self.options.shape
+            else []
+        )
         info = {m.key: details for m in self.config.models if (details := self.attention_facts(m.id))}
         shape = self.options.shape
-        run_info = {"source": os.path.basename(self.config.source), "shape": shape.to_text() if shape else None,
-                    "stage_duration_s": shape.stage_duration_s if shape else None, "warmup_s": self.options.warmup_s,
-                    "profiles": [p.name for p in self.workload.profiles], "max_tokens": self.config.request.max_tokens,
-                    "temperature": self.config.request.temperature, "role": self.role,
-                    "paired": self.options.paired, "arrivals": self.arrivals, "burstiness": self.burstiness,
-                    "models": {m.key: {"id": m.id, "attention": m.attention, "url": m.chat_url}
-                               for m in self.config.models}}
+        run_info = {
+            "source": os.path.basename(self.config.source),
+            "shape": shape.to_text() if shape else None,
+            "stage_duration_s": shape.stage_duration_s if shape else None,
+            "warmup_s": self.options.warmup_s,
+            "profiles": [p.name for p in self.workload.profiles],
+            "max_tokens": self.config.request.max_tokens,
+            "temperature": self.config.request.temperature,
+            "role": self.role,
+            "paired": self.options.paired,
+            "arrivals": self.arrivals,
+            "burstiness": self.burstiness,
+            "models": {m.key: {"id": m.id, "attention": m.attention, "url": m.chat_url} for m in self.config.models},
+        }
         workers = max(len(self.workers_seen), 1 if self.role == "local" else 0)
         sweep = self.sweep_final() if callable(self.sweep_final) else self.sweep_report
-        results = build_results(self.config, self.recorder, started_at=started, ended_at=ended, stages=windows,
-                                client=client_info(workers, len(self.workers_lost), self.cpu_max_ratio,
-                                                   self.recorder, throttled_ratio=self.throttled_max_ratio),
-                                run_info=run_info, attention_info=info, paired=self.paired, sweep=sweep,
-                                in_flight=dict(self.fleet.users) if self.running else None, context=self.context,
-                                trace_rate_per_s=self.trace_rate_per_s,
-                                server=self.server_view.results(self.stage.index if self.running else None)
-                                if self.server_view is not None else None,
-                                gpu=self.gpu_view.results(self.stage.index if self.running else None)
-                                if self.gpu_view is not None else None)
+        results = build_results(
+            self.config,
+            self.recorder,
+            started_at=started,
+            ended_at=ended,
+            stages=windows,
+            client=client_info(
+                workers,
+                len(self.workers_lost),
+                self.cpu_max_ratio,
+                self.recorder,
+                throttled_ratio=self.throttled_max_ratio,
+            ),
+            run_info=run_info,
+            attention_info=info,
+            paired=self.paired,
+            sweep=sweep,
+            in_flight=dict(self.fleet.users) if self.running else None,
+            context=self.context,
+            trace_rate_per_s=self.trace_rate_per_s,
+            server=self.server_view.results(self.stage.index if self.running else None)
+            if self.server_view is not None
+            else None,
+            gpu=self.gpu_view.results(self.stage.index if self.running else None)
+            if self.gpu_view is not None
+            else None,
+        )
         client = results.client.model_copy(update=self.health.client_fields(self.spawned))
         update = {"client": client, "interrupted": self.interrupted}
         if self.requests is not None:
@@ -452,7 +509,9 @@ class Runtime:
         if not isinstance(shape, ReplaySpec):
             return False
         counts = self.recorder.combined().counts
-        finished = counts.get("ok", 0) + counts.get("failed", 0) + counts.get("cancelled", 0) + counts.get("abandoned", 0)
+        finished = (
+            counts.get("ok", 0) + counts.get("failed", 0) + counts.get("cancelled", 0) + counts.get("abandoned", 0)
+        )
         return finished >= shape.requests * len(self.config.models)
 
     @property
@@ -473,4 +532,3 @@ class Runtime:
         if self.options.csv_prefix:  # beside the CSVs Locust writes for its own --csv
             write_llm_csv(results, self.options.csv_prefix)
         return path
-

@@ -18,7 +18,7 @@ import gevent
 from attnload.attention import FactsLookup, no_facts
 from attnload.config.model import ModelTarget, TestConfig
 from attnload.results.server import ServerResults
-from attnload.server_metrics import ScrapeTarget, ServerMetricsPoller, default_metrics_url
+from attnload.scrape import ScrapeTarget, ServerMetricsPoller, default_metrics_url
 
 Fetch = Callable[[str], str]
 
@@ -27,8 +27,12 @@ def scrape_targets(config: TestConfig, attention_facts: FactsLookup = no_facts) 
     """One target per model: its ``metrics_url`` (else ``/metrics`` on its base URL's host), and the
     names a server may call it: its id, the id's last path part, and the simulator preset the id is
     an alias of (the entry point's facts know it; the runner never imports the simulator)."""
-    return [ScrapeTarget(key=m.key, url=m.metrics_url or default_metrics_url(m.base_url),
-                         names=model_names(m, attention_facts)) for m in config.models]
+    return [
+        ScrapeTarget(
+            key=m.key, url=m.metrics_url or default_metrics_url(m.base_url), names=model_names(m, attention_facts)
+        )
+        for m in config.models
+    ]
 
 
 def model_names(target: ModelTarget, attention_facts: FactsLookup = no_facts) -> frozenset[str]:

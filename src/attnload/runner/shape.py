@@ -10,8 +10,8 @@ from locust import LoadTestShape
 from locust.runners import MasterRunner
 
 from attnload.errors import UsageError
+from attnload.plan.options import env_value, exit_usage
 from attnload.runner.fleet import stop_users
-from attnload.runner.options import env_value, exit_usage
 from attnload.runner.runtime import Runtime
 from attnload.workload.shapes import (
     ReplaySpec,
@@ -50,6 +50,8 @@ class StageMessage:
 
     def enter(self, runtime: Runtime) -> None:
         runtime.enter_stage(self.index, self.users, self.rate, rates=self.rates, workers=self.workers, salt=self.salt)
+
+
 STOP_RATE_PER_WORKER = 100.0
 """Users stopped per second and worker when a rate stage follows a closed-loop one (Locust warns above 100)."""
 
@@ -119,13 +121,15 @@ class StagedShape(LoadTestShape):
             runtime.begin_test()
         return runtime
 
-    def _enter(self, runtime: Runtime, index: int, users: int | None, rate: float | None,
-               rates: dict[str, float] | None) -> None:
+    def _enter(
+        self, runtime: Runtime, index: int, users: int | None, rate: float | None, rates: dict[str, float] | None
+    ) -> None:
         workers = self.runner.worker_count if isinstance(self.runner, MasterRunner) else 1
         runtime.enter_stage(index, users, rate, rates=rates, workers=workers)
         if isinstance(self.runner, MasterRunner):
-            message = StageMessage(index=index, users=users, rate=rate, rates=rates, workers=workers,
-                                   salt=runtime.run_salt)
+            message = StageMessage(
+                index=index, users=users, rate=rate, rates=rates, workers=workers, salt=runtime.run_salt
+            )
             self.runner.send_message(STAGE_MESSAGE, message.to_data())
 
 
@@ -140,8 +144,11 @@ class SweepShape(StagedShape):
         plan: SweepPlan | None = getattr(self, "_plan", None)
         if plan is None:
             slo = runtime.config.slo
-            plan = SweepPlan([m.key for m in runtime.config.models], int(self.spec.levels[0]),
-                             Slo(slo.ttft_p99_s, slo.itl_p99_s, slo.e2e_p99_s))
+            plan = SweepPlan(
+                [m.key for m in runtime.config.models],
+                int(self.spec.levels[0]),
+                Slo(slo.ttft_p99_s, slo.itl_p99_s, slo.e2e_p99_s),
+            )
             self._plan, self._index, self._started_s = plan, 0, now_s
             runtime.sweep_final = lambda: plan.report({i: runtime.stage_stats(i) for i in range(self._index + 1)})
             self._current = plan.first()

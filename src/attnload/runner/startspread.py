@@ -87,8 +87,16 @@ def observed_duration_s(recorder: Recorder, model_keys: Iterable[str]) -> float 
 class StartSpread:
     """One per Locust process: decides when each new closed-loop user sends its first request."""
 
-    def __init__(self, mode: Mode, *, stage_duration_s: float | None, seed: int, role: str,
-                 recorder: Recorder, placement: Callable[[], tuple[int, int]]) -> None:
+    def __init__(
+        self,
+        mode: Mode,
+        *,
+        stage_duration_s: float | None,
+        seed: int,
+        role: str,
+        recorder: Recorder,
+        placement: Callable[[], tuple[int, int]],
+    ) -> None:
         self.mode = mode
         self.cap_s = max(MIN_CAP_S, STAGE_SHARE_CAP * stage_duration_s) if stage_duration_s else NO_SHAPE_CAP_S
         self.seed = seed
@@ -200,12 +208,15 @@ def wire(runner: Any, spread: StartSpread, role: str) -> None:
     if role == "worker":
         spread.send = runner.send_message
         runner.register_message(CLAIMED_MESSAGE, lambda environment, msg, **_: spread.on_claimed(msg.data or {}))
-        runner.register_message(LEARNED_MESSAGE, lambda environment, msg, **_: spread.learn(
-            str(msg.data["key"]), float(msg.data["d"])))
+        runner.register_message(
+            LEARNED_MESSAGE, lambda environment, msg, **_: spread.learn(str(msg.data["key"]), float(msg.data["d"]))
+        )
     elif role == "master":
+
         def claim(environment: Any, msg: Any, **_: Any) -> None:
-            runner.send_message(CLAIMED_MESSAGE, spread.on_claim(str(msg.data["key"]), msg.node_id),
-                                client_id=msg.node_id)
+            runner.send_message(
+                CLAIMED_MESSAGE, spread.on_claim(str(msg.data["key"]), msg.node_id), client_id=msg.node_id
+            )
 
         def learned(environment: Any, msg: Any, **_: Any) -> None:
             spread.learn(str(msg.data["key"]), float(msg.data["d"]))

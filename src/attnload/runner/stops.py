@@ -75,8 +75,9 @@ def _shape_ends_it(environment: Any) -> bool:
 
 def _write_and_exit(environment: Any, runtime: Any) -> None:
     """The interrupted stop overran its deadline: keep what the master has merged, and exit."""
-    log.warning("the stop did not finish within --stop-timeout + %.0f s: writing the counts merged so far",
-                INTERRUPT_GRACE_S)
+    log.warning(
+        "the stop did not finish within --stop-timeout + %.0f s: writing the counts merged so far", INTERRUPT_GRACE_S
+    )
     try:
         runtime.write_results()
     finally:

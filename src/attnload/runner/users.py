@@ -111,12 +111,14 @@ class ChatUser(User):
             session.replied(send_pair(self.environment, runtime, self.chats, step.plans, stage, None, who))
             return
         key = self.target.key
-        session.replied({key: send_plan(self.environment, runtime, self.chat, self.target, step.plans[key], stage,
-                                        None, who)})
+        session.replied(
+            {key: send_plan(self.environment, runtime, self.chat, self.target, step.plans[key], stage, None, who)}
+        )
 
 
-def converse_open(environment: Environment, runtime: Runtime, pool: ClientPool, stream: str, intended: float,
-                  stage: int) -> None:
+def converse_open(
+    environment: Environment, runtime: Runtime, pool: ClientPool, stream: str, intended: float, stage: int
+) -> None:
     """Open loop: one arrival starts a conversation; each next turn is due its think time after the last answer."""
     targets = {t.key: t for t in runtime.config.models}
     keys = list(targets) if stream == PAIR_STREAM else [stream]
@@ -129,8 +131,11 @@ def converse_open(environment: Environment, runtime: Runtime, pool: ClientPool, 
             if stream == PAIR_STREAM:
                 records = send_pair(environment, runtime, clients, step.plans, stage, intended, who)
             else:
-                records = {stream: send_plan(environment, runtime, clients[stream], targets[stream],
-                                             step.plans[stream], stage, intended, who)}
+                records = {
+                    stream: send_plan(
+                        environment, runtime, clients[stream], targets[stream], step.plans[stream], stage, intended, who
+                    )
+                }
         finally:
             for key, client in clients.items():
                 pool.release(key, client)
@@ -144,29 +149,55 @@ def converse_open(environment: Environment, runtime: Runtime, pool: ClientPool, 
 
 
 def chat_client(runtime: Runtime, target: ModelTarget) -> ChatClient:
-    return ChatClient(target.chat_url, runtime.api_keys[target.key], runtime.timeouts,
-                      retry_after_max_s=runtime.config.request.retry_after_max_s)
+    return ChatClient(
+        target.chat_url,
+        runtime.api_keys[target.key],
+        runtime.timeouts,
+        retry_after_max_s=runtime.config.request.retry_after_max_s,
+    )
 
 
-def send_plan(environment: Environment, runtime: Runtime, client: ChatClient, target: ModelTarget,
-              plan: PlannedRequest, stage: int, intended_start: float | None, who: Who = NOBODY) -> RequestRecord:
+def send_plan(
+    environment: Environment,
+    runtime: Runtime,
+    client: ChatClient,
+    target: ModelTarget,
+    plan: PlannedRequest,
+    stage: int,
+    intended_start: float | None,
+    who: Who = NOBODY,
+) -> RequestRecord:
     """Send one planned request and report it; a stop mid-request is recorded, then ends the greenlet."""
     request = runtime.config.request
-    body = chat_body(target.id, plan.messages, max_tokens=plan.max_tokens, temperature=request.temperature,
-                     stream=request.stream, ignore_eos=plan.ignore_eos)
+    body = chat_body(
+        target.id,
+        plan.messages,
+        max_tokens=plan.max_tokens,
+        temperature=request.temperature,
+        stream=request.stream,
+        ignore_eos=plan.ignore_eos,
+    )
     capture = plan.turn is not None or target.tokenizer is not None  # only then is the text kept
     abandon = runtime.abandoner.draw(runtime.worker_index) if runtime.abandoner is not None else None
     try:
-        record = client.send(body, model_key=target.key, profile=plan.profile, stage=stage,
-                             intended_start=intended_start, capture_text=capture, abandon=abandon)
+        record = client.send(
+            body,
+            model_key=target.key,
+            profile=plan.profile,
+            stage=stage,
+            intended_start=intended_start,
+            capture_text=capture,
+            abandon=abandon,
+        )
     except Cancelled as cancelled:
         _report(environment, runtime, _annotated(runtime, cancelled.record, plan, target, intended_start), who)
         raise GreenletExit() from None
     return _report(environment, runtime, _annotated(runtime, record, plan, target, intended_start), who)
 
 
-def _annotated(runtime: Runtime, record: RequestRecord, plan: PlannedRequest, target: ModelTarget,
-               intended_start: float | None) -> RequestRecord:
+def _annotated(
+    runtime: Runtime, record: RequestRecord, plan: PlannedRequest, target: ModelTarget, intended_start: float | None
+) -> RequestRecord:
     """Turn index, open-loop send time and tokenizer counts, only where they apply (the common case is as-is)."""
     if plan.turn is None and intended_start is None and target.tokenizer is None:
         return record
@@ -180,9 +211,15 @@ def _annotated(runtime: Runtime, record: RequestRecord, plan: PlannedRequest, ta
     return record
 
 
-def send_pair(environment: Environment, runtime: Runtime, clients: dict[str, ChatClient],
-              plan: PlannedRequest | Mapping[str, PlannedRequest], stage: int, intended_start: float | None,
-              who: Who = NOBODY) -> dict[str, RequestRecord]:
+def send_pair(
+    environment: Environment,
+    runtime: Runtime,
+    clients: dict[str, ChatClient],
+    plan: PlannedRequest | Mapping[str, PlannedRequest],
+    stage: int,
+    intended_start: float | None,
+    who: Who = NOBODY,
+) -> dict[str, RequestRecord]:
     """The same prompt to every model at once; the pair's differences go to the paired recorder.
 
     A conversation turn gives each model its own plan: the same script, each with its own history.
@@ -190,8 +227,10 @@ def send_pair(environment: Environment, runtime: Runtime, clients: dict[str, Cha
     targets = {t.key: t for t in runtime.config.models}
     plans = plan if isinstance(plan, Mapping) else dict.fromkeys(clients, plan)
     keys = runtime.paired.send_order(list(clients)) if runtime.paired is not None else list(clients)
-    records = send_together(keys, lambda key: send_plan(
-        environment, runtime, clients[key], targets[key], plans[key], stage, intended_start, who))
+    records = send_together(
+        keys,
+        lambda key: send_plan(environment, runtime, clients[key], targets[key], plans[key], stage, intended_start, who),
+    )
     done = {k: r for k, r in records.items() if isinstance(r, RequestRecord)}
     if runtime.paired is not None:
         runtime.paired.add(stage, done)
@@ -206,8 +245,13 @@ def _report(environment: Environment, runtime: Runtime, record: RequestRecord, w
         return record  # not a server fault: kept out of Locust's failure table
     exception = None if record.outcome == "ok" else _LocustFailure(f"{record.error}")
     environment.events.request.fire(
-        request_type="POST", name=record.model_key, response_time=record.e2e_s * 1000.0,
-        response_length=record.completion_tokens, exception=exception, context={"profile": record.profile})
+        request_type="POST",
+        name=record.model_key,
+        response_time=record.e2e_s * 1000.0,
+        response_length=record.completion_tokens,
+        exception=exception,
+        context={"profile": record.profile},
+    )
     return record
 
 

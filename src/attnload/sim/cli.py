@@ -53,6 +53,7 @@ def _float_range(low: float, high: float, *, low_open: bool = False) -> Callable
             bound = "(" if low_open else "["
             raise argparse.ArgumentTypeError(f"expected a number in {bound}{low:g}, {high:g}], got {text!r}")
         return value
+
     return parse
 
 
@@ -87,28 +88,58 @@ def configure(parser: argparse.ArgumentParser) -> None:
     """Add the ``attnload sim`` flags (defaults: docs/cost-model.md §2 and §4.6)."""
     d = _DEFAULTS
     serve = parser.add_argument_group("serving")
-    serve.add_argument("--models", type=_id_list, default=None, metavar="IDS",
-                       help="comma-separated ids to serve (presets or aliases; default: llama-3-70b,deepseek-v3, "
-                            "or the --config entries)")
-    serve.add_argument("--config", metavar="FILE", help="sim config (JSON/TOML/YAML): per-model preset, "
-                       "attention_type and overrides")
+    serve.add_argument(
+        "--models",
+        type=_id_list,
+        default=None,
+        metavar="IDS",
+        help="comma-separated ids to serve (presets or aliases; default: llama-3-70b,deepseek-v3, "
+        "or the --config entries)",
+    )
+    serve.add_argument(
+        "--config", metavar="FILE", help="sim config (JSON/TOML/YAML): per-model preset, attention_type and overrides"
+    )
     serve.add_argument("--host", default="127.0.0.1", help="listen address (default 127.0.0.1)")
     serve.add_argument("--port", type=_port, default=8000, help="listen port (default 8000)")
-    serve.add_argument("--mode", choices=("roofline", "fixed"), default="roofline",
-                       help="roofline: attention-aware cost model (default); fixed: exact --ttft-ms/--itl-ms")
-    serve.add_argument("--clock", choices=("wall", "virtual"), default="wall",
-                       help="wall (default); virtual: simulated time runs as fast as the CPU allows "
-                            "(engine tests only: client-measured timings become meaningless)")
+    serve.add_argument(
+        "--mode",
+        choices=("roofline", "fixed"),
+        default="roofline",
+        help="roofline: attention-aware cost model (default); fixed: exact --ttft-ms/--itl-ms",
+    )
+    serve.add_argument(
+        "--clock",
+        choices=("wall", "virtual"),
+        default="wall",
+        help="wall (default); virtual: simulated time runs as fast as the CPU allows "
+        "(engine tests only: client-measured timings become meaningless)",
+    )
     serve.add_argument("--ttft-ms", type=_float_range(0, _INF), default=200.0, help="fixed mode TTFT (default 200)")
     serve.add_argument("--itl-ms", type=_float_range(0, _INF), default=20.0, help="fixed mode ITL (default 20)")
-    serve.add_argument("--jitter", type=_float_range(0, 0.999), default=0.0,
-                       help="fixed mode: gaps ×(1 + j·U[-1,1]), seeded by --seed and the request body")
-    serve.add_argument("--output-tokens", type=_positive_int, default=256,
-                       help="tokens generated when a request sets no max_tokens (default 256)")
-    serve.add_argument("--tokens-per-event", type=_positive_int, default=1,
-                       help="tokens per SSE event after the first (default 1; ≥ 4 cuts client CPU)")
-    serve.add_argument("--max-waiting", type=_non_negative_int, default=None,
-                       help="queue length beyond which requests get 429 + Retry-After (default unbounded)")
+    serve.add_argument(
+        "--jitter",
+        type=_float_range(0, 0.999),
+        default=0.0,
+        help="fixed mode: gaps ×(1 + j·U[-1,1]), seeded by --seed and the request body",
+    )
+    serve.add_argument(
+        "--output-tokens",
+        type=_positive_int,
+        default=256,
+        help="tokens generated when a request sets no max_tokens (default 256)",
+    )
+    serve.add_argument(
+        "--tokens-per-event",
+        type=_positive_int,
+        default=1,
+        help="tokens per SSE event after the first (default 1; ≥ 4 cuts client CPU)",
+    )
+    serve.add_argument(
+        "--max-waiting",
+        type=_non_negative_int,
+        default=None,
+        help="queue length beyond which requests get 429 + Retry-After (default unbounded)",
+    )
     serve.add_argument("--seed", type=_non_negative_int, default=d.seed, help="seed (default 0)")
     _configure_deployment(parser)
     _configure_scheduler(parser)
@@ -118,23 +149,44 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def _configure_deployment(parser: argparse.ArgumentParser) -> None:
     d = _DEFAULTS
     hw = parser.add_argument_group("deployment (all models; --config entries override per model)")
-    hw.add_argument("--gpu", type=str.lower, choices=("h100", "h200", "a100"), default=d.gpu,
-                    help="GPU preset (default h200)")
+    hw.add_argument(
+        "--gpu", type=str.lower, choices=("h100", "h200", "a100"), default=d.gpu, help="GPU preset (default h200)"
+    )
     hw.add_argument("--tp", type=_positive_int, default=d.tp, help="GPUs per served model (default 8)")
-    hw.add_argument("--dp-attention", type=_dp_attention, default=d.dp_attention, metavar="auto|N",
-                    help="attention groups D (must divide tp; auto: tp for MLA, 1 otherwise)")
+    hw.add_argument(
+        "--dp-attention",
+        type=_dp_attention,
+        default=d.dp_attention,
+        metavar="auto|N",
+        help="attention groups D (must divide tp; auto: tp for MLA, 1 otherwise)",
+    )
     hw.add_argument("--weight-dtype", type=str.lower, choices=("fp8", "bf16"), default=d.weight_dtype)
     hw.add_argument("--kv-dtype", type=str.lower, choices=("bf16", "fp8"), default=d.kv_dtype)
-    hw.add_argument("--kv-capacity-scale", type=_float_range(0, 1, low_open=True), default=d.kv_capacity_scale,
-                    help="scale free KV bytes (< 1 brings the KV knee into a short laptop run)")
-    hw.add_argument("--gpu-memory-utilization", type=_float_range(0, 1, low_open=True), default=None,
-                    help="KV memory fraction (default from --engine: 0.90; of HBM, or of what weights leave "
-                         "for trtllm)")
-    hw.add_argument("--ep", type=_positive_int, default=d.ep,
-                    help="expert-parallel size for MoE models (must divide tp; default 1: experts split by TP)")
-    hw.add_argument("--engine", choices=("vllm", "sglang", "trtllm"), default=d.engine,
-                    help="engine profile: memory basis, preemption, chunked prefill, prefill/decode mixing "
-                         "(default vllm; explicit flags win)")
+    hw.add_argument(
+        "--kv-capacity-scale",
+        type=_float_range(0, 1, low_open=True),
+        default=d.kv_capacity_scale,
+        help="scale free KV bytes (< 1 brings the KV knee into a short laptop run)",
+    )
+    hw.add_argument(
+        "--gpu-memory-utilization",
+        type=_float_range(0, 1, low_open=True),
+        default=None,
+        help="KV memory fraction (default from --engine: 0.90; of HBM, or of what weights leave for trtllm)",
+    )
+    hw.add_argument(
+        "--ep",
+        type=_positive_int,
+        default=d.ep,
+        help="expert-parallel size for MoE models (must divide tp; default 1: experts split by TP)",
+    )
+    hw.add_argument(
+        "--engine",
+        choices=("vllm", "sglang", "trtllm"),
+        default=d.engine,
+        help="engine profile: memory basis, preemption, chunked prefill, prefill/decode mixing "
+        "(default vllm; explicit flags win)",
+    )
     hw.add_argument("--reserve-gb", type=_float_range(0, _INF), default=d.reserve_gb)
 
 
@@ -142,24 +194,56 @@ def _configure_scheduler(parser: argparse.ArgumentParser) -> None:
     d = _DEFAULTS
     eng = parser.add_argument_group("scheduler")
     eng.add_argument("--block-size", type=_positive_int, default=d.block_size)
-    eng.add_argument("--max-num-seqs", type=_positive_int, default=None,
-                     help="sequences per served model, split over DP groups (default from --engine: 256)")
-    eng.add_argument("--max-num-batched-tokens", type=_positive_int, default=None,
-                     help="tokens per step per served model, split over DP groups (default from --engine: 8192)")
-    eng.add_argument("--preemption", choices=("recompute", "none"), default=None,
-                     help="recompute (vllm, sglang) or none: reserve prompt + output at admission (trtllm)")
-    eng.add_argument("--chunked-prefill", action=argparse.BooleanOptionalAction, default=None,
-                     help="split prompts over steps (default from --engine: on; trtllm off)")
-    eng.add_argument("--mix-prefill-decode", action=argparse.BooleanOptionalAction, default=None,
-                     help="prefill chunks share steps with decodes (default from --engine: on; sglang off)")
-    eng.add_argument("--kv-memory-basis", choices=("total", "free"), default=None,
-                     help="--gpu-memory-utilization of total HBM or of what weights leave (default from --engine)")
-    eng.add_argument("--prefix-cache", action=argparse.BooleanOptionalAction, default=d.prefix_cache,
-                     help="per-group prefix cache (default on)")
+    eng.add_argument(
+        "--max-num-seqs",
+        type=_positive_int,
+        default=None,
+        help="sequences per served model, split over DP groups (default from --engine: 256)",
+    )
+    eng.add_argument(
+        "--max-num-batched-tokens",
+        type=_positive_int,
+        default=None,
+        help="tokens per step per served model, split over DP groups (default from --engine: 8192)",
+    )
+    eng.add_argument(
+        "--preemption",
+        choices=("recompute", "none"),
+        default=None,
+        help="recompute (vllm, sglang) or none: reserve prompt + output at admission (trtllm)",
+    )
+    eng.add_argument(
+        "--chunked-prefill",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="split prompts over steps (default from --engine: on; trtllm off)",
+    )
+    eng.add_argument(
+        "--mix-prefill-decode",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="prefill chunks share steps with decodes (default from --engine: on; sglang off)",
+    )
+    eng.add_argument(
+        "--kv-memory-basis",
+        choices=("total", "free"),
+        default=None,
+        help="--gpu-memory-utilization of total HBM or of what weights leave (default from --engine)",
+    )
+    eng.add_argument(
+        "--prefix-cache",
+        action=argparse.BooleanOptionalAction,
+        default=d.prefix_cache,
+        help="per-group prefix cache (default on)",
+    )
     eng.add_argument("--moe-weight-traffic", choices=("coverage", "active"), default=d.moe_weight_traffic)
-    eng.add_argument("--dp-replicates-dense", action=argparse.BooleanOptionalAction, default=None,
-                     help="attention DP holds the dense MLPs, shared experts and lm_head whole in every group "
-                          "(default from --engine: off; trtllm on)")
+    eng.add_argument(
+        "--dp-replicates-dense",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="attention DP holds the dense MLPs, shared experts and lm_head whole in every group "
+        "(default from --engine: off; trtllm on)",
+    )
 
     eff = parser.add_argument_group("efficiency")
     eff.add_argument("--eff-gemm", type=_float_range(0, 1, low_open=True), default=d.eff_gemm)
@@ -168,35 +252,61 @@ def _configure_scheduler(parser: argparse.ArgumentParser) -> None:
     eff.add_argument("--step-overhead-ms", type=_float_range(0, _INF), default=d.step_overhead_ms)
     eff.add_argument("--allreduce-latency-us", type=_float_range(0, _INF), default=d.allreduce_latency_us)
     eff.add_argument("--dp-gather-latency-us", type=_float_range(0, _INF), default=d.dp_gather_latency_us)
-    eff.add_argument("--gemm-knee", type=_float_range(0, _INF), default=d.gemm_knee,
-                     help="GEMM-phase roofline knee exponent (default 1.5, calibrated; 0: sharp max)")
+    eff.add_argument(
+        "--gemm-knee",
+        type=_float_range(0, _INF),
+        default=d.gemm_knee,
+        help="GEMM-phase roofline knee exponent (default 1.5, calibrated; 0: sharp max)",
+    )
     eff.add_argument("--a2a-latency-us", type=_float_range(0, _INF), default=d.a2a_latency_us)
     eff.add_argument("--moe-gemm-tile-tokens", type=_positive_int, default=d.moe_gemm_tile_tokens)
     eff.add_argument("--moe-bw-small-batch", type=_float_range(0, 1, low_open=True), default=d.moe_bw_small_batch)
-    eff.add_argument("--moe-kernel-rate", type=_float_range(0, 1, low_open=True), default=None,
-                     help="expert GEMM compute rate ÷ the dense GEMM rate (default from --engine: 1; trtllm 0.54)")
+    eff.add_argument(
+        "--moe-kernel-rate",
+        type=_float_range(0, 1, low_open=True),
+        default=None,
+        help="expert GEMM compute rate ÷ the dense GEMM rate (default from --engine: 1; trtllm 0.54)",
+    )
 
 
 def _configure_offline(parser: argparse.ArgumentParser) -> None:
     off = parser.add_argument_group("offline throughput (--throughput: virtual clock, prints and exits)")
-    off.add_argument("--throughput", action="store_true",
-                     help="run --num-prompts identical requests on the virtual clock and print throughput "
-                          "and latency (the counterpart of `vllm bench throughput`)")
+    off.add_argument(
+        "--throughput",
+        action="store_true",
+        help="run --num-prompts identical requests on the virtual clock and print throughput "
+        "and latency (the counterpart of `vllm bench throughput`)",
+    )
     off.add_argument("--input-len", type=_positive_int, default=1024, help="prompt tokens (default 1024)")
     off.add_argument("--output-len", type=_positive_int, default=1024, help="output tokens (default 1024)")
-    off.add_argument("--num-prompts", type=_positive_int, default=None,
-                     help="requests (default: 5 × --max-concurrency, else 1000)")
-    off.add_argument("--max-concurrency", type=_positive_int, default=None,
-                     help="requests in flight; the next is sent when one finishes (default: all at t=0)")
+    off.add_argument(
+        "--num-prompts", type=_positive_int, default=None, help="requests (default: 5 × --max-concurrency, else 1000)"
+    )
+    off.add_argument(
+        "--max-concurrency",
+        type=_positive_int,
+        default=None,
+        help="requests in flight; the next is sent when one finishes (default: all at t=0)",
+    )
     off.add_argument("--json", action="store_true", help="print one JSON object instead of text")
 
     info = parser.add_argument_group("information (print and exit)")
     info.add_argument("--list", action="store_true", help="presets with KV bytes/token at this parallelism")
     info.add_argument("--explain", metavar="MODEL", help="step-time breakdown of MODEL (id, alias or config entry)")
-    info.add_argument("--batch", type=_int_list, default=[1, 16, 64, 256], metavar="B[,B...]",
-                      help="--explain batch sizes (default 1,16,64,256)")
-    info.add_argument("--context", type=_positive_int, default=8192, metavar="L",
-                      help="--explain context tokens per sequence (default 8192)")
+    info.add_argument(
+        "--batch",
+        type=_int_list,
+        default=[1, 16, 64, 256],
+        metavar="B[,B...]",
+        help="--explain batch sizes (default 1,16,64,256)",
+    )
+    info.add_argument(
+        "--context",
+        type=_positive_int,
+        default=8192,
+        metavar="L",
+        help="--explain context tokens per sequence (default 8192)",
+    )
 
 
 def engine_config(args: argparse.Namespace) -> EngineConfig:
@@ -230,12 +340,24 @@ def run(args: argparse.Namespace) -> int:
     # max_waiting goes to the server alone: it answers 429 + Retry-After from the engine's snapshot.
     from attnload.sim.engine import VirtualClock
 
-    engines = build_engines(specs, mode=args.mode, ttft_s=args.ttft_ms / 1e3, itl_s=args.itl_ms / 1e3,
-                            jitter=args.jitter, clock=VirtualClock() if args.clock == "virtual" else None)
+    engines = build_engines(
+        specs,
+        mode=args.mode,
+        ttft_s=args.ttft_ms / 1e3,
+        itl_s=args.itl_ms / 1e3,
+        jitter=args.jitter,
+        clock=VirtualClock() if args.clock == "virtual" else None,
+    )
     from attnload.sim.server import serve
 
-    serve(engines, host=args.host, port=args.port, tokens_per_event=args.tokens_per_event,
-          default_output_tokens=args.output_tokens, max_waiting=args.max_waiting)
+    serve(
+        engines,
+        host=args.host,
+        port=args.port,
+        tokens_per_event=args.tokens_per_event,
+        default_output_tokens=args.output_tokens,
+        max_waiting=args.max_waiting,
+    )
     return 0
 
 
@@ -252,8 +374,9 @@ def _throughput(args: argparse.Namespace, cfg: EngineConfig, sim_config: Any) ->
     results = []
     for spec in specs:
         dep = deploy(spec.preset, spec.cfg)
-        results.append((dep, run_throughput(dep, args.input_len, args.output_len, prompts, args.max_concurrency,
-                                            model=spec.id)))
+        results.append(
+            (dep, run_throughput(dep, args.input_len, args.output_len, prompts, args.max_concurrency, model=spec.id))
+        )
     for dep, result in results:
         print(json.dumps(result.as_dict(), sort_keys=True) if args.json else render_throughput(dep, result))
     return 0

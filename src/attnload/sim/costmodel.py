@@ -90,15 +90,31 @@ ENGINE_PROFILES: dict[str, dict[str, object]] = {
     # Hopper cannot chunk), max_batch_size 2048 and max_num_tokens 8192; its CUTLASS MoE backend's grouped
     # GEMMs on Hopper compute at 0.54 of the dense rate, and attention DP replicates the dense MLPs, shared
     # experts and lm_head in every group (docs/design.md).
-    "trtllm": {"kv_memory_basis": "free", "gpu_memory_utilization": 0.90, "preemption": "none",
-               "chunked_prefill": False, "mix_prefill_decode": True, "max_num_seqs": 2048,
-               "max_num_batched_tokens": 8192, "moe_kernel_rate": 0.54, "dp_replicates_dense": True},
+    "trtllm": {
+        "kv_memory_basis": "free",
+        "gpu_memory_utilization": 0.90,
+        "preemption": "none",
+        "chunked_prefill": False,
+        "mix_prefill_decode": True,
+        "max_num_seqs": 2048,
+        "max_num_batched_tokens": 8192,
+        "moe_kernel_rate": 0.54,
+        "dp_replicates_dense": True,
+    },
 }
 """Engine behaviour that differs between servers; a flag given explicitly wins over its profile."""
 
-PROFILE_FIELDS = ("gpu_memory_utilization", "preemption", "max_num_seqs", "max_num_batched_tokens",
-                  "chunked_prefill", "mix_prefill_decode", "kv_memory_basis", "moe_kernel_rate",
-                  "dp_replicates_dense")
+PROFILE_FIELDS = (
+    "gpu_memory_utilization",
+    "preemption",
+    "max_num_seqs",
+    "max_num_batched_tokens",
+    "chunked_prefill",
+    "mix_prefill_decode",
+    "kv_memory_basis",
+    "moe_kernel_rate",
+    "dp_replicates_dense",
+)
 
 
 def engine_profile(engine: str) -> dict[str, object]:
@@ -128,10 +144,13 @@ class GroupLoad:
     def of(decode_contexts: Sequence[int], chunks: Sequence[tuple[int, int]] = ()) -> GroupLoad:
         """Aggregate explicit decode contexts and ``(L0, c)`` prefill chunks."""
         pairs = sum(c * l0 + c * (c + 1) / 2 for l0, c in chunks)
-        return GroupLoad(tokens=len(decode_contexts) + sum(c for _, c in chunks),
-                         decode_context_tokens=float(sum(decode_contexts)), prefill_pairs=pairs,
-                         kv_read_tokens=float(sum(decode_contexts) + sum(l0 + c for l0, c in chunks)),
-                         prefix_tokens=float(sum(l0 for l0, _ in chunks)))
+        return GroupLoad(
+            tokens=len(decode_contexts) + sum(c for _, c in chunks),
+            decode_context_tokens=float(sum(decode_contexts)),
+            prefill_pairs=pairs,
+            kv_read_tokens=float(sum(decode_contexts) + sum(l0 + c for l0, c in chunks)),
+            prefix_tokens=float(sum(l0 for l0, _ in chunks)),
+        )
 
 
 @dataclass(frozen=True)
@@ -267,8 +286,10 @@ def resolve_dp_attention(m: ModelPreset, cfg: EngineConfig) -> int:
         raise UsageError(f"tp must be ≥ 1, got {cfg.tp}")
     dp = (cfg.tp if kind_of(m.attention).latent else 1) if cfg.dp_attention == "auto" else int(cfg.dp_attention)
     if dp < 1 or cfg.tp % dp:
-        raise UsageError(f"{m.key}: dp_attention {dp} does not divide tp {cfg.tp}. "
-                         f"Fix: use a divisor of {cfg.tp} or --dp-attention auto")
+        raise UsageError(
+            f"{m.key}: dp_attention {dp} does not divide tp {cfg.tp}. "
+            f"Fix: use a divisor of {cfg.tp} or --dp-attention auto"
+        )
     return dp
 
 
@@ -366,15 +387,25 @@ class Deployment:
         a2a = 0.0
         if cfg.ep > 1 and m.is_moe:
             a2a = self._a2a_s(ffn_tokens)
-            comm = m.layers * (self._allreduce_s(a, att_tokens) + self._allreduce_s(tp // cfg.ep, total_tokens)
-                               + a2a)
+            comm = m.layers * (self._allreduce_s(a, att_tokens) + self._allreduce_s(tp // cfg.ep, total_tokens) + a2a)
         else:
-            comm = m.layers * (self._allreduce_s(a, att_tokens) + self._allreduce_s(tp, total_tokens)
-                               + self._gather_s(ffn_tokens))
-        return StepBreakdown(c_lin, m_w, c_att, m_kv, comm, cfg.step_overhead_ms * 1e-3,
-                             dp_pad_tokens=ffn_tokens - total_tokens, moe_gemm_efficiency=gemm_eff,
-                             moe_bw_efficiency=bw_eff, a2a_s=m.layers * a2a, mla_upproj_s=upproj,
-                             gemm_knee=cfg.gemm_knee)
+            comm = m.layers * (
+                self._allreduce_s(a, att_tokens) + self._allreduce_s(tp, total_tokens) + self._gather_s(ffn_tokens)
+            )
+        return StepBreakdown(
+            c_lin,
+            m_w,
+            c_att,
+            m_kv,
+            comm,
+            cfg.step_overhead_ms * 1e-3,
+            dp_pad_tokens=ffn_tokens - total_tokens,
+            moe_gemm_efficiency=gemm_eff,
+            moe_bw_efficiency=bw_eff,
+            a2a_s=m.layers * a2a,
+            mla_upproj_s=upproj,
+            gemm_knee=cfg.gemm_knee,
+        )
 
     def _a2a_s(self, tokens: int) -> float:
         """One MoE layer's EP dispatch (weight dtype) + combine (BF16) for this GPU's share of tokens."""
@@ -409,11 +440,14 @@ def deploy(m: ModelPreset, cfg: EngineConfig, *, require_fit: bool = True) -> De
         if not m.is_moe:
             raise UsageError(f"{m.key} is a dense model: --ep {cfg.ep} needs a MoE model. Fix: drop --ep")
         if cfg.ep < 1 or cfg.tp % cfg.ep or m.moe_experts % cfg.ep:
-            raise UsageError(f"{m.key}: ep {cfg.ep} must divide tp {cfg.tp} and the {m.moe_experts} experts. "
-                             f"Fix: use a divisor of {cfg.tp}")
+            raise UsageError(
+                f"{m.key}: ep {cfg.ep} must divide tp {cfg.tp} and the {m.moe_experts} experts. "
+                f"Fix: use a divisor of {cfg.tp}"
+            )
     if cfg.max_num_seqs < dp or cfg.max_num_batched_tokens < dp:
-        raise UsageError(f"{m.key}: max_num_seqs and max_num_batched_tokens are split over {dp} DP groups; "
-                         f"each must be ≥ {dp}")
+        raise UsageError(
+            f"{m.key}: max_num_seqs and max_num_batched_tokens are split over {dp} DP groups; each must be ≥ {dp}"
+        )
     attn_tp = cfg.tp // dp
     kv_per_gpu = kv_bytes_per_token(m, attn_tp, cfg.kv_dtype)
     b_w = DTYPE_BYTES[cfg.weight_dtype]
@@ -426,10 +460,21 @@ def deploy(m: ModelPreset, cfg: EngineConfig, *, require_fit: bool = True) -> De
     free = (usable - weights) * cfg.kv_capacity_scale
     blocks = max(0, math.floor(free / (kv_per_gpu * cfg.block_size)))
     gemm_peak = hw.fp8_flop_per_s if cfg.weight_dtype == "fp8" and hw.fp8_flop_per_s else hw.bf16_flop_per_s
-    dep = Deployment(m, hw, cfg, dp, attn_tp, kv_per_gpu, weights, usable, free, blocks,
-                     _gemm_flop_per_s=gemm_peak * cfg.eff_gemm,
-                     _attn_flop_per_s=hw.bf16_flop_per_s * cfg.eff_attn,
-                     _bw_bytes_per_s=hw.hbm_bandwidth_bytes_per_s * cfg.eff_bw)
+    dep = Deployment(
+        m,
+        hw,
+        cfg,
+        dp,
+        attn_tp,
+        kv_per_gpu,
+        weights,
+        usable,
+        free,
+        blocks,
+        _gemm_flop_per_s=gemm_peak * cfg.eff_gemm,
+        _attn_flop_per_s=hw.bf16_flop_per_s * cfg.eff_attn,
+        _bw_bytes_per_s=hw.hbm_bandwidth_bytes_per_s * cfg.eff_bw,
+    )
     if require_fit and not dep.fits:
         raise UsageError(refusal_reason(dep))
     return dep
@@ -440,10 +485,14 @@ def refusal_reason(dep: Deployment) -> str:
     m, cfg = dep.preset, dep.cfg
     where = f"{cfg.tp}×{cfg.gpu} (tp {cfg.tp}, dp_attention {dep.dp}, {cfg.weight_dtype} weights)"
     if dep.weights_bytes_per_gpu >= dep.usable_bytes_per_gpu:
-        return (f"{m.key} does not fit {where}: weights need {dep.weights_bytes_per_gpu / 1e9:.2f} GB/GPU "
-                f"against {dep.usable_bytes_per_gpu / 1e9:.2f} GB usable. Fix: try --gpu h200 or a larger --tp")
-    return (f"{m.key} has no room for one KV block on {where} at kv_capacity_scale {cfg.kv_capacity_scale}. "
-            f"Fix: raise --kv-capacity-scale or --gpu-memory-utilization")
+        return (
+            f"{m.key} does not fit {where}: weights need {dep.weights_bytes_per_gpu / 1e9:.2f} GB/GPU "
+            f"against {dep.usable_bytes_per_gpu / 1e9:.2f} GB usable. Fix: try --gpu h200 or a larger --tp"
+        )
+    return (
+        f"{m.key} has no room for one KV block on {where} at kv_capacity_scale {cfg.kv_capacity_scale}. "
+        f"Fix: raise --kv-capacity-scale or --gpu-memory-utilization"
+    )
 
 
 def decode_loads(dep: Deployment, batch: int, context_tokens: int) -> list[GroupLoad]:
@@ -451,8 +500,11 @@ def decode_loads(dep: Deployment, batch: int, context_tokens: int) -> list[Group
     loads = []
     for g in range(dep.dp):
         n = batch // dep.dp + (1 if g < batch % dep.dp else 0)
-        loads.append(GroupLoad(tokens=n, decode_context_tokens=float(n * context_tokens),
-                               kv_read_tokens=float(n * context_tokens)))
+        loads.append(
+            GroupLoad(
+                tokens=n, decode_context_tokens=float(n * context_tokens), kv_read_tokens=float(n * context_tokens)
+            )
+        )
     return loads
 
 
@@ -461,8 +513,12 @@ def decode_step(dep: Deployment, batch: int, context_tokens: int) -> StepBreakdo
     return dep.step_breakdown(decode_loads(dep, batch, context_tokens))
 
 
-def step_time(m: ModelPreset, hw: HardwarePreset | str, cfg: EngineConfig,
-              groups: Sequence[tuple[Sequence[int], Sequence[tuple[int, int]]]]) -> StepBreakdown:
+def step_time(
+    m: ModelPreset,
+    hw: HardwarePreset | str,
+    cfg: EngineConfig,
+    groups: Sequence[tuple[Sequence[int], Sequence[tuple[int, int]]]],
+) -> StepBreakdown:
     """Reference §5: D pairs ``(decode_contexts, [(L0, n_new), ...])``; ``.total_s`` is the step time."""
     gpu = hw if isinstance(hw, str) else hw.key
     dep = deploy(m, replace(cfg, gpu=gpu), require_fit=False)
@@ -482,8 +538,9 @@ def prefill_time_s(dep: Deployment, prompt_tokens: int, cached_tokens: int = 0) 
     return total_s
 
 
-def attention_info(model_id: str, gpu: str = "h200", tp: int = 8,
-                   dp_attention: int | Literal["auto"] = "auto") -> dict[str, object] | None:
+def attention_info(
+    model_id: str, gpu: str = "h200", tp: int = 8, dp_attention: int | Literal["auto"] = "auto"
+) -> dict[str, object] | None:
     """KV and capacity facts for a model id (preset key or alias) at a deployment; None if unknown.
 
     For reports: the load generator shows KV bytes/token/GPU and capacity next to measured

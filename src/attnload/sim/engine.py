@@ -84,8 +84,9 @@ class VirtualClock:
 class RooflineEngine:
     """Attention-aware continuous-batching engine for one served model (§3–§4)."""
 
-    def __init__(self, model: ServedModel, dep: Deployment, *, clock: Clock | None = None,
-                 max_waiting: int | None = None) -> None:
+    def __init__(
+        self, model: ServedModel, dep: Deployment, *, clock: Clock | None = None, max_waiting: int | None = None
+    ) -> None:
         self.model = model
         self.dep = dep
         self.max_waiting = max_waiting
@@ -108,15 +109,16 @@ class RooflineEngine:
     async def generate(self, request: GenerationRequest, state: GenerationState) -> AsyncIterator[int]:
         sched = self._sched
         if self._failed is not None:
-            raise EngineRejected(500, "engine_failed", f"simulator engine for {self.model.id} failed: "
-                                 f"{self._failed!r}")
+            raise EngineRejected(500, "engine_failed", f"simulator engine for {self.model.id} failed: {self._failed!r}")
         sched.check(request.prompt_tokens, request.max_tokens)
         if self.max_waiting is not None and sched.waiting >= self.max_waiting:
-            raise EngineRejected(429, "rate_limit_exceeded",
-                                 f"{self.model.id}: {sched.waiting} requests waiting (max_waiting "
-                                 f"{self.max_waiting})", retry_after_s=1.0)
-        seq = SimSequence(request.request_id, request.prompt_tokens, request.max_tokens,
-                          request.prompt_blocks, state)
+            raise EngineRejected(
+                429,
+                "rate_limit_exceeded",
+                f"{self.model.id}: {sched.waiting} requests waiting (max_waiting {self.max_waiting})",
+                retry_after_s=1.0,
+            )
+        seq = SimSequence(request.request_id, request.prompt_tokens, request.max_tokens, request.prompt_blocks, state)
         loop = asyncio.get_running_loop()
         wake = self._ensure_running(loop)
         sched.submit(seq, self._clock.now())
@@ -141,8 +143,13 @@ class RooflineEngine:
 
     def snapshot(self) -> EngineSnapshot:
         sched = self._sched
-        return EngineSnapshot(running=sched.running, waiting=sched.waiting, kv_usage_ratio=sched.kv_usage_ratio(),
-                              preemptions_total=sched.preemptions_total, lag_seconds_total=self._lag_s)
+        return EngineSnapshot(
+            running=sched.running,
+            waiting=sched.waiting,
+            kv_usage_ratio=sched.kv_usage_ratio(),
+            preemptions_total=sched.preemptions_total,
+            lag_seconds_total=self._lag_s,
+        )
 
     def step_seconds(self) -> list[float]:
         steps, self._steps_s = self._steps_s, []

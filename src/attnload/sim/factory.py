@@ -30,8 +30,9 @@ class ModelSpec:
     cfg: EngineConfig
 
 
-def resolve_models(model_ids: Sequence[str] | None, base: EngineConfig,
-                   sim_config: SimConfigFile | None = None) -> list[ModelSpec]:
+def resolve_models(
+    model_ids: Sequence[str] | None, base: EngineConfig, sim_config: SimConfigFile | None = None
+) -> list[ModelSpec]:
     """Ids to serve: ``model_ids``, else the config file's entries, else the default pair (§4.6)."""
     if model_ids is None:
         model_ids = [e.id for e in sim_config.models] if sim_config is not None else list(DEFAULT_MODELS)
@@ -40,8 +41,7 @@ def resolve_models(model_ids: Sequence[str] | None, base: EngineConfig,
     for model_id in model_ids:
         model_id = model_id.strip()
         if not model_id:
-            raise UsageError("empty model id in --models; give a comma-separated list such as "
-                             "llama-3-70b,deepseek-v3")
+            raise UsageError("empty model id in --models; give a comma-separated list such as llama-3-70b,deepseek-v3")
         if model_id.lower() in seen:
             raise UsageError(f"model {model_id!r} is listed twice")
         seen.add(model_id.lower())
@@ -60,13 +60,25 @@ def served_model(spec: ModelSpec, dep: Deployment | None = None) -> ServedModel:
         dep = deploy(spec.preset, spec.cfg, require_fit=False)
     details = deployment_details(dep)
     details["aliases"] = [spec.preset.key, *aliases_of(spec.preset.key)]
-    return ServedModel(id=spec.id, attention=spec.preset.attention, preset=spec.preset.key,
-                       max_model_len=spec.preset.max_model_len, details=details)
+    return ServedModel(
+        id=spec.id,
+        attention=spec.preset.attention,
+        preset=spec.preset.key,
+        max_model_len=spec.preset.max_model_len,
+        details=details,
+    )
 
 
-def build_engines(specs: Sequence[ModelSpec], *, mode: Literal["roofline", "fixed"] = "roofline",
-                  ttft_s: float = 0.2, itl_s: float = 0.02, jitter: float = 0.0,
-                  max_waiting: int | None = None, clock: Clock | None = None) -> list[Engine]:
+def build_engines(
+    specs: Sequence[ModelSpec],
+    *,
+    mode: Literal["roofline", "fixed"] = "roofline",
+    ttft_s: float = 0.2,
+    itl_s: float = 0.02,
+    jitter: float = 0.0,
+    max_waiting: int | None = None,
+    clock: Clock | None = None,
+) -> list[Engine]:
     """One engine per spec. Roofline refuses (``UsageError``) a model that does not fit (§3.4);
     fixed mode has no capacity model, so it serves any resolvable model."""
     engines: list[Engine] = []

@@ -37,8 +37,14 @@ class Pushed:
 
     __slots__ = ("sink", "deadline", "left", "rng", "done")
 
-    def __init__(self, sink: Callable[[], bool], deadline: float, left: int, rng: random.Random | None,
-                 done: asyncio.Future[None]) -> None:
+    def __init__(
+        self,
+        sink: Callable[[], bool],
+        deadline: float,
+        left: int,
+        rng: random.Random | None,
+        done: asyncio.Future[None],
+    ) -> None:
         self.sink = sink
         self.deadline = deadline
         self.left = left
@@ -82,8 +88,9 @@ class FixedEngine:
         finally:
             self._running -= 1
 
-    def push(self, request: GenerationRequest, state: GenerationState, sink: Callable[[], bool],
-             admitted_at: float) -> Pushed:
+    def push(
+        self, request: GenerationRequest, state: GenerationState, sink: Callable[[], bool], admitted_at: float
+    ) -> Pushed:
         """``generate`` without the generator, for a request admitted at ``admitted_at`` (loop time).
 
         ``sink()`` is called from the engine's tick for each token at its deadline (absolute,
@@ -93,8 +100,7 @@ class FixedEngine:
         """
         loop = self._bind()
         rng = random.Random(self.seed.to_bytes(8, "little") + request.body_digest) if self.jitter else None
-        item = Pushed(sink, admitted_at + self._scaled(self.ttft_s, rng), request.max_tokens, rng,
-                      loop.create_future())
+        item = Pushed(sink, admitted_at + self._scaled(self.ttft_s, rng), request.max_tokens, rng, loop.create_future())
         self._running += 1
         item.done.add_done_callback(self._finished)
         if item.left > 0:

@@ -45,8 +45,10 @@ _HELP = {
     "DCGM_FI_PROF_GR_ENGINE_ACTIVE": ("gauge", "Ratio of time the graphics engine is active."),
     "DCGM_FI_PROF_SM_ACTIVE": ("gauge", "The ratio of cycles an SM has at least 1 warp assigned."),
     "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE": ("gauge", "Ratio of cycles the tensor (HMMA) pipe is active."),
-    "DCGM_FI_PROF_DRAM_ACTIVE": ("gauge", "Ratio of cycles the device memory interface is active sending or "
-                                 "receiving data."),
+    "DCGM_FI_PROF_DRAM_ACTIVE": (
+        "gauge",
+        "Ratio of cycles the device memory interface is active sending or receiving data.",
+    ),
 }
 """Types and help texts as dcgm-exporter's etc/dcp-metrics-included.csv gives them."""
 
@@ -130,12 +132,15 @@ def dcgm_text(models: Iterable[tuple[str, GpuActivity]]) -> str:
         values = activity.gauges()
         hw = activity.dep.hw
         for _ in range(activity.dep.cfg.tp):
-            labels = (f'gpu="{index}",UUID="{_uuid(preset, index)}",pci_bus_id="00000000:{index + 1:02X}:00.0",'
-                      f'device="nvidia{index}",modelName="{hw.name or hw.key}",Hostname="{HOSTNAME}",'
-                      f'DCGM_FI_DRIVER_VERSION="attnload-sim",container="",namespace="",pod="{preset}"')
+            labels = (
+                f'gpu="{index}",UUID="{_uuid(preset, index)}",pci_bus_id="00000000:{index + 1:02X}:00.0",'
+                f'device="nvidia{index}",modelName="{hw.name or hw.key}",Hostname="{HOSTNAME}",'
+                f'DCGM_FI_DRIVER_VERSION="attnload-sim",container="",namespace="",pod="{preset}"'
+            )
             for name, value in values.items():
-                lines[name].append(f"{name}{{{labels}}} {value:g}" if isinstance(value, float)
-                                   else f"{name}{{{labels}}} {value}")
+                lines[name].append(
+                    f"{name}{{{labels}}} {value:g}" if isinstance(value, float) else f"{name}{{{labels}}} {value}"
+                )
             index += 1
     out = []
     for name, (kind, help_text) in _HELP.items():

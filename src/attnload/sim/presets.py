@@ -97,14 +97,47 @@ _V2_LITE_ATTN = _mla_attn_params(27, 2048, 16, None)  # 0.372B
 _CODER_V2_ATTN = _mla_attn_params(60, 5120, 128, 1536)  # 8.954B
 _V3_ATTN = _mla_attn_params(61, 7168, 128, 1536)  # 11.41B (61 × 187.1M)
 
-_LLAMA_70B = ModelPreset("llama-3-70b", "GQA", layers=80, h_q=64, hidden=8192, params_total=70_553_706_496,
-                         params_active=70_553_706_496, params_attn=_LLAMA_70B_ATTN, h_kv=8)
-_CODER_V2 = ModelPreset("deepseek-coder-v2", "MLA", layers=60, h_q=128, hidden=5120, params_total=236e9,
-                        params_active=21e9, params_attn=_CODER_V2_ATTN, d_c=512, d_r=ROPE_DIM,
-                        moe_experts=160, moe_top_k=6, moe_routed_params=222.72e9)
-_V3 = ModelPreset("deepseek-v3", "MLA", layers=61, h_q=128, hidden=7168, params_total=671e9, params_active=37e9,
-                  params_attn=_V3_ATTN, d_c=512, d_r=ROPE_DIM, moe_experts=256, moe_top_k=8,
-                  moe_routed_params=653.91e9)
+_LLAMA_70B = ModelPreset(
+    "llama-3-70b",
+    "GQA",
+    layers=80,
+    h_q=64,
+    hidden=8192,
+    params_total=70_553_706_496,
+    params_active=70_553_706_496,
+    params_attn=_LLAMA_70B_ATTN,
+    h_kv=8,
+)
+_CODER_V2 = ModelPreset(
+    "deepseek-coder-v2",
+    "MLA",
+    layers=60,
+    h_q=128,
+    hidden=5120,
+    params_total=236e9,
+    params_active=21e9,
+    params_attn=_CODER_V2_ATTN,
+    d_c=512,
+    d_r=ROPE_DIM,
+    moe_experts=160,
+    moe_top_k=6,
+    moe_routed_params=222.72e9,
+)
+_V3 = ModelPreset(
+    "deepseek-v3",
+    "MLA",
+    layers=61,
+    h_q=128,
+    hidden=7168,
+    params_total=671e9,
+    params_active=37e9,
+    params_attn=_V3_ATTN,
+    d_c=512,
+    d_r=ROPE_DIM,
+    moe_experts=256,
+    moe_top_k=8,
+    moe_routed_params=653.91e9,
+)
 
 
 def _variant(base: ModelPreset, key: str, **changes: object) -> ModelPreset:
@@ -116,37 +149,87 @@ def _gla(base: ModelPreset, key: str, heads: int) -> ModelPreset:
     return _variant(base, key, attention="GLA", d_c=0, h_c=heads, d_ch=2 * HEAD_DIM, d_r=ROPE_DIM)
 
 
-PRESETS: dict[str, ModelPreset] = {p.key: p for p in (
-    ModelPreset("llama-3-8b", "GQA", layers=32, h_q=32, hidden=4096, params_total=8_030_261_248,
-                params_active=8_030_261_248, params_attn=_LLAMA_8B_ATTN, h_kv=8),
-    _LLAMA_70B,
-    _variant(_LLAMA_70B, "llama-3-70b-gta", attention="GTA", d_r=ROPE_DIM),
-    ModelPreset("qwen2.5-72b", "GQA", layers=80, h_q=64, hidden=8192, params_total=72_706_203_648,
-                params_active=72_706_203_648, params_attn=_LLAMA_70B_ATTN, h_kv=8),
-    ModelPreset("deepseek-v2-lite", "MLA", layers=27, h_q=16, hidden=2048, params_total=15.7e9,
-                params_active=2.4e9, params_attn=_V2_LITE_ATTN, d_c=512, d_r=ROPE_DIM, max_model_len=32768,
-                moe_experts=64, moe_top_k=6, moe_routed_params=14.395e9),
-    _CODER_V2,
-    _gla(_CODER_V2, "deepseek-coder-v2-gla8", 8),
-    # Qwen3-235B-A22B: GQA (64 q / 4 kv heads) with 128 routed experts, top-8, no shared expert;
-    # routed = 94 layers × 128 × 3·4096·1536.
-    ModelPreset("qwen3-235b-a22b", "GQA", layers=94, h_q=64, hidden=4096, params_total=235.09e9,
-                params_active=22.2e9, params_attn=_QWEN3_235B_ATTN, h_kv=4, max_model_len=40960,
-                moe_experts=128, moe_top_k=8, moe_routed_params=94 * 128 * 3 * 4096 * 1536),
-    _V3,
-    _gla(_V3, "deepseek-v3-gla2", 2),
-    _gla(_V3, "deepseek-v3-gla8", 8),
-    _variant(_LLAMA_70B, "generic-gqa"),
-    _variant(_LLAMA_70B, "generic-mha", attention="MHA", h_kv=64),
-    _variant(_LLAMA_70B, "generic-mqa", attention="MQA", h_kv=1),
-    _variant(_LLAMA_70B, "generic-gta", attention="GTA", d_r=ROPE_DIM),
-    _variant(_V3, "generic-mla"),
-    _gla(_V3, "generic-gla", 8),
-)}
+PRESETS: dict[str, ModelPreset] = {
+    p.key: p
+    for p in (
+        ModelPreset(
+            "llama-3-8b",
+            "GQA",
+            layers=32,
+            h_q=32,
+            hidden=4096,
+            params_total=8_030_261_248,
+            params_active=8_030_261_248,
+            params_attn=_LLAMA_8B_ATTN,
+            h_kv=8,
+        ),
+        _LLAMA_70B,
+        _variant(_LLAMA_70B, "llama-3-70b-gta", attention="GTA", d_r=ROPE_DIM),
+        ModelPreset(
+            "qwen2.5-72b",
+            "GQA",
+            layers=80,
+            h_q=64,
+            hidden=8192,
+            params_total=72_706_203_648,
+            params_active=72_706_203_648,
+            params_attn=_LLAMA_70B_ATTN,
+            h_kv=8,
+        ),
+        ModelPreset(
+            "deepseek-v2-lite",
+            "MLA",
+            layers=27,
+            h_q=16,
+            hidden=2048,
+            params_total=15.7e9,
+            params_active=2.4e9,
+            params_attn=_V2_LITE_ATTN,
+            d_c=512,
+            d_r=ROPE_DIM,
+            max_model_len=32768,
+            moe_experts=64,
+            moe_top_k=6,
+            moe_routed_params=14.395e9,
+        ),
+        _CODER_V2,
+        _gla(_CODER_V2, "deepseek-coder-v2-gla8", 8),
+        # Qwen3-235B-A22B: GQA (64 q / 4 kv heads) with 128 routed experts, top-8, no shared expert;
+        # routed = 94 layers × 128 × 3·4096·1536.
+        ModelPreset(
+            "qwen3-235b-a22b",
+            "GQA",
+            layers=94,
+            h_q=64,
+            hidden=4096,
+            params_total=235.09e9,
+            params_active=22.2e9,
+            params_attn=_QWEN3_235B_ATTN,
+            h_kv=4,
+            max_model_len=40960,
+            moe_experts=128,
+            moe_top_k=8,
+            moe_routed_params=94 * 128 * 3 * 4096 * 1536,
+        ),
+        _V3,
+        _gla(_V3, "deepseek-v3-gla2", 2),
+        _gla(_V3, "deepseek-v3-gla8", 8),
+        _variant(_LLAMA_70B, "generic-gqa"),
+        _variant(_LLAMA_70B, "generic-mha", attention="MHA", h_kv=64),
+        _variant(_LLAMA_70B, "generic-mqa", attention="MQA", h_kv=1),
+        _variant(_LLAMA_70B, "generic-gta", attention="GTA", d_r=ROPE_DIM),
+        _variant(_V3, "generic-mla"),
+        _gla(_V3, "generic-gla", 8),
+    )
+}
 
 GENERIC_BY_ATTENTION = {
-    "GQA": "generic-gqa", "MLA": "generic-mla", "GTA": "generic-gta",
-    "GLA": "generic-gla", "MHA": "generic-mha", "MQA": "generic-mqa",
+    "GQA": "generic-gqa",
+    "MLA": "generic-mla",
+    "GTA": "generic-gta",
+    "GLA": "generic-gla",
+    "MHA": "generic-mha",
+    "MQA": "generic-mqa",
 }
 
 DEFAULT_MODELS = ("llama-3-70b", "deepseek-v3")
@@ -171,9 +254,11 @@ class UnknownModel(UsageError):
 
     def __init__(self, model_id: str) -> None:
         self.model_id = model_id
-        super().__init__(f"unknown model {model_id!r}: not a preset or alias. Fix: use one of "
-                         f"{', '.join(PRESETS)} (or an alias such as deepseek-chat), or give it an "
-                         f"attention_type in a --config entry")
+        super().__init__(
+            f"unknown model {model_id!r}: not a preset or alias. Fix: use one of "
+            f"{', '.join(PRESETS)} (or an alias such as deepseek-chat), or give it an "
+            f"attention_type in a --config entry"
+        )
 
 
 def find_preset_key(model_id: str) -> str | None:

@@ -26,12 +26,37 @@ PREFIX_BLOCK_TOKENS = 16  # one 64-byte prompt block (§4.5)
 class SimSequence:
     """One request inside the scheduler: prompt, progress, blocks held and where it lives."""
 
-    __slots__ = ("request_id", "prompt_tokens", "max_tokens", "hashes", "state", "group", "generated",
-                 "computed", "target", "private_blocks", "cache_refs", "hashable_blocks", "arrival_s",
-                 "first_token_s", "last_token_s", "finished", "cancelled", "ready", "waiter", "admissions")
+    __slots__ = (
+        "request_id",
+        "prompt_tokens",
+        "max_tokens",
+        "hashes",
+        "state",
+        "group",
+        "generated",
+        "computed",
+        "target",
+        "private_blocks",
+        "cache_refs",
+        "hashable_blocks",
+        "arrival_s",
+        "first_token_s",
+        "last_token_s",
+        "finished",
+        "cancelled",
+        "ready",
+        "waiter",
+        "admissions",
+    )
 
-    def __init__(self, request_id: str, prompt_tokens: int, max_tokens: int, hashes: Sequence[int] = (),
-                 state: GenerationState | None = None) -> None:
+    def __init__(
+        self,
+        request_id: str,
+        prompt_tokens: int,
+        max_tokens: int,
+        hashes: Sequence[int] = (),
+        state: GenerationState | None = None,
+    ) -> None:
         self.request_id = request_id
         self.prompt_tokens = prompt_tokens
         self.max_tokens = max_tokens
@@ -114,8 +139,12 @@ TokenSink = Callable[[SimSequence, int], None]
 class Scheduler:
     """Admission, planning and emission for one served model; see the module docstring."""
 
-    def __init__(self, dep: Deployment, on_tokens: TokenSink, on_finish: Callable[[SimSequence], None] | None = None,
-                 ) -> None:
+    def __init__(
+        self,
+        dep: Deployment,
+        on_tokens: TokenSink,
+        on_finish: Callable[[SimSequence], None] | None = None,
+    ) -> None:
         self.dep = dep
         self.block_size = dep.cfg.block_size
         # Prompt hashes cover 16-token blocks; caching needs KV blocks of the same size.
@@ -147,13 +176,19 @@ class Scheduler:
         """Raise the §4.2 400 before a request is accepted: it could never run on one group."""
         total = prompt_tokens + max_tokens
         if total > self.dep.preset.max_model_len:
-            raise EngineRejected(400, "context_length_exceeded",
-                                 f"prompt ({prompt_tokens}) + max_tokens ({max_tokens}) exceeds the model's "
-                                 f"maximum context length of {self.dep.preset.max_model_len} tokens")
+            raise EngineRejected(
+                400,
+                "context_length_exceeded",
+                f"prompt ({prompt_tokens}) + max_tokens ({max_tokens}) exceeds the model's "
+                f"maximum context length of {self.dep.preset.max_model_len} tokens",
+            )
         if total + self.block_size > self.dep.group_kv_tokens:
-            raise EngineRejected(400, "context_length_exceeded",
-                                 f"prompt ({prompt_tokens}) + max_tokens ({max_tokens}) exceeds the KV capacity "
-                                 f"of one attention group ({self.dep.group_kv_tokens} tokens)")
+            raise EngineRejected(
+                400,
+                "context_length_exceeded",
+                f"prompt ({prompt_tokens}) + max_tokens ({max_tokens}) exceeds the KV capacity "
+                f"of one attention group ({self.dep.group_kv_tokens} tokens)",
+            )
 
     def submit(self, seq: SimSequence, now_s: float) -> None:
         """Queue a checked request (FCFS); it is admitted at the next :meth:`plan`."""
@@ -304,8 +339,9 @@ class Scheduler:
             for g in self.groups:
                 need = 0
                 for seq in g.running:
-                    need += max(0, -(-(seq.prompt_tokens + seq.generated + k) // bs)
-                                - seq.private_blocks - len(seq.cache_refs))
+                    need += max(
+                        0, -(-(seq.prompt_tokens + seq.generated + k) // bs) - seq.private_blocks - len(seq.cache_refs)
+                    )
                 if need > g.free_blocks:
                     return False
             return True

@@ -36,8 +36,28 @@ from attnload.sim.gpu import GpuActivity, dcgm_text
 log = logging.getLogger(__name__)
 
 PREFIX_BLOCK_BYTES = 64  # 16 tokens of 4 bytes (§4.5)
-_WORDS = ("the", "model", "token", "cache", "latent", "query", "key", "value", "head", "layer", "batch",
-          "memory", "decode", "prefill", "group", "tensor", "kernel", "stream", "vector", "state")
+_WORDS = (
+    "the",
+    "model",
+    "token",
+    "cache",
+    "latent",
+    "query",
+    "key",
+    "value",
+    "head",
+    "layer",
+    "batch",
+    "memory",
+    "decode",
+    "prefill",
+    "group",
+    "tensor",
+    "kernel",
+    "stream",
+    "vector",
+    "state",
+)
 _N_WORDS = len(_WORDS)  # the filler repeats after this many tokens (_filler)
 SIM_KEY: web.AppKey[SimServer] = web.AppKey("sim")
 _SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
@@ -74,12 +94,17 @@ class ModelTruth:
     def to_json(self, with_prompts: bool) -> dict[str, Any]:
         self.flush()
         data: dict[str, Any] = {
-            "received": self.received, "completed": self.completed, "cancelled": self.cancelled,
+            "received": self.received,
+            "completed": self.completed,
+            "cancelled": self.cancelled,
             "rejected": {str(k): v for k, v in self.rejected.items()},
-            "prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens,
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
             "completed_completion_tokens": self.completed_completion_tokens,
             "cached_tokens": self.cached_tokens,
-            "ttft_s": self.ttft.summary(), "itl_s": self.itl.summary()}
+            "ttft_s": self.ttft.summary(),
+            "itl_s": self.itl.summary(),
+        }
         if with_prompts:
             data["prompt_sha256"] = list(self.prompt_digests)
         return data
@@ -88,8 +113,14 @@ class ModelTruth:
 class SimServer:
     """Routes requests to engines by model id (or alias) and keeps the truth."""
 
-    def __init__(self, engines: Sequence[Engine], *, tokens_per_event: int = 1, default_output_tokens: int = 256,
-                 max_waiting: int | None = None) -> None:
+    def __init__(
+        self,
+        engines: Sequence[Engine],
+        *,
+        tokens_per_event: int = 1,
+        default_output_tokens: int = 256,
+        max_waiting: int | None = None,
+    ) -> None:
         if tokens_per_event < 1:
             raise ValueError("tokens_per_event must be ≥ 1")
         self.engines = list(engines)
@@ -102,8 +133,7 @@ class SimServer:
             names = [engine.model.id, engine.model.preset, *engine.model.details.get("aliases", ())]  # type: ignore[misc]
             for name in names:
                 self._routes.setdefault(_route_key(str(name)), engine)
-        self._step_hist: dict[str, list[float]] = {e.model.id: [0.0] * (len(STEP_BUCKETS_S) + 1)
-                                                   for e in self.engines}
+        self._step_hist: dict[str, list[float]] = {e.model.id: [0.0] * (len(STEP_BUCKETS_S) + 1) for e in self.engines}
         self._step_sum: dict[str, float] = dict.fromkeys(self.truth, 0.0)
 
     def engine_for(self, model: str) -> Engine | None:
@@ -126,9 +156,19 @@ class SimServer:
         return web.json_response({"status": "ok"})
 
     async def models(self, request: web.Request) -> web.Response:
-        data = [{"id": e.model.id, "object": "model", "created": 0, "owned_by": "attnload-sim",
-                 "attention": e.model.attention, "preset": e.model.preset, "simulated": True,
-                 "details": {k: v for k, v in e.model.details.items() if k != "aliases"}} for e in self.engines]
+        data = [
+            {
+                "id": e.model.id,
+                "object": "model",
+                "created": 0,
+                "owned_by": "attnload-sim",
+                "attention": e.model.attention,
+                "preset": e.model.preset,
+                "simulated": True,
+                "details": {k: v for k, v in e.model.details.items() if k != "aliases"},
+            }
+            for e in self.engines
+        ]
         return web.json_response({"object": "list", "data": data})
 
     async def stats(self, request: web.Request) -> web.Response:
@@ -144,10 +184,15 @@ class SimServer:
         self._drain_steps()
         registry = CollectorRegistry()
         registry.register(_SimCollector(self))
-        gpus = dcgm_text((e.model.preset, e.gpu) for e in self.engines if isinstance(getattr(e, "gpu", None),
-                                                                                   GpuActivity))
-        return web.Response(body=generate_latest(registry) + gpus.encode(), content_type="text/plain", charset="utf-8",
-                            headers={"X-Content-Type-Options": "nosniff"})
+        gpus = dcgm_text(
+            (e.model.preset, e.gpu) for e in self.engines if isinstance(getattr(e, "gpu", None), GpuActivity)
+        )
+        return web.Response(
+            body=generate_latest(registry) + gpus.encode(),
+            content_type="text/plain",
+            charset="utf-8",
+            headers={"X-Content-Type-Options": "nosniff"},
+        )
 
     def _drain_steps(self) -> None:
         for engine in self.engines:
@@ -174,33 +219,54 @@ class SimServer:
         engine = self.engine_for(model_name)
         if engine is None:
             served = ", ".join(e.model.id for e in self.engines)
-            return _error(404, "invalid_request_error", "model_not_found",
-                          f"The model `{model_name}` does not exist (served: {served})")
+            return _error(
+                404,
+                "invalid_request_error",
+                "model_not_found",
+                f"The model `{model_name}` does not exist (served: {served})",
+            )
         truth = self.truth[engine.model.id]
         max_tokens = body.get("max_completion_tokens") or body.get("max_tokens") or self.default_output_tokens
         messages = body["messages"]
         n_prompt = prompt_tokens(messages)
         if n_prompt + max_tokens > engine.model.max_model_len:
-            return self._reject(truth, 400, "context_length_exceeded",
-                                f"This model's maximum context length is {engine.model.max_model_len} tokens; "
-                                f"the request has {n_prompt} prompt + {max_tokens} completion tokens")
+            return self._reject(
+                truth,
+                400,
+                "context_length_exceeded",
+                f"This model's maximum context length is {engine.model.max_model_len} tokens; "
+                f"the request has {n_prompt} prompt + {max_tokens} completion tokens",
+            )
         if self.max_waiting is not None and engine.snapshot().waiting >= self.max_waiting:
-            return self._reject(truth, 429, "rate_limit_exceeded", "server overloaded: too many waiting requests",
-                                retry_after_s=1.0)
+            return self._reject(
+                truth, 429, "rate_limit_exceeded", "server overloaded: too many waiting requests", retry_after_s=1.0
+            )
         truth.received += 1
         truth.prompt_tokens += n_prompt
         truth.prompt_digests.append(_prompt_digest(messages))
-        gen = GenerationRequest(request_id=uuid.uuid4().hex, prompt_tokens=n_prompt, max_tokens=int(max_tokens),
-                                prompt_blocks=_prompt_blocks(engine.model.id, messages),
-                                body_digest=hashlib.sha256(raw).digest())
-        call = _Call(self, engine, truth, gen, model_name, received_at,
-                     include_usage=bool((body.get("stream_options") or {}).get("include_usage")))
+        gen = GenerationRequest(
+            request_id=uuid.uuid4().hex,
+            prompt_tokens=n_prompt,
+            max_tokens=int(max_tokens),
+            prompt_blocks=_prompt_blocks(engine.model.id, messages),
+            body_digest=hashlib.sha256(raw).digest(),
+        )
+        call = _Call(
+            self,
+            engine,
+            truth,
+            gen,
+            model_name,
+            received_at,
+            include_usage=bool((body.get("stream_options") or {}).get("include_usage")),
+        )
         if body.get("stream"):
             return await call.stream(request)
         return await call.complete()
 
-    def _reject(self, truth: ModelTruth, status: int, code: str, message: str,
-                retry_after_s: float | None = None) -> web.Response:
+    def _reject(
+        self, truth: ModelTruth, status: int, code: str, message: str, retry_after_s: float | None = None
+    ) -> web.Response:
         truth.rejected[status] = truth.rejected.get(status, 0) + 1
         kind = "rate_limit_error" if status == 429 else "invalid_request_error"
         response = _error(status, kind, code, message)
@@ -212,8 +278,16 @@ class SimServer:
 class _Call:
     """One chat completion in flight: drives the engine and writes the response."""
 
-    def __init__(self, server: SimServer, engine: Engine, truth: ModelTruth, gen: GenerationRequest,
-                 model_name: str, received_at: float, include_usage: bool) -> None:
+    def __init__(
+        self,
+        server: SimServer,
+        engine: Engine,
+        truth: ModelTruth,
+        gen: GenerationRequest,
+        model_name: str,
+        received_at: float,
+        include_usage: bool,
+    ) -> None:
         self.server = server
         self.engine = engine
         self.truth = truth
@@ -250,9 +324,12 @@ class _Call:
         self.truth.completion_tokens += n
 
     def _usage(self) -> dict[str, Any]:
-        return {"prompt_tokens": self.gen.prompt_tokens, "completion_tokens": self.emitted,
-                "total_tokens": self.gen.prompt_tokens + self.emitted,
-                "prompt_tokens_details": {"cached_tokens": self.state.cached_tokens}}
+        return {
+            "prompt_tokens": self.gen.prompt_tokens,
+            "completion_tokens": self.emitted,
+            "total_tokens": self.gen.prompt_tokens + self.emitted,
+            "prompt_tokens_details": {"cached_tokens": self.state.cached_tokens},
+        }
 
     def _content_event(self, n: int) -> bytes:
         """The next ``n`` filler tokens as one SSE event, HTTP-framed; encoded once per word
@@ -269,8 +346,7 @@ class _Call:
     async def _start(self, request: web.Request, response: web.StreamResponse) -> None:
         """Admitted: headers and the role-only chunk (never counts as TTFT), through aiohttp."""
         await response.prepare(request)
-        await response.write((self._prefix + '{"role":"assistant","content":""},"finish_reason":null}]}\n\n')
-                             .encode())
+        await response.write((self._prefix + '{"role":"assistant","content":""},"finish_reason":null}]}\n\n').encode())
         self._transport = request.transport
 
     def _deliver(self, n: int) -> bool:
@@ -310,8 +386,10 @@ class _Call:
 
     async def stream(self, request: web.Request) -> web.StreamResponse:
         response = web.StreamResponse(headers=_SSE_HEADERS)
-        self._prefix = (f'data: {{"id":"{self.chat_id}","object":"chat.completion.chunk","created":{self.created},'
-                        f'"model":{json.dumps(self.model_name)},"choices":[{{"index":0,"delta":')
+        self._prefix = (
+            f'data: {{"id":"{self.chat_id}","object":"chat.completion.chunk","created":{self.created},'
+            f'"model":{json.dumps(self.model_name)},"choices":[{{"index":0,"delta":'
+        )
         # aiohttp frames a body of unknown length as chunks from HTTP/1.1 on, as-is (then closes) before.
         self._chunked = request.version >= HttpVersion11
         self._k = self.server.tokens_per_event
@@ -337,8 +415,10 @@ class _Call:
                 await response.prepare(request)
             tail = self._prefix + '{},"finish_reason":"length"}]}\n\n'
             if self.include_usage:
-                tail += (f'data: {{"id":"{self.chat_id}","object":"chat.completion.chunk","created":{self.created},'
-                         f'"model":{json.dumps(self.model_name)},"choices":[],"usage":{json.dumps(self._usage())}}}\n\n')
+                tail += (
+                    f'data: {{"id":"{self.chat_id}","object":"chat.completion.chunk","created":{self.created},'
+                    f'"model":{json.dumps(self.model_name)},"choices":[],"usage":{json.dumps(self._usage())}}}\n\n'
+                )
             await response.write_eof((tail + "data: [DONE]\n\n").encode())  # one send with the last chunk
         except ConnectionResetError:  # the client went away (a stopped test): count it, free the engine's slot
             self.truth.cancelled += 1
@@ -389,10 +469,16 @@ class _Call:
         self.truth.completed += 1
         self.truth.completed_completion_tokens += self.emitted
         self.truth.cached_tokens += self.state.cached_tokens
-        return web.json_response({
-            "id": self.chat_id, "object": "chat.completion", "created": self.created, "model": self.model_name,
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "length"}],
-            "usage": self._usage()})
+        return web.json_response(
+            {
+                "id": self.chat_id,
+                "object": "chat.completion",
+                "created": self.created,
+                "model": self.model_name,
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "length"}],
+                "usage": self._usage(),
+            }
+        )
 
 
 async def _aclose(generator: AsyncIterator[int] | None) -> None:
@@ -418,14 +504,16 @@ class _SimCollector(Collector):
 
     def collect(self) -> Iterator[Any]:
         labels = ("model", "attention")
-        running = GaugeMetricFamily("attnload_sim_requests_running", "Sequences in the running batch (simulated).",
-                                    labels=labels)
-        waiting = GaugeMetricFamily("attnload_sim_requests_waiting", "Requests queued for KV capacity (simulated).",
-                                    labels=labels)
-        kv = GaugeMetricFamily("attnload_sim_kv_usage_ratio", "Fraction of KV blocks in use (simulated).",
-                               labels=labels)
-        steps = HistogramMetricFamily("attnload_sim_step_seconds", "Engine step durations (simulated).",
-                                      labels=labels)
+        running = GaugeMetricFamily(
+            "attnload_sim_requests_running", "Sequences in the running batch (simulated).", labels=labels
+        )
+        waiting = GaugeMetricFamily(
+            "attnload_sim_requests_waiting", "Requests queued for KV capacity (simulated).", labels=labels
+        )
+        kv = GaugeMetricFamily(
+            "attnload_sim_kv_usage_ratio", "Fraction of KV blocks in use (simulated).", labels=labels
+        )
+        steps = HistogramMetricFamily("attnload_sim_step_seconds", "Engine step durations (simulated).", labels=labels)
         requests = CounterMetricFamily("attnload_sim_requests", "Requests accepted by the simulator.", labels=labels)
         prompt = CounterMetricFamily("attnload_sim_prompt_tokens", "Prompt tokens accepted.", labels=labels)
         completion = CounterMetricFamily("attnload_sim_completion_tokens", "Completion tokens emitted.", labels=labels)
@@ -451,10 +539,51 @@ class _SimCollector(Collector):
         yield from _vllm_families(self.server)
 
 
-VLLM_TTFT_BUCKETS_S = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
-                       20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)
-VLLM_ITL_BUCKETS_S = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0,
-                      40.0, 80.0)
+VLLM_TTFT_BUCKETS_S = (
+    0.001,
+    0.005,
+    0.01,
+    0.02,
+    0.04,
+    0.06,
+    0.08,
+    0.1,
+    0.25,
+    0.5,
+    0.75,
+    1.0,
+    2.5,
+    5.0,
+    7.5,
+    10.0,
+    20.0,
+    40.0,
+    80.0,
+    160.0,
+    640.0,
+    2560.0,
+)
+VLLM_ITL_BUCKETS_S = (
+    0.01,
+    0.025,
+    0.05,
+    0.075,
+    0.1,
+    0.15,
+    0.2,
+    0.3,
+    0.4,
+    0.5,
+    0.75,
+    1.0,
+    2.5,
+    5.0,
+    7.5,
+    10.0,
+    20.0,
+    40.0,
+    80.0,
+)
 
 
 def _vllm_families(server: SimServer) -> Iterator[Any]:
@@ -462,22 +591,33 @@ def _vllm_families(server: SimServer) -> Iterator[Any]:
     dashboard and attnload's server-metrics reader serve the simulator and a real vLLM alike.
     ``model_name`` is the served id (vLLM's served_model_name), as the ``model`` label above."""
     labels = ("model_name", "engine")
-    gauges = {name: GaugeMetricFamily(name, doc, labels=labels) for name, doc in (
-        ("vllm:num_requests_running", "Number of requests in model execution batches."),
-        ("vllm:num_requests_waiting", "Number of requests waiting to be processed."),
-        ("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage."))}
-    counters = {name: CounterMetricFamily(name, doc, labels=labels) for name, doc in (
-        ("vllm:num_preemptions", "Cumulative number of preemption from the engine."),
-        ("vllm:prompt_tokens", "Number of prefill tokens processed."),
-        ("vllm:generation_tokens", "Number of generation tokens processed."),
-        ("vllm:prefix_cache_queries", "Prefix cache queries, in terms of number of queried tokens."),
-        ("vllm:prefix_cache_hits", "Prefix cache hits, in terms of number of cached tokens."))}
-    ttft = HistogramMetricFamily("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.",
-                                 labels=labels)
-    itl = HistogramMetricFamily("vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.",
-                                labels=labels)
-    finished = CounterMetricFamily("vllm:request_success", "Count of successfully processed requests.",
-                                   labels=(*labels, "finished_reason"))  # "abort": the client went away
+    gauges = {
+        name: GaugeMetricFamily(name, doc, labels=labels)
+        for name, doc in (
+            ("vllm:num_requests_running", "Number of requests in model execution batches."),
+            ("vllm:num_requests_waiting", "Number of requests waiting to be processed."),
+            ("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage."),
+        )
+    }
+    counters = {
+        name: CounterMetricFamily(name, doc, labels=labels)
+        for name, doc in (
+            ("vllm:num_preemptions", "Cumulative number of preemption from the engine."),
+            ("vllm:prompt_tokens", "Number of prefill tokens processed."),
+            ("vllm:generation_tokens", "Number of generation tokens processed."),
+            ("vllm:prefix_cache_queries", "Prefix cache queries, in terms of number of queried tokens."),
+            ("vllm:prefix_cache_hits", "Prefix cache hits, in terms of number of cached tokens."),
+        )
+    }
+    ttft = HistogramMetricFamily(
+        "vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.", labels=labels
+    )
+    itl = HistogramMetricFamily(
+        "vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.", labels=labels
+    )
+    finished = CounterMetricFamily(
+        "vllm:request_success", "Count of successfully processed requests.", labels=(*labels, "finished_reason")
+    )  # "abort": the client went away
     for engine in server.engines:
         values = (engine.model.id, "0")
         snap = engine.snapshot()
@@ -530,8 +670,7 @@ def _validate(body: Mapping[str, Any]) -> tuple[str, str] | None:
 
 
 def _error(status: int, kind: str, code: str, message: str) -> web.Response:
-    return web.json_response({"error": {"message": message, "type": kind, "param": None, "code": code}},
-                             status=status)
+    return web.json_response({"error": {"message": message, "type": kind, "param": None, "code": code}}, status=status)
 
 
 def _prompt_bytes(messages: Sequence[Mapping[str, Any]]) -> bytes:
@@ -544,7 +683,7 @@ def _prompt_blocks(model_id: str, messages: Sequence[Mapping[str, Any]]) -> tupl
     previous = hashlib.blake2b(model_id.encode(), digest_size=8).digest()
     blocks = []
     for start in range(0, len(data) - PREFIX_BLOCK_BYTES + 1, PREFIX_BLOCK_BYTES):
-        previous = hashlib.blake2b(previous + data[start:start + PREFIX_BLOCK_BYTES], digest_size=8).digest()
+        previous = hashlib.blake2b(previous + data[start : start + PREFIX_BLOCK_BYTES], digest_size=8).digest()
         blocks.append(int.from_bytes(previous, "little"))
     return tuple(blocks)
 
@@ -559,23 +698,37 @@ def _filler(seed: bytes) -> tuple[str, ...]:
     return tuple(_WORDS[(start + i * 7) % len(_WORDS)] + " " for i in range(len(_WORDS)))
 
 
-def build_app(engines: Sequence[Engine], *, tokens_per_event: int = 1, default_output_tokens: int = 256,
-              max_waiting: int | None = None) -> web.Application:
+def build_app(
+    engines: Sequence[Engine],
+    *,
+    tokens_per_event: int = 1,
+    default_output_tokens: int = 256,
+    max_waiting: int | None = None,
+) -> web.Application:
     """The aiohttp application serving ``engines`` (for tests and ``serve``)."""
-    server = SimServer(engines, tokens_per_event=tokens_per_event, default_output_tokens=default_output_tokens,
-                       max_waiting=max_waiting)
+    server = SimServer(
+        engines, tokens_per_event=tokens_per_event, default_output_tokens=default_output_tokens, max_waiting=max_waiting
+    )
     app = server.app()
     app[SIM_KEY] = server
     return app
 
 
-def serve(engines: Sequence[Engine], *, host: str, port: int, tokens_per_event: int = 1,
-          default_output_tokens: int = 256, max_waiting: int | None = None) -> None:
+def serve(
+    engines: Sequence[Engine],
+    *,
+    host: str,
+    port: int,
+    tokens_per_event: int = 1,
+    default_output_tokens: int = 256,
+    max_waiting: int | None = None,
+) -> None:
     """Run the simulator until SIGINT/SIGTERM."""
-    app = build_app(engines, tokens_per_event=tokens_per_event, default_output_tokens=default_output_tokens,
-                    max_waiting=max_waiting)
+    app = build_app(
+        engines, tokens_per_event=tokens_per_event, default_output_tokens=default_output_tokens, max_waiting=max_waiting
+    )
     ids = ", ".join(f"{e.model.id} ({e.model.attention})" for e in engines)
     log.info("attnload sim serving %s on http://%s:%d/v1 (simulated timings)", ids, host, port)
-    web.run_app(app, host=host, port=port, print=None, access_log=None, handle_signals=True,
-                shutdown_timeout=1.0, backlog=4096)
-
+    web.run_app(
+        app, host=host, port=port, print=None, access_log=None, handle_signals=True, shutdown_timeout=1.0, backlog=4096
+    )

@@ -37,8 +37,11 @@ _PRESET_FIXED = ("key", "attention", "synthetic")  # identity, not tunable
 
 def _optional_fields(cls: type, skip: tuple[str, ...] = ()) -> dict[str, Any]:
     hints = typing.get_type_hints(cls)
-    return {f.name: (Optional[hints[f.name]], None)  # noqa: UP045 - create_model needs a runtime type
-            for f in dataclasses.fields(cls) if f.name not in skip and not f.name.startswith("_")}
+    return {
+        f.name: (Optional[hints[f.name]], None)  # noqa: UP045 - create_model needs a runtime type
+        for f in dataclasses.fields(cls)
+        if f.name not in skip and not f.name.startswith("_")
+    }
 
 
 ENGINE_FIELDS = tuple(f.name for f in dataclasses.fields(EngineConfig))
@@ -50,7 +53,8 @@ class _Strict(BaseModel):
 
 
 _EntryBase = create_model(
-    "_EntryBase", __base__=_Strict, **_optional_fields(EngineConfig), **_optional_fields(ModelPreset, _PRESET_FIXED))
+    "_EntryBase", __base__=_Strict, **_optional_fields(EngineConfig), **_optional_fields(ModelPreset, _PRESET_FIXED)
+)
 
 
 class SimModelEntry(_EntryBase):  # type: ignore[misc, valid-type]
@@ -75,8 +79,10 @@ class SimModelEntry(_EntryBase):  # type: ignore[misc, valid-type]
         if self.preset is not None:
             preset = lookup_preset(self.preset)
             if self.attention_type is not None and self.attention_type != preset.attention:
-                raise UsageError(f"model {self.id!r}: preset {preset.key} is {preset.attention}, "
-                                 f"not attention_type {self.attention_type}; drop one of them")
+                raise UsageError(
+                    f"model {self.id!r}: preset {preset.key} is {preset.attention}, "
+                    f"not attention_type {self.attention_type}; drop one of them"
+                )
         elif self.attention_type is not None:
             preset = generic_preset(self.attention_type)
         else:

@@ -66,8 +66,9 @@ def _q(hist: LogHistogram, q: float) -> float:
     return float(value) if value is not None else 0.0
 
 
-def _check_request_fits(dep: Deployment, input_len: int, output_len: int, num_prompts: int,
-                        max_concurrency: int | None) -> None:
+def _check_request_fits(
+    dep: Deployment, input_len: int, output_len: int, num_prompts: int, max_concurrency: int | None
+) -> None:
     """Refuse, as one usage line, a run the deployment cannot serve at all."""
     if input_len < 1 or output_len < 1 or num_prompts < 1:
         raise UsageError("--input-len, --output-len and --num-prompts must be ≥ 1")
@@ -75,17 +76,28 @@ def _check_request_fits(dep: Deployment, input_len: int, output_len: int, num_pr
         raise UsageError("--max-concurrency must be ≥ 1")
     total = input_len + output_len
     if total > dep.preset.max_model_len:
-        raise UsageError(f"{dep.preset.key}: input ({input_len}) + output ({output_len}) tokens exceed "
-                         f"max_model_len {dep.preset.max_model_len}")
+        raise UsageError(
+            f"{dep.preset.key}: input ({input_len}) + output ({output_len}) tokens exceed "
+            f"max_model_len {dep.preset.max_model_len}"
+        )
     if total + dep.cfg.block_size > dep.group_kv_tokens:
-        raise UsageError(f"{dep.preset.key}: one request of {total} tokens does not fit one attention group's KV "
-                         f"({dep.group_kv_tokens} tokens). Fix: shorter --input-len/--output-len, a larger --tp "
-                         f"or --gpu-memory-utilization")
+        raise UsageError(
+            f"{dep.preset.key}: one request of {total} tokens does not fit one attention group's KV "
+            f"({dep.group_kv_tokens} tokens). Fix: shorter --input-len/--output-len, a larger --tp "
+            f"or --gpu-memory-utilization"
+        )
 
 
-def run_throughput(dep: Deployment, input_len: int, output_len: int, num_prompts: int,
-                   max_concurrency: int | None = None, *, model: str | None = None,
-                   fast_forward: bool = True) -> ThroughputResult:
+def run_throughput(
+    dep: Deployment,
+    input_len: int,
+    output_len: int,
+    num_prompts: int,
+    max_concurrency: int | None = None,
+    *,
+    model: str | None = None,
+    fast_forward: bool = True,
+) -> ThroughputResult:
     """Run ``num_prompts`` requests to completion and summarise (see the module docstring)."""
     _check_request_fits(dep, input_len, output_len, num_prompts, max_concurrency)
     ids = itertools.count()
@@ -146,32 +158,53 @@ def run_throughput(dep: Deployment, input_len: int, output_len: int, num_prompts
     itl.record_pairs(zip(gaps, itertools.repeat(1)))
     out_tokens = num_prompts * output_len
     return ThroughputResult(
-        model=model or dep.preset.key, engine=dep.cfg.engine, gpu=dep.cfg.gpu, tp=dep.cfg.tp, dp_attention=dep.dp,
-        ep=dep.cfg.ep, kv_dtype=dep.cfg.kv_dtype, num_prompts=num_prompts, input_len=input_len, output_len=output_len,
-        max_concurrency=max_concurrency, duration_s=now_s, requests_per_s=num_prompts / now_s,
-        output_tokens_per_s=out_tokens / now_s, total_tokens_per_s=(out_tokens + num_prompts * input_len) / now_s,
-        ttft_mean_s=ttft.total / ttft.count, ttft_p50_s=_q(ttft, 0.5), ttft_p99_s=_q(ttft, 0.99),
-        itl_p50_s=_q(itl, 0.5), itl_p99_s=_q(itl, 0.99), tpot_mean_s=tpot.total / tpot.count if tpot.count else 0.0,
-        tpot_p50_s=_q(tpot, 0.5), tpot_p99_s=_q(tpot, 0.99), max_running=max_running,
-        preemptions=sched.preemptions_total, steps=steps)
+        model=model or dep.preset.key,
+        engine=dep.cfg.engine,
+        gpu=dep.cfg.gpu,
+        tp=dep.cfg.tp,
+        dp_attention=dep.dp,
+        ep=dep.cfg.ep,
+        kv_dtype=dep.cfg.kv_dtype,
+        num_prompts=num_prompts,
+        input_len=input_len,
+        output_len=output_len,
+        max_concurrency=max_concurrency,
+        duration_s=now_s,
+        requests_per_s=num_prompts / now_s,
+        output_tokens_per_s=out_tokens / now_s,
+        total_tokens_per_s=(out_tokens + num_prompts * input_len) / now_s,
+        ttft_mean_s=ttft.total / ttft.count,
+        ttft_p50_s=_q(ttft, 0.5),
+        ttft_p99_s=_q(ttft, 0.99),
+        itl_p50_s=_q(itl, 0.5),
+        itl_p99_s=_q(itl, 0.99),
+        tpot_mean_s=tpot.total / tpot.count if tpot.count else 0.0,
+        tpot_p50_s=_q(tpot, 0.5),
+        tpot_p99_s=_q(tpot, 0.99),
+        max_running=max_running,
+        preemptions=sched.preemptions_total,
+        steps=steps,
+    )
 
 
 def render_throughput(dep: Deployment, r: ThroughputResult) -> str:
     """The text ``attnload sim --throughput`` prints for one model."""
     cfg = dep.cfg
     conc = f"max concurrency {r.max_concurrency}" if r.max_concurrency else "all at t=0"
-    return "\n".join([
-        f"{r.model}: preset {dep.preset.key} ({dep.preset.attention}) on {cfg.tp}×{cfg.gpu}, tp {cfg.tp}, "
-        f"dp_attention {dep.dp}, ep {cfg.ep}, {cfg.weight_dtype} weights, {cfg.kv_dtype} KV, engine {cfg.engine} "
-        f"(simulated, virtual clock)",
-        f"  {r.num_prompts} prompts × {r.input_len} in / {r.output_len} out, {conc}: "
-        f"{r.duration_s:.1f} s simulated, {r.steps} steps",
-        f"  requests/s        {r.requests_per_s:,.2f}",
-        f"  output tok/s      {r.output_tokens_per_s:,.0f}",
-        f"  total tok/s       {r.total_tokens_per_s:,.0f}",
-        f"  TTFT p50 / p99    {r.ttft_p50_s:.3f} / {r.ttft_p99_s:.3f} s (mean {r.ttft_mean_s:.3f})",
-        f"  ITL  p50 / p99    {r.itl_p50_s * 1e3:.2f} / {r.itl_p99_s * 1e3:.2f} ms",
-        f"  TPOT p50 / p99    {r.tpot_p50_s * 1e3:.2f} / {r.tpot_p99_s * 1e3:.2f} ms",
-        f"  peak running      {r.max_running} sequences (KV capacity {dep.kv_capacity_tokens:,} tokens)",
-        f"  preemptions       {r.preemptions}",
-    ])
+    return "\n".join(
+        [
+            f"{r.model}: preset {dep.preset.key} ({dep.preset.attention}) on {cfg.tp}×{cfg.gpu}, tp {cfg.tp}, "
+            f"dp_attention {dep.dp}, ep {cfg.ep}, {cfg.weight_dtype} weights, {cfg.kv_dtype} KV, engine {cfg.engine} "
+            f"(simulated, virtual clock)",
+            f"  {r.num_prompts} prompts × {r.input_len} in / {r.output_len} out, {conc}: "
+            f"{r.duration_s:.1f} s simulated, {r.steps} steps",
+            f"  requests/s        {r.requests_per_s:,.2f}",
+            f"  output tok/s      {r.output_tokens_per_s:,.0f}",
+            f"  total tok/s       {r.total_tokens_per_s:,.0f}",
+            f"  TTFT p50 / p99    {r.ttft_p50_s:.3f} / {r.ttft_p99_s:.3f} s (mean {r.ttft_mean_s:.3f})",
+            f"  ITL  p50 / p99    {r.itl_p50_s * 1e3:.2f} / {r.itl_p99_s * 1e3:.2f} ms",
+            f"  TPOT p50 / p99    {r.tpot_p50_s * 1e3:.2f} / {r.tpot_p99_s * 1e3:.2f} ms",
+            f"  peak running      {r.max_running} sequences (KV capacity {dep.kv_capacity_tokens:,} tokens)",
+            f"  preemptions       {r.preemptions}",
+        ]
+    )

@@ -40,9 +40,16 @@ class ClosedLoopResult:
         return self.output_tokens / self.duration_s
 
 
-def run_closed_loop(dep: Deployment, users: int, prompt_tokens: int, max_tokens: int,
-                    duration_s: float, *, shared_prefix_blocks: int = 0, hash_prompts: bool = False,
-                    ) -> ClosedLoopResult:
+def run_closed_loop(
+    dep: Deployment,
+    users: int,
+    prompt_tokens: int,
+    max_tokens: int,
+    duration_s: float,
+    *,
+    shared_prefix_blocks: int = 0,
+    hash_prompts: bool = False,
+) -> ClosedLoopResult:
     """N users start at t=0; each sends its next request the moment the last one finishes.
 
     Prompts are unique beyond ``shared_prefix_blocks`` leading 16-token blocks. Unique blocks
@@ -62,7 +69,8 @@ def run_closed_loop(dep: Deployment, users: int, prompt_tokens: int, max_tokens:
         blocks = prompt_tokens // 16
         unique_end = blocks if hash_prompts else shared_prefix_blocks
         hashes = tuple(range(shared_prefix_blocks)) + tuple(
-            (n + 1) << 32 | i for i in range(shared_prefix_blocks, unique_end))
+            (n + 1) << 32 | i for i in range(shared_prefix_blocks, unique_end)
+        )
         sched.submit(SimSequence(f"r{n}", prompt_tokens, max_tokens, hashes), now_s)
 
     def on_tokens(seq: SimSequence, count: int) -> None:
@@ -93,8 +101,14 @@ def run_closed_loop(dep: Deployment, users: int, prompt_tokens: int, max_tokens:
         sched.complete(now_s)
         steps += 1
     return ClosedLoopResult(
-        requests_started=next(ids), requests_completed=completed,
-        mean_ttft_s=statistics.fmean(ttfts) if ttfts else 0.0, max_ttft_s=max(ttfts, default=0.0),
-        mean_itl_s=statistics.fmean(itls) if itls else 0.0, output_tokens=output_tokens,
-        max_waiting=sched.max_waiting_seen, preemptions=sched.preemptions_total, steps=steps,
-        duration_s=now_s)
+        requests_started=next(ids),
+        requests_completed=completed,
+        mean_ttft_s=statistics.fmean(ttfts) if ttfts else 0.0,
+        max_ttft_s=max(ttfts, default=0.0),
+        mean_itl_s=statistics.fmean(itls) if itls else 0.0,
+        output_tokens=output_tokens,
+        max_waiting=sched.max_waiting_seen,
+        preemptions=sched.preemptions_total,
+        steps=steps,
+        duration_s=now_s,
+    )

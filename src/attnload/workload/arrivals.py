@@ -38,16 +38,28 @@ def parse_burstiness(text: str | float | None) -> float | None:
     try:
         value = float(raw)
     except ValueError:
-        raise UsageError(f"--burstiness {raw!r} is not a number: use e.g. 0.25 (bursty), 1 (Poisson) or 4 "
-                         "(smoother)") from None
+        raise UsageError(
+            f"--burstiness {raw!r} is not a number: use e.g. 0.25 (bursty), 1 (Poisson) or 4 (smoother)"
+        ) from None
     if not (math.isfinite(value) and MIN_BURSTINESS <= value <= MAX_BURSTINESS):
-        raise UsageError(f"--burstiness {raw}: use a gamma shape from {MIN_BURSTINESS:g} to {MAX_BURSTINESS:g} "
-                         "(1 = Poisson, below 1 burstier)")
+        raise UsageError(
+            f"--burstiness {raw}: use a gamma shape from {MIN_BURSTINESS:g} to {MAX_BURSTINESS:g} "
+            "(1 = Poisson, below 1 burstier)"
+        )
     return value
 
 
-def gamma_offsets(rate_rps: float, duration_s: float, burstiness: float, *, share_index: int, share_count: int,
-                  seed: int, stage: int, stream: int) -> list[float]:
+def gamma_offsets(
+    rate_rps: float,
+    duration_s: float,
+    burstiness: float,
+    *,
+    share_index: int,
+    share_count: int,
+    seed: int,
+    stage: int,
+    stream: int,
+) -> list[float]:
     """This worker's share of the fleet's gamma schedule, seconds after the stage start, sorted."""
     total = round(rate_rps * duration_s)
     if total <= 0 or duration_s <= 0 or share_count < 1:
@@ -59,7 +71,7 @@ def gamma_offsets(rate_rps: float, duration_s: float, burstiness: float, *, shar
     for gap in gaps[:-1]:
         at += gap * scale
         offsets.append(at)
-    return offsets[share_index % share_count::share_count]
+    return offsets[share_index % share_count :: share_count]
 
 
 def stage_arrivals(arrivals: str, burstiness: float | None) -> tuple[str, float | None]:

@@ -52,8 +52,9 @@ class ConversationScript:
         return self.max_tokens[turn] if turn < len(self.max_tokens) else None
 
 
-def synthetic_script(spec: ConversationSpec, salt: str, rng: random.Random,
-                     tokens: TextTokens | None = None) -> ConversationScript:
+def synthetic_script(
+    spec: ConversationSpec, salt: str, rng: random.Random, tokens: TextTokens | None = None
+) -> ConversationScript:
     """``turns`` user messages of ``user_tokens`` tokens each (chat overhead and, first, the salt included)."""
     if spec.user_tokens is None:
         raise ValueError("a synthetic conversation needs conversation.user_tokens")
@@ -67,8 +68,14 @@ def synthetic_script(spec: ConversationSpec, salt: str, rng: random.Random,
     return ConversationScript(tuple(messages))
 
 
-def dataset_script(record: DatasetRecord, salt: str, rng: random.Random, *, turns: Literal["first", "all"] = "first",
-                   output_tokens: Literal["dataset"] | int | Distribution = "dataset") -> ConversationScript:
+def dataset_script(
+    record: DatasetRecord,
+    salt: str,
+    rng: random.Random,
+    *,
+    turns: Literal["first", "all"] = "first",
+    output_tokens: Literal["dataset"] | int | Distribution = "dataset",
+) -> ConversationScript:
     """A record's user turns as a conversation; the salt leads its first message (the system one if any)."""
     said = list(user_turns(record, turns))
     system = record.system
@@ -96,8 +103,14 @@ class TurnRequest:
 class Conversation:
     """One conversation's history. Alternate :meth:`next_request` and :meth:`record_reply`."""
 
-    def __init__(self, script: ConversationScript, *, context_window_tokens: int | None = None,
-                 default_max_tokens: int = 0, count_prompt: PromptCounter = prompt_tokens) -> None:
+    def __init__(
+        self,
+        script: ConversationScript,
+        *,
+        context_window_tokens: int | None = None,
+        default_max_tokens: int = 0,
+        count_prompt: PromptCounter = prompt_tokens,
+    ) -> None:
         self.script = script
         self.context_window_tokens = context_window_tokens
         self.default_max_tokens = default_max_tokens
@@ -152,10 +165,17 @@ class Conversation:
 class ConversationUser:
     """One user's conversations, one at a time; a new one (new salt, new script) when one ends."""
 
-    def __init__(self, script_factory: Callable[[str], ConversationScript], *,
-                 think_time_s: float | DurationDistribution = 0.0, rng: random.Random | None = None,
-                 context_window_tokens: int | None = None, default_max_tokens: int = 0,
-                 count_prompt: PromptCounter = prompt_tokens, salt_factory: Callable[[], str] = new_salt) -> None:
+    def __init__(
+        self,
+        script_factory: Callable[[str], ConversationScript],
+        *,
+        think_time_s: float | DurationDistribution = 0.0,
+        rng: random.Random | None = None,
+        context_window_tokens: int | None = None,
+        default_max_tokens: int = 0,
+        count_prompt: PromptCounter = prompt_tokens,
+        salt_factory: Callable[[], str] = new_salt,
+    ) -> None:
         self.script_factory = script_factory
         self.think_time = think_time_s
         self.rng = rng or random.Random()
@@ -174,9 +194,12 @@ class ConversationUser:
             if taken is not None:
                 return TurnRequest(taken[0], taken[1], self.current.turn, self.conversations - 1, taken[2])
             self._close()
-        self.current = Conversation(self.script_factory(self.salt_factory()),
-                                    context_window_tokens=self.context_window_tokens,
-                                    default_max_tokens=self.default_max_tokens, count_prompt=self.count_prompt)
+        self.current = Conversation(
+            self.script_factory(self.salt_factory()),
+            context_window_tokens=self.context_window_tokens,
+            default_max_tokens=self.default_max_tokens,
+            count_prompt=self.count_prompt,
+        )
         self.conversations += 1
         first = self.current.next_request()
         assert first is not None  # turn 1 always goes

@@ -83,8 +83,10 @@ class Dataset:
         span = Span(self._starts[number], self._lengths[number], self._lines[number])
         record = self._convert(read_span(self._handle, span), span.line, number)
         if record is None:
-            raise UsageError(f"dataset {self.path} line {span.line}: the record changed since it was checked; "
-                             "do not edit the file during a run")
+            raise UsageError(
+                f"dataset {self.path} line {span.line}: the record changed since it was checked; "
+                "do not edit the file during a run"
+            )
         return record
 
     def close(self) -> None:
@@ -119,8 +121,9 @@ class Dataset:
             self._lines.append(span.line)
         if not self._starts:
             found = f" ({self.skipped} records without human text)" if self.skipped else ""
-            raise UsageError(f"dataset {self.path}: no usable record{found}; "
-                             "each record needs at least one non-empty user message")
+            raise UsageError(
+                f"dataset {self.path}: no usable record{found}; each record needs at least one non-empty user message"
+            )
 
 
 def open_dataset(path: str | os.PathLike[str], fmt: Literal["sharegpt", "jsonl", "auto"] = "auto") -> Dataset:
@@ -147,24 +150,28 @@ def detect_format(path: Path) -> DatasetFormat:
         return "sharegpt"
     if head[:1] == b"{":
         return "jsonl"
-    raise UsageError(f"dataset {path} line 1: neither a JSON array (ShareGPT) nor JSON lines; "
-                     "set dataset.format or fix the file")
+    raise UsageError(
+        f"dataset {path} line 1: neither a JSON array (ShareGPT) nor JSON lines; set dataset.format or fix the file"
+    )
 
 
 def record_from_sharegpt(value: Any, where: str, number: int = 0, line: int = 0) -> DatasetRecord | None:
     """A ShareGPT object as a record; None when it has no human text (skipped, as the public file needs)."""
     if not isinstance(value, Mapping):
-        raise UsageError(f"{where}: a ShareGPT record must be an object with \"conversations\"; "
-                         f"found {type(value).__name__}")
+        raise UsageError(
+            f'{where}: a ShareGPT record must be an object with "conversations"; found {type(value).__name__}'
+        )
     turns = value.get("conversations")
     if not isinstance(turns, list):
-        raise UsageError(f"{where}: a ShareGPT record needs a \"conversations\" list of "
-                         "{\"from\": ..., \"value\": ...} turns")
+        raise UsageError(
+            f'{where}: a ShareGPT record needs a "conversations" list of {{"from": ..., "value": ...}} turns'
+        )
     pairs: list[tuple[str, str]] = []
     for position, turn in enumerate(turns):
         if not isinstance(turn, Mapping) or not isinstance(turn.get("value"), str):
-            raise UsageError(f"{where}: conversations[{position}] needs a string \"value\" "
-                             "(and \"from\": \"human\" or \"gpt\")")
+            raise UsageError(
+                f'{where}: conversations[{position}] needs a string "value" (and "from": "human" or "gpt")'
+            )
         pairs.append((str(turn.get("from", "")).lower(), turn["value"]))
     return _record(pairs, number, line, None)
 
@@ -172,8 +179,9 @@ def record_from_sharegpt(value: Any, where: str, number: int = 0, line: int = 0)
 def record_from_jsonl(value: Any, where: str, number: int = 0, line: int = 0) -> DatasetRecord:
     """A JSONL object (``prompt``, ``messages`` or ``conversations``, optional ``max_tokens``) as a record."""
     if not isinstance(value, Mapping):
-        raise UsageError(f"{where}: each line must be a JSON object with \"prompt\" or \"messages\"; "
-                         f"found {type(value).__name__}")
+        raise UsageError(
+            f'{where}: each line must be a JSON object with "prompt" or "messages"; found {type(value).__name__}'
+        )
     max_tokens = value.get("max_tokens")
     if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1):
         raise UsageError(f"{where}: max_tokens must be a positive integer, not {max_tokens!r}")
@@ -187,8 +195,10 @@ def record_from_jsonl(value: Any, where: str, number: int = 0, line: int = 0) ->
             raise UsageError(f"{where}: the conversation has no human text; remove the line")
         return DatasetRecord(number, line, record.user_turns, record.assistant_replies, record.system, max_tokens)
     else:
-        raise UsageError(f"{where}: needs \"prompt\" (a string) or \"messages\" (a list of "
-                         "{\"role\", \"content\"}); found keys " + ", ".join(sorted(map(str, value))))
+        raise UsageError(
+            f'{where}: needs "prompt" (a string) or "messages" (a list of '
+            '{"role", "content"}); found keys ' + ", ".join(sorted(map(str, value)))
+        )
     record = _record(pairs, number, line, max_tokens)
     if record is None:
         raise UsageError(f"{where}: no non-empty user message; give the prompt text or remove the line")
@@ -199,8 +209,9 @@ def _message_pairs(messages: list[Any], where: str) -> list[tuple[str, str]]:
     pairs: list[tuple[str, str]] = []
     for position, message in enumerate(messages):
         if not isinstance(message, Mapping) or not isinstance(message.get("content"), str):
-            raise UsageError(f"{where}: messages[{position}] needs a string \"content\" "
-                             "(and \"role\": \"user\", \"assistant\" or \"system\")")
+            raise UsageError(
+                f'{where}: messages[{position}] needs a string "content" (and "role": "user", "assistant" or "system")'
+            )
         pairs.append((str(message.get("role", "")).lower(), message["content"]))
     return pairs
 
@@ -233,8 +244,9 @@ def user_turns(record: DatasetRecord, turns: Literal["first", "all"]) -> tuple[s
     return record.user_turns if turns == "all" else record.user_turns[:1]
 
 
-def resolve_output_tokens(spec: Literal["dataset"] | int | Distribution, record: DatasetRecord, turn: int,
-                          rng: random.Random) -> int | None:
+def resolve_output_tokens(
+    spec: Literal["dataset"] | int | Distribution, record: DatasetRecord, turn: int, rng: random.Random
+) -> int | None:
     """``max_tokens`` for ``record``'s turn ``turn`` (0-based); None leaves the caller's default.
 
     ``dataset`` sends the record's ``max_tokens`` if it has one, else the recorded reply's

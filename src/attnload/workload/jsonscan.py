@@ -52,8 +52,10 @@ def iter_json_lines(path: str | os.PathLike[str], label: str) -> Iterator[tuple[
             except UnicodeDecodeError:
                 raise UsageError(f"{label} {path} line {line_no}: not UTF-8 text; save the file as UTF-8") from None
             except json.JSONDecodeError as exc:
-                raise UsageError(f"{label} {path} line {line_no}: malformed JSON ({exc.msg} at column "
-                                 f"{exc.colno}); each line must be one complete JSON object") from None
+                raise UsageError(
+                    f"{label} {path} line {line_no}: malformed JSON ({exc.msg} at column "
+                    f"{exc.colno}); each line must be one complete JSON object"
+                ) from None
             yield Span(start, len(raw), line_no), value
 
 
@@ -83,12 +85,14 @@ class _Buffer:
         try:
             decoded = self.decoder.decode(raw, final=not raw)
         except UnicodeDecodeError:
-            raise UsageError(f"{self.label} {self.path} line {self.locate(len(self.text))[1]}: not UTF-8 text; "
-                             "save the file as UTF-8") from None
+            raise UsageError(
+                f"{self.label} {self.path} line {self.locate(len(self.text))[1]}: not UTF-8 text; "
+                "save the file as UTF-8"
+            ) from None
         self.eof = not raw
         if raw:
             self.locate(self.pos)
-            self.text, self.mark, self.pos = self.text[self.pos:] + decoded, 0, 0
+            self.text, self.mark, self.pos = self.text[self.pos :] + decoded, 0, 0
         return bool(raw)
 
     def peek(self) -> str | None:
@@ -104,7 +108,7 @@ class _Buffer:
     def locate(self, index: int) -> tuple[int, int]:
         """Byte offset and line of ``text[index]``; moves the mark there (indexes only grow)."""
         if index > self.mark:
-            self.mark_byte += len(self.text[self.mark:index].encode("utf-8"))
+            self.mark_byte += len(self.text[self.mark : index].encode("utf-8"))
             self.mark_line += self.text.count("\n", self.mark, index)
             self.mark = index
         return self.mark_byte, self.mark_line
@@ -121,8 +125,9 @@ class _Buffer:
             except json.JSONDecodeError as exc:
                 too_big = len(self.text) - self.pos > MAX_ELEMENT_BYTES
                 if too_big or not self.more(max(CHUNK_BYTES, len(self.text))):
-                    raise self.fail(exc.pos, f"malformed JSON ({exc.msg})",
-                                    "fix the record or re-export the file as valid JSON") from None
+                    raise self.fail(
+                        exc.pos, f"malformed JSON ({exc.msg})", "fix the record or re-export the file as valid JSON"
+                    ) from None
 
 
 def iter_array_elements(path: str | os.PathLike[str], label: str) -> Iterator[tuple[Span, Any]]:
@@ -135,14 +140,19 @@ def iter_array_elements(path: str | os.PathLike[str], label: str) -> Iterator[tu
             buf.pos += 1
             first = buf.peek()
         if first != "[":
-            raise buf.fail(buf.pos, f"expected a JSON array ('['), found {first!r}",
-                           "a ShareGPT file is one array of {\"conversations\": [...]} objects")
+            raise buf.fail(
+                buf.pos,
+                f"expected a JSON array ('['), found {first!r}",
+                'a ShareGPT file is one array of {"conversations": [...]} objects',
+            )
         buf.pos += 1
         expect_comma = False
         while True:
             char = buf.peek()
             if char is None:
-                raise buf.fail(buf.pos, "the array never closes (is the file cut short?)", "re-download or re-export it")
+                raise buf.fail(
+                    buf.pos, "the array never closes (is the file cut short?)", "re-download or re-export it"
+                )
             if char == "]":
                 buf.pos += 1
                 break

@@ -17,8 +17,24 @@ from attnload.config.model import Distribution, Profile, TestConfig, sample_coun
 from attnload.errors import UsageError
 from attnload.measure.tokens import BYTES_PER_TOKEN, MESSAGE_OVERHEAD_TOKENS
 
-_FILLER = ("attention", "cache", "memory", "bandwidth", "latency", "throughput", "sequence", "context",
-           "decode", "prefill", "latent", "grouped", "query", "head", "kernel", "batch")
+_FILLER = (
+    "attention",
+    "cache",
+    "memory",
+    "bandwidth",
+    "latency",
+    "throughput",
+    "sequence",
+    "context",
+    "decode",
+    "prefill",
+    "latent",
+    "grouped",
+    "query",
+    "head",
+    "kernel",
+    "batch",
+)
 
 
 @dataclass(frozen=True)
@@ -85,8 +101,12 @@ class Workload:
         """One single-turn request of ``profile``, sized by ``tokens`` when a model has a tokenizer."""
         max_tokens = sample_count(profile.max_tokens, self.rng) if profile.max_tokens is not None else None
         ignore_eos = self.default_ignore_eos if profile.ignore_eos is None else profile.ignore_eos
-        return PlannedRequest(profile=profile.name, messages=[{"role": "user", "content": self._content(profile, tokens)}],
-                              max_tokens=max_tokens or self.default_max_tokens, ignore_eos=ignore_eos)
+        return PlannedRequest(
+            profile=profile.name,
+            messages=[{"role": "user", "content": self._content(profile, tokens)}],
+            max_tokens=max_tokens or self.default_max_tokens,
+            ignore_eos=ignore_eos,
+        )
 
     def _content(self, profile: Profile, tokens: TextTokens | None = None) -> str:
         salt = f"[{uuid.uuid4().hex[:16]}] " if self.unique_salt else ""
@@ -102,10 +122,17 @@ class Workload:
             # Sized from the profile's nominal length, so every request of a prefix shares
             # the same leading bytes even when prompt_tokens is a distribution.
             nominal = _nominal_tokens(profile.prompt_tokens)
-            shared_bytes = int(max(0, nominal - MESSAGE_OVERHEAD_TOKENS) * BYTES_PER_TOKEN * profile.shared_prefix_ratio)
-            prefixes = self._prefixes.setdefault(profile.name, [
-                filler_text(shared_bytes, seed=zlib.crc32(f"{profile.name}:{i}".encode())) for i in range(profile.prefixes)])
-            prefix = prefixes[self.rng.randrange(len(prefixes))][:max(0, n_bytes - len(salt))]
+            shared_bytes = int(
+                max(0, nominal - MESSAGE_OVERHEAD_TOKENS) * BYTES_PER_TOKEN * profile.shared_prefix_ratio
+            )
+            prefixes = self._prefixes.setdefault(
+                profile.name,
+                [
+                    filler_text(shared_bytes, seed=zlib.crc32(f"{profile.name}:{i}".encode()))
+                    for i in range(profile.prefixes)
+                ],
+            )
+            prefix = prefixes[self.rng.randrange(len(prefixes))][: max(0, n_bytes - len(salt))]
         rest = n_bytes - len(prefix) - len(salt)
         head = profile.prompt or ""
         return prefix + salt + head + filler_text(max(0, rest - len(head.encode())), seed=self.rng.getrandbits(32))

@@ -33,8 +33,10 @@ def parse_duration(text: str | float | int, what: str = "duration") -> float:
     if not math.isfinite(seconds) or seconds <= 0:
         raise UsageError(f"{what} must be a positive, finite duration, got {text!r}")
     if seconds > MAX_DURATION_S:
-        raise UsageError(f"{what} {text!r} is longer than the limit of {MAX_DURATION_S / 86400:g} days: "
-                         "split the test into several runs")
+        raise UsageError(
+            f"{what} {text!r} is longer than the limit of {MAX_DURATION_S / 86400:g} days: "
+            "split the test into several runs"
+        )
     return seconds
 
 
@@ -160,8 +162,9 @@ class SweepSpec(StagedSpec):
         try:
             cap = int(value)
         except ValueError:
-            raise UsageError(f"shape {text!r}: sweep takes one whole number, the per-model user cap "
-                             "(e.g. sweep:128)") from None
+            raise UsageError(
+                f"shape {text!r}: sweep takes one whole number, the per-model user cap (e.g. sweep:128)"
+            ) from None
         if not 1 <= cap <= MAX_USERS:
             raise UsageError(f"shape {text!r}: the sweep's user cap must be from 1 to {MAX_USERS:,}")
         return cls(levels=(float(cap),), stage_duration_s=stage_duration_s)
@@ -226,14 +229,19 @@ class ReplaySpec(StagedSpec):
         if not path:
             raise UsageError(f"shape {text!r} names no trace: use replay:PATH (a Mooncake .jsonl or Azure .csv)")
         trace = load_trace(path)
-        return cls(levels=(1.0,), stage_duration_s=stage_duration_s, path=path, span_s=trace.duration_s,
-                   requests=len(trace.requests), arrival_rate_per_s=trace.arrival_rate_per_s)
+        return cls(
+            levels=(1.0,),
+            stage_duration_s=stage_duration_s,
+            path=path,
+            span_s=trace.duration_s,
+            requests=len(trace.requests),
+            arrival_rate_per_s=trace.arrival_rate_per_s,
+        )
 
 
 ShapeSpec = ConcurrencySpec | RateSpec | SweepSpec | ReplaySpec
 """A parsed shape: one class per kind (``kind`` is the tag), each with the same protocol."""
-SHAPE_KINDS: dict[str, type[StagedSpec]] = {cls.kind: cls
-                                            for cls in (ConcurrencySpec, RateSpec, SweepSpec, ReplaySpec)}
+SHAPE_KINDS: dict[str, type[StagedSpec]] = {cls.kind: cls for cls in (ConcurrencySpec, RateSpec, SweepSpec, ReplaySpec)}
 
 
 def parse_shape(text: str, stage_duration_s: float) -> ShapeSpec:
@@ -242,8 +250,10 @@ def parse_shape(text: str, stage_duration_s: float) -> ShapeSpec:
     kind, _colon, values = text.partition(":")
     spec_class = SHAPE_KINDS.get(kind.strip().lower())
     if spec_class is None:
-        raise UsageError(f"unknown shape {text!r}: use concurrency:1,8,64 (users), rate:0.5,1,2 (req/s per model) "
-                         "sweep or replay:TRACE")
+        raise UsageError(
+            f"unknown shape {text!r}: use concurrency:1,8,64 (users), rate:0.5,1,2 (req/s per model) "
+            "sweep or replay:TRACE"
+        )
     return spec_class.parse(text, values, stage_duration_s)  # type: ignore[return-value]
 
 

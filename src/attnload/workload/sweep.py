@@ -69,8 +69,11 @@ class Slo:
     e2e_p99_s: float | None = None
 
     def met(self, stats: ModelStageStats) -> bool:
-        checks = ((self.ttft_p99_s, stats.ttft_p99_s), (self.itl_p99_s, stats.itl_p99_s),
-                  (self.e2e_p99_s, stats.e2e_p99_s))
+        checks = (
+            (self.ttft_p99_s, stats.ttft_p99_s),
+            (self.itl_p99_s, stats.itl_p99_s),
+            (self.e2e_p99_s, stats.e2e_p99_s),
+        )
         return all(limit is None or (value is not None and value <= limit) for limit, value in checks)
 
 
@@ -121,8 +124,11 @@ class SweepPlan:
         for state in self.state.values():
             if state.knee is None:
                 state.knee = max(0, len(state.probe) - 1)
-        self._knee_rps = {key: (s.probe[s.knee].requests_per_s if s.probe else 0.0)
-                          for key, s in self.state.items() if s.knee is not None}
+        self._knee_rps = {
+            key: (s.probe[s.knee].requests_per_s if s.probe else 0.0)
+            for key, s in self.state.items()
+            if s.knee is not None
+        }
         self.phase = "rate"
         return self._rate_stage()
 
@@ -148,11 +154,13 @@ class SweepPlan:
         for key, state in self.state.items():
             knee = state.probe[state.knee] if state.probe and state.knee is not None else None
             judged = [(rate, final.get(index, {}).get(key, stats)) for rate, stats, index in state.rates]
-            sustained = [rate for rate, stats in judged
-                         if stats.failed == 0 and stats.requests_per_s >= COMPLETION_RATIO * rate
-                         and self.slo.met(stats)]
+            sustained = [
+                rate
+                for rate, stats in judged
+                if stats.failed == 0 and stats.requests_per_s >= COMPLETION_RATIO * rate and self.slo.met(stats)
+            ]
             out[key] = {
-                "knee_users": 2 ** state.knee if state.knee is not None else None,
+                "knee_users": 2**state.knee if state.knee is not None else None,
                 "knee_output_tokens_per_s": knee.output_tokens_per_s if knee else None,
                 "knee_requests_per_s": knee.requests_per_s if knee else None,
                 "probe_output_tokens_per_s": [s.output_tokens_per_s for s in state.probe],

@@ -26,10 +26,48 @@ from attnload.workload.prompts import filler_text
 INSTALL_HINT = "pip install attnload[tokenizer]"
 
 # Common words tried first as one-token building blocks; most tokenizers have each as one token.
-_WORDS = ("the", "cache", "memory", "attention", "model", "time", "data", "value", "state", "token",
-          "batch", "head", "query", "key", "layer", "graph", "server", "request", "answer", "question",
-          "system", "group", "latent", "context", "length", "speed", "block", "page", "table", "user",
-          "world", "water", "light", "house", "number", "point", "order", "field", "level", "line")
+_WORDS = (
+    "the",
+    "cache",
+    "memory",
+    "attention",
+    "model",
+    "time",
+    "data",
+    "value",
+    "state",
+    "token",
+    "batch",
+    "head",
+    "query",
+    "key",
+    "layer",
+    "graph",
+    "server",
+    "request",
+    "answer",
+    "question",
+    "system",
+    "group",
+    "latent",
+    "context",
+    "length",
+    "speed",
+    "block",
+    "page",
+    "table",
+    "user",
+    "world",
+    "water",
+    "light",
+    "house",
+    "number",
+    "point",
+    "order",
+    "field",
+    "level",
+    "line",
+)
 
 
 class TextTokens(Protocol):
@@ -98,8 +136,10 @@ class LocalTokenizer:
             if len(found) < 4:
                 found += self._words_from_vocab(limit=64)
             if not found:
-                raise UsageError(f"tokenizer {self.path}: no word encodes as one token, so prompts cannot be "
-                                 "sized with it; use a text tokenizer.json or drop the tokenizer key")
+                raise UsageError(
+                    f"tokenizer {self.path}: no word encodes as one token, so prompts cannot be "
+                    "sized with it; use a text tokenizer.json or drop the tokenizer key"
+                )
             self._words = tuple(dict.fromkeys(found))
         return self._words
 
@@ -127,13 +167,16 @@ def _read_tokenizer(path: Path) -> Any:
     try:
         from tokenizers import Tokenizer  # the optional extra, imported on use
     except ImportError:
-        raise UsageError(f"tokenizer {path}: the tokenizers package is not installed; "
-                         f"run `{INSTALL_HINT}` or drop the tokenizer key") from None
+        raise UsageError(
+            f"tokenizer {path}: the tokenizers package is not installed; run `{INSTALL_HINT}` or drop the tokenizer key"
+        ) from None
     if not path.is_file():
         raise UsageError(f"tokenizer {path}: no such file; give the local path of a tokenizer.json")
     try:
         return Tokenizer.from_file(str(path))
     except Exception as exc:  # the Rust binding raises plain Exception; mapped here, once
         detail = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise UsageError(f"tokenizer {path}: not a tokenizers tokenizer.json ({detail}); "
-                         "use the tokenizer.json shipped with the model") from None
+        raise UsageError(
+            f"tokenizer {path}: not a tokenizers tokenizer.json ({detail}); "
+            "use the tokenizer.json shipped with the model"
+        ) from None

@@ -78,8 +78,9 @@ def arrival_rate_per_s(offsets_s: Sequence[float]) -> float:
     return (len(offsets_s) - 1) / span if span > 0 else 0.0
 
 
-def load_trace(path: str | os.PathLike[str], replay_speed: float = 1.0,
-               fmt: TraceFormat | Literal["auto"] = "auto") -> Trace:
+def load_trace(
+    path: str | os.PathLike[str], replay_speed: float = 1.0, fmt: TraceFormat | Literal["auto"] = "auto"
+) -> Trace:
     """Read a whole trace (streamed, checked line by line), offsets relative to its first arrival."""
     if not replay_speed > 0:
         raise UsageError(f"--replay-speed {replay_speed}: must be above 0 (2 replays twice as fast)")
@@ -91,9 +92,19 @@ def load_trace(path: str | os.PathLike[str], replay_speed: float = 1.0,
     if not rows:
         raise UsageError(f"trace {file}: no requests in it; give a trace with at least one line")
     start = min(row.offset_s for row in rows)
-    requests = sorted((TraceRequest(round((row.offset_s - start) / replay_speed, 6), row.input_tokens, row.output_tokens,
-                                    row.hash_ids, row.line) for row in rows),
-                      key=lambda request: (request.offset_s, request.line))
+    requests = sorted(
+        (
+            TraceRequest(
+                round((row.offset_s - start) / replay_speed, 6),
+                row.input_tokens,
+                row.output_tokens,
+                row.hash_ids,
+                row.line,
+            )
+            for row in rows
+        ),
+        key=lambda request: (request.offset_s, request.line),
+    )
     return Trace(file, resolved, tuple(requests), replay_speed)
 
 
@@ -107,8 +118,10 @@ def detect_trace_format(path: Path) -> TraceFormat:
         return "mooncake"
     if head.startswith(b"TIMESTAMP") or path.suffix.lower() == ".csv":
         return "azure"
-    raise UsageError(f"trace {path} line 1: neither Mooncake JSONL nor an Azure CSV with a TIMESTAMP header; "
-                     "convert it to one of them")
+    raise UsageError(
+        f"trace {path} line 1: neither Mooncake JSONL nor an Azure CSV with a TIMESTAMP header; "
+        "convert it to one of them"
+    )
 
 
 def _mooncake_rows(path: Path) -> Iterator[TraceRequest]:
@@ -122,8 +135,13 @@ def _mooncake_rows(path: Path) -> Iterator[TraceRequest]:
         hash_ids = value.get("hash_ids", [])
         if not isinstance(hash_ids, list) or not all(isinstance(h, int) and not isinstance(h, bool) for h in hash_ids):
             raise UsageError(f"{where}: hash_ids must be a list of integers (one per 512-token block)")
-        yield TraceRequest(timestamp / 1000.0, _positive(value, "input_length", where),
-                           _positive(value, "output_length", where), tuple(hash_ids), span.line)
+        yield TraceRequest(
+            timestamp / 1000.0,
+            _positive(value, "input_length", where),
+            _positive(value, "output_length", where),
+            tuple(hash_ids),
+            span.line,
+        )
 
 
 def _positive(value: dict[str, Any], key: str, where: str) -> int:
@@ -138,8 +156,10 @@ def _azure_rows(path: Path) -> Iterator[TraceRequest]:
         reader = csv.DictReader(handle)
         missing = [column for column in _AZURE_COLUMNS if column not in (reader.fieldnames or [])]
         if missing:
-            raise UsageError(f"trace {path} line 1: the header lacks {', '.join(missing)}; an Azure LLM trace "
-                             "has TIMESTAMP,ContextTokens,GeneratedTokens")
+            raise UsageError(
+                f"trace {path} line 1: the header lacks {', '.join(missing)}; an Azure LLM trace "
+                "has TIMESTAMP,ContextTokens,GeneratedTokens"
+            )
         epoch: datetime | None = None
         for row in reader:
             where = f"trace {path} line {reader.line_num}"
@@ -150,8 +170,13 @@ def _azure_rows(path: Path) -> Iterator[TraceRequest]:
                 offset_s = (stamp - epoch).total_seconds()
             except TypeError:
                 raise UsageError(f"{where}: TIMESTAMP mixes times with and without a time zone; use one kind") from None
-            yield TraceRequest(offset_s, _azure_count(row, "ContextTokens", where),
-                               _azure_count(row, "GeneratedTokens", where), (), reader.line_num)
+            yield TraceRequest(
+                offset_s,
+                _azure_count(row, "ContextTokens", where),
+                _azure_count(row, "GeneratedTokens", where),
+                (),
+                reader.line_num,
+            )
 
 
 def _azure_time(text: str | None, where: str) -> datetime:
@@ -160,12 +185,13 @@ def _azure_time(text: str | None, where: str) -> datetime:
     date, dot, fraction = raw.partition(".")
     if dot:
         digits = len(fraction) - len(fraction.lstrip("0123456789"))
-        raw = f"{date}.{fraction[:min(digits, 6)].ljust(6, '0')}{fraction[digits:]}"
+        raw = f"{date}.{fraction[: min(digits, 6)].ljust(6, '0')}{fraction[digits:]}"
     try:
         return datetime.fromisoformat(raw)
     except ValueError:
-        raise UsageError(f"{where}: TIMESTAMP {text!r} is not a date and time "
-                         "(e.g. 2023-11-16 18:15:46.6805900)") from None
+        raise UsageError(
+            f"{where}: TIMESTAMP {text!r} is not a date and time (e.g. 2023-11-16 18:15:46.6805900)"
+        ) from None
 
 
 def _azure_count(row: dict[str, str], key: str, where: str) -> int:

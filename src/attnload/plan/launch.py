@@ -22,15 +22,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from attnload.client.reach import check_reachable
+from attnload.config.load import load_config
 from attnload.config.model import TestConfig
-from attnload.config.seed import load_config
 from attnload.errors import UsageError
-from attnload.results.model import Results, load_results
-from attnload.results.requests_file import requests_out_path
-from attnload.runner.arrivalflags import check_arrival_flags
-from attnload.runner.dialogs import check_traffic
-from attnload.runner.flagcheck import check_flag_limits
-from attnload.runner.options import (
+from attnload.plan.arrivalflags import check_arrival_flags
+from attnload.plan.flagcheck import check_flag_limits
+from attnload.plan.options import (
     OPTION,
     environment,
     parse_start_spread,
@@ -38,6 +35,9 @@ from attnload.runner.options import (
     server_metrics_mode,
     truthy,
 )
+from attnload.results.model import Results, load_results
+from attnload.results.requests_file import requests_out_path
+from attnload.runner.dialogs import check_traffic
 from attnload.runner.stops import INTERRUPT_GRACE_S, PARENT_PID_ENV, die_with_parent
 from attnload.workload.shapes import (
     ReplaySpec,
@@ -141,19 +141,34 @@ def plan_from_args(args: argparse.Namespace, config_path: Path) -> LoadPlan:
     else:
         parse_start_spread(os.environ.get(OPTION["start-spread"].env), OPTION["start-spread"].env)
     check_reachable(config)
-    return LoadPlan(config=config, config_path=config_path, shape=shape, spawn_rate=args.spawn_rate,
-                    workers=args.workers, results_dir=Path(args.results), metrics_port=args.metrics_port,
-                    metrics_host=getattr(args, "metrics_host", "127.0.0.1"),
-                    headless=args.headless, web_port=args.web_port, profiles=args.profile, warmup=args.warmup,
-                    paired=paired, arrivals=getattr(args, "arrivals", None), max_in_flight=max_in_flight,
-                    traffic_env=traffic_env,
-                    prometheus_port=getattr(args, "prometheus", None),
-                    stop_timeout_s=float(getattr(args, "stop_timeout", 0.0) or 0.0),
-                    server_metrics=server_metrics, server_metrics_interval=interval, gpu_metrics=gpu_metrics,
-                    csv_prefix=getattr(args, "csv", None) or None, snapshot_interval_s=snapshot_s,
-                    locust_stats=bool(getattr(args, "locust_stats", None))
-                    or truthy(os.environ.get(OPTION["locust-stats"].env)),
-                    requests_out=requests_out, start_spread=start_spread)
+    return LoadPlan(
+        config=config,
+        config_path=config_path,
+        shape=shape,
+        spawn_rate=args.spawn_rate,
+        workers=args.workers,
+        results_dir=Path(args.results),
+        metrics_port=args.metrics_port,
+        metrics_host=getattr(args, "metrics_host", "127.0.0.1"),
+        headless=args.headless,
+        web_port=args.web_port,
+        profiles=args.profile,
+        warmup=args.warmup,
+        paired=paired,
+        arrivals=getattr(args, "arrivals", None),
+        max_in_flight=max_in_flight,
+        traffic_env=traffic_env,
+        prometheus_port=getattr(args, "prometheus", None),
+        stop_timeout_s=float(getattr(args, "stop_timeout", 0.0) or 0.0),
+        server_metrics=server_metrics,
+        server_metrics_interval=interval,
+        gpu_metrics=gpu_metrics,
+        csv_prefix=getattr(args, "csv", None) or None,
+        snapshot_interval_s=snapshot_s,
+        locust_stats=bool(getattr(args, "locust_stats", None)) or truthy(os.environ.get(OPTION["locust-stats"].env)),
+        requests_out=requests_out,
+        start_spread=start_spread,
+    )
 
 
 def execute(plan: LoadPlan, *, quiet: bool = False) -> Results | None:
@@ -170,8 +185,9 @@ def execute_run(plan: LoadPlan, *, quiet: bool = False) -> RunOutcome:
     master_port = free_port()
     processes = [_spawn(_master_command(plan, master_port), env)]
     for _ in range(plan.workers):
-        processes.append(_spawn([*_base_command(), "--worker", "--master-host", "127.0.0.1",
-                                 "--master-port", str(master_port)], env))
+        processes.append(
+            _spawn([*_base_command(), "--worker", "--master-host", "127.0.0.1", "--master-port", str(master_port)], env)
+        )
     stop = _Forwarder(processes[0], plan.stop_timeout_s)
     previous = signal.signal(signal.SIGTERM, lambda *_: stop.received(signal.SIGTERM))
     try:
@@ -180,7 +196,7 @@ def execute_run(plan: LoadPlan, *, quiet: bool = False) -> RunOutcome:
         signal.signal(signal.SIGTERM, previous)
         _stop(processes[1:], 1.0 if stop.signal_received else 10.0)
         if prometheus is not None:
-            from attnload.observe.prometheus import stop_prometheus
+            from attnload.dashboards.prometheus import stop_prometheus
 
             stop_prometheus(prometheus)
     results = _latest_results(plan.results_dir, started)
@@ -231,14 +247,17 @@ def _raise_fd_limit(plan: LoadPlan) -> None:
     peak_users = plan.shape.peak_users
     per_process = peak_users * (len(plan.config.models) if plan.paired else 1) / max(plan.workers, 1)
     if soft != resource.RLIM_INFINITY and per_process > soft - 64:
-        print(f"attnload run: warning: ~{per_process:.0f} connections per worker against an open-files limit "
-              f"of {soft}: add --workers or raise `ulimit -n`", file=sys.stderr)
+        print(
+            f"attnload run: warning: ~{per_process:.0f} connections per worker against an open-files limit "
+            f"of {soft}: add --workers or raise `ulimit -n`",
+            file=sys.stderr,
+        )
 
 
 def _start_prometheus(plan: LoadPlan) -> subprocess.Popen[bytes]:
     """A local Prometheus scraping the master and any simulator on a loopback base_url."""
     from attnload.client.transport import Endpoint
-    from attnload.observe.prometheus import PrometheusError, start_local_prometheus
+    from attnload.dashboards.prometheus import PrometheusError, start_local_prometheus
 
     targets = {"attnload": f"127.0.0.1:{plan.metrics_port}"}
     for target in plan.config.models:
@@ -251,24 +270,40 @@ def _start_prometheus(plan: LoadPlan) -> subprocess.Popen[bytes]:
         process = start_local_prometheus(targets, data_dir, plan.prometheus_port or 9090, scrape_interval_s=2.0)
     except PrometheusError as exc:
         raise UsageError(str(exc).splitlines()[0]) from None
-    print(f"prometheus: http://127.0.0.1:{plan.prometheus_port}/ scraping {', '.join(targets.values())} "
-          f"(data in {data_dir})", file=sys.stderr)
+    print(
+        f"prometheus: http://127.0.0.1:{plan.prometheus_port}/ scraping {', '.join(targets.values())} "
+        f"(data in {data_dir})",
+        file=sys.stderr,
+    )
     return process
 
 
 def _environment(plan: LoadPlan) -> dict[str, str]:
     env = dict(os.environ)
-    env.update(environment({
-        "config": str(plan.config_path.resolve()), "results": str(plan.results_dir.resolve()),
-        "metrics-port": str(plan.metrics_port), "metrics-host": plan.metrics_host, "shape": plan.shape.to_text(),
-        "stage-duration": f"{plan.shape.stage_duration_s:g}", "profile": plan.profiles,
-        "replay-speed": f"{plan.shape.speed:g}" if isinstance(plan.shape, ReplaySpec) else None,
-        "warmup": plan.warmup or "0", "spawn-rate": f"{plan.spawn_rate:g}" if plan.spawn_rate else None,
-        "paired": "1" if plan.paired else "0", "arrivals": plan.arrivals or "",
-        "max-in-flight": str(plan.max_in_flight) if plan.max_in_flight else None,
-        "server-metrics": plan.server_metrics, "server-metrics-interval": plan.server_metrics_interval,
-        "locust-stats": "1" if plan.locust_stats else "0",
-        "gpu-metrics": plan.gpu_metrics, "start-spread": plan.start_spread}))
+    env.update(
+        environment(
+            {
+                "config": str(plan.config_path.resolve()),
+                "results": str(plan.results_dir.resolve()),
+                "metrics-port": str(plan.metrics_port),
+                "metrics-host": plan.metrics_host,
+                "shape": plan.shape.to_text(),
+                "stage-duration": f"{plan.shape.stage_duration_s:g}",
+                "profile": plan.profiles,
+                "replay-speed": f"{plan.shape.speed:g}" if isinstance(plan.shape, ReplaySpec) else None,
+                "warmup": plan.warmup or "0",
+                "spawn-rate": f"{plan.spawn_rate:g}" if plan.spawn_rate else None,
+                "paired": "1" if plan.paired else "0",
+                "arrivals": plan.arrivals or "",
+                "max-in-flight": str(plan.max_in_flight) if plan.max_in_flight else None,
+                "server-metrics": plan.server_metrics,
+                "server-metrics-interval": plan.server_metrics_interval,
+                "locust-stats": "1" if plan.locust_stats else "0",
+                "gpu-metrics": plan.gpu_metrics,
+                "start-spread": plan.start_spread,
+            }
+        )
+    )
     if plan.requests_out:
         env.update(environment({"requests-out": plan.requests_out}))
     env.update(environment(plan.traffic_env or {}))
@@ -294,8 +329,15 @@ def _master_command(plan: LoadPlan, master_port: int) -> list[str]:
     else:
         command += ["--web-host", "127.0.0.1", "--web-port", str(plan.web_port)]
     if plan.workers:
-        command += ["--master", "--expect-workers", str(plan.workers), "--master-bind-host", "127.0.0.1",
-                    "--master-bind-port", str(master_port)]
+        command += [
+            "--master",
+            "--expect-workers",
+            str(plan.workers),
+            "--master-bind-host",
+            "127.0.0.1",
+            "--master-bind-port",
+            str(master_port),
+        ]
     return command
 
 
@@ -326,8 +368,9 @@ def _latest_results(directory: Path, not_before: float) -> tuple[Results, Path] 
     if marker.is_file() and marker.stat().st_mtime >= not_before - 1:
         path = directory / marker.read_text(encoding="utf-8").strip()
         return load_results(path), path
-    snapshots = [p for p in directory.glob("*.json") if p.stat().st_mtime >= not_before - 1] \
-        if directory.is_dir() else []
+    snapshots = (
+        [p for p in directory.glob("*.json") if p.stat().st_mtime >= not_before - 1] if directory.is_dir() else []
+    )
     if not snapshots:
         return None
     path = max(snapshots, key=lambda p: p.stat().st_mtime)
@@ -340,5 +383,3 @@ def _print_summary(results: Results, path: Path) -> None:
     print_summary(results)
     html = path.with_suffix(".html")
     print(f"results: {path}" + (f"\nreport:  {html}" if html.exists() else ""))
-
-

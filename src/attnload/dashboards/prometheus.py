@@ -1,7 +1,7 @@
 """A local Prometheus for a laptop run: scrapes the master (and the simulator), loads the rules.
 
 ``attnload run --prometheus`` calls :func:`start_local_prometheus`; ``python -m
-attnload.observe.prometheus`` runs one in the foreground (``make observe``) so Grafana
+attnload.dashboards.prometheus`` runs one in the foreground (``make observe``) so Grafana
 can be pointed at it. It runs the system's ``/usr/bin/prometheus`` (Debian package)
 with a config written into ``data_dir``; nothing is downloaded.
 """
@@ -50,8 +50,9 @@ def prometheus_binary() -> str | None:
     return shutil.which("prometheus")
 
 
-def write_config(scrape_targets: Mapping[str, str], data_dir: Path, *, scrape_interval_s: float = 5.0,
-                 rules_file: Path | None = None) -> Path:
+def write_config(
+    scrape_targets: Mapping[str, str], data_dir: Path, *, scrape_interval_s: float = 5.0, rules_file: Path | None = None
+) -> Path:
     """Write ``prometheus.yml`` (job name → ``host:port``) into ``data_dir`` and return its path.
 
     The rules are copied next to it so the config stays valid if the checkout moves.
@@ -59,10 +60,10 @@ def write_config(scrape_targets: Mapping[str, str], data_dir: Path, *, scrape_in
     data_dir.mkdir(parents=True, exist_ok=True)
     interval = f"{max(1, round(scrape_interval_s * 1000))}ms"
     config: dict[str, object] = {
-        "global": {"scrape_interval": interval, "evaluation_interval": interval,
-                   "scrape_timeout": interval},
-        "scrape_configs": [{"job_name": job, "static_configs": [{"targets": [target]}]}
-                           for job, target in scrape_targets.items()],
+        "global": {"scrape_interval": interval, "evaluation_interval": interval, "scrape_timeout": interval},
+        "scrape_configs": [
+            {"job_name": job, "static_configs": [{"targets": [target]}]} for job, target in scrape_targets.items()
+        ],
     }
     if rules_file is not None:
         shutil.copyfile(rules_file, data_dir / "rules.yml")
@@ -80,10 +81,16 @@ def _ready(url: str) -> bool:
         return False
 
 
-def start_local_prometheus(scrape_targets: dict[str, str], data_dir: Path, port: int = DEFAULT_PORT, *,
-                           scrape_interval_s: float = 5.0, rules_file: Path | None = None,
-                           host: str = "127.0.0.1", ready_timeout_s: float = READY_TIMEOUT_S,
-                           ) -> subprocess.Popen[bytes]:
+def start_local_prometheus(
+    scrape_targets: dict[str, str],
+    data_dir: Path,
+    port: int = DEFAULT_PORT,
+    *,
+    scrape_interval_s: float = 5.0,
+    rules_file: Path | None = None,
+    host: str = "127.0.0.1",
+    ready_timeout_s: float = READY_TIMEOUT_S,
+) -> subprocess.Popen[bytes]:
     """Start Prometheus on ``host:port`` scraping ``scrape_targets``; return once ``/-/ready`` answers.
 
     ``rules_file`` defaults to the checkout's ``grafana/prometheus/rules.yml`` when there is
@@ -96,20 +103,30 @@ def start_local_prometheus(scrape_targets: dict[str, str], data_dir: Path, port:
     rules = rules_file if rules_file is not None else default_rules_file()
     config = write_config(scrape_targets, data_dir, scrape_interval_s=scrape_interval_s, rules_file=rules)
     log_path = data_dir / "prometheus.log"
-    command = [binary, f"--config.file={config}", f"--storage.tsdb.path={data_dir / 'tsdb'}",
-               f"--web.listen-address={host}:{port}", "--storage.tsdb.retention.time=7d",
-               "--web.enable-admin-api"]
+    command = [
+        binary,
+        f"--config.file={config}",
+        f"--storage.tsdb.path={data_dir / 'tsdb'}",
+        f"--web.listen-address={host}:{port}",
+        "--storage.tsdb.retention.time=7d",
+        "--web.enable-admin-api",
+    ]
     with log_path.open("ab") as log_file:
         # own process group: Ctrl-C in the terminal reaches us, and we stop Prometheus in order
-        process = subprocess.Popen(command, stdout=log_file, stderr=subprocess.STDOUT,
-                                   stdin=subprocess.DEVNULL, start_new_session=True)
+        process = subprocess.Popen(
+            command, stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
+        )
     deadline = time.monotonic() + ready_timeout_s
     while time.monotonic() < deadline:
         if process.poll() is not None:
             raise PrometheusError(f"prometheus exited with {process.returncode}: {_tail(log_path)}")
         if _ready(f"http://{host}:{port}/-/ready"):
-            log.info("prometheus on http://%s:%d scraping %s", host, port,
-                     ", ".join(f"{job}={target}" for job, target in scrape_targets.items()))
+            log.info(
+                "prometheus on http://%s:%d scraping %s",
+                host,
+                port,
+                ", ".join(f"{job}={target}" for job, target in scrape_targets.items()),
+            )
             return process
         time.sleep(0.2)
     stop_prometheus(process)
@@ -137,13 +154,16 @@ def _tail(path: Path, lines: int = 8) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Foreground Prometheus for ``make observe``: runs until Ctrl-C."""
-    parser = argparse.ArgumentParser(prog="python -m attnload.observe.prometheus",
-                                     description="Run a local Prometheus scraping the attnload master and sim.")
+    parser = argparse.ArgumentParser(
+        prog="python -m attnload.dashboards.prometheus",
+        description="Run a local Prometheus scraping the attnload master and sim.",
+    )
     parser.add_argument("--master", default="127.0.0.1:9646", help="master metrics host:port (%(default)s)")
     parser.add_argument("--sim", default="127.0.0.1:8000", help="simulator host:port, '' to skip (%(default)s)")
     parser.add_argument("--port", type=int, default=DEFAULT_PORT, help="Prometheus port (%(default)s)")
-    parser.add_argument("--data-dir", type=Path, default=Path(".attnload-prometheus"),
-                        help="config and TSDB directory (%(default)s)")
+    parser.add_argument(
+        "--data-dir", type=Path, default=Path(".attnload-prometheus"), help="config and TSDB directory (%(default)s)"
+    )
     parser.add_argument("--scrape-interval", type=float, default=5.0, help="seconds (%(default)s)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")

@@ -6,7 +6,7 @@
 standard library, so every stage of the run can use it (docs/server-metrics.md).
 """
 
-from attnload.server_metrics.parse import (
+from attnload.scrape.parse import (
     SGLANG,
     SIM,
     VLLM,
@@ -15,17 +15,29 @@ from attnload.server_metrics.parse import (
     ServerSample,
     parse_exposition,
 )
-from attnload.server_metrics.poller import (
+from attnload.scrape.poller import (
     DEFAULT_INTERVAL_S,
     ScrapeTarget,
     ServerMetricsPoller,
     default_metrics_url,
     fetch_text,
 )
-from attnload.server_metrics.window import ServerWindow, counter_delta, histogram_quantile
+from attnload.scrape.window import ServerWindow, counter_delta, histogram_quantile
 
 __all__ = [
-    "DEFAULT_INTERVAL_S", "SGLANG", "SIM", "VLLM", "Exposition", "ScrapeTarget", "ServerMetricsError",
-    "ServerMetricsPoller", "ServerSample", "ServerWindow", "counter_delta", "default_metrics_url", "fetch_text",
-    "histogram_quantile", "parse_exposition",
+    "DEFAULT_INTERVAL_S",
+    "SGLANG",
+    "SIM",
+    "VLLM",
+    "Exposition",
+    "ScrapeTarget",
+    "ServerMetricsError",
+    "ServerMetricsPoller",
+    "ServerSample",
+    "ServerWindow",
+    "counter_delta",
+    "default_metrics_url",
+    "fetch_text",
+    "histogram_quantile",
+    "parse_exposition",
 ]

@@ -33,7 +33,7 @@ from attnload.config.model import (
 )
 from attnload.config.urls import check_url, metrics_url, resolve_chat_url
 from attnload.errors import UsageError, describe_validation
-from attnload.server_metrics.dcgm import check_selector
+from attnload.scrape.dcgm import check_selector
 
 _LITERAL_KEY_FIELDS = ("api_key", "apikey", "key", "token", "authorization")
 
@@ -138,11 +138,15 @@ def load_config(path: str | os.PathLike[str]) -> TestConfig:
     """Read, validate and normalise a config file; raise :class:`UsageError` on any problem."""
     file = Path(path)
     if not file.is_file():
-        raise UsageError(f"config file {file} not found: pass -c with the path to a .json or .toml file "
-                         "(see examples/benchmark_config.json)")
+        raise UsageError(
+            f"config file {file} not found: pass -c with the path to a .json or .toml file "
+            "(see examples/benchmark_config.json)"
+        )
     if file.stat().st_size > limits.MAX_CONFIG_BYTES:
-        raise UsageError(f"{file}: {file.stat().st_size} bytes is not a config (limit "
-                         f"{limits.MAX_CONFIG_BYTES // 2**20} MiB): pass the .json or .toml test config to -c")
+        raise UsageError(
+            f"{file}: {file.stat().st_size} bytes is not a config (limit "
+            f"{limits.MAX_CONFIG_BYTES // 2**20} MiB): pass the .json or .toml test config to -c"
+        )
     raw_bytes = file.read_bytes()
     text = raw_bytes.decode("utf-8", errors="replace")
     data = _parse(file, text)
@@ -192,8 +196,10 @@ def _refuse_literal_keys(file: Path, data: Mapping[str, Any], where: str = "") -
     for name, value in data.items():
         here = f"{where}.{name}" if where else name
         if name.lower() in _LITERAL_KEY_FIELDS and isinstance(value, str):
-            raise UsageError(f"{file}: {here} holds a literal API key, which is refused: delete it, "
-                             "export the key in an env var and name that var in api_key_env")
+            raise UsageError(
+                f"{file}: {here} holds a literal API key, which is refused: delete it, "
+                "export the key in an env var and name that var in api_key_env"
+            )
         if isinstance(value, Mapping):
             _refuse_literal_keys(file, value, here)
 
@@ -220,18 +226,31 @@ def _targets(models: Mapping[str, _SeedModel], base_url: str, api_key_env: str |
     targets = []
     for key, raw in models.items():
         root, chat_url, note = resolve_chat_url(raw.base_url or base_url)
-        targets.append(ModelTarget(
-            key=key, id=raw.id, attention=raw.attention,
-            max_context=raw.context_window, base_url=root, chat_url=chat_url, url_note=note,
-            api_key_env=raw.api_key_env or api_key_env, weight=raw.weight, metrics_url=raw.metrics_url, tokenizer=raw.tokenizer,
-            gpu_metrics_url=raw.gpu_metrics_url, gpu_selector=raw.gpu_selector))
+        targets.append(
+            ModelTarget(
+                key=key,
+                id=raw.id,
+                attention=raw.attention,
+                max_context=raw.context_window,
+                base_url=root,
+                chat_url=chat_url,
+                url_note=note,
+                api_key_env=raw.api_key_env or api_key_env,
+                weight=raw.weight,
+                metrics_url=raw.metrics_url,
+                tokenizer=raw.tokenizer,
+                gpu_metrics_url=raw.gpu_metrics_url,
+                gpu_selector=raw.gpu_selector,
+            )
+        )
     return tuple(targets)
 
 
 def _profiles(ext: _Extensions) -> tuple[Profile, ...]:
     profiles = [Profile(name=name, prompt=text) for name, text in ext.test_prompts.items()]
-    profiles += [Profile(name=name, **{k: getattr(raw, k) for k in type(raw).model_fields})
-                 for name, raw in ext.workload.items()]
+    profiles += [
+        Profile(name=name, **{k: getattr(raw, k) for k in type(raw).model_fields}) for name, raw in ext.workload.items()
+    ]
     names = [p.name for p in profiles]
     duplicates = {n for n in names if names.count(n) > 1}
     if duplicates:
@@ -240,29 +259,48 @@ def _profiles(ext: _Extensions) -> tuple[Profile, ...]:
 
 
 def _from_json(file: Path, raw_bytes: bytes, cfg: _JsonConfig) -> TestConfig:
-    request = cfg.request or RequestSettings(max_tokens=cfg.benchmark.max_tokens,
-                                             temperature=cfg.benchmark.temperature)
+    request = cfg.request or RequestSettings(max_tokens=cfg.benchmark.max_tokens, temperature=cfg.benchmark.temperature)
     return TestConfig(
-        source=str(file), sha256=hashlib.sha256(raw_bytes).hexdigest(), provider=None,
+        source=str(file),
+        sha256=hashlib.sha256(raw_bytes).hexdigest(),
+        provider=None,
         models=_targets(cfg.models, cfg.base_url, cfg.api_key_env),
-        profiles=_profiles(cfg), request=request, repeat=cfg.benchmark.repeat, slo=cfg.slo,
-        shape=cfg.shape, stage_duration_s=cfg.stage_duration_s,
-        arrivals=cfg.arrivals, seed=cfg.seed)
+        profiles=_profiles(cfg),
+        request=request,
+        repeat=cfg.benchmark.repeat,
+        slo=cfg.slo,
+        shape=cfg.shape,
+        stage_duration_s=cfg.stage_duration_s,
+        arrivals=cfg.arrivals,
+        seed=cfg.seed,
+    )
 
 
 def _from_toml(file: Path, raw_bytes: bytes, cfg: _TomlConfig) -> TestConfig:
     req = cfg.request
-    settings: dict[str, Any] = {"max_tokens": req.max_tokens, "temperature": req.temperature,
-                                "ignore_eos": req.ignore_eos, "unique_salt": req.unique_salt, "stream": req.stream}
+    settings: dict[str, Any] = {
+        "max_tokens": req.max_tokens,
+        "temperature": req.temperature,
+        "ignore_eos": req.ignore_eos,
+        "unique_salt": req.unique_salt,
+        "stream": req.stream,
+    }
     for name in ("connect_timeout_s", "ttft_timeout_s", "idle_timeout_s", "retry_after_max_s"):
         if getattr(req, name) is not None:
             settings[name] = getattr(req, name)
     if req.timeout is not None:
         settings["total_timeout_s"] = req.timeout  # the seed's `timeout` bounds the whole request
     return TestConfig(
-        source=str(file), sha256=hashlib.sha256(raw_bytes).hexdigest(), provider=cfg.provider.name,
+        source=str(file),
+        sha256=hashlib.sha256(raw_bytes).hexdigest(),
+        provider=cfg.provider.name,
         models=_targets(cfg.models, cfg.provider.base_url, cfg.provider.api_key_env),
-        profiles=_profiles(cfg), request=RequestSettings(**settings),
-        repeat=cfg.benchmark.repeat if cfg.benchmark else 5, slo=cfg.slo,
-        shape=cfg.shape, stage_duration_s=cfg.stage_duration_s,
-        arrivals=cfg.arrivals, seed=cfg.seed)
+        profiles=_profiles(cfg),
+        request=RequestSettings(**settings),
+        repeat=cfg.benchmark.repeat if cfg.benchmark else 5,
+        slo=cfg.slo,
+        shape=cfg.shape,
+        stage_duration_s=cfg.stage_duration_s,
+        arrivals=cfg.arrivals,
+        seed=cfg.seed,
+    )

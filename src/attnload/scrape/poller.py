@@ -22,8 +22,8 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from attnload.server_metrics.parse import Exposition, ServerMetricsError, parse_exposition
-from attnload.server_metrics.window import ServerWindow
+from attnload.scrape.parse import Exposition, ServerMetricsError, parse_exposition
+from attnload.scrape.window import ServerWindow
 
 log = logging.getLogger(__name__)
 
@@ -81,13 +81,19 @@ class ServerMetricsPoller:
     """Polls the targets' URLs and keeps one ``ServerWindow`` per target key.
 
     ``parse``, ``window_type`` and ``explain`` are the hooks the GPU poller
-    (``server_metrics/gpupoller.py``) replaces: same cadence, fetch and failure rules."""
+    (``scrape/gpupoller.py``) replaces: same cadence, fetch and failure rules."""
 
     parse: Callable[[str], Any] = staticmethod(parse_exposition)
     window_type: Callable[[], Any] = ServerWindow
 
-    def __init__(self, targets: Sequence[ScrapeTarget], *, interval_s: float = DEFAULT_INTERVAL_S,
-                 fetch: Fetch | None = None, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        targets: Sequence[ScrapeTarget],
+        *,
+        interval_s: float = DEFAULT_INTERVAL_S,
+        fetch: Fetch | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         if interval_s <= 0:
             raise ValueError("interval_s must be positive")
         self.targets = {t.key: t for t in targets}
@@ -183,28 +189,36 @@ class ServerMetricsPoller:
         if poll:
             self.poll_once()
         with self._lock:
-            return {key: None if key in self._off or window.last is None else window.close()
-                    for key, window in self._windows.items()}
+            return {
+                key: None if key in self._off or window.last is None else window.close()
+                for key, window in self._windows.items()
+            }
 
     def total(self) -> dict[str, dict[str, Any] | None]:
         """Each target's summary over every sample since the first (counters: the sum of the stages')."""
         with self._lock:
-            return {key: None if key in self._off or window.last is None else window.summary()
-                    for key, window in self._totals.items()}
+            return {
+                key: None if key in self._off or window.last is None else window.summary()
+                for key, window in self._totals.items()
+            }
 
     def peek(self) -> dict[str, dict[str, Any] | None]:
         """The running stage's summaries so far, for live views; changes nothing."""
         with self._lock:
-            return {key: None if key in self._off or window.last is None else window.summary()
-                    for key, window in self._windows.items()}
+            return {
+                key: None if key in self._off or window.last is None else window.summary()
+                for key, window in self._windows.items()
+            }
 
 
 def _explain(exc: ServerMetricsError) -> str:
-    hints = {"http": "no Prometheus /metrics there; set metrics_url or --server-metrics off",
-             "connection": "nothing answered; set metrics_url to the server's metrics port",
-             "not_prometheus": "the body is not Prometheus text; set metrics_url",
-             "unknown_server": "Prometheus text, but no vLLM, SGLang or attnload sim metrics in it",
-             "too_large": "the body is too large for a metrics page"}
+    hints = {
+        "http": "no Prometheus /metrics there; set metrics_url or --server-metrics off",
+        "connection": "nothing answered; set metrics_url to the server's metrics port",
+        "not_prometheus": "the body is not Prometheus text; set metrics_url",
+        "unknown_server": "Prometheus text, but no vLLM, SGLang or attnload sim metrics in it",
+        "too_large": "the body is too large for a metrics page",
+    }
     return f"{exc.detail} ({hints.get(exc.reason, exc.reason)})"
 
 

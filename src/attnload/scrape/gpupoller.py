@@ -14,10 +14,10 @@ import logging
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 
-from attnload.server_metrics.dcgm import GpuExposition, parse_dcgm
-from attnload.server_metrics.gpuwindow import GpuSample, GpuWindow
-from attnload.server_metrics.parse import ServerMetricsError
-from attnload.server_metrics.poller import DEFAULT_INTERVAL_S, Fetch, ScrapeTarget, ServerMetricsPoller
+from attnload.scrape.dcgm import GpuExposition, parse_dcgm
+from attnload.scrape.gpuwindow import GpuSample, GpuWindow
+from attnload.scrape.parse import ServerMetricsError
+from attnload.scrape.poller import DEFAULT_INTERVAL_S, Fetch, ScrapeTarget, ServerMetricsPoller
 
 log = logging.getLogger(__name__)
 
@@ -43,8 +43,15 @@ class GpuMetricsPoller(ServerMetricsPoller):
     parse = staticmethod(parse_dcgm)
     window_type = GpuWindow
 
-    def __init__(self, targets: Sequence[GpuTarget], *, interval_s: float = DEFAULT_INTERVAL_S,
-                 fetch: Fetch | None = None, on_sample: OnSample | None = None, **kwargs: object) -> None:
+    def __init__(
+        self,
+        targets: Sequence[GpuTarget],
+        *,
+        interval_s: float = DEFAULT_INTERVAL_S,
+        fetch: Fetch | None = None,
+        on_sample: OnSample | None = None,
+        **kwargs: object,
+    ) -> None:
         super().__init__(targets, interval_s=interval_s, fetch=fetch, **kwargs)  # type: ignore[arg-type]
         self.gpu_targets: Mapping[str, GpuTarget] = {t.key: t for t in targets}
         self._on_sample = on_sample
@@ -65,8 +72,10 @@ class GpuMetricsPoller(ServerMetricsPoller):
                         self._on_sample(key, sample)
                 elif self._windows[key].last is None and self._missed(key) >= MISSES_BEFORE_OFF:
                     wanted = ", ".join(f"{k}=~{v!r}" for k, v in target.selector) or "its pod name"
-                    self._turn_off([key], f"{url} serves {len(exposition.readings)} GPU series, none matches "
-                                          f"{wanted} (fix gpu_selector)")
+                    self._turn_off(
+                        [key],
+                        f"{url} serves {len(exposition.readings)} GPU series, none matches {wanted} (fix gpu_selector)",
+                    )
 
     def _missed(self, key: str) -> int:
         self._misses[key] = self._misses.get(key, 0) + 1
@@ -85,9 +94,11 @@ class GpuMetricsPoller(ServerMetricsPoller):
             log.warning("gpu metrics off for %s: %s", ", ".join(loud), why)
 
     def explain(self, exc: ServerMetricsError) -> str:
-        hints = {"http": "no dcgm-exporter /metrics there; fix gpu_metrics_url or pass --gpu-metrics off",
-                 "connection": "nothing answered; point gpu_metrics_url at dcgm-exporter (port 9400)",
-                 "not_prometheus": "the body is not Prometheus text; point gpu_metrics_url at dcgm-exporter",
-                 "no_dcgm": "Prometheus text, but no DCGM_FI_* fields in it",
-                 "too_large": "the body is too large for a metrics page"}
+        hints = {
+            "http": "no dcgm-exporter /metrics there; fix gpu_metrics_url or pass --gpu-metrics off",
+            "connection": "nothing answered; point gpu_metrics_url at dcgm-exporter (port 9400)",
+            "not_prometheus": "the body is not Prometheus text; point gpu_metrics_url at dcgm-exporter",
+            "no_dcgm": "Prometheus text, but no DCGM_FI_* fields in it",
+            "too_large": "the body is too large for a metrics page",
+        }
         return f"{exc.detail} ({hints.get(exc.reason, exc.reason)})"

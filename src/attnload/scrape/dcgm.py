@@ -19,7 +19,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from attnload.server_metrics.parse import ServerMetricsError, read_series
+from attnload.scrape.parse import ServerMetricsError, read_series
 
 DCGM, SIM = "dcgm", "attnload-sim"
 PREFIX = "DCGM_FI_"
@@ -69,8 +69,9 @@ class GpuExposition:
         One GPU listed under several pods counts once."""
         if selector:
             patterns = {label: re.compile(pattern) for label, pattern in selector.items()}
-            rows = [r for r in self.readings
-                    if all(p.fullmatch(r.labels.get(label, "")) for label, p in patterns.items())]
+            rows = [
+                r for r in self.readings if all(p.fullmatch(r.labels.get(label, "")) for label, p in patterns.items())
+            ]
         else:
             wanted = {n.lower() for n in names}
             rows = [r for r in self.readings if r.labels.get("pod", "").lower() in wanted]
@@ -103,8 +104,9 @@ def parse_dcgm(text: str) -> GpuExposition:
             rows.setdefault(key, {})[name] = value * factor
             labels_of.setdefault(key, dict(labels))
     if not rows:
-        raise ServerMetricsError("no_dcgm", "no DCGM_FI_* field attnload reads (DRAM/tensor activity, power, "
-                                 "energy, framebuffer)")
+        raise ServerMetricsError(
+            "no_dcgm", "no DCGM_FI_* field attnload reads (DRAM/tensor activity, power, energy, framebuffer)"
+        )
     source = SIM if any(n.startswith("attnload_sim_") for n in series) else DCGM
     readings = tuple(GpuReading(uid=key[0], labels=labels_of[key], values=values) for key, values in rows.items())
     return GpuExposition(source=source, readings=readings)
@@ -114,19 +116,23 @@ def check_selector(selector: Mapping[str, str]) -> dict[str, str]:
     """A config's ``gpu_selector``: label names as Prometheus spells them, values that compile as
     regular expressions (matched in full); else a one-line ``ValueError``."""
     if len(selector) > MAX_SELECTOR_LABELS:
-        raise ValueError(f"gpu_selector has {len(selector)} labels; at most {MAX_SELECTOR_LABELS} (pod, namespace, "
-                         "Hostname, gpu, ... pick the GPUs)")
+        raise ValueError(
+            f"gpu_selector has {len(selector)} labels; at most {MAX_SELECTOR_LABELS} (pod, namespace, "
+            "Hostname, gpu, ... pick the GPUs)"
+        )
     checked = {}
     for label, pattern in selector.items():
         if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", label):
-            raise ValueError(f"gpu_selector label {label!r} is not a Prometheus label name (e.g. pod, namespace, "
-                             "Hostname, gpu)")
+            raise ValueError(
+                f"gpu_selector label {label!r} is not a Prometheus label name (e.g. pod, namespace, Hostname, gpu)"
+            )
         if not isinstance(pattern, str) or len(pattern) > 512:
             raise ValueError(f"gpu_selector.{label} must be a regular expression string of at most 512 characters")
         try:
             re.compile(pattern)
         except re.error as exc:
-            raise ValueError(f"gpu_selector.{label} {pattern!r} is not a valid regular expression ({exc}); "
-                             "fix it, e.g. \"llama-.*\"") from None
+            raise ValueError(
+                f'gpu_selector.{label} {pattern!r} is not a valid regular expression ({exc}); fix it, e.g. "llama-.*"'
+            ) from None
         checked[label] = pattern
     return checked

@@ -19,8 +19,9 @@ def check_arrival_flags(args: argparse.Namespace, shape: ShapeSpec) -> dict[str,
     parse_abandon(rate_text, after_text)
     if burstiness is not None:
         if not isinstance(shape, RateSpec | SweepSpec):
-            raise UsageError(f"--burstiness shapes open-loop arrivals: use it with --shape rate:... or sweep, "
-                             f"not {shape.kind}")
+            raise UsageError(
+                f"--burstiness shapes open-loop arrivals: use it with --shape rate:... or sweep, not {shape.kind}"
+            )
         if getattr(args, "arrivals", None) == "constant":  # over the config's law, the flag wins
             raise UsageError("--burstiness and --arrivals constant both set the arrival law: pass one of them")
     given = {"burstiness": burstiness_text, "abandon-rate": rate_text, "abandon-after": after_text}

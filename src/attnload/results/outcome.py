@@ -22,14 +22,17 @@ def exit_status(results: Results | None, signal_received: int | None = None) -> 
     if results is None:
         return 1, "the Locust master exited without writing results; see its log above"
     if results.interrupted:
-        return 1, ("the run ended before its end (the master was killed): the results are its last snapshot, "
-                   "marked interrupted")
+        return 1, (
+            "the run ended before its end (the master was killed): the results are its last snapshot, "
+            "marked interrupted"
+        )
     client = results.client
     if client.scheduler_error:
         return 1, f"the open-loop scheduler died ({client.scheduler_error}): no arrivals were sent after it"
     if client.users_started and client.users_crashed >= client.users_started:
-        return 1, (f"every user crashed ({client.users_crashed} of {client.users_started}): the traceback is in "
-                   "the log above")
+        return 1, (
+            f"every user crashed ({client.users_crashed} of {client.users_started}): the traceback is in the log above"
+        )
     if not any(model.requests.total for model in results.models):
         return 1, "nothing was sent: the run made no request (check the shape, the profiles and the log above)"
     return 0, None

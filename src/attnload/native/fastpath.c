@@ -1,4 +1,4 @@
-/* attnload._fastpath: the client's per-chunk work in C (docs/performance.md, "The compiled path").
+/* attnload.native._fastpath: the client's per-chunk work in C (docs/performance.md, "The compiled path").
  *
  * Why: on one core the pure-Python hot loop (SSE splitting, the plain-delta check, ITL stamping,
  * token counting, the ITL histogram update) cost more CPU per token than the socket and the HTTP
@@ -6,7 +6,7 @@
  *
  *   Splitter            = attnload.client.sse.SseSplitter (same events, budgets and pending bytes);
  *                         errors are raised by the Python subclass's _overflow() and _dataless().
- *   RunBase.consume     = the stream loop of attnload.client.chat._Run.consume: chunks whose bytes
+ *   StreamBase.consume     = the stream loop of attnload.client.chat._Run.consume: chunks whose bytes
  *                         around the content equal the last plain delta's are stamped here; any other
  *                         event goes, in order, to the Python subclass's _event(kind, data, at).
  *   gap_pairs           = the tuple built at the end of measure.recorder.split_gaps.
@@ -14,7 +14,7 @@
  *
  * The pure-Python code stays the reference; tests run both and compare (tests/test_fastpath.py).
  */
-#include "_fastpath.h"
+#include "fastpath.h"
 #include <structmember.h>
 #include <math.h>
 #include <string.h>
@@ -348,7 +348,7 @@ static PyGetSetDef splitter_getset[] = {
 
 PyTypeObject SplitterType = {
     PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "attnload._fastpath.Splitter",
+    .tp_name = "attnload.native._fastpath.Splitter",
     .tp_basicsize = sizeof(Splitter),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
     .tp_doc = "SseSplitter in C (attnload.client.sse): subclass it with _overflow(size) and _dataless().",
@@ -362,7 +362,7 @@ PyTypeObject SplitterType = {
     .tp_getset = splitter_getset,
 };
 
-/* ------------------------------------------------------------------------------------ RunBase */
+/* ------------------------------------------------------------------------------------ StreamBase */
 
 
 /* ceil(bytes / 4) unless the text has words: str.split() semantics on a valid UTF-8 string */
@@ -400,7 +400,7 @@ count_tokens_unicode(PyObject *text, Py_ssize_t utf8_bytes)
 }
 
 static int
-run_stamp(RunBase *self, double at, Py_ssize_t tokens, PyObject *text)
+run_stamp(StreamBase *self, double at, Py_ssize_t tokens, PyObject *text)
 {
     if (self->first_at == Py_None) {
         PyObject *first = PyFloat_FromDouble(at);
@@ -431,7 +431,7 @@ run_stamp(RunBase *self, double at, Py_ssize_t tokens, PyObject *text)
 
 /* 1: stamped (or empty content, nothing to do); 0: not a fast-path chunk; -1: error */
 static int
-run_fast(RunBase *self, PyObject *kind, PyObject *data, double at)
+run_fast(StreamBase *self, PyObject *kind, PyObject *data, double at)
 {
     if (self->plain_head == Py_None || !PyBytes_CheckExact(data))
         return 0;
@@ -480,7 +480,7 @@ run_fast(RunBase *self, PyObject *kind, PyObject *data, double at)
 }
 
 static PyObject *
-run_consume(RunBase *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+run_consume(StreamBase *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
     PyObject *at_arg = nargs >= 1 ? args[0] : NULL;
     Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
@@ -504,7 +504,7 @@ run_consume(RunBase *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kw
 
 /* consume(at) on the run's own fields; 0, or -1 with an exception set. */
 int
-run_consume_at(RunBase *self, double at)
+run_consume_at(StreamBase *self, double at)
 {
     PyObject *events;
     if (Py_IS_TYPE(self->sse, &SplitterType) || PyObject_TypeCheck(self->sse, &SplitterType)) {
@@ -563,7 +563,7 @@ run_consume_at(RunBase *self, double at)
 }
 
 static PyObject *
-run_stamp_method(RunBase *self, PyObject *const *args, Py_ssize_t nargs)
+run_stamp_method(StreamBase *self, PyObject *const *args, Py_ssize_t nargs)
 {
     if (nargs != 3) {
         PyErr_SetString(PyExc_TypeError, "_stamp(at, tokens, text)");
@@ -584,7 +584,7 @@ run_stamp_method(RunBase *self, PyObject *const *args, Py_ssize_t nargs)
 static PyObject *
 run_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
-    RunBase *self = (RunBase *)type->tp_alloc(type, 0);
+    StreamBase *self = (StreamBase *)type->tp_alloc(type, 0);
     if (self == NULL)
         return NULL;
     self->gaps = PyList_New(0);
@@ -607,7 +607,7 @@ run_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 }
 
 static int
-run_traverse(RunBase *self, visitproc visit, void *arg)
+run_traverse(StreamBase *self, visitproc visit, void *arg)
 {
     Py_VISIT(self->sse);
     Py_VISIT(self->first_at);
@@ -620,7 +620,7 @@ run_traverse(RunBase *self, visitproc visit, void *arg)
 }
 
 static int
-run_clear(RunBase *self)
+run_clear(StreamBase *self)
 {
     Py_CLEAR(self->sse);
     Py_CLEAR(self->first_at);
@@ -633,7 +633,7 @@ run_clear(RunBase *self)
 }
 
 static void
-run_dealloc(RunBase *self)
+run_dealloc(StreamBase *self)
 {
     PyObject_GC_UnTrack(self);
     run_clear(self);
@@ -642,8 +642,8 @@ run_dealloc(RunBase *self)
 
 /* Members the Python side assigns must never hold NULL: a setter refuses deletion. */
 #define OBJ_GETSET(name)                                                                      \
-    static PyObject *run_get_##name(RunBase *self, void *c) { Py_INCREF(self->name); return self->name; } \
-    static int run_set_##name(RunBase *self, PyObject *v, void *c) {                          \
+    static PyObject *run_get_##name(StreamBase *self, void *c) { Py_INCREF(self->name); return self->name; } \
+    static int run_set_##name(StreamBase *self, PyObject *v, void *c) {                          \
         if (v == NULL) { PyErr_SetString(PyExc_AttributeError, "cannot delete " #name); return -1; } \
         Py_INCREF(v); Py_SETREF(self->name, v); return 0; }
 OBJ_GETSET(sse)
@@ -653,9 +653,9 @@ OBJ_GETSET(chunk_tokens)
 OBJ_GETSET(texts)
 OBJ_GETSET(plain_head)
 
-static PyObject *run_get_plain_tail(RunBase *self, void *c) { Py_INCREF(self->plain_tail); return self->plain_tail; }
+static PyObject *run_get_plain_tail(StreamBase *self, void *c) { Py_INCREF(self->plain_tail); return self->plain_tail; }
 static int
-run_set_plain_tail(RunBase *self, PyObject *v, void *c)
+run_set_plain_tail(StreamBase *self, PyObject *v, void *c)
 {
     if (v == NULL || !PyBytes_CheckExact(v)) {
         PyErr_SetString(PyExc_TypeError, "plain_tail must be bytes");
@@ -667,7 +667,7 @@ run_set_plain_tail(RunBase *self, PyObject *v, void *c)
 }
 
 static int
-run_set_plain_head_checked(RunBase *self, PyObject *v, void *c)
+run_set_plain_head_checked(StreamBase *self, PyObject *v, void *c)
 {
     if (v == NULL || (v != Py_None && !PyBytes_CheckExact(v))) {
         PyErr_SetString(PyExc_TypeError, "plain_head must be bytes or None");
@@ -677,7 +677,7 @@ run_set_plain_head_checked(RunBase *self, PyObject *v, void *c)
 }
 
 static int
-run_set_gaps_checked(RunBase *self, PyObject *v, void *c)
+run_set_gaps_checked(StreamBase *self, PyObject *v, void *c)
 {
     if (v == NULL || !PyList_Check(v)) {
         PyErr_SetString(PyExc_TypeError, "gaps must be a list");
@@ -687,7 +687,7 @@ run_set_gaps_checked(RunBase *self, PyObject *v, void *c)
 }
 
 static int
-run_set_chunk_tokens_checked(RunBase *self, PyObject *v, void *c)
+run_set_chunk_tokens_checked(StreamBase *self, PyObject *v, void *c)
 {
     if (v == NULL || !PyList_Check(v)) {
         PyErr_SetString(PyExc_TypeError, "chunk_tokens must be a list");
@@ -697,7 +697,7 @@ run_set_chunk_tokens_checked(RunBase *self, PyObject *v, void *c)
 }
 
 static int
-run_set_texts_checked(RunBase *self, PyObject *v, void *c)
+run_set_texts_checked(StreamBase *self, PyObject *v, void *c)
 {
     if (v == NULL || (v != Py_None && !PyList_Check(v))) {
         PyErr_SetString(PyExc_TypeError, "texts must be a list or None");
@@ -706,12 +706,12 @@ run_set_texts_checked(RunBase *self, PyObject *v, void *c)
     return run_set_texts(self, v, c);
 }
 
-static PyObject *run_get_framed(RunBase *self, void *c) { return PyBool_FromLong(self->framing != CHUNK_OFF); }
-static PyObject *run_get_body_complete(RunBase *self, void *c) { return PyBool_FromLong(self->framing == CHUNK_COMPLETE); }
-static PyObject *run_get_trailing(RunBase *self, void *c) { return PyBool_FromLong(self->trailing); }
-static PyObject *run_get_done(RunBase *self, void *c) { return PyBool_FromLong(self->done); }
+static PyObject *run_get_framed(StreamBase *self, void *c) { return PyBool_FromLong(self->framing != CHUNK_OFF); }
+static PyObject *run_get_body_complete(StreamBase *self, void *c) { return PyBool_FromLong(self->framing == CHUNK_COMPLETE); }
+static PyObject *run_get_trailing(StreamBase *self, void *c) { return PyBool_FromLong(self->trailing); }
+static PyObject *run_get_done(StreamBase *self, void *c) { return PyBool_FromLong(self->done); }
 static int
-run_set_done(RunBase *self, PyObject *v, void *c)
+run_set_done(StreamBase *self, PyObject *v, void *c)
 {
     if (v == NULL) {
         PyErr_SetString(PyExc_AttributeError, "cannot delete done");
@@ -740,8 +740,8 @@ static PyGetSetDef run_getset[] = {
 };
 
 static PyMemberDef run_members[] = {
-    {"last_at", T_DOUBLE, offsetof(RunBase, last_at), 0, "recv time of the last content"},
-    {"events_left", T_PYSSIZET, offsetof(RunBase, events_left), 0, "events this response may still carry"},
+    {"last_at", T_DOUBLE, offsetof(StreamBase, last_at), 0, "recv time of the last content"},
+    {"events_left", T_PYSSIZET, offsetof(StreamBase, events_left), 0, "events this response may still carry"},
     {NULL}
 };
 
@@ -758,10 +758,10 @@ static PyMethodDef run_methods[] = {
     {NULL}
 };
 
-static PyTypeObject RunBaseType = {
+static PyTypeObject StreamBaseType = {
     PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "attnload._fastpath.RunBase",
-    .tp_basicsize = sizeof(RunBase),
+    .tp_name = "attnload.native._fastpath.StreamBase",
+    .tp_basicsize = sizeof(StreamBase),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
     .tp_doc = "The per-chunk state of one response; subclass it with _event(kind, data, at) and _runaway().",
     .tp_new = run_new,
@@ -920,13 +920,13 @@ static PyMethodDef module_methods[] = {
 };
 
 static struct PyModuleDef fastpath_module = {
-    PyModuleDef_HEAD_INIT, "attnload._fastpath", "The client's per-chunk work in C.", -1, module_methods,
+    PyModuleDef_HEAD_INIT, "attnload.native._fastpath", "The client's per-chunk work in C.", -1, module_methods,
 };
 
 PyMODINIT_FUNC
 PyInit__fastpath(void)
 {
-    if (PyType_Ready(&SplitterType) < 0 || PyType_Ready(&RunBaseType) < 0)
+    if (PyType_Ready(&SplitterType) < 0 || PyType_Ready(&StreamBaseType) < 0)
         return NULL;
     MESSAGE = PyBytes_FromString("message");
     EMPTY_BYTES = PyBytes_FromStringAndSize("", 0);
@@ -936,9 +936,9 @@ PyInit__fastpath(void)
     if (module == NULL)
         return NULL;
     Py_INCREF(&SplitterType);
-    Py_INCREF(&RunBaseType);
+    Py_INCREF(&StreamBaseType);
     if (PyModule_AddObject(module, "Splitter", (PyObject *)&SplitterType) < 0
-            || PyModule_AddObject(module, "RunBase", (PyObject *)&RunBaseType) < 0 || fastread_init(module) < 0) {
+            || PyModule_AddObject(module, "StreamBase", (PyObject *)&StreamBaseType) < 0 || fastread_init(module) < 0) {
         Py_DECREF(module);
         return NULL;
     }

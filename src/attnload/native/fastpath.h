@@ -1,4 +1,4 @@
-/* attnload._fastpath: what its two sources share (_fastpath.c: splitter, run state, histograms;
+/* attnload.native._fastpath: what its two sources share (_fastpath.c: splitter, run state, histograms;
  * _fastread.c: the chunked body and the read loop). docs/performance.md, "The compiled path". */
 #ifndef ATTNLOAD_FASTPATH_H
 #define ATTNLOAD_FASTPATH_H
@@ -17,7 +17,7 @@ typedef struct {
     Py_ssize_t max_dataless;
 } Splitter;
 
-/* Where the chunked body of a 200 stream stands once the C side frames it (RunBase.framing). */
+/* Where the chunked body of a 200 stream stands once the C side frames it (StreamBase.framing). */
 enum {
     CHUNK_OFF = 0,     /* llhttp frames this response (the Python loop reads it) */
     CHUNK_SIZE,        /* hex digits of a chunk size */
@@ -57,17 +57,17 @@ typedef struct {
     Py_ssize_t name_bytes;  /* of the current extension's or trailer's name */
     Py_ssize_t line_bytes;  /* of the current size line, or of all trailers: bounded */
     char trailing;          /* bytes came after the body's end: the connection cannot be reused */
-} RunBase;
+} StreamBase;
 
 extern PyTypeObject SplitterType;
 extern PyObject *FramingError;
 
 int splitter_feed_bytes(Splitter *self, const char *data, Py_ssize_t n);
-int run_consume_at(RunBase *self, double at);
+int run_consume_at(StreamBase *self, double at);
 
-PyObject *run_start_body(RunBase *self, PyObject *data);
-PyObject *run_feed_body(RunBase *self, PyObject *data);
-PyObject *run_pump(RunBase *self, PyObject *const *args, Py_ssize_t nargs);
+PyObject *run_start_body(StreamBase *self, PyObject *data);
+PyObject *run_feed_body(StreamBase *self, PyObject *data);
+PyObject *run_pump(StreamBase *self, PyObject *const *args, Py_ssize_t nargs);
 int fastread_init(PyObject *module);
 
 #endif

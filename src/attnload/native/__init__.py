@@ -1,4 +1,4 @@
-"""Which implementation of the per-chunk work runs: the C extension ``attnload._fastpath`` or pure Python.
+"""Which implementation of the per-chunk work runs: the C extension ``attnload.native._fastpath`` or pure Python.
 
 Why one switch: the compiled path must measure exactly what the pure-Python path measures
 (docs/performance.md, "The compiled path"), so both stay importable side by side and the
@@ -24,7 +24,7 @@ _active: object = _UNSET
 def extension() -> ModuleType | None:
     """The compiled module when it was built and imports, whatever the switch says."""
     try:
-        return importlib.import_module("attnload._fastpath")
+        return importlib.import_module("attnload.native._fastpath")
     except ImportError:
         return None
 
@@ -39,8 +39,10 @@ def active() -> ModuleType | None:
     if _active is _UNSET:
         module = None if forced_pure() else extension()
         if module is None and not forced_pure():
-            log.warning("attnload: the compiled client path (attnload._fastpath) is not installed "
-                        "(built without a C compiler?); using the pure-Python path, which costs more CPU per token")
+            log.warning(
+                "attnload: the compiled client path (attnload.native._fastpath) is not installed "
+                "(built without a C compiler?); using the pure-Python path, which costs more CPU per token"
+            )
         elif module is None:
             log.info("attnload: %s=1: using the pure-Python client path", PURE_ENV)
         _active = module
@@ -58,7 +60,7 @@ def use(compiled: bool) -> None:
     if compiled:
         module = extension()
         if module is None:
-            raise RuntimeError("attnload._fastpath is not built")
+            raise RuntimeError("attnload.native._fastpath is not built")
         _active = module
     else:
         _active = None

@@ -3,7 +3,7 @@
 It owns the knowledge of what vLLM, SGLang and the attnload simulator call their
 scheduler and cache metrics, and how their per-rank series add up. Everything here is
 a pure function of the body text, so recorded expositions test it exactly
-(``tests/data/server_metrics/``). Rank aggregation (docs/server-metrics.md):
+(``tests/data/scrape/``). Rank aggregation (docs/server-metrics.md):
 
 - series that differ by a *partition* label (``engine``, ``dp_rank``, or any label not
   known as a shard label) are independent schedulers: counts and counters add up,
@@ -204,7 +204,7 @@ def _read_series(text: str) -> dict[str, Series]:
 
 
 read_series = _read_series
-"""The same reader for other exporters' bodies (dcgm-exporter's, ``server_metrics/dcgm.py``)."""
+"""The same reader for other exporters' bodies (dcgm-exporter's, ``scrape/dcgm.py``)."""
 
 
 def _model_names(series: Mapping[str, Series], names: _Names) -> list[str]:
@@ -226,9 +226,12 @@ def _sample(series: Mapping[str, Series], names: _Names, source: str, model: str
 
     queue_sum = value(tuple(n + "_sum" for n in names.queue_time), "count")
     return ServerSample(
-        source=source, model_name=model,
-        running=value(names.running, "count"), waiting=value(names.waiting, "count"),
-        kv_cache_usage=value(names.kv_cache_usage, "fraction"), preemptions=value(names.preemptions, "count"),
+        source=source,
+        model_name=model,
+        running=value(names.running, "count"),
+        waiting=value(names.waiting, "count"),
+        kv_cache_usage=value(names.kv_cache_usage, "fraction"),
+        preemptions=value(names.preemptions, "count"),
         prefix_cache_queries=value(names.prefix_cache_queries, "count"),
         prefix_cache_hits=value(names.prefix_cache_hits, "count"),
         prefix_cache_hit_rate=value(names.prefix_cache_hit_rate, "fraction"),
@@ -236,15 +239,18 @@ def _sample(series: Mapping[str, Series], names: _Names, source: str, model: str
         generation_tokens=value(names.generation_tokens, "count"),
         ttft_buckets=_histogram(series, names.ttft, names.model_label, model),
         queue_time_sum_s=queue_sum,
-        queue_time_count=value(tuple(n + "_count" for n in names.queue_time), "count") if queue_sum is not None
+        queue_time_count=value(tuple(n + "_count" for n in names.queue_time), "count")
+        if queue_sum is not None
         else None,
-        aborted=_aborted(series, names.model_label, model) if names is VLLM_NAMES else None)
+        aborted=_aborted(series, names.model_label, model) if names is VLLM_NAMES else None,
+    )
 
 
 def _aborted(series: Mapping[str, Series], label: str, model: str) -> float | None:
     name, reason_label, reason = ABORTED
-    rows = [(labels, v) for labels, v in _of_model(series.get(name, ()), label, model)
-            if labels.get(reason_label) == reason]
+    rows = [
+        (labels, v) for labels, v in _of_model(series.get(name, ()), label, model) if labels.get(reason_label) == reason
+    ]
     return combine(rows, "count", label) if rows else None
 
 
@@ -265,8 +271,13 @@ def combine(rows: Series, kind: Kind, model_label: str = "model_name") -> float:
     """One value from per-rank series of one metric and model (module docstring's rules)."""
     groups: dict[tuple[tuple[str, str], ...], list[float]] = {}
     for labels, v in rows:
-        key = tuple(sorted((k, val) for k, val in labels.items()
-                           if k not in SHARD_LABELS and k not in _IGNORED_LABELS and k != model_label))
+        key = tuple(
+            sorted(
+                (k, val)
+                for k, val in labels.items()
+                if k not in SHARD_LABELS and k not in _IGNORED_LABELS and k != model_label
+            )
+        )
         groups.setdefault(key, []).append(v)
     if kind == "fraction":
         per_group = [sum(vs) / len(vs) for vs in groups.values()]
@@ -274,8 +285,9 @@ def combine(rows: Series, kind: Kind, model_label: str = "model_name") -> float:
     return sum(max(vs) for vs in groups.values())
 
 
-def _histogram(series: Mapping[str, Series], candidates: tuple[str, ...], label: str,
-               model: str) -> tuple[tuple[float, float], ...]:
+def _histogram(
+    series: Mapping[str, Series], candidates: tuple[str, ...], label: str, model: str
+) -> tuple[tuple[float, float], ...]:
     for name in candidates:
         rows = _of_model(series.get(name + "_bucket", ()), label, model)
         if not rows:

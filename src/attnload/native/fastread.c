@@ -1,9 +1,9 @@
-/* attnload._fastpath, the read loop: a 200 stream's chunked body and its reads, in C.
+/* attnload.native._fastpath, the read loop: a 200 stream's chunked body and its reads, in C.
  *
  * Why: with the per-chunk work in C, most of what was left per token on one core was the Python
  * around it: ChatClient._exchange's loop, SocketReader.recv's bookkeeping, and llhttp's wrapper
  * with its body callback (docs/performance.md, "Where a chunk's microseconds go"). Once llhttp has
- * parsed a 200's head and its body is chunked (vLLM, SGLang and every uvicorn server), RunBase.pump
+ * parsed a 200's head and its body is chunked (vLLM, SGLang and every uvicorn server), StreamBase.pump
  * runs that loop here:
  *
  *   wait      the connection's io watcher through the gevent hub, with the reader's own deadline
@@ -15,14 +15,14 @@
  *             gaps are the same recv timestamps as on the Python loop;
  *   frame     chunk sizes, extensions, data, trailers: what llhttp accepts from such a server, and
  *             FramingError (the Python caller's "malformed HTTP response") for anything else;
- *   consume   the splitter and RunBase.consume, in C.
+ *   consume   the splitter and StreamBase.consume, in C.
  *
  * It returns to Python only when the answer ends, the client abandons it or a deadline passes,
  * with every failure an exception the caller classifies as before. After [DONE] it reads the few
  * bytes that end the HTTP message (ChatClient._finish_framing's budget of time and bytes) so the
  * connection stays reusable.
  */
-#include "_fastpath.h"
+#include "fastpath.h"
 #include <errno.h>
 #include <sys/socket.h>
 #include <time.h>
@@ -93,7 +93,7 @@ is_text(unsigned char c)
 
 /* One byte of a size line after its digits, or of a trailer: the grammar llhttp holds a server to. */
 static int
-frame_line_byte(RunBase *self, unsigned char c)
+frame_line_byte(StreamBase *self, unsigned char c)
 {
     if (++self->line_bytes > MAX_LINE_BYTES)
         return malformed(self->framing >= CHUNK_TRAILER ? "chunk trailers too long" : "chunk extension too long");
@@ -166,7 +166,7 @@ frame_line_byte(RunBase *self, unsigned char c)
  * What llhttp accepts from a server, this accepts; anything else is FramingError, except bytes after
  * the body's end, which end the connection's reuse (ChatClient: the same on the llhttp path). */
 static int
-dechunk(RunBase *self, const char *p, Py_ssize_t n, int keep)
+dechunk(StreamBase *self, const char *p, Py_ssize_t n, int keep)
 {
     const char *end = p + n;
     for (; p < end; p++) {
@@ -264,7 +264,7 @@ dechunk(RunBase *self, const char *p, Py_ssize_t n, int keep)
 }
 
 static PyObject *
-feed_view(RunBase *self, PyObject *data)
+feed_view(StreamBase *self, PyObject *data)
 {
     Py_buffer view;
     if (PyObject_GetBuffer(data, &view, PyBUF_SIMPLE) < 0)
@@ -277,7 +277,7 @@ feed_view(RunBase *self, PyObject *data)
 }
 
 PyObject *
-run_start_body(RunBase *self, PyObject *data)
+run_start_body(StreamBase *self, PyObject *data)
 {
     if (!PyObject_TypeCheck(self->sse, &SplitterType)) {
         PyErr_SetString(PyExc_TypeError, "start_body needs the compiled splitter");
@@ -296,7 +296,7 @@ run_start_body(RunBase *self, PyObject *data)
 }
 
 PyObject *
-run_feed_body(RunBase *self, PyObject *data)
+run_feed_body(StreamBase *self, PyObject *data)
 {
     if (self->framing == CHUNK_OFF) {
         PyErr_SetString(PyExc_RuntimeError, "the body is not framed here (start_body first)");
@@ -366,7 +366,7 @@ wait_and_recv(PyObject *reader, PyObject *wait, PyObject *io, int fd, double unt
 
 /* After a read's bytes were framed: consume its events, then the first stop condition met, or PUMP_GO_ON. */
 static int
-after_read(RunBase *self, double at, double abandon_chunks, double abandon_at)
+after_read(StreamBase *self, double at, double abandon_chunks, double abandon_at)
 {
     if (PyList_GET_SIZE(((Splitter *)self->sse)->events)) {
         if (run_consume_at(self, at) < 0)
@@ -399,7 +399,7 @@ get_doubles(PyObject *const *args, double *out, Py_ssize_t n)
 /* pump(reader, at, deadline, first_deadline, idle_s, abandon_chunks, abandon_at, tail_s) -> PUMP_*
  * `at` is when the bytes fed by start_body were read; [DONE]'s arrival is set as the run's done_at. */
 PyObject *
-run_pump(RunBase *self, PyObject *const *args, Py_ssize_t nargs)
+run_pump(StreamBase *self, PyObject *const *args, Py_ssize_t nargs)
 {
     double v[7];
     if (nargs != 8 || get_doubles(args + 1, v, 7) < 0) {
@@ -491,7 +491,7 @@ run_pump(RunBase *self, PyObject *const *args, Py_ssize_t nargs)
 int
 fastread_init(PyObject *module)
 {
-    FramingError = PyErr_NewExceptionWithDoc("attnload._fastpath.FramingError",
+    FramingError = PyErr_NewExceptionWithDoc("attnload.native._fastpath.FramingError",
                                              "A chunked body llhttp would reject (the caller's bad_response).",
                                              PyExc_ValueError, NULL);
     if (FramingError == NULL || PyModule_AddObjectRef(module, "FramingError", FramingError) < 0)

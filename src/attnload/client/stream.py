@@ -1,9 +1,9 @@
 """The state of one response being read, and what is done with each of its events.
 
-``PyRun`` is the pure-Python reference; ``CRun`` keeps the same state in C and stamps the
-common chunks there (attnload/_fastpath.c); both share ``RunChecks`` for every event the
+``PyStream`` is the pure-Python reference; ``CStream`` keeps the same state in C and stamps the
+common chunks there (attnload/native/fastpath.c); both share ``StreamChecks`` for every event the
 same-bytes check does not take and for the checks at the end, so errors, budgets and
-messages are one code. ``new_run`` picks the implementation ``attnload.native`` chose.
+messages are one code. ``new_stream`` picks the implementation ``attnload.native`` chose.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ _EXTENSION = native.extension()
 BODY_ERRORS: tuple[type[Exception], ...] = (HTTPParseError,) + ((_EXTENSION.FramingError,) if _EXTENSION else ())
 """What a malformed HTTP response raises: llhttp's error, or the compiled chunked framing's."""
 PUMP_DONE, PUMP_DONE_OPEN, PUMP_COMPLETE, PUMP_EOF, PUMP_TIMEOUT, PUMP_ABANDON = range(6)
-"""How ``RunBase.pump`` ended (attnload/_fastread.c): [DONE] then the message's end (or not: close
+"""How ``StreamBase.pump`` ended (attnload/native/fastread.c): [DONE] then the message's end (or not: close
 the connection), the body's end without [DONE], the peer closed, a deadline passed, ``--abandon-after``."""
 
 
@@ -41,9 +41,10 @@ the connection), the body's end without [DONE], the peer closed, a deadline pass
 _PLAIN_STRING = rb'[^"\\\x00-\x1f]*'  # a JSON string body without escapes or control characters
 _SCALAR_FIELD = rb'(?!"error"|"choices")"\w+":(?:"' + _PLAIN_STRING + rb'"|-?(?:0|[1-9]\d*)|null)'
 _PLAIN_DELTA = re.compile(
-    rb'\{(?:' + _SCALAR_FIELD + rb',)*"choices":\[\{"index":0,"delta":\{(?:"role":"assistant",)?'
+    rb"\{(?:" + _SCALAR_FIELD + rb',)*"choices":\[\{"index":0,"delta":\{(?:"role":"assistant",)?'
     rb'"content":"(' + _PLAIN_STRING + rb')"\}(?:,"logprobs":null)?,"finish_reason":null(?:,"stop_reason":null)?\}\]'
-    rb'(?:,' + _SCALAR_FIELD + rb')*\}')
+    rb"(?:," + _SCALAR_FIELD + rb")*\}"
+)
 _PLAIN_CONTENT = re.compile(_PLAIN_STRING)
 """The content group of ``_PLAIN_DELTA`` alone: a chunk that repeats the previous match's bytes
 around its content matches the whole pattern exactly when its content matches this."""
@@ -56,12 +57,12 @@ NEVER = float("inf")
 """A stop condition that is never reached."""
 
 
-class RunChecks:
+class StreamChecks:
     """What both implementations of a run share: the rare events, and the checks at the end.
 
     A run holds ``sse`` (its splitter), ``first_at``/``last_at``/``gaps``/``chunk_tokens``/
     ``texts`` (the timings and counts), ``plain_head``/``plain_tail`` and ``events_left``;
-    ``PyRun`` keeps them in Python, ``CRun`` in C. ``consume`` stamps every chunk whose bytes
+    ``PyStream`` keeps them in Python, ``CStream`` in C. ``consume`` stamps every chunk whose bytes
     around the content equal the last plain delta's and hands any other event to ``_event``.
     """
 
@@ -72,7 +73,7 @@ class RunChecks:
         if kind == b"message":
             plain = _PLAIN_DELTA.fullmatch(data)
             if plain is not None:  # the bytes pin every field the slow path would read
-                self.plain_head, self.plain_tail = data[:plain.start(1)], data[plain.end(1):]
+                self.plain_head, self.plain_tail = data[: plain.start(1)], data[plain.end(1) :]
                 raw = plain.group(1)
                 if not raw:
                     return  # empty content, finish_reason null: nothing to record
@@ -110,8 +111,11 @@ class RunChecks:
         if not isinstance(choice, dict):
             raise RequestFailed(ErrorClass.BAD_RESPONSE, "`choices[0]` is not an object")
         delta = choice.get("delta") or {}
-        text = delta.get("content") or delta.get("reasoning_content") or delta.get("reasoning") \
-            if isinstance(delta, dict) else None
+        text = (
+            delta.get("content") or delta.get("reasoning_content") or delta.get("reasoning")
+            if isinstance(delta, dict)
+            else None
+        )
         if text and isinstance(text, str):
             content = delta.get("content")  # a content (or reasoning) chunk: time it, count it, keep its content
             self._stamp(at, chunk_tokens(text), content if isinstance(content, str) else None)
@@ -119,9 +123,12 @@ class RunChecks:
             self.finish_reason = choice["finish_reason"]
 
     def _runaway(self) -> None:
-        raise RequestFailed(ErrorClass.TRUNCATED, f"more than {max_events(self.max_tokens)} events for max_tokens "
-                                                  f"{self.max_tokens} and no [DONE]: the stream would not end, so it "
-                                                  f"was cut")
+        raise RequestFailed(
+            ErrorClass.TRUNCATED,
+            f"more than {max_events(self.max_tokens)} events for max_tokens "
+            f"{self.max_tokens} and no [DONE]: the stream would not end, so it "
+            f"was cut",
+        )
 
     def finish(self) -> None:
         """Check the completed response: non-streaming body, [DONE], truncation."""
@@ -172,19 +179,38 @@ class RunChecks:
             completion = (self.usage or {}).get("completion_tokens")
             produced = completion if isinstance(completion, int) else sum(self.chunk_tokens)
             if produced < self.max_tokens:
-                raise RequestFailed(ErrorClass.TRUNCATED,
-                                    f"finish_reason length after {produced} of max_tokens {self.max_tokens}")
+                raise RequestFailed(
+                    ErrorClass.TRUNCATED, f"finish_reason length after {produced} of max_tokens {self.max_tokens}"
+                )
 
 
-class PyRun(RunChecks):
-    """The pure-Python run: the reference the compiled one (``CRun``) is tested against."""
+class PyStream(StreamChecks):
+    """The pure-Python run: the reference the compiled one (``CStream``) is tested against."""
 
     framed = False
-    """The body is never framed outside llhttp on this path (``CRun.framed``: by the compiled loop)."""
+    """The body is never framed outside llhttp on this path (``CStream.framed``: by the compiled loop)."""
 
-    __slots__ = ("stream", "max_tokens", "sse", "response", "first_at", "last_at", "gaps", "chunk_tokens",
-                 "usage", "finish_reason", "done", "done_at", "eof", "plain_head", "plain_tail", "texts",
-                 "events_left", "abandon_chunks", "abandon_at")
+    __slots__ = (
+        "stream",
+        "max_tokens",
+        "sse",
+        "response",
+        "first_at",
+        "last_at",
+        "gaps",
+        "chunk_tokens",
+        "usage",
+        "finish_reason",
+        "done",
+        "done_at",
+        "eof",
+        "plain_head",
+        "plain_tail",
+        "texts",
+        "events_left",
+        "abandon_chunks",
+        "abandon_at",
+    )
 
     def __init__(self, stream: bool, max_tokens: int) -> None:
         self.stream = stream
@@ -219,9 +245,14 @@ class PyRun(RunChecks):
             # A stream's chunks differ only in their content: same bytes before and after it as the
             # last plain delta means the same fields, so only the content needs checking.
             head, tail = self.plain_head, self.plain_tail
-            if head is not None and kind == b"message" and data.startswith(head) and data.endswith(tail) \
-                    and len(data) >= len(head) + len(tail):
-                raw = data[len(head):len(data) - len(tail)]
+            if (
+                head is not None
+                and kind == b"message"
+                and data.startswith(head)
+                and data.endswith(tail)
+                and len(data) >= len(head) + len(tail)
+            ):
+                raw = data[len(head) : len(data) - len(tail)]
                 if _PLAIN_CONTENT.fullmatch(raw) is not None:
                     if not raw:
                         continue  # empty content, finish_reason null: nothing to record
@@ -253,13 +284,23 @@ class PyRun(RunChecks):
             self.texts.append(text)
 
 
-CRun: type | None = None
+CStream: type | None = None
 if _EXTENSION is not None:
-    class CRun(_EXTENSION.RunBase, RunChecks):  # type: ignore[no-redef]
-        """The compiled run: splitting and the same-bytes stamping in C (attnload/_fastpath.c)."""
 
-        __slots__ = ("stream", "max_tokens", "response", "usage", "finish_reason", "done_at", "eof",
-                     "abandon_chunks", "abandon_at")
+    class CStream(_EXTENSION.StreamBase, StreamChecks):  # type: ignore[no-redef]
+        """The compiled run: splitting and the same-bytes stamping in C (attnload/native/fastpath.c)."""
+
+        __slots__ = (
+            "stream",
+            "max_tokens",
+            "response",
+            "usage",
+            "finish_reason",
+            "done_at",
+            "eof",
+            "abandon_chunks",
+            "abandon_at",
+        )
 
         def __init__(self, stream: bool, max_tokens: int) -> None:
             self.stream = stream
@@ -274,24 +315,29 @@ if _EXTENSION is not None:
             self.abandon_chunks = self.abandon_at = NEVER
 
 
-def frames_in_c(run: PyRun) -> bool:
-    """The compiled read loop can take this run's body (``RunBase.pump``)."""
-    return CRun is not None and type(run) is CRun
+def frames_in_c(run: PyStream) -> bool:
+    """The compiled read loop can take this run's body (``StreamBase.pump``)."""
+    return CStream is not None and type(run) is CStream
 
 
 def frames_chunked(response: Response) -> bool:
     """A 200 whose head is parsed and whose body is chunked and no more: what the compiled loop frames."""
     encoding = response.get("transfer-encoding")
-    return response.headers_complete and not response.message_complete and response.get_code() == 200 \
-        and isinstance(encoding, str) and encoding.strip().lower() == "chunked" \
+    return (
+        response.headers_complete
+        and not response.message_complete
+        and response.get_code() == 200
+        and isinstance(encoding, str)
+        and encoding.strip().lower() == "chunked"
         and response.get("content-length") is None
+    )
 
 
-def new_run(stream: bool, max_tokens: int) -> PyRun:
+def new_stream(stream: bool, max_tokens: int) -> PyStream:
     """A run of the implementation ``attnload.native`` chose (the C one unless it is absent or turned off)."""
-    if CRun is not None and native.active() is not None:
-        return CRun(stream, max_tokens)  # type: ignore[no-any-return]
-    return PyRun(stream, max_tokens)
+    if CStream is not None and native.active() is not None:
+        return CStream(stream, max_tokens)  # type: ignore[no-any-return]
+    return PyStream(stream, max_tokens)
 
 
 def cached_tokens(text: str) -> int:

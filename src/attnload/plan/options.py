@@ -92,64 +92,152 @@ class Option:
 
 OPTIONS: tuple[Option, ...] = (
     Option("config", "test config (.json or .toml)", "examples/benchmark_config.json", run=None),
-    Option("users", "closed-loop users (with -t/--run-time)", run={"type": int, "default": None}, locust=False,
-           aliases=("-u",)),
-    Option("spawn-rate", "users started per second", run={"type": float, "default": None}, locust=False,
-           aliases=("-r",)),
-    Option("duration", "run length for --users, e.g. 60s or 2m (Locust's -t/--run-time)", run={"default": None},
-           locust=False, aliases=("-t", "--run-time")),
-    Option("shape", "concurrency:1,8,64 (users per stage), rate:0.5,1,2 (req/s per model), sweep[:CAP] or "
-           "replay:TRACE",
-           run={"default": None}),
+    Option(
+        "users",
+        "closed-loop users (with -t/--run-time)",
+        run={"type": int, "default": None},
+        locust=False,
+        aliases=("-u",),
+    ),
+    Option(
+        "spawn-rate", "users started per second", run={"type": float, "default": None}, locust=False, aliases=("-r",)
+    ),
+    Option(
+        "duration",
+        "run length for --users, e.g. 60s or 2m (Locust's -t/--run-time)",
+        run={"default": None},
+        locust=False,
+        aliases=("-t", "--run-time"),
+    ),
+    Option(
+        "shape",
+        "concurrency:1,8,64 (users per stage), rate:0.5,1,2 (req/s per model), sweep[:CAP] or replay:TRACE",
+        run={"default": None},
+    ),
     Option("stage-duration", "length of each --shape stage (default 60s)", "60s", run={"default": None}),
-    Option("replay-speed", "replay:PATH shapes: trace speed-up (2 = twice the rate; default 1)", "1",
-           run={"default": None}),
+    Option(
+        "replay-speed", "replay:PATH shapes: trace speed-up (2 = twice the rate; default 1)", "1", run={"default": None}
+    ),
     Option("warmup", "seconds at each stage start excluded from stage stats", "0", run={"default": "0"}),
-    Option("start-spread", "closed loop: spread each stage's new users' first requests so users started together "
-           "do not stay in phase. auto (default): over about one request's duration (the first stage: one pilot "
-           "user per model starts at once, the others at golden-ratio offsets of its duration); off: start at "
-           "once; SECONDS: over that fixed time", "auto", run={"default": None, "metavar": "auto|off|S"}),
+    Option(
+        "start-spread",
+        "closed loop: spread each stage's new users' first requests so users started together "
+        "do not stay in phase. auto (default): over about one request's duration (the first stage: one pilot "
+        "user per model starts at once, the others at golden-ratio offsets of its duration); off: start at "
+        "once; SECONDS: over that fixed time",
+        "auto",
+        run={"default": None, "metavar": "auto|off|S"},
+    ),
     Option("profile", "comma-separated workload profiles (default: all)", run={"default": ""}),
-    Option("paired", "send each prompt to every model at once; results get per-pair deltas with a CI", "0",
-           run={"action": "store_true"}),
-    Option("arrivals", "open-loop arrival law for rate stages: poisson or constant (default: the config's)",
-           run={"choices": ("poisson", "constant"), "default": None}),
-    Option("burstiness", "rate stages: gamma inter-arrival shape B over the whole fleet (1 = Poisson, 0.25 = "
-           "bursty, CV 1/sqrt(B)); default: the --arrivals law", run={"default": None, "metavar": "B"}),
-    Option("abandon-rate", "fraction 0-1 of streamed requests (seeded) that close the connection mid-stream "
-           "(counted abandoned, not failed)", run={"default": None, "metavar": "P"}),
-    Option("abandon-after", "when an abandoning request closes: content chunks (5), a duration (2s) or a "
-           "distribution (uniform:2,10, exp:5, uniform:1s,3s)", run={"default": None, "metavar": "SPEC"}),
-    Option("max-in-flight", "open loop: keep-alive connections per model and worker before requests wait",
-           DEFAULT_MAX_IN_FLIGHT, int, run={"type": int, "default": None}),
+    Option(
+        "paired",
+        "send each prompt to every model at once; results get per-pair deltas with a CI",
+        "0",
+        run={"action": "store_true"},
+    ),
+    Option(
+        "arrivals",
+        "open-loop arrival law for rate stages: poisson or constant (default: the config's)",
+        run={"choices": ("poisson", "constant"), "default": None},
+    ),
+    Option(
+        "burstiness",
+        "rate stages: gamma inter-arrival shape B over the whole fleet (1 = Poisson, 0.25 = "
+        "bursty, CV 1/sqrt(B)); default: the --arrivals law",
+        run={"default": None, "metavar": "B"},
+    ),
+    Option(
+        "abandon-rate",
+        "fraction 0-1 of streamed requests (seeded) that close the connection mid-stream "
+        "(counted abandoned, not failed)",
+        run={"default": None, "metavar": "P"},
+    ),
+    Option(
+        "abandon-after",
+        "when an abandoning request closes: content chunks (5), a duration (2s) or a "
+        "distribution (uniform:2,10, exp:5, uniform:1s,3s)",
+        run={"default": None, "metavar": "SPEC"},
+    ),
+    Option(
+        "max-in-flight",
+        "open loop: keep-alive connections per model and worker before requests wait",
+        DEFAULT_MAX_IN_FLIGHT,
+        int,
+        run={"type": int, "default": None},
+    ),
     Option("results", "directory for results JSON + HTML", "results", run={"default": "results"}),
-    Option("metrics-port", "master's Prometheus /metrics port (0 = off)", 9646, int,
-           run={"type": int, "default": 9646}),
-    Option("metrics-host", "address /metrics listens on (default 127.0.0.1; 0.0.0.0 lets another host's "
-           "Prometheus scrape it, as deploy/ does)", "127.0.0.1", run={"default": "127.0.0.1", "metavar": "ADDR"}),
-    Option("server-metrics", "auto: read each model server's /metrics (its metrics_url, else /metrics on its "
-           "base_url's host) next to the client's numbers; off: don't", "auto",
-           run={"choices": ("auto", "off"), "default": "auto"}),
-    Option("server-metrics-interval", "seconds between scrapes of the model servers' /metrics", "2",
-           run={"default": "2", "metavar": "S"}),
-    Option("gpu-metrics", "auto: read each model's GPUs from dcgm-exporter (its gpu_metrics_url + gpu_selector, "
-           "else DCGM_FI_* series on the model server's /metrics, as the simulator serves) at the server-metrics "
-           "interval; off: don't", "auto", run={"choices": ("auto", "off"), "default": "auto"}),
-    Option("exit-code-on-error", "exit status when any request failed, as Locust's (default 1; 0: ignore failures)",
-           run={"type": int, "default": 1, "metavar": "N"}, locust=False),
-    Option("fail-on", "also exit 1 when, comma-separated: slo (a model's p99 over the config's slo), saturated "
-           "(client_saturated), server-gap (a stage flagged server_client_gap)",
-           run={"default": "", "metavar": "REASONS"}, locust=False),
-    Option("csv", "write Locust's CSV stats (PREFIX_stats.csv, _stats_history.csv, _failures.csv, "
-           "_exceptions.csv) plus PREFIX_llm.csv (TTFT/ITL/TPOT/tok/s per model and stage)",
-           run={"default": None, "metavar": "PREFIX"}, locust=False),
-    Option("locust-stats", "also print Locust's own request tables (periodic stats and the final response-time "
-           "percentiles, of whole streamed requests); off by default, attnload's tables and progress line stay",
-           "1", run={"action": "store_true", "default": None}),
-    Option("requests-out", "also write one JSON line per request to PATH (gzip when it ends in .gz; schema in "
-           "docs/requests.md)", "", run={"default": None, "metavar": "PATH"}),
-    Option("snapshot-interval", "seconds between atomic snapshots of the results during the run, so a killed "
-           "master loses at most that (0 = off)", 30.0, float, run={"type": float, "default": None, "metavar": "S"}),
+    Option(
+        "metrics-port", "master's Prometheus /metrics port (0 = off)", 9646, int, run={"type": int, "default": 9646}
+    ),
+    Option(
+        "metrics-host",
+        "address /metrics listens on (default 127.0.0.1; 0.0.0.0 lets another host's "
+        "Prometheus scrape it, as deploy/ does)",
+        "127.0.0.1",
+        run={"default": "127.0.0.1", "metavar": "ADDR"},
+    ),
+    Option(
+        "server-metrics",
+        "auto: read each model server's /metrics (its metrics_url, else /metrics on its "
+        "base_url's host) next to the client's numbers; off: don't",
+        "auto",
+        run={"choices": ("auto", "off"), "default": "auto"},
+    ),
+    Option(
+        "server-metrics-interval",
+        "seconds between scrapes of the model servers' /metrics",
+        "2",
+        run={"default": "2", "metavar": "S"},
+    ),
+    Option(
+        "gpu-metrics",
+        "auto: read each model's GPUs from dcgm-exporter (its gpu_metrics_url + gpu_selector, "
+        "else DCGM_FI_* series on the model server's /metrics, as the simulator serves) at the server-metrics "
+        "interval; off: don't",
+        "auto",
+        run={"choices": ("auto", "off"), "default": "auto"},
+    ),
+    Option(
+        "exit-code-on-error",
+        "exit status when any request failed, as Locust's (default 1; 0: ignore failures)",
+        run={"type": int, "default": 1, "metavar": "N"},
+        locust=False,
+    ),
+    Option(
+        "fail-on",
+        "also exit 1 when, comma-separated: slo (a model's p99 over the config's slo), saturated "
+        "(client_saturated), server-gap (a stage flagged server_client_gap)",
+        run={"default": "", "metavar": "REASONS"},
+        locust=False,
+    ),
+    Option(
+        "csv",
+        "write Locust's CSV stats (PREFIX_stats.csv, _stats_history.csv, _failures.csv, "
+        "_exceptions.csv) plus PREFIX_llm.csv (TTFT/ITL/TPOT/tok/s per model and stage)",
+        run={"default": None, "metavar": "PREFIX"},
+        locust=False,
+    ),
+    Option(
+        "locust-stats",
+        "also print Locust's own request tables (periodic stats and the final response-time "
+        "percentiles, of whole streamed requests); off by default, attnload's tables and progress line stay",
+        "1",
+        run={"action": "store_true", "default": None},
+    ),
+    Option(
+        "requests-out",
+        "also write one JSON line per request to PATH (gzip when it ends in .gz; schema in docs/requests.md)",
+        "",
+        run={"default": None, "metavar": "PATH"},
+    ),
+    Option(
+        "snapshot-interval",
+        "seconds between atomic snapshots of the results during the run, so a killed "
+        "master loses at most that (0 = off)",
+        30.0,
+        float,
+        run={"type": float, "default": None, "metavar": "S"},
+    ),
 )
 """Every option the launcher passes to Locust processes; the order is ``attnload run --help``'s."""
 
@@ -160,21 +248,37 @@ def add_load_arguments(parser: argparse.ArgumentParser) -> None:
     """The ``attnload run`` flags: the table's, then those of the process layout."""
     for option in OPTIONS:
         if option.run is not None:
-            parser.add_argument(*option.run_flags, dest=option.name.replace("-", "_"), help=option.help,
-                                **option.run)
-    parser.add_argument("--workers", "--processes", dest="workers", type=int, default=0,
-                        help="local Locust worker processes (0 = one process; -1 = one per CPU core, as Locust's "
-                             "--processes)")
+            parser.add_argument(*option.run_flags, dest=option.name.replace("-", "_"), help=option.help, **option.run)
+    parser.add_argument(
+        "--workers",
+        "--processes",
+        dest="workers",
+        type=int,
+        default=0,
+        help="local Locust worker processes (0 = one process; -1 = one per CPU core, as Locust's --processes)",
+    )
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--headless", dest="headless", action="store_true", default=True, help="no web UI (default)")
     mode.add_argument("--web", dest="headless", action="store_false", help="Locust web UI on --web-port")
     parser.add_argument("--web-port", type=int, default=8089, help="Locust web UI port with --web")
-    parser.add_argument("--stop-timeout", type=float, default=0.0, metavar="S",
-                        help="at the end (and when users are removed) let in-flight requests finish for up to S "
-                             "seconds instead of counting them cancelled")
-    parser.add_argument("--prometheus", type=int, nargs="?", const=9090, default=None, metavar="PORT",
-                        help="also run a local Prometheus (Debian package) on PORT (9090) scraping the master "
-                             "and a simulator on a loopback base_url; its data stays under RESULTS/prometheus")
+    parser.add_argument(
+        "--stop-timeout",
+        type=float,
+        default=0.0,
+        metavar="S",
+        help="at the end (and when users are removed) let in-flight requests finish for up to S "
+        "seconds instead of counting them cancelled",
+    )
+    parser.add_argument(
+        "--prometheus",
+        type=int,
+        nargs="?",
+        const=9090,
+        default=None,
+        metavar="PORT",
+        help="also run a local Prometheus (Debian package) on PORT (9090) scraping the master "
+        "and a simulator on a loopback base_url; its data stays under RESULTS/prometheus",
+    )
 
 
 def environment(values: Mapping[str, str | None]) -> dict[str, str]:
@@ -187,8 +291,13 @@ def add_arguments(parser: Any) -> None:
     group = parser.add_argument_group("attnload")
     for option in OPTIONS:
         if option.locust:
-            group.add_argument(option.locust_flag, env_var=option.env, type=option.locust_type,
-                               default=option.locust_default, help=option.help)
+            group.add_argument(
+                option.locust_flag,
+                env_var=option.env,
+                type=option.locust_type,
+                default=option.locust_default,
+                help=option.help,
+            )
 
 
 def options_from(parsed: Any) -> RunOptions:
@@ -199,15 +308,19 @@ def options_from(parsed: Any) -> RunOptions:
     if shape is not None:
         shape = with_replay_speed(shape, getattr(parsed, "attnload_replay_speed", None))
     return RunOptions(
-        config_path=parsed.attnload_config, metrics_port=int(parsed.attnload_metrics_port),
+        config_path=parsed.attnload_config,
+        metrics_port=int(parsed.attnload_metrics_port),
         metrics_host=str(parsed.attnload_metrics_host or "127.0.0.1").strip(),
-        results_dir=parsed.attnload_results, shape=shape,
+        results_dir=parsed.attnload_results,
+        shape=shape,
         profiles=tuple(p.strip() for p in (parsed.attnload_profile or "").split(",") if p.strip()),
         warmup_s=0.0 if warmup in ("", "0") else parse_duration(warmup, "--warmup"),
         paired=str(parsed.attnload_paired).strip().lower() in ("1", "true", "yes"),
-        arrivals=_arrivals(parsed.attnload_arrivals), burstiness=parse_burstiness(getattr(parsed, "attnload_burstiness", None)),
-        abandon=parse_abandon(getattr(parsed, "attnload_abandon_rate", None),
-                              getattr(parsed, "attnload_abandon_after", None)),
+        arrivals=_arrivals(parsed.attnload_arrivals),
+        burstiness=parse_burstiness(getattr(parsed, "attnload_burstiness", None)),
+        abandon=parse_abandon(
+            getattr(parsed, "attnload_abandon_rate", None), getattr(parsed, "attnload_abandon_after", None)
+        ),
         max_in_flight=max(1, int(parsed.attnload_max_in_flight)),
         server_metrics=server_metrics_mode(parsed.attnload_server_metrics),
         server_metrics_interval_s=server_metrics_interval(parsed.attnload_server_metrics_interval),
@@ -215,7 +328,8 @@ def options_from(parsed: Any) -> RunOptions:
         csv_prefix=getattr(parsed, "csv_prefix", None) or None,
         locust_stats=truthy(getattr(parsed, "attnload_locust_stats", "1")),
         requests_out=requests_out_option(parsed),
-        start_spread=parse_start_spread(getattr(parsed, "attnload_start_spread", "auto")))
+        start_spread=parse_start_spread(getattr(parsed, "attnload_start_spread", "auto")),
+    )
 
 
 def truthy(value: object) -> bool:

@@ -16,8 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from attnload.server_metrics.dcgm import GpuReading
-from attnload.server_metrics.window import Gauge, counter_delta
+from attnload.scrape.dcgm import GpuReading
+from attnload.scrape.window import Gauge, counter_delta
 
 ACTIVITY_FIELDS = ("dram_active", "tensor_active", "sm_active", "gpu_util")
 BUSY_MIN = 0.25

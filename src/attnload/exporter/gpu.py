@@ -17,10 +17,10 @@ from typing import TYPE_CHECKING, Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-from attnload.metrics import names
+from attnload.exporter import names
 
 if TYPE_CHECKING:
-    from attnload.server_metrics.gpuwindow import GpuSample, GpuWindow
+    from attnload.scrape.gpuwindow import GpuSample, GpuWindow
 
 
 class GpuGauges:
@@ -32,7 +32,7 @@ class GpuGauges:
         self._lock = threading.Lock()
 
     def record(self, key: str, sample: GpuSample) -> None:
-        from attnload.server_metrics.gpuwindow import GpuWindow  # metrics stays importable without the poller
+        from attnload.scrape.gpuwindow import GpuWindow  # metrics stays importable without the poller
 
         with self._lock:
             self._latest[key] = sample
@@ -40,13 +40,20 @@ class GpuGauges:
 
     def families(self, model_labels: Mapping[str, tuple[str, str]]) -> Iterator[Any]:
         labels = names.GPU_LABELS
-        dram = GaugeMetricFamily(names.GPU_DRAM_ACTIVE, "Mean DRAM activity (0-1) of the model's GPUs "
-                                 "(DCGM_FI_PROF_DRAM_ACTIVE).", labels=labels)
-        tensor = GaugeMetricFamily(names.GPU_TENSOR_ACTIVE, "Mean tensor-pipe activity (0-1) of the model's GPUs "
-                                   "(DCGM_FI_PROF_PIPE_TENSOR_ACTIVE).", labels=labels)
+        dram = GaugeMetricFamily(
+            names.GPU_DRAM_ACTIVE,
+            "Mean DRAM activity (0-1) of the model's GPUs (DCGM_FI_PROF_DRAM_ACTIVE).",
+            labels=labels,
+        )
+        tensor = GaugeMetricFamily(
+            names.GPU_TENSOR_ACTIVE,
+            "Mean tensor-pipe activity (0-1) of the model's GPUs (DCGM_FI_PROF_PIPE_TENSOR_ACTIVE).",
+            labels=labels,
+        )
         power = GaugeMetricFamily(names.GPU_POWER_WATTS, "Power summed over the model's GPUs, W.", labels=labels)
-        energy = CounterMetricFamily(names.GPU_ENERGY_JOULES, "Energy of the model's GPUs since the master started, J.",
-                                     labels=labels)
+        energy = CounterMetricFamily(
+            names.GPU_ENERGY_JOULES, "Energy of the model's GPUs since the master started, J.", labels=labels
+        )
         count = GaugeMetricFamily(names.GPU_COUNT, "GPUs the model's gpu_selector matched.", labels=labels)
         with self._lock:
             latest = dict(self._latest)

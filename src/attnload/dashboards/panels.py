@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from attnload.metrics import names
+from attnload.exporter import names
 
 SCOPE = 'namespace=~"$namespace", job=~"$job"'
 """Which stack: every query carries it (``.*`` also matches a series without the label)."""
@@ -31,10 +31,12 @@ LEGEND = "{{attention}} {{model}} [{{target}}]"
 ATTENTION_COLORS = (("GQA", "blue"), ("MLA", "orange"), ("MHA", "green"), ("MQA", "purple"))
 """One fixed colour per attention type, matched on the legend by regex (case-insensitive)."""
 
-SERVER_NOTE = ("From the inference server's own /metrics: one query over vLLM's (`vllm:*`) and SGLang's "
-               "(`sglang:*`) names, so whichever engine is scraped answers; the attention type comes from "
-               "attnload's own series for the same model id. attnload's simulator exports the vLLM names; "
-               "its numbers are simulated, not a measurement of a real server (docs/simulator.md).")
+SERVER_NOTE = (
+    "From the inference server's own /metrics: one query over vLLM's (`vllm:*`) and SGLang's "
+    "(`sglang:*`) names, so whichever engine is scraped answers; the attention type comes from "
+    "attnload's own series for the same model id. attnload's simulator exports the vLLM names; "
+    "its numbers are simulated, not a measurement of a real server (docs/simulator.md)."
+)
 
 
 @dataclass(frozen=True)
@@ -98,38 +100,64 @@ def _attention(name: str) -> str:
 
 def mla_over_gqa_quantile(q: float, metric: str) -> str:
     """One number: MLA's percentile over GQA's, each merged over its models (``on()``: no labels left)."""
+
     def one(name: str) -> str:
         return f"histogram_quantile({q}, sum by (le) (rate({metric}_bucket{{{_attention(name)}}}[{RATE}])))"
+
     return f"{one('MLA')} / on() {one('GQA')}"
 
 
 def mla_over_gqa_rate(metric: str) -> str:
     def one(name: str) -> str:
         return f"sum(rate({metric}{{{_attention(name)}}}[{RATE}]))"
+
     return f"{one('MLA')} / on() {one('GQA')}"
 
 
 def ratio_panels() -> tuple[Panel, ...]:
     """MLA/GQA as numbers: below 1 MLA is faster (latency) or above 1 MLA produces more (tok/s)."""
-    how = (" MLA series over GQA series, each merged over all models of that attention type in the "
-           "selection (buckets summed before the quantile).")
+    how = (
+        " MLA series over GQA series, each merged over all models of that attention type in the "
+        "selection (buckets summed before the quantile)."
+    )
     return (
-        Panel("MLA / GQA: ITL p50", RATIO,
-              (Target(mla_over_gqa_quantile(0.5, names.ITL_SECONDS), "MLA/GQA ITL p50"),),
-              "Below 1: MLA decodes faster per token." + how, kind="stat", width=8, height=5, decimals=2),
-        Panel("MLA / GQA: TTFT p99", RATIO,
-              (Target(mla_over_gqa_quantile(0.99, names.TTFT_SECONDS), "MLA/GQA TTFT p99"),),
-              "Below 1: MLA's slowest first tokens come sooner." + how, kind="stat", width=8, height=5,
-              decimals=2),
-        Panel("MLA / GQA: output tokens/s", RATIO,
-              (Target(mla_over_gqa_rate(f"{names.COMPLETION_TOKENS}_total"), "MLA/GQA output tok/s"),),
-              "Above 1: MLA produces more tokens per second." + how, kind="stat", width=8, height=5,
-              decimals=2),
+        Panel(
+            "MLA / GQA: ITL p50",
+            RATIO,
+            (Target(mla_over_gqa_quantile(0.5, names.ITL_SECONDS), "MLA/GQA ITL p50"),),
+            "Below 1: MLA decodes faster per token." + how,
+            kind="stat",
+            width=8,
+            height=5,
+            decimals=2,
+        ),
+        Panel(
+            "MLA / GQA: TTFT p99",
+            RATIO,
+            (Target(mla_over_gqa_quantile(0.99, names.TTFT_SECONDS), "MLA/GQA TTFT p99"),),
+            "Below 1: MLA's slowest first tokens come sooner." + how,
+            kind="stat",
+            width=8,
+            height=5,
+            decimals=2,
+        ),
+        Panel(
+            "MLA / GQA: output tokens/s",
+            RATIO,
+            (Target(mla_over_gqa_rate(f"{names.COMPLETION_TOKENS}_total"), "MLA/GQA output tok/s"),),
+            "Above 1: MLA produces more tokens per second." + how,
+            kind="stat",
+            width=8,
+            height=5,
+            decimals=2,
+        ),
     )
 
 
-ATTENTION_OF = (f'topk by (model_name) (1, group by (model_name, attention) '
-                f'(label_replace(attnload_users{{{SEL_USERS}}}, "model_name", "$1", "model", "(.*)")))')
+ATTENTION_OF = (
+    f"topk by (model_name) (1, group by (model_name, attention) "
+    f'(label_replace(attnload_users{{{SEL_USERS}}}, "model_name", "$1", "model", "(.*)")))'
+)
 """The attention type of each served model id, from the master's ``attnload_users`` (its ``model``
 label is the id the server names ``model_name``); one per id (``topk``), so the join never fails."""
 SERVER_LEGEND = "{{attention}} {{model_name}}"
@@ -158,14 +186,26 @@ def _per_s(*metrics: str) -> str:
 
 
 def _share(*pairs: tuple[str, str]) -> str:
-    return engines(*(f"sum by (model_name) (rate({num}{{{SEL_SERVER}}}[{RATE}]))"
-                     f" / sum by (model_name) (rate({den}{{{SEL_SERVER}}}[{RATE}]))" for num, den in pairs))
+    return engines(
+        *(
+            f"sum by (model_name) (rate({num}{{{SEL_SERVER}}}[{RATE}]))"
+            f" / sum by (model_name) (rate({den}{{{SEL_SERVER}}}[{RATE}]))"
+            for num, den in pairs
+        )
+    )
 
 
 def _server_quantile(q: float) -> str:
-    return f"histogram_quantile({q}, " + engines(*(
-        f"sum by (le, model_name) (rate({m}_bucket{{{SEL_SERVER}}}[{RATE}]))"
-        for m in ("vllm:time_to_first_token_seconds", "sglang:time_to_first_token_seconds"))) + ")"
+    return (
+        f"histogram_quantile({q}, "
+        + engines(
+            *(
+                f"sum by (le, model_name) (rate({m}_bucket{{{SEL_SERVER}}}[{RATE}]))"
+                for m in ("vllm:time_to_first_token_seconds", "sglang:time_to_first_token_seconds")
+            )
+        )
+        + ")"
+    )
 
 
 def _one(expr: str, legend: str = SERVER_LEGEND) -> tuple[Target]:
@@ -177,39 +217,69 @@ def server_view() -> tuple[Panel, ...]:
     vLLM's and SGLang's names together, so no panel is empty whichever engine serves."""
     return (
         row("Server view (vLLM / SGLang metrics)"),
-        Panel("Server: KV cache usage", "percentunit",
-              _one(_gauge("max", "vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc", "sglang:token_usage")),
-              "Share of KV cache blocks (vLLM) or token slots (SGLang) in use. " + SERVER_NOTE, max_value=1.0,
-              width=8),
-        Panel("Server: requests running", "short",
-              _one(_gauge("sum", "vllm:num_requests_running", "sglang:num_running_reqs")),
-              "Requests in the server's running batch. " + SERVER_NOTE, width=8),
-        Panel("Server: requests waiting", "short",
-              _one(_gauge("sum", "vllm:num_requests_waiting", "sglang:num_queue_reqs")),
-              "Waiting > 0: admission is bound by KV capacity (or the batch limit). " + SERVER_NOTE, width=8),
-        Panel("Server: preemptions/s", "short",
-              _one(_per_s("vllm:num_preemptions_total", "sglang:num_retracted_requests_total")),
-              "Requests preempted (vLLM) or retracted (SGLang) because a decode needed KV space. " + SERVER_NOTE,
-              width=8),
-        Panel("Server: prefix cache hit ratio", "percentunit",
-              _one(_share(("vllm:prefix_cache_hits_total", "vllm:prefix_cache_queries_total"),
-                          ("vllm:gpu_prefix_cache_hits_total", "vllm:gpu_prefix_cache_queries_total"),
-                          ("sglang:cached_tokens_total", "sglang:prompt_tokens_total"))),
-              "Prompt tokens found in the prefix cache over prompt tokens looked up. " + SERVER_NOTE,
-              max_value=1.0, width=8),
-        Panel("Server: TTFT (p99 dashed)", "s",
-              tuple(Target(with_attention(_server_quantile(q)), f"p{round(q * 100)} {SERVER_LEGEND}")
-                    for q in (0.5, 0.99)),
-              "Time to first token as the server measures it (queueing and prefill, no network). "
-              + SERVER_NOTE, dashed_legend="^p99", width=8),
+        Panel(
+            "Server: KV cache usage",
+            "percentunit",
+            _one(_gauge("max", "vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc", "sglang:token_usage")),
+            "Share of KV cache blocks (vLLM) or token slots (SGLang) in use. " + SERVER_NOTE,
+            max_value=1.0,
+            width=8,
+        ),
+        Panel(
+            "Server: requests running",
+            "short",
+            _one(_gauge("sum", "vllm:num_requests_running", "sglang:num_running_reqs")),
+            "Requests in the server's running batch. " + SERVER_NOTE,
+            width=8,
+        ),
+        Panel(
+            "Server: requests waiting",
+            "short",
+            _one(_gauge("sum", "vllm:num_requests_waiting", "sglang:num_queue_reqs")),
+            "Waiting > 0: admission is bound by KV capacity (or the batch limit). " + SERVER_NOTE,
+            width=8,
+        ),
+        Panel(
+            "Server: preemptions/s",
+            "short",
+            _one(_per_s("vllm:num_preemptions_total", "sglang:num_retracted_requests_total")),
+            "Requests preempted (vLLM) or retracted (SGLang) because a decode needed KV space. " + SERVER_NOTE,
+            width=8,
+        ),
+        Panel(
+            "Server: prefix cache hit ratio",
+            "percentunit",
+            _one(
+                _share(
+                    ("vllm:prefix_cache_hits_total", "vllm:prefix_cache_queries_total"),
+                    ("vllm:gpu_prefix_cache_hits_total", "vllm:gpu_prefix_cache_queries_total"),
+                    ("sglang:cached_tokens_total", "sglang:prompt_tokens_total"),
+                )
+            ),
+            "Prompt tokens found in the prefix cache over prompt tokens looked up. " + SERVER_NOTE,
+            max_value=1.0,
+            width=8,
+        ),
+        Panel(
+            "Server: TTFT (p99 dashed)",
+            "s",
+            tuple(
+                Target(with_attention(_server_quantile(q)), f"p{round(q * 100)} {SERVER_LEGEND}") for q in (0.5, 0.99)
+            ),
+            "Time to first token as the server measures it (queueing and prefill, no network). " + SERVER_NOTE,
+            dashed_legend="^p99",
+            width=8,
+        ),
     )
 
 
-def latency_pair(title: str, metric: str, description: str, qs: Sequence[float] = (0.5, 0.99),
-                 width: int = 12) -> tuple[Panel, ...]:
+def latency_pair(
+    title: str, metric: str, description: str, qs: Sequence[float] = (0.5, 0.99), width: int = 12
+) -> tuple[Panel, ...]:
     """One panel per percentile, so a line's colour only ever means its attention type."""
-    return tuple(Panel(f"{title} p{round(q * 100)}", "s", (Target(quantile(q, metric)),), description, width=width)
-                 for q in qs)
+    return tuple(
+        Panel(f"{title} p{round(q * 100)}", "s", (Target(quantile(q, metric)),), description, width=width) for q in qs
+    )
 
 
 def expr_requirements(expr: str) -> frozenset[str]:

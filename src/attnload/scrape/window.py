@@ -17,10 +17,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from attnload.server_metrics.parse import ServerSample
+from attnload.scrape.parse import ServerSample
 
-_COUNTERS = ("preemptions", "prefix_cache_queries", "prefix_cache_hits", "prompt_tokens", "generation_tokens",
-             "aborted")
+_COUNTERS = (
+    "preemptions",
+    "prefix_cache_queries",
+    "prefix_cache_hits",
+    "prompt_tokens",
+    "generation_tokens",
+    "aborted",
+)
 _GAUGES = ("kv_cache_usage", "running", "waiting", "prefix_cache_hit_rate")
 
 
@@ -126,8 +132,9 @@ class ServerWindow:
         if sample.ttft_buckets:
             before_buckets = dict(previous.ttft_buckets)
             now_total = sample.ttft_buckets[-1][1]
-            reset = (set(before_buckets) != {b for b, _ in sample.ttft_buckets}
-                     or now_total < previous.ttft_buckets[-1][1])
+            reset = (
+                set(before_buckets) != {b for b, _ in sample.ttft_buckets} or now_total < previous.ttft_buckets[-1][1]
+            )
             for bound, count in sample.ttft_buckets:
                 step = count if reset else max(0.0, count - before_buckets[bound])
                 self._ttft[bound] = self._ttft.get(bound, 0.0) + step

@@ -16,6 +16,7 @@ from attnload.config.limits import check_number
 
 def check_flag_limits(args: argparse.Namespace) -> None:
     """Raise a one-line ``UsageError`` for the first out-of-range flag; absent flags (None) are skipped."""
+
     def flag(name: str) -> float | None:
         value = getattr(args, name, None)
         return None if value is None else float(value)

@@ -1,4 +1,4 @@
-"""Exit codes for CI: a finished run (or a comparison of two) turned into a status and the reasons for it.
+"""Exit codes for CI: a finished run turned into a status and the reasons for it (a comparison's: ``report.compare``).
 
 A CI job reads only the status, so every non-zero one comes with the lines that explain it.
 The policy is pure (results and thresholds in, ``(code, reasons)`` out) so tests call it directly
@@ -22,7 +22,6 @@ from dataclasses import dataclass
 
 from attnload.config.model import Slo
 from attnload.errors import UsageError
-from attnload.report.compare import Comparison
 from attnload.results.model import ModelSummary, Results
 
 FAIL_ON = ("slo", "saturated", "server-gap")
@@ -94,8 +93,11 @@ def _failed(models: Iterable[ModelSummary]) -> str:
     return f"failed requests: {', '.join(parts)} (--exit-code-on-error 0 ignores them)"
 
 
-_SLO_FIELDS = (("ttft_p99_s", "ttft_s", "TTFT p99"), ("itl_p99_s", "itl_s", "ITL p99"),
-               ("e2e_p99_s", "e2e_s", "E2E p99"))
+_SLO_FIELDS = (
+    ("ttft_p99_s", "ttft_s", "TTFT p99"),
+    ("itl_p99_s", "itl_s", "ITL p99"),
+    ("e2e_p99_s", "e2e_s", "E2E p99"),
+)
 
 
 def slo_breaches(models: Iterable[ModelSummary], slo: Slo) -> list[str]:
@@ -113,26 +115,13 @@ def slo_breaches(models: Iterable[ModelSummary], slo: Slo) -> list[str]:
 
 def server_gaps(models: Iterable[ModelSummary]) -> list[str]:
     """Each stage flagged ``server_client_gap`` (the server's metrics disagree with the client's)."""
-    return [f"server/client gap: {m.key} stage {s.index} ({_load(s.users, s.rate)})"
-            for m in models for s in m.stages if SERVER_GAP_FLAG in s.flags]
+    return [
+        f"server/client gap: {m.key} stage {s.index} ({_load(s.users, s.rate)})"
+        for m in models
+        for s in m.stages
+        if SERVER_GAP_FLAG in s.flags
+    ]
 
 
 def _load(users: int | None, rate: float | None) -> str:
     return f"{users} users" if users is not None else f"{rate:g} req/s" if rate is not None else "no load"
-
-
-def regression_status(comparison: Comparison) -> tuple[int, list[str]]:
-    """``report --fail-on-regression``: 1 with one line per regressed row, each metric with its change
-    (the comparison was built with the PCT as its threshold), else 0."""
-    lines = []
-    for row in comparison.rows:
-        parts = [f"{d.metric.title} {d.metric.show(d.baseline)} → {d.metric.show(d.current)}"
-                 + (f" ({d.change * 100:+.1f}%)" if d.change is not None else "")
-                 for d in row.deltas if d.regression]
-        if row.failure_regression:
-            before, after = (f"{(r or 0.0) * 100:.1f}%" for r in row.failure_ratio)
-            parts.append(f"failure ratio {before} → {after}")
-        if parts:
-            where = row.key + (f" @{row.stage}" if row.stage else "")
-            lines.append(f"regression: {where}: {'; '.join(parts)}")
-    return (1 if lines else 0), lines

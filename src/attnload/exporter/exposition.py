@@ -18,11 +18,9 @@ from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 
-from attnload.measure.histogram import LogHistogram
-from attnload.measure.recorder import Recorder, Series
-from attnload.metrics import names
-from attnload.metrics.gpu import GpuGauges
-from attnload.metrics.names import (
+from attnload.exporter import names
+from attnload.exporter.gpu import GpuGauges
+from attnload.exporter.names import (
     BUCKETS_S,
     CACHED_PROMPT_TOKENS,
     COMPLETION_TOKENS,
@@ -37,6 +35,8 @@ from attnload.metrics.names import (
     TPOT_SECONDS,
     TTFT_SECONDS,
 )
+from attnload.measure.histogram import LogHistogram
+from attnload.measure.recorder import Recorder, Series
 
 _HISTOGRAMS = (
     ("ttft", TTFT_SECONDS, "Request start to the first content chunk."),
@@ -98,13 +98,14 @@ class FleetCollector(Collector):
 
     def _counters(self, merged: dict[tuple[str, ...], Series]) -> Iterator[CounterMetricFamily]:
         requests = CounterMetricFamily(REQUESTS, "Finished requests by outcome.", labels=(*LABELS, "outcome"))
-        errors = CounterMetricFamily(REQUEST_ERRORS, "Failed or cancelled requests by error class.",
-                                     labels=(*LABELS, "error"))
-        tokens = [CounterMetricFamily(PROMPT_TOKENS, "Prompt tokens (server usage, else estimated).", labels=LABELS),
-                  CounterMetricFamily(COMPLETION_TOKENS, "Completion tokens; rate() is token throughput.",
-                                      labels=LABELS),
-                  CounterMetricFamily(CACHED_PROMPT_TOKENS, "Prompt tokens served from the prefix cache.",
-                                      labels=LABELS)]
+        errors = CounterMetricFamily(
+            REQUEST_ERRORS, "Failed or cancelled requests by error class.", labels=(*LABELS, "error")
+        )
+        tokens = [
+            CounterMetricFamily(PROMPT_TOKENS, "Prompt tokens (server usage, else estimated).", labels=LABELS),
+            CounterMetricFamily(COMPLETION_TOKENS, "Completion tokens; rate() is token throughput.", labels=LABELS),
+            CounterMetricFamily(CACHED_PROMPT_TOKENS, "Prompt tokens served from the prefix cache.", labels=LABELS),
+        ]
         good = CounterMetricFamily(GOODPUT_REQUESTS, "Requests that met every configured SLO.", labels=LABELS)
         for labels, series in merged.items():
             counts = series.counts
@@ -128,13 +129,16 @@ class FleetCollector(Collector):
             users.add_metric([model_id, attention, "all", model_key], state.users.get(model_key, 0))
         yield users
         yield GaugeMetricFamily(names.TARGET_USERS, "Users the current stage asks for.", value=state.target_users)
-        yield GaugeMetricFamily(names.TARGET_RATE, "Open-loop arrival rate (req/s per model) of the stage.",
-                                value=state.target_rate)
-        yield GaugeMetricFamily(names.STAGE, "Current stage index (0-based; -1 before the test).",
-                                value=state.stage)
+        yield GaugeMetricFamily(
+            names.TARGET_RATE, "Open-loop arrival rate (req/s per model) of the stage.", value=state.target_rate
+        )
+        yield GaugeMetricFamily(names.STAGE, "Current stage index (0-based; -1 before the test).", value=state.stage)
         # The stage's number and load as labels, so a Grafana annotation can say "stage 3: 64 users".
-        info = GaugeMetricFamily(names.STAGE_INFO, "1, labelled with the current stage number and its target load.",
-                                 labels=("stage", "target_users", "target_rate"))
+        info = GaugeMetricFamily(
+            names.STAGE_INFO,
+            "1, labelled with the current stage number and its target load.",
+            labels=("stage", "target_users", "target_rate"),
+        )
         info.add_metric([str(state.stage + 1), str(state.target_users), f"{state.target_rate:g}"], 1.0)
         yield info
         yield GaugeMetricFamily(names.WORKERS, "Connected load-generating workers.", value=state.workers)
@@ -142,8 +146,11 @@ class FleetCollector(Collector):
         for worker, ratio in state.worker_cpu_ratio.items():
             cpu.add_metric([worker], ratio)
         yield cpu
-        yield GaugeMetricFamily(names.CLIENT_SATURATED, "1 when a worker exceeded 90% CPU during the run.",
-                                value=float(state.client_saturated))
+        yield GaugeMetricFamily(
+            names.CLIENT_SATURATED,
+            "1 when a worker exceeded 90% CPU during the run.",
+            value=float(state.client_saturated),
+        )
         yield from state.gpu.families(state.model_labels)
 
 
