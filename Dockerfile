@@ -16,7 +16,8 @@ RUN apt-get update \
  && rm -rf /var/lib/apt/lists/*
 RUN python3 -m venv /opt/attnload
 WORKDIR /src
-# .dockerignore is an allowlist: only pyproject, setup.py, README, src, locustfiles, examples arrive.
+# .dockerignore is an allowlist: only pyproject, setup.py, README, src, deploy (package data), locustfiles,
+# examples arrive.
 COPY . .
 # An optional build secret `cacert` lets pip through a TLS-intercepting proxy without
 # baking the bundle into a layer: podman build --secret id=cacert,src=/etc/ssl/certs/ca-certificates.crt

@@ -18,6 +18,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from attnload import __version__
 from attnload.cluster import generate, manifests, names
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -204,6 +205,24 @@ def test_k8s_sim_config_loads_without_a_key() -> None:
         ("llama-3-70b", "GQA", None),
         ("deepseek-chat", "MLA", None),
     }
+
+
+def test_every_attnload_image_is_tagged_with_the_package_version() -> None:
+    """`cluster up --image` replaces exactly manifests.ATTNLOAD_IMAGE, so deploy/ must name no other tag."""
+    assert manifests.ATTNLOAD_IMAGE == f"attnload:{__version__}"
+    named = {
+        path.relative_to(DEPLOY).as_posix(): set(re.findall(r"image:\s*[\"']?(attnload[^\s\"']*)", path.read_text()))
+        for path in sorted(DEPLOY.rglob("*.yaml"))
+    }
+    assert {image for images in named.values() for image in images} == {manifests.ATTNLOAD_IMAGE}, named
+    assert {"20-sim.yaml", "30-master.yaml", "31-worker.yaml", "extras/headless-job.yaml"} <= {
+        name for name, images in named.items() if images
+    }
+
+
+def test_the_image_build_context_carries_deploy_for_the_wheel() -> None:
+    allowed = [line for line in (ROOT / ".dockerignore").read_text().splitlines() if line.startswith("!")]
+    assert "!deploy/" in allowed and "!setup.py" in allowed  # setup.py copies deploy/ into the package
 
 
 def test_dockerfile_is_pinned_non_root_and_ships_the_locustfiles() -> None:

@@ -21,7 +21,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from attnload.cluster import manifests, names, packaged
+from attnload.cluster import manifests, names
 
 ROOT = Path(__file__).resolve().parents[1]
 DEPLOY = ROOT / "deploy"
@@ -44,7 +44,6 @@ def _renders() -> Iterator[Any]:
         if doc
     ]
     yield pytest.param(manifests.load(DEPLOY) + extras, id="deploy+headless-job")
-    yield pytest.param(manifests.load(packaged.packaged_dir()), id="packaged")
     if shutil.which("kubectl"):
         yield pytest.param(_kustomized(), id="kustomize")
 
@@ -167,15 +166,14 @@ def test_grafana_makes_its_password_in_the_pod_and_a_secret_still_wins() -> None
 
 
 def test_no_manifest_holds_a_password() -> None:
-    for directory in (DEPLOY, packaged.packaged_dir()):
-        for path in sorted(directory.rglob("*")):
-            if not path.is_file():
-                continue
-            text = path.read_text(encoding="utf-8")
-            assert "REPLACE-WITH-A-RANDOM-PASSWORD" not in text, path
-            for doc in (d for d in yaml.safe_load_all(text) if isinstance(d, dict)):
-                if doc.get("kind") == "Secret":
-                    assert not any("password" in k.lower() for k in _keys(doc)), f"{path}: a password Secret"
+    for path in sorted(DEPLOY.rglob("*")):  # the wheel carries these same files (test_cluster_package.py)
+        if not path.is_file():
+            continue
+        text = path.read_text(encoding="utf-8")
+        assert "REPLACE-WITH-A-RANDOM-PASSWORD" not in text, path
+        for doc in (d for d in yaml.safe_load_all(text) if isinstance(d, dict)):
+            if doc.get("kind") == "Secret":
+                assert not any("password" in k.lower() for k in _keys(doc)), f"{path}: a password Secret"
     assert not (DEPLOY / "16-grafana-secret.yaml.template").exists()
 
 

@@ -15,6 +15,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from attnload import __version__
 from attnload.cluster import manifests, names
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -56,11 +57,12 @@ def test_every_rendered_object_validates_strictly(obj: dict[str, Any]) -> None:
 
 
 def test_image_and_replicas_knobs_apply() -> None:
-    assert KUSTOMIZATION["images"] == [{"name": "attnload", "newName": "attnload", "newTag": "0.1.0"}]
+    assert KUSTOMIZATION["images"] == [{"name": "attnload", "newName": "attnload", "newTag": __version__}]
     images = {
         c["image"] for o in RENDERED if o["kind"] == "Deployment" for c in o["spec"]["template"]["spec"]["containers"]
     }
-    assert "attnload:0.1.0" in images and not any(i.startswith("attnload:") and i != "attnload:0.1.0" for i in images)
+    tagged = f"attnload:{__version__}"
+    assert tagged in images and not any(i.startswith("attnload:") and i != tagged for i in images)
     assert _find("Deployment", names.WORKER_DEPLOYMENT)["spec"]["replicas"] == KUSTOMIZATION["replicas"][0]["count"]
 
 

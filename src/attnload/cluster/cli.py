@@ -38,7 +38,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     up.add_argument(
         "--manifests",
         type=Path,
-        help="manifest directory (default: ./deploy when present, else the copy packaged with attnload)",
+        help="manifest directory (default: ./deploy when present, else the copy packaged with attnload, "
+        "else the checkout's deploy/ (an editable install))",
     )
     up.add_argument("--image", help=f"image for master, workers and sim (default {manifests.ATTNLOAD_IMAGE})")
     up.add_argument("--workers", type=_non_negative, help="worker replicas (default: the manifest's)")

@@ -7,8 +7,8 @@ command writes them and ``--check`` (run by a test) fails when a copy is stale::
     python -m attnload.cluster.generate            # rewrite deploy/*generated ConfigMaps
     python -m attnload.cluster.generate --check    # exit 1 and name the stale files
 
-It also writes deploy/extras/'s kube-prometheus objects (extras.py) and mirrors deploy/
-into the package (packaged.py), so ``attnload cluster up`` works from an installed wheel.
+It also writes deploy/extras/'s kube-prometheus objects (extras.py). The wheel takes
+deploy/ at build time (packaged.py says how ``attnload cluster up`` finds it).
 
 Inputs that do not exist yet produce working defaults, so the stack applies before
 the dashboards land; regenerate once they do. Local addresses in the copied
@@ -28,7 +28,7 @@ from typing import Any
 
 import yaml
 
-from attnload.cluster import discovery, extras, gpumonitor, names, packaged
+from attnload.cluster import discovery, extras, gpumonitor, names
 
 log = logging.getLogger(__name__)
 
@@ -359,9 +359,7 @@ def main(argv: list[str] | None = None) -> int:
     namespaces = _namespaces(args.namespaces)
     dcgm = _namespaces(args.dcgm, names.DCGM_NAMESPACES, "--dcgm-namespace")
     if args.check:
-        drift = [f"deploy/{n}" for n in stale(root, namespaces, dcgm)] + [
-            f"{packaged.PACKAGE_DIR}/{n}" for n in packaged.stale(root)
-        ]
+        drift = [f"deploy/{n}" for n in stale(root, namespaces, dcgm)]
         if drift:
             print(
                 f"stale generated manifests: {', '.join(drift)}; "
@@ -371,7 +369,6 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         return 0
     changed = [f"deploy/{n}" for n in write(root, namespaces, dcgm)]
-    changed += [f"{packaged.PACKAGE_DIR}/{n}" for n in packaged.write(root)]  # after deploy/ is current
     print("regenerated: " + ", ".join(changed) if changed else "deploy/ is up to date")
     return 0
 

@@ -15,11 +15,13 @@ from typing import Any
 
 import yaml
 
+from attnload import __version__
 from attnload.cluster import names, packaged
 from attnload.errors import UsageError
 
 MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
-ATTNLOAD_IMAGE = "attnload:0.1.0"
+# the image deploy/ names (tests/test_deploy.py holds deploy/ to it): tagged with the package version
+ATTNLOAD_IMAGE = f"attnload:{__version__}"
 
 
 @dataclass(frozen=True)
@@ -35,9 +37,12 @@ class Overrides:
 
 
 def default_directory() -> Path:
-    """./deploy in a checkout (so local edits apply), else the copy packaged with attnload."""
+    """./deploy when the working directory has one (local edits apply), else the installed or checkout copy.
+
+    The whole lookup order is in packaged.py's docstring.
+    """
     local = Path("deploy")
-    return local if local.is_dir() else packaged.packaged_dir()
+    return local if local.is_dir() else packaged.installed_or_checkout_dir()
 
 
 def manifest_files(directory: Path) -> list[Path]:

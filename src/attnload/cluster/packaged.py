@@ -1,70 +1,34 @@
-"""The copy of deploy/ that ships inside the wheel, so ``attnload cluster up`` needs no checkout.
+"""Where ``attnload cluster up`` finds deploy/ when no ``--manifests DIR`` names it.
 
-deploy/ stays the source of truth (``kubectl apply -f deploy/``, the root
-kustomization); ``python -m attnload.cluster.generate`` mirrors it into
-``attnload/cluster/deploy_data/`` (package data) and ``--check`` fails when the copy
-differs, the same drift check the generated ConfigMaps get.
+deploy/ is the one copy in the repository (``kubectl apply -f deploy/``, the root
+kustomization). The wheel carries it as package data, ``attnload/cluster/deploy_data/``,
+copied at build time by setup.py's build_py (an sdist includes deploy/ through
+MANIFEST.in, so a wheel built from it carries it too); the copy is never committed.
+The directory is, in this order:
+
+1. ``--manifests DIR`` when given (cli.py);
+2. ``./deploy`` when the working directory has one, so a checkout's local edits apply;
+3. ``deploy_data/`` inside the installed package: a wheel, without a checkout;
+4. the checkout's deploy/ beside ``src/``: an editable install run from elsewhere, which
+   has no ``deploy_data/`` because no build step copied it.
 """
 
 from __future__ import annotations
 
-import shutil
 from importlib import resources
 from pathlib import Path
 
-from attnload.cluster import names
-
-PACKAGE_DIR = Path("src") / "attnload" / "cluster" / "deploy_data"
-SUFFIXES = (".yaml", ".yml", ".json", ".template")
+DATA_DIR = "deploy_data"
+# src/attnload/cluster/packaged.py -> the checkout root (parents: cluster, attnload, src, root)
+_CHECKOUT_DEPLOY = Path(__file__).resolve().parents[3] / "deploy"
 
 
 def packaged_dir() -> Path:
-    """deploy_data/ of the installed (or checked-out) package, as a real directory."""
-    root = resources.files("attnload.cluster") / "deploy_data"
-    return Path(str(root))
+    """deploy_data/ of the installed package, as a real directory (absent in a checkout)."""
+    return Path(str(resources.files("attnload.cluster") / DATA_DIR))
 
 
-def _sources(root: Path) -> dict[str, str]:
-    """Relative path -> text of every deploy/ file the mirror carries (top level, extras/, gpu-operator/)."""
-    deploy = root / "deploy"
-    out: dict[str, str] = {}
-    for directory in (deploy, deploy / names.EXTRAS_DIR, deploy / names.GPU_OPERATOR_DIR):
-        if not directory.is_dir():
-            continue
-        for path in sorted(directory.iterdir()):
-            if path.is_file() and path.name.endswith(SUFFIXES):
-                out[str(path.relative_to(deploy))] = path.read_text(encoding="utf-8")
-    return out
-
-
-def _mirrored(root: Path) -> dict[str, str]:
-    target = root / PACKAGE_DIR
-    if not target.is_dir():
-        return {}
-    return {
-        str(p.relative_to(target)): p.read_text(encoding="utf-8")
-        for p in sorted(target.rglob("*"))
-        if p.is_file() and p.name.endswith(SUFFIXES)
-    }
-
-
-def stale(root: Path) -> list[str]:
-    """Mirror paths that are missing, extra or different from deploy/."""
-    want, have = _sources(root), _mirrored(root)
-    return sorted(name for name in want.keys() | have.keys() if want.get(name) != have.get(name))
-
-
-def write(root: Path) -> list[str]:
-    changed = stale(root)
-    want, target = _sources(root), root / PACKAGE_DIR
-    for name in changed:
-        path = target / name
-        if name in want:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(want[name], encoding="utf-8")
-        else:
-            path.unlink()
-    for sub in (names.EXTRAS_DIR, names.GPU_OPERATOR_DIR):
-        if (target / sub).is_dir() and not any((target / sub).iterdir()):
-            shutil.rmtree(target / sub)
-    return changed
+def installed_or_checkout_dir() -> Path:
+    """The wheel's deploy_data/ when it is there, else the checkout's deploy/ (steps 3 and 4)."""
+    packaged = packaged_dir()
+    return packaged if packaged.is_dir() else _CHECKOUT_DEPLOY
