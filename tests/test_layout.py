@@ -32,7 +32,8 @@ LOAD_GENERATOR = (
 )
 SIM_MAY_IMPORT = ("attnload.attention", "attnload.errors", "attnload.measure.histogram", "attnload.measure.tokens")
 MAY_IMPORT_SIM = ("attnload.commands", "attnload.cluster")
-MAX_PLAIN_MODULES = 4
+MAX_PACKAGE_MODULES = 15
+MAX_TYPE_IGNORES = 10
 MAX_FILE_LINES = 600
 MAX_FUNCTION_LINES = 80
 
@@ -141,9 +142,19 @@ def test_packages_import_one_way() -> None:
     assert [p for p in graph if reaches(p, p, {p})] == [], graph
 
 
-def test_few_plain_modules_at_the_top() -> None:
-    plain = sorted(p.name for p in PACKAGE.glob("*.py") if p.name not in ("__init__.py", "__main__.py"))
-    assert len(plain) <= MAX_PLAIN_MODULES, plain
+def test_only_the_neutral_modules_sit_at_the_top() -> None:
+    """Everything else belongs to a package that says which stage it is; the C sources live in ``native/``."""
+    plain = sorted(p.name for p in PACKAGE.iterdir() if p.is_file() and p.suffix in (".py", ".c", ".h"))
+    assert plain == ["__init__.py", "__main__.py", "attention.py", "errors.py"]
+
+
+def test_no_package_over_the_limit() -> None:
+    crowded = {
+        str(d.relative_to(PACKAGE)): n
+        for d in [PACKAGE, *PACKAGE.rglob("*")]
+        if d.is_dir() and (n := len(list(d.glob("*.py")))) > MAX_PACKAGE_MODULES
+    }
+    assert crowded == {}
 
 
 def test_every_directory_is_a_regular_package() -> None:
@@ -207,7 +218,7 @@ def test_no_function_over_the_limit() -> None:
     for module, path in SOURCES.items():
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
-                lines = node.end_lineno - node.lineno + 1  # type: ignore[operator]
+                lines = (node.end_lineno or node.lineno) - node.lineno + 1
                 if lines > MAX_FUNCTION_LINES:
                     long[f"{module}.{node.name}"] = lines
     assert long == {}
@@ -236,3 +247,23 @@ def test_attention_types_are_one_table() -> None:
         if branch.search(line)
     ]
     assert offenders == []
+
+
+def test_no_role_string_to_branch_on() -> None:
+    """A process's part in a run is the objects it holds (a sender, a collector), not a string to compare."""
+    import re
+
+    compare = re.compile(r"""\brole\s*(==|!=|\bin\b)\s*[\(\[{]?\s*["']""")
+    offenders = [
+        f"{name}:{n}"
+        for name, path in SOURCES.items()
+        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if compare.search(line)
+    ]
+    assert offenders == []
+
+
+def test_few_type_ignores() -> None:
+    """mypy runs in ``make test`` with ``warn_unused_ignores``; each ignore left is a library without types."""
+    count = sum(p.read_text(encoding="utf-8").count("type: ignore") for p in SOURCES.values())
+    assert count <= MAX_TYPE_IGNORES
