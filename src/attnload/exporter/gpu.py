@@ -13,9 +13,8 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator, Mapping
-from typing import Any
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from attnload.exporter import names
 from attnload.scrape.gpuwindow import GpuSample, GpuWindow
@@ -34,7 +33,7 @@ class GpuGauges:
             self._latest[key] = sample
             self._energy.setdefault(key, GpuWindow()).add(sample)
 
-    def families(self, model_labels: Mapping[str, tuple[str, str]]) -> Iterator[Any]:
+    def families(self, model_labels: Mapping[str, tuple[str, str]]) -> Iterator[Metric]:
         labels = names.GPU_LABELS
         dram = GaugeMetricFamily(
             names.GPU_DRAM_ACTIVE,
