@@ -14,11 +14,10 @@ as its baseline, so consecutive stages split the energy exactly. ``bound`` is
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
 
 from attnload.scrape.dcgm import GpuReading
 from attnload.scrape.source import Gauge, StageWindow, counter_delta
-from attnload.scrape.summary import GpuSummary
+from attnload.scrape.summary import Bound, GpuSummary
 
 ACTIVITY_FIELDS = ("dram_active", "tensor_active", "sm_active", "gpu_util")
 BUSY_MIN = 0.25
@@ -26,9 +25,6 @@ BUSY_MIN = 0.25
 DOMINANCE = 2.0
 """...and at least this many times as active as the other unit."""
 MIB_PER_GIB = 1024.0
-
-
-Bound = Literal["bandwidth", "compute", "neither"]
 
 
 def classify_bound(dram_active: float | None, tensor_active: float | None) -> Bound | None:

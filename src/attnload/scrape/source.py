@@ -17,10 +17,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Generic, Protocol, TypeVar
 
-from pydantic import BaseModel
-
 from attnload.scrape.parse import ServerMetricsError
-from attnload.scrape.summary import GaugeSummary
+from attnload.scrape.summary import GaugeSummary, SummaryT
 
 
 class Sample(Protocol):
@@ -43,7 +41,6 @@ class ScrapeTarget:
 TargetT = TypeVar("TargetT", bound=ScrapeTarget)
 ExpositionT = TypeVar("ExpositionT")
 SampleT = TypeVar("SampleT", bound=Sample)
-SummaryT = TypeVar("SummaryT", bound=BaseModel)
 
 
 def counter_delta(previous: float, current: float) -> float:

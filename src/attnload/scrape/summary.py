@@ -14,6 +14,9 @@ from typing import Generic, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict
 
+Bound = Literal["bandwidth", "compute", "neither"]
+"""Which roof a stage's GPUs ran against (``scrape/gpuwindow.py``'s ``classify_bound``)."""
+
 
 class _Summary(BaseModel):
     model_config = ConfigDict(frozen=True, extra="ignore")
@@ -77,7 +80,7 @@ class GpuSummary(_Summary):
     joules_per_output_token: float | None = None
     """``energy_j`` over the client's completion tokens of this model and stage."""
     fb_used_gib: float | None = None
-    bound: Literal["bandwidth", "compute", "neither"] | None = None
+    bound: Bound | None = None
 
 
 SummaryT = TypeVar("SummaryT", bound=BaseModel)
