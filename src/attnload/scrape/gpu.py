@@ -32,6 +32,8 @@ class GpuTarget(ScrapeTarget):
 
 
 class GpuSource(Source[GpuTarget, GpuExposition, GpuSample, GpuSummary]):
+    """dcgm-exporter's per-GPU fields, the GPUs of each model picked by its selector."""
+
     what = "gpu metrics"
     hints = {
         "http": "no dcgm-exporter /metrics there; fix gpu_metrics_url or pass --gpu-metrics off",

@@ -17,6 +17,9 @@ from attnload.scrape.window import ServerWindow
 
 
 class ServerSource(Source[ScrapeTarget, Exposition, ServerSample, ServerSummary]):
+    """vLLM's, SGLang's or the simulator's /metrics, one ``ServerSample`` per served model; a model
+    missing from a page that answers is off at once (the page serves other models)."""
+
     what = "server metrics"
     hints = {
         "http": "no Prometheus /metrics there; set metrics_url or --server-metrics off",
