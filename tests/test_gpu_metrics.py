@@ -14,9 +14,11 @@ import pytest
 
 from attnload.errors import UsageError
 from attnload.scrape import ServerMetricsError
-from attnload.scrape.dcgm import has_dcgm, parse_dcgm
-from attnload.scrape.gpupoller import GpuMetricsPoller, GpuTarget
+from attnload.scrape.dcgm import GpuExposition, parse_dcgm
+from attnload.scrape.gpu import GPU, GpuTarget
 from attnload.scrape.gpuwindow import GpuSample, GpuWindow, classify_bound
+from attnload.scrape.poller import ScrapePoller
+from attnload.scrape.summary import GpuSummary
 from helpers import ROOT
 
 DATA = ROOT / "tests" / "data" / "dcgm"
@@ -62,27 +64,27 @@ def test_stage_window_means_energy_reset_and_missing_field() -> None:
     for name, at in (("h100x4_two_pods_t0.prom", 0.0), ("h100x4_two_pods_t1_reset.prom", 10.0)):
         window.add(_sample(name, DEEPSEEK, at))
     summary = window.summary()
-    assert summary["gpus"] == 2 and summary["samples"] == 2 and summary["source"] == "dcgm"
-    assert summary["dram_active"]["mean"] == pytest.approx((0.402117 + 0.409905) / 2)
-    assert summary["tensor_active"]["max"] == pytest.approx(0.553210)
-    assert summary["sm_active"] is None  # the exporter does not serve it
-    assert summary["gpu_util"]["mean"] == pytest.approx(0.975)
-    assert summary["power_w"] == pytest.approx(603.5 + 611.0)  # mean over scrapes of the per-scrape sum
+    assert summary.gpus == 2 and summary.samples == 2 and summary.source == "dcgm"
+    assert summary.dram_active.mean == pytest.approx((0.402117 + 0.409905) / 2)
+    assert summary.tensor_active.max == pytest.approx(0.553210)
+    assert summary.sm_active is None  # the exporter does not serve it
+    assert summary.gpu_util.mean == pytest.approx(0.975)
+    assert summary.power_w == pytest.approx(603.5 + 611.0)  # mean over scrapes of the per-scrape sum
     # GPU 2 advanced 6,035,000 mJ; GPU 3's counter went down to 6,110,000: a reset, the new value is the delta.
-    assert summary["energy_j"] == pytest.approx((6035000 + 6110000) / 1000) and summary["energy_from"] == "counter"
-    assert summary["fb_used_gib"] == pytest.approx(2 * 74569 / 1024)
-    assert summary["bound"] == "neither"  # DRAM 41 %, tensor 55 %: neither dominates 2:1
+    assert summary.energy_j == pytest.approx((6035000 + 6110000) / 1000) and summary.energy_from == "counter"
+    assert summary.fb_used_gib == pytest.approx(2 * 74569 / 1024)
+    assert summary.bound == "neither"  # DRAM 41 %, tensor 55 %: neither dominates 2:1
 
 
 def test_stages_split_energy_and_the_first_sample_is_a_baseline() -> None:
     window = GpuWindow()
     window.add(_sample("h100x4_two_pods_t0.prom", LLAMA, 0.0))
     first = window.close()
-    assert first["energy_j"] is None and first["samples"] == 1  # one scrape: nothing to difference yet
+    assert first.energy_j is None and first.samples == 1  # one scrape: nothing to difference yet
     window.add(_sample("h100x4_two_pods_t1_reset.prom", LLAMA, 10.0))
     second = window.close()
-    assert second["energy_j"] == pytest.approx((5122500 + 4987500) / 1000)
-    assert second["bound"] == "bandwidth"  # DRAM 78 %, tensor 12 %
+    assert second.energy_j == pytest.approx((5122500 + 4987500) / 1000)
+    assert second.bound == "bandwidth"  # DRAM 78 %, tensor 12 %
 
 
 def test_energy_from_power_when_the_counter_is_absent() -> None:
@@ -90,16 +92,16 @@ def test_energy_from_power_when_the_counter_is_absent() -> None:
     window.add(_sample("h100x4_no_energy.prom", LLAMA, 0.0))
     window.add(_sample("h100x4_no_energy.prom", LLAMA, 4.0))
     summary = window.summary()
-    assert summary["energy_from"] == "power"
-    assert summary["energy_j"] == pytest.approx(4.0 * (512.25 + 498.75))
+    assert summary.energy_from == "power"
+    assert summary.energy_j == pytest.approx(4.0 * (512.25 + 498.75))
 
 
 def test_default_counters_only_have_no_activity_and_no_bound() -> None:
     window = GpuWindow()
     window.add(_sample("h100x4_default_counters.prom", (), 0.0))
     summary = window.summary()
-    assert summary["dram_active"] is None and summary["tensor_active"] is None and summary["bound"] is None
-    assert summary["gpus"] == 4 and summary["power_w"] == pytest.approx(512.25 + 498.75 + 603.5 + 611.0)
+    assert summary.dram_active is None and summary.tensor_active is None and summary.bound is None
+    assert summary.gpus == 4 and summary.power_w == pytest.approx(512.25 + 498.75 + 603.5 + 611.0)
 
 
 @pytest.mark.parametrize(
@@ -121,12 +123,14 @@ def test_bound_rule(dram: float | None, tensor: float | None, bound: str | None)
 
 @pytest.mark.parametrize("body", ["<html><body>404 page not found</body></html>", "vllm:num_requests_running 3\n"])
 def test_not_dcgm_is_refused(body: str) -> None:
-    assert not has_dcgm(body)
+    assert not any(line.startswith("DCGM_FI_") for line in body.splitlines())  # no DCGM sample line at all
     with pytest.raises(ServerMetricsError):
         parse_dcgm(body)
 
 
-def _poller(bodies: dict[str, list[str]], targets: list[GpuTarget]) -> GpuMetricsPoller:
+def _poller(
+    bodies: dict[str, list[str]], targets: list[GpuTarget]
+) -> ScrapePoller[GpuTarget, GpuExposition, GpuSample, GpuSummary]:
     counters = dict.fromkeys(bodies, 0)
 
     def fetch(url: str) -> str:
@@ -138,7 +142,7 @@ def _poller(bodies: dict[str, list[str]], targets: list[GpuTarget]) -> GpuMetric
         return _read(seq[min(n, len(seq) - 1)])
 
     clock = iter(float(i) * 10 for i in range(100))
-    return GpuMetricsPoller(targets, interval_s=1.0, fetch=fetch, clock=lambda: next(clock))
+    return ScrapePoller(GPU, targets, interval_s=1.0, fetch=fetch, clock=lambda: next(clock))
 
 
 def test_poller_two_models_one_exporter_and_a_404(caplog: pytest.LogCaptureFixture) -> None:
@@ -156,8 +160,8 @@ def test_poller_two_models_one_exporter_and_a_404(caplog: pytest.LogCaptureFixtu
         poller.poll_once()
         stage = poller.close_stage()
     assert stage["broken"] is None and stage["quiet"] is None
-    assert stage["llama"]["energy_j"] == pytest.approx((5122500 + 4987500) / 1000)
-    assert stage["deepseek"]["gpus"] == 2
+    assert stage["llama"].energy_j == pytest.approx((5122500 + 4987500) / 1000)
+    assert stage["deepseek"].gpus == 2
     warnings = [r for r in caplog.records if r.levelname == "WARNING"]
     assert len(warnings) == 1 and "broken" in warnings[0].getMessage() and "gpu_metrics_url" in warnings[0].getMessage()
 

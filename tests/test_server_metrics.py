@@ -17,9 +17,9 @@ from attnload.scrape import (
     SGLANG,
     SIM,
     VLLM,
+    ScrapePoller,
     ScrapeTarget,
     ServerMetricsError,
-    ServerMetricsPoller,
     ServerSample,
     ServerWindow,
     counter_delta,
@@ -27,6 +27,7 @@ from attnload.scrape import (
     histogram_quantile,
     parse_exposition,
 )
+from attnload.scrape.server import SERVER
 from helpers import Processes, free_port, http_json, http_text, start_sim
 
 DATA = Path(__file__).parent / "data" / "server_metrics"
@@ -73,7 +74,7 @@ def test_vllm_older_version_gpu_cache_usage_and_hit_rate_gauge() -> None:
     assert (s.prefix_cache_queries, s.prefix_cache_hit_rate, s.queue_time_sum_s) == (None, 0.31, None)
     window = ServerWindow()
     window.add(s)
-    assert window.summary()["prefix_cache_hit_ratio"] == 0.31  # the gauge, when no counters exist
+    assert window.summary().prefix_cache_hit_ratio == 0.31  # the gauge, when no counters exist
 
 
 def test_vllm_two_engines_sum_counts_and_average_usage() -> None:
@@ -140,13 +141,14 @@ def test_json_and_binary_bodies_are_typed_errors() -> None:
 
 def test_window_exact_deltas_and_ttft_quantiles() -> None:
     window = window_over("vllm_v1_t0.prom", "vllm_v1_t1.prom")
-    assert window.summary() == {
+    assert window.summary().model_dump() == {
         "source": "vllm",
         "samples": 2,
         "kv_cache_usage": {"mean": pytest.approx(0.61), "max": 0.97},
         "requests_running": {"mean": 38.0, "max": 64.0},
         "requests_waiting": {"mean": 3.5, "max": 7.0},
         "preemptions": 5,
+        "aborted": None,
         "prefix_cache_hit_ratio": 0.2,
         "prompt_tokens": 20000,
         "generation_tokens": 40000,
@@ -162,31 +164,31 @@ def test_window_exact_deltas_and_ttft_quantiles() -> None:
 
 def test_window_counter_reset_counts_the_new_value() -> None:
     summary = window_over("vllm_v1_t0.prom", "vllm_restart_before.prom", "vllm_restart_after.prom").summary()
-    assert (summary["preemptions"], summary["prompt_tokens"], summary["generation_tokens"]) == (
+    assert (summary.preemptions, summary.prompt_tokens, summary.generation_tokens) == (
         (20 - 4) + 1,
         (50000 - 10000) + 2000,
         (150000 - 50000) + 6000,
     )
-    assert summary["prefix_cache_hit_ratio"] == pytest.approx((7500 + 1000) / 42000, rel=1e-12)
+    assert summary.prefix_cache_hit_ratio == pytest.approx((7500 + 1000) / 42000, rel=1e-12)
     # TTFT: 300 before the restart (150 in (0.75,1], 140 in (1,2.5], 10 in (2.5,5]) + 10 after (5 ≤ 0.5, 5 ≤ 1)
-    assert summary["ttft_p50_s"] == pytest.approx(0.75 + 0.25 * 150 / 155, rel=1e-12)
-    assert summary["ttft_p99_s"] == pytest.approx(2.5 + 2.5 * (0.99 * 310 - 300) / 10, rel=1e-12)
-    assert summary["requests_running"] == {"mean": 18.0, "max": 40.0}
+    assert summary.ttft_p50_s == pytest.approx(0.75 + 0.25 * 150 / 155, rel=1e-12)
+    assert summary.ttft_p99_s == pytest.approx(2.5 + 2.5 * (0.99 * 310 - 300) / 10, rel=1e-12)
+    assert summary.requests_running.model_dump() == {"mean": 18.0, "max": 40.0}
 
 
 def test_sglang_window_ratio_from_token_counters() -> None:
     window = window_over("sglang_dp2_t0.prom", "sglang_dp2_t1.prom")
     summary = window.summary()
-    assert (summary["source"], summary["preemptions"], summary["prompt_tokens"], summary["generation_tokens"]) == (
+    assert (summary.source, summary.preemptions, summary.prompt_tokens, summary.generation_tokens) == (
         "sglang",
         (9 - 6) + (3 - 1),
         100000,
         40000,
     )
-    assert summary["prefix_cache_hit_ratio"] == pytest.approx(0.3)  # 30000 cached of 100000 prompt tokens
-    assert summary["requests_waiting"] == {"mean": 12.5, "max": 21.0}
-    assert summary["kv_cache_usage"]["max"] == pytest.approx(0.93)
-    assert (summary["ttft_p50_s"], summary["ttft_p99_s"]) == (pytest.approx(2.0), pytest.approx(3.96))
+    assert summary.prefix_cache_hit_ratio == pytest.approx(0.3)  # 30000 cached of 100000 prompt tokens
+    assert summary.requests_waiting.model_dump() == {"mean": 12.5, "max": 21.0}
+    assert summary.kv_cache_usage.max == pytest.approx(0.93)
+    assert (summary.ttft_p50_s, summary.ttft_p99_s) == (pytest.approx(2.0), pytest.approx(3.96))
     assert window.queue_time_mean_s == pytest.approx(0.25)
 
 
@@ -195,18 +197,18 @@ def test_close_splits_stages_at_the_last_sample() -> None:
     first = window.close()
     window.add(sample("vllm_restart_before.prom"))
     second = window.close()
-    assert (first["preemptions"], second["preemptions"]) == (5, 11)  # 4 → 9 | 9 → 20
-    assert (first["generation_tokens"], second["generation_tokens"]) == (40000, 60000)
-    assert second["samples"] == 1 and second["requests_running"] == {"mean": 40.0, "max": 40.0}
+    assert (first.preemptions, second.preemptions) == (5, 11)  # 4 → 9 | 9 → 20
+    assert (first.generation_tokens, second.generation_tokens) == (40000, 60000)
+    assert second.samples == 1 and second.requests_running.model_dump() == {"mean": 40.0, "max": 40.0}
     empty = window.close()  # a stage without a scrape: zero deltas from the baseline, no gauges
-    assert empty["samples"] == 0 and empty["preemptions"] == 0 and empty["ttft_p50_s"] is None
-    assert empty["kv_cache_usage"] == {"mean": None, "max": None}
+    assert empty.samples == 0 and empty.preemptions == 0 and empty.ttft_p50_s is None
+    assert empty.kv_cache_usage.model_dump() == {"mean": None, "max": None}
 
 
 def test_a_single_sample_is_its_own_baseline() -> None:
     summary = window_over("vllm_v1_t1.prom").summary()
-    assert (summary["samples"], summary["preemptions"], summary["generation_tokens"]) == (1, 0, 0)
-    assert summary["ttft_p50_s"] is None and summary["prefix_cache_hit_ratio"] is None
+    assert (summary.samples, summary.preemptions, summary.generation_tokens) == (1, 0, 0)
+    assert summary.ttft_p50_s is None and summary.prefix_cache_hit_ratio is None
 
 
 def test_histogram_quantile_edges() -> None:
@@ -267,11 +269,12 @@ def test_poller_exact_deltas_from_a_live_server(serve: Callable[..., str], caplo
     url = default_metrics_url(
         serve([body("vllm_v1_t0.prom"), body("vllm_v1_t1.prom"), body("vllm_restart_before.prom")])
     )
-    poller = ServerMetricsPoller(
+    poller = ScrapePoller(
+        SERVER,
         [
             ScrapeTarget("gqa", url, frozenset({LLAMA})),
             ScrapeTarget("alias", url, frozenset({"llama-3.3-70b-instruct"})),
-        ]
+        ],
     )
     assert poller.urls() == [url]  # one fetch serves both models
     with caplog.at_level(logging.WARNING):
@@ -281,15 +284,15 @@ def test_poller_exact_deltas_from_a_live_server(serve: Callable[..., str], caplo
         stage2 = poller.close_stage()  # scrapes once more at the boundary
     assert not caplog.records
     assert stage1["gqa"] == stage1["alias"]
-    assert (stage1["gqa"]["preemptions"], stage1["gqa"]["generation_tokens"], stage1["gqa"]["samples"]) == (5, 40000, 2)
-    assert stage1["gqa"]["ttft_p99_s"] == pytest.approx(4.5)
-    assert (stage2["gqa"]["preemptions"], stage2["gqa"]["prompt_tokens"]) == (11, 20000)
+    assert (stage1["gqa"].preemptions, stage1["gqa"].generation_tokens, stage1["gqa"].samples) == (5, 40000, 2)
+    assert stage1["gqa"].ttft_p99_s == pytest.approx(4.5)
+    assert (stage2["gqa"].preemptions, stage2["gqa"].prompt_tokens) == (11, 20000)
 
 
 def test_poller_404_turns_off_with_one_warning(serve: Callable[..., str], caplog: pytest.LogCaptureFixture) -> None:
     url = default_metrics_url(serve(["404 page not found"], status=404))
-    poller = ServerMetricsPoller(
-        [ScrapeTarget("gqa", url, frozenset({"x"})), ScrapeTarget("mla", url, frozenset({"y"}))]
+    poller = ScrapePoller(
+        SERVER, [ScrapeTarget("gqa", url, frozenset({"x"})), ScrapeTarget("mla", url, frozenset({"y"}))]
     )
     with caplog.at_level(logging.WARNING):
         for _ in range(3):
@@ -305,7 +308,7 @@ def test_poller_non_prometheus_body_turns_off(
     serve: Callable[..., str], name: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     url = default_metrics_url(serve([body(name)]))
-    poller = ServerMetricsPoller([ScrapeTarget("gqa", url, frozenset({"x"}))])
+    poller = ScrapePoller(SERVER, [ScrapeTarget("gqa", url, frozenset({"x"}))])
     with caplog.at_level(logging.WARNING):
         assert poller.close_stage() == {"gqa": None}
     assert len(caplog.records) == 1 and "gqa" in poller.off()
@@ -319,27 +322,28 @@ def test_poller_refused_at_first_poll_and_model_not_served(
         LLAMA, "other"
     ).replace("# ", "#x ")
     served = default_metrics_url(serve(["\n".join(x for x in two.splitlines() if not x.startswith("#x"))]))
-    poller = ServerMetricsPoller(
+    poller = ScrapePoller(
+        SERVER,
         [
             ScrapeTarget("down", refused, frozenset({"a"})),
             ScrapeTarget("mla", served, frozenset({DSV3})),
             ScrapeTarget("gone", served, frozenset({"not-served"})),
-        ]
+        ],
     )
     with caplog.at_level(logging.WARNING):
         summaries = poller.close_stage()
     assert summaries["down"] is None and summaries["gone"] is None
-    assert summaries["mla"] is not None and summaries["mla"]["source"] == "sglang"
+    assert summaries["mla"] is not None and summaries["mla"].source == "sglang"
     assert sorted(poller.off()) == ["down", "gone"] and len(caplog.records) == 2
 
 
 def test_poller_run_loop_stops(serve: Callable[..., str]) -> None:
     url = default_metrics_url(serve([body("vllm_v1_t0.prom")]))
-    poller = ServerMetricsPoller([ScrapeTarget("gqa", url, frozenset({LLAMA}))], interval_s=0.05)
+    poller = ScrapePoller(SERVER, [ScrapeTarget("gqa", url, frozenset({LLAMA}))], interval_s=0.05)
     thread = threading.Thread(target=poller.run)
     thread.start()
     try:
-        while (poller.peek()["gqa"] or {}).get("samples", 0) < 3:
+        while (summary.samples if (summary := poller.peek()["gqa"]) else 0) < 3:
             threading.Event().wait(0.02)
     finally:
         poller.stop()
@@ -408,4 +412,4 @@ def test_a_series_created_mid_run_counts_from_zero() -> None:
     window = ServerWindow()
     window.add(parse_exposition(t0).samples[DSV3])
     window.add(sample("sglang_dp2_t1.prom"))
-    assert window.summary()["preemptions"] == 9 + 3
+    assert window.summary().preemptions == 9 + 3

@@ -106,9 +106,9 @@ def test_server_view_splits_stages_at_the_boundaries(tmp_path: Path) -> None:
     out = view.results()
     first, second = out.stages["gqa"][0], out.stages["gqa"][1]
     assert first is not None and second is not None
-    assert (first["preemptions"], first["generation_tokens"]) == (5, 40000)  # t0 -> t1
-    assert (second["preemptions"], second["generation_tokens"]) == (11, 60000)  # t1 -> before restart
-    assert out.totals["gqa"]["generation_tokens"] == 100000  # type: ignore[index]
+    assert (first.preemptions, first.generation_tokens) == (5, 40000)  # t0 -> t1
+    assert (second.preemptions, second.generation_tokens) == (11, 60000)  # t1 -> before restart
+    assert out.totals["gqa"] is not None and out.totals["gqa"].generation_tokens == 100000
     assert view.poller is None  # stopped: a later results() reads what was kept
 
 

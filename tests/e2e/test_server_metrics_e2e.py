@@ -284,7 +284,7 @@ def test_recorded_server_values_appear_and_a_broken_one_is_null(
     expected = ServerWindow()
     for name in recorded:
         expected.add(parse_exposition(_read(name)).sample_for({chat_id}))  # type: ignore[arg-type]
-    want = expected.summary()
+    want = expected.summary().model_dump()
     stage = served["stages"][0]
     got = stage["server"]
     assert got["source"] == flavour and got["samples"] >= 4, got

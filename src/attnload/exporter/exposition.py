@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from prometheus_client import CollectorRegistry, start_http_server
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from attnload.exporter import names
@@ -122,7 +122,7 @@ class FleetCollector(Collector):
         yield from tokens
         yield good
 
-    def _gauges(self) -> Iterator[GaugeMetricFamily]:
+    def _gauges(self) -> Iterator[Metric]:
         state = self.state
         users = GaugeMetricFamily(names.USERS, "Running users per model across the fleet.", labels=LABELS)
         for model_key, (model_id, attention) in state.model_labels.items():

@@ -13,14 +13,11 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator, Mapping
-from typing import TYPE_CHECKING, Any
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from attnload.exporter import names
-
-if TYPE_CHECKING:
-    from attnload.scrape.gpuwindow import GpuSample, GpuWindow
+from attnload.scrape.gpuwindow import GpuSample, GpuWindow
 
 
 class GpuGauges:
@@ -32,13 +29,11 @@ class GpuGauges:
         self._lock = threading.Lock()
 
     def record(self, key: str, sample: GpuSample) -> None:
-        from attnload.scrape.gpuwindow import GpuWindow  # metrics stays importable without the poller
-
         with self._lock:
             self._latest[key] = sample
             self._energy.setdefault(key, GpuWindow()).add(sample)
 
-    def families(self, model_labels: Mapping[str, tuple[str, str]]) -> Iterator[Any]:
+    def families(self, model_labels: Mapping[str, tuple[str, str]]) -> Iterator[Metric]:
         labels = names.GPU_LABELS
         dram = GaugeMetricFamily(
             names.GPU_DRAM_ACTIVE,
@@ -57,7 +52,7 @@ class GpuGauges:
         count = GaugeMetricFamily(names.GPU_COUNT, "GPUs the model's gpu_selector matched.", labels=labels)
         with self._lock:
             latest = dict(self._latest)
-            joules = {k: w.summary()["energy_j"] for k, w in self._energy.items()}
+            joules = {k: w.summary().energy_j for k, w in self._energy.items()}
         for key, sample in latest.items():
             model_id, attention = model_labels.get(key, (key, "unknown"))
             values = [model_id, attention, key]
@@ -68,7 +63,7 @@ class GpuGauges:
                     family.add_metric(values, sum(present) / len(present))
             if (watts := sample.total("power_w")) is not None:
                 power.add_metric(values, watts)
-            if joules.get(key) is not None:
-                energy.add_metric(values, joules[key])
+            if (energy_j := joules.get(key)) is not None:
+                energy.add_metric(values, energy_j)
             count.add_metric(values, len(rows))
         yield from (dram, tensor, power, energy, count)

@@ -8,16 +8,11 @@ column table drives every renderer, as the server view's does.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
-from html import escape
-
-from rich import box
 from rich.table import Table
 
 from attnload.attention import KINDS
-from attnload.report.fmt import DASH, percent, series_name, stage_label
-from attnload.results.model import GaugeSummary, GpuSummary, ModelSummary, Results, StageSummary, Totals
+from attnload.report.fmt import DASH, RowFlag, ViewColumn, ViewTable, percent, series_name, stage_label
+from attnload.results.model import GaugeSummary, GpuSummary, Results, Totals
 
 
 def _pct(value: float | None) -> str:
@@ -38,100 +33,45 @@ def _mean(gauge: GaugeSummary | None) -> float | None:
     return gauge.mean if gauge is not None else None
 
 
-@dataclass(frozen=True)
-class Column:
-    """One GPU column: title, JSON path under the stage, getter, and how it reads."""
-
-    title: str
-    path: str
-    get: Callable[[GpuSummary], float | int | str | None]
-    show: Callable[[float | None], str]
+Column = ViewColumn[GpuSummary]
 
 
 COLUMNS: tuple[Column, ...] = (
-    Column("DRAM %", "gpu.dram_active.mean", lambda g: _mean(g.dram_active), _pct),
-    Column("tensor %", "gpu.tensor_active.mean", lambda g: _mean(g.tensor_active), _pct),
-    Column("SM %", "gpu.sm_active.mean", lambda g: _mean(g.sm_active), _pct),
-    Column("W", "gpu.power_w", lambda g: g.power_w, _num),
-    Column("J/token", "gpu.joules_per_output_token", lambda g: g.joules_per_output_token, _joules),
-    Column("energy J", "gpu.energy_j", lambda g: g.energy_j, _num),
-    Column("GPUs", "gpu.gpus", lambda g: g.gpus, _num),
+    Column("DRAM %", "gpu.dram_active.mean", lambda t, g: _mean(g.dram_active), _pct),
+    Column("tensor %", "gpu.tensor_active.mean", lambda t, g: _mean(g.tensor_active), _pct),
+    Column("SM %", "gpu.sm_active.mean", lambda t, g: _mean(g.sm_active), _pct),
+    Column("W", "gpu.power_w", lambda t, g: g.power_w, _num),
+    Column("J/token", "gpu.joules_per_output_token", lambda t, g: g.joules_per_output_token, _joules),
+    Column("energy J", "gpu.energy_j", lambda t, g: g.energy_j, _num),
+    Column("GPUs", "gpu.gpus", lambda t, g: g.gpus, _num),
+)
+TABLE: ViewTable[GpuSummary] = ViewTable(
+    source="GPU",
+    title="GPU view (dcgm-exporter / simulated DCGM fields per model and stage)",
+    pick=lambda totals: totals.gpu,
+    columns=COLUMNS,
+    flag=RowFlag("bound", lambda row: row.view.bound or DASH, path="gpu.bound"),
 )
 
 
 def has_gpu(results: Results) -> bool:
-    return any(m.gpu is not None or any(s.gpu is not None for s in m.stages) for m in results.models)
-
-
-def rows(results: Results) -> list[tuple[ModelSummary, StageSummary | None, GpuSummary]]:
-    """(model, stage or None for the whole run, its GPU view), stages first."""
-    out: list[tuple[ModelSummary, StageSummary | None, GpuSummary]] = []
-    for model in results.models:
-        staged = [(model, s, s.gpu) for s in model.stages if s.gpu is not None]
-        if staged:
-            out.extend(staged)  # type: ignore[arg-type]
-        elif model.gpu is not None:
-            out.append((model, None, model.gpu))
-    return out
+    return bool(TABLE.rows(results))
 
 
 def console_table(results: Results) -> Table | None:
     """The terminal's "GPU view" table (None when no GPU metrics were read)."""
-    found = rows(results)
-    if not found:
-        return None
-    table = Table(
-        title="GPU view (dcgm-exporter / simulated DCGM fields per model and stage)",
-        title_justify="left",
-        header_style="bold",
-        box=box.SIMPLE_HEAD,
-    )
-    for title in ("model", "stage", *(c.title for c in COLUMNS), "bound"):
-        table.add_column(title, justify="left" if title in ("model", "stage", "bound") else "right", no_wrap=True)
-    last = None
-    for model, stage, gpu in found:
-        cells = [column.show(column.get(gpu)) for column in COLUMNS]  # type: ignore[arg-type]
-        table.add_row(
-            model.key if model.key != last else "", stage_label(stage) if stage else "run", *cells, gpu.bound or DASH
-        )
-        last = model.key
-    unread = [m.key for m in results.models if m.gpu is None]
-    if unread:
-        table.caption = "no GPU metrics for " + ", ".join(unread)
-    return table
+    return TABLE.console(results)
 
 
 def html_section(results: Results) -> str:
     """The HTML "GPU view" table, cells carrying ``data-field``/``data-value`` like the others."""
-    found = rows(results)
-    head = "".join(f"<th>{escape(c.title)}</th>" for c in COLUMNS)
-    body = []
-    for model, stage, gpu in found:
-        cells = []
-        for column in COLUMNS:
-            value = column.get(gpu)
-            raw = "" if value is None else repr(value)
-            cells.append(
-                f'<td class="num" data-field="{escape(column.path)}" data-value="{escape(raw)}">'
-                f"{escape(column.show(value))}</td>"
-            )  # type: ignore[arg-type]
-        where = stage_label(stage) if stage is not None else "whole run"
-        index = f' data-stage="{stage.index}"' if stage is not None else ""
-        body.append(
-            f'<tr data-model="{escape(model.key)}"{index}><th scope="row">{escape(model.key)}</th>'
-            f"<td>{escape(where)}</td><td>{escape(gpu.source or DASH)}</td>{''.join(cells)}"
-            f'<td data-field="gpu.bound">{escape(gpu.bound or DASH)}</td></tr>'
-        )
     note = (
         '<p class="note">DRAM and tensor: share of cycles the memory interface / tensor pipes were active, mean '
         "over the model's GPUs; W: summed over them; J/token: their energy over the client's output tokens. "
         "bound: bandwidth when DRAM ≥ 25 % and ≥ 2× tensor, compute the other way round, else neither "
         "(docs/gpu-metrics.md).</p>"
     )
-    return (
-        f'{note}<table class="stages" id="gpu-table"><thead><tr><th>model</th><th class="l">stage</th>'
-        f"<th>source</th>{head}<th>bound</th></tr></thead><tbody>{''.join(body)}</tbody></table>"
-    )
+    return TABLE.html(results, note)
 
 
 def live_cells(totals: Totals) -> dict[str, str]:
@@ -195,5 +135,5 @@ def measured_gpu(results: Results) -> list[str]:
 
 
 def _sources(results: Results) -> str:
-    found = {g.source for _, _, g in rows(results) if g.source}
+    found = {row.view.source for row in TABLE.rows(results) if row.view.source}
     return "simulated DCGM fields" if found == {"attnload-sim"} else "dcgm-exporter"

@@ -8,16 +8,23 @@ One column table drives every renderer, so the console, the HTML and the tab agr
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
 from html import escape
 
-from rich import box
 from rich.table import Table
 
-from attnload.report.fmt import DASH, ms_bare, percent, series_name, stage_label
-from attnload.results.model import ModelSummary, Results, ServerSummary, StageSummary, Totals
-from attnload.results.server import bucket_range, is_wide
+from attnload.report.fmt import (
+    DASH,
+    RowFlag,
+    ViewColumn,
+    ViewRow,
+    ViewTable,
+    ms_bare,
+    percent,
+    series_name,
+    stage_label,
+)
+from attnload.results.model import Results, ServerSummary, Totals
+from attnload.results.server import SERVER_GAP_FLAG, bucket_range, is_wide
 
 
 def _share(value: float | None) -> str:
@@ -30,19 +37,7 @@ def _number(value: float | None, digits: int = 1) -> str:
     return f"{value:,.0f}" if float(value).is_integer() else f"{value:,.{digits}f}"
 
 
-@dataclass(frozen=True)
-class Column:
-    """One server column: title, JSON path under the stage, getter, and how it reads."""
-
-    title: str
-    path: str
-    get: Callable[[Totals, ServerSummary], float | int | None]
-    show: Callable[[float | None], str]
-    text: Callable[[ServerSummary], str] | None = None
-    """How the cell reads when not ``show(get(...))``: a server TTFT in a wide bucket reads as its range."""
-
-    def render(self, totals: Totals, server: ServerSummary) -> str:
-        return self.text(server) if self.text is not None else self.show(self.get(totals, server))
+Column = ViewColumn[ServerSummary]
 
 
 def server_ttft(seconds: float | None, bucket: tuple[float, float | None] | None) -> str:
@@ -85,97 +80,49 @@ _CONSOLE_GROUPS: tuple[tuple[str, tuple[int, ...]], ...] = (
 """The console pairs columns (``24% / 29%``) so the table fits a terminal; HTML shows each."""
 
 
+def _gap(row: ViewRow[ServerSummary]) -> str:
+    return SERVER_GAP_FLAG if row.stage is not None and SERVER_GAP_FLAG in row.stage.flags else ""
+
+
+def _gap_note(row: ViewRow[ServerSummary]) -> str:
+    reasons = row.stage.server_gap_reasons if row.stage is not None else []
+    return f'<span class="flag" title="{escape("; ".join(reasons))}">{SERVER_GAP_FLAG}</span>' if reasons else ""
+
+
+TABLE: ViewTable[ServerSummary] = ViewTable(
+    source="server",
+    title="server view (the model servers' /metrics, next to the client's)",
+    pick=lambda totals: totals.server,
+    columns=COLUMNS,
+    groups=_CONSOLE_GROUPS,
+    flag=RowFlag("gap", _gap, warn=True),
+    stage_note=_gap_note,
+)
+
+
 def has_server(results: Results) -> bool:
-    return any(m.server is not None or any(s.server is not None for s in m.stages) for m in results.models)
-
-
-def rows(results: Results) -> list[tuple[ModelSummary, StageSummary | None, ServerSummary]]:
-    """(model, stage or None for the whole run, its server view), stages first; models without
-    stage rows show their whole-run view."""
-    out: list[tuple[ModelSummary, StageSummary | None, ServerSummary]] = []
-    for model in results.models:
-        staged = [(model, s, s.server) for s in model.stages if s.server is not None]
-        if staged:
-            out.extend(staged)  # type: ignore[arg-type]
-        elif model.server is not None:
-            out.append((model, None, model.server))
-    return out
+    return bool(TABLE.rows(results))
 
 
 def console_table(results: Results) -> Table | None:
     """The terminal's "server view" table (None when no server metrics were read)."""
-    found = rows(results)
-    if not found:
-        return None
-    table = Table(
-        title="server view (the model servers' /metrics, next to the client's)",
-        title_justify="left",
-        header_style="bold",
-        box=box.SIMPLE_HEAD,
-    )
-    table.add_column("model", no_wrap=True)
-    table.add_column("stage", no_wrap=True)
-    for title, _ in _CONSOLE_GROUPS:
-        table.add_column(title, justify="right", no_wrap=True)
-    table.add_column("gap", no_wrap=True)
-    last = None
-    for model, stage, server in found:
-        totals: Totals = stage if stage is not None else model
-        shown = [column.render(totals, server) for column in COLUMNS]
-        cells = [" / ".join(shown[i] for i in indexes) for _, indexes in _CONSOLE_GROUPS]
-        gap = "server_client_gap" if stage is not None and "server_client_gap" in stage.flags else ""
-        table.add_row(
-            model.key if model.key != last else "",
-            stage_label(stage) if stage else "run",
-            *cells,
-            gap,
-            style="yellow" if gap else None,
-        )
-        last = model.key
-    unread = [m.key for m in results.models if m.server is None]
-    if unread:
-        table.caption = "no server metrics for " + ", ".join(unread)
-    return table
+    return TABLE.console(results)
 
 
 def html_section(results: Results) -> str:
     """The HTML "Server view" table, cells carrying ``data-field``/``data-value`` like the others."""
-    found = rows(results)
-    if not found:
+    if not has_server(results):
         return (
             '<p class="note">No server metrics were read (the servers publish no Prometheus /metrics '
             "there, or the run used --server-metrics off).</p>"
         )
-    head = "".join(f"<th>{escape(c.title)}</th>" for c in COLUMNS)
-    body = []
-    for model, stage, server in found:
-        totals: Totals = stage if stage is not None else model
-        cells = []
-        for column in COLUMNS:
-            value = column.get(totals, server)  # type: ignore[arg-type]
-            raw = "" if value is None else repr(value)
-            cells.append(
-                f'<td class="num" data-field="{escape(column.path)}" data-value="{escape(raw)}">'
-                f"{escape(column.render(totals, server))}</td>"
-            )
-        reasons = stage.server_gap_reasons if stage is not None else []
-        gap = f'<span class="flag" title="{escape("; ".join(reasons))}">server_client_gap</span>' if reasons else ""
-        where = stage_label(stage) if stage is not None else "whole run"
-        index = f' data-stage="{stage.index}"' if stage is not None else ""
-        body.append(
-            f'<tr data-model="{escape(model.key)}"{index}><th scope="row">{escape(model.key)}</th>'
-            f"<td>{escape(where)} {gap}</td><td>{escape(server.source or DASH)}</td>{''.join(cells)}</tr>"
-        )
     notes = [f"{m.key} {stage_label(s)}: {r}" for m in results.models for s in m.stages for r in s.server_gap_reasons]
     note = (
-        '<div class="callout note"><strong>server_client_gap</strong>: ' + escape("; ".join(notes)) + "</div>"
+        f'<div class="callout note"><strong>{SERVER_GAP_FLAG}</strong>: ' + escape("; ".join(notes)) + "</div>"
         if notes
         else ""
     )
-    return (
-        f'{note}<table class="stages" id="server-table"><thead><tr><th>model</th><th class="l">stage</th>'
-        f"<th>source</th>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
-    )
+    return TABLE.html(results, note)
 
 
 def live_cells(totals: Totals) -> dict[str, str]:

@@ -23,12 +23,10 @@ from dataclasses import dataclass
 from attnload.config.model import Slo
 from attnload.errors import UsageError
 from attnload.results.model import ModelSummary, Results
+from attnload.results.server import SERVER_GAP_FLAG
 
 FAIL_ON = ("slo", "saturated", "server-gap")
 """The ``--fail-on`` reasons, each a reason to exit 1."""
-SERVER_GAP_FLAG = "server_client_gap"
-"""The stage flag (``models[].stages[].flags``) that ``server-gap`` watches: the server's own numbers
-and the client's disagree beyond their tolerance, so the client's measurement is suspect."""
 DEFAULT_EXIT_CODE_ON_ERROR = 1
 """Locust's default: any failed request makes the run exit 1."""
 

@@ -8,20 +8,15 @@ GPUs shows as a higher cost per token, not as a smaller one.
 
 from __future__ import annotations
 
+from typing import TypeVar
+
 from attnload.results.model import GpuSummary, ModelSummary, StageSummary
-from attnload.results.server import ServerResults
+from attnload.scrape.summary import StageSummaries
 
+GpuResults = StageSummaries[GpuSummary]
+"""GPU summaries as the GPU view produced them: per model key, per stage index, and whole-run."""
 
-class GpuResults(ServerResults):
-    """GPU summaries as the poller produced them: per model key, per stage index, and whole-run."""
-
-    def stage(self, key: str, index: int) -> GpuSummary | None:  # type: ignore[override]
-        data = self.stages.get(key, {}).get(index)
-        return GpuSummary.model_validate(data) if data is not None else None
-
-    def total(self, key: str) -> GpuSummary | None:  # type: ignore[override]
-        data = self.totals.get(key)
-        return GpuSummary.model_validate(data) if data is not None else None
+Viewed = TypeVar("Viewed", StageSummary, ModelSummary)
 
 
 def per_token(gpu: GpuSummary | None, completion_tokens: int) -> GpuSummary | None:
@@ -32,7 +27,7 @@ def per_token(gpu: GpuSummary | None, completion_tokens: int) -> GpuSummary | No
     return gpu.model_copy(update={"joules_per_output_token": joules})
 
 
-def with_gpu(summary: StageSummary | ModelSummary, gpu: GpuSummary | None) -> StageSummary | ModelSummary:
+def with_gpu(summary: Viewed, gpu: GpuSummary | None) -> Viewed:
     """``summary`` (a stage or a whole model) with its GPU view."""
     if gpu is None:
         return summary

@@ -23,12 +23,13 @@ count explains (docs/server-metrics.md, "Agreement check"):
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
-from typing import Any
 
 from attnload.results.model import ServerSummary, StageSummary
+from attnload.scrape.summary import StageSummaries
 
 SERVER_GAP_FLAG = "server_client_gap"
+"""The stage flag (``models[].stages[].flags``) of a stage whose server and client views disagree beyond
+their tolerance, so the client's measurement is suspect (``--fail-on server-gap`` watches it)."""
 TOKENS_REL_TOLERANCE = 0.05
 TOKENS_ABS_TOLERANCE = 10
 TTFT_RATIO = 0.5
@@ -40,20 +41,8 @@ WIDE_BUCKET_RATIO = 1.25
 """A bucket whose upper bound exceeds this multiple of its lower one is shown as its range ("100–250 ms")."""
 
 
-@dataclass
-class ServerResults:
-    """Server summaries as the poller produced them: per model key, per stage index, and whole-run."""
-
-    stages: dict[str, dict[int, dict[str, Any] | None]] = field(default_factory=dict)
-    totals: dict[str, dict[str, Any] | None] = field(default_factory=dict)
-
-    def stage(self, key: str, index: int) -> ServerSummary | None:
-        data = self.stages.get(key, {}).get(index)
-        return ServerSummary.model_validate(data) if data is not None else None
-
-    def total(self, key: str) -> ServerSummary | None:
-        data = self.totals.get(key)
-        return ServerSummary.model_validate(data) if data is not None else None
+ServerResults = StageSummaries[ServerSummary]
+"""Server summaries as the server view produced them: per model key, per stage index, and whole-run."""
 
 
 def with_server(stage: StageSummary, server: ServerSummary | None) -> StageSummary:

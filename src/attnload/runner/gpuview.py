@@ -1,7 +1,7 @@
 """The master's GPU view: dcgm-exporter's per-GPU gauges per model and stage.
 
-Beside the server view (``runner/serverview.py``), at its cadence, with its fetch and its
-stage boundaries: one ``GpuMetricsPoller`` per test. A model's source is its
+A ``ScrapeView`` (``scrape/view.py``) over the GPU source (``scrape/gpu.py``), beside the
+server view at its cadence, with its fetch and its stage boundaries. A model's source is its
 ``gpu_metrics_url``; without one, ``--gpu-metrics auto`` tries the model server's own
 /metrics (the simulator publishes DCGM names there; vLLM does not, which is quietly no
 GPU view). Each scrape also updates the master's ``attnload_gpu_*`` series, so Grafana's
@@ -10,16 +10,18 @@ GPU row reads per model and attention whatever labels the exporter uses.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from attnload.attention import FactsLookup, no_facts
 from attnload.config.model import TestConfig
-from attnload.results.gpu import GpuResults
-from attnload.runner.serverview import ServerView, model_names
+from attnload.runner.serverview import model_names
 from attnload.scrape import default_metrics_url
-from attnload.scrape.gpupoller import GpuMetricsPoller, GpuTarget, OnSample
-
-Fetch = Callable[[str], str]
+from attnload.scrape.dcgm import GpuExposition
+from attnload.scrape.gpu import GPU, GpuTarget
+from attnload.scrape.gpuwindow import GpuSample
+from attnload.scrape.poller import Fetch
+from attnload.scrape.summary import GpuSummary
+from attnload.scrape.view import ScrapeView
 
 
 def gpu_targets(config: TestConfig, attention_facts: FactsLookup = no_facts, guess: bool = True) -> list[GpuTarget]:
@@ -42,21 +44,14 @@ def gpu_targets(config: TestConfig, attention_facts: FactsLookup = no_facts, gue
     return targets
 
 
-class GpuView(ServerView):
+class GpuView(ScrapeView[GpuTarget, GpuExposition, GpuSample, GpuSummary]):
     """Per test: a GPU poller, the finished stages' GPU summaries and the whole-run ones."""
 
     def __init__(
-        self, targets: list[GpuTarget], interval_s: float, fetch: Fetch | None = None, on_sample: OnSample | None = None
+        self,
+        targets: Sequence[GpuTarget],
+        interval_s: float,
+        fetch: Fetch | None = None,
+        on_sample: Callable[[str, GpuSample], None] | None = None,
     ) -> None:
-        super().__init__(list(targets), interval_s, fetch)
-        self.gpu_targets = targets
-        self._on_sample = on_sample
-
-    def _new_poller(self) -> GpuMetricsPoller:  # type: ignore[override]
-        return GpuMetricsPoller(
-            self.gpu_targets, interval_s=self.interval_s, fetch=self._fetch, on_sample=self._on_sample
-        )
-
-    def results(self, running_stage: int | None = None) -> GpuResults:  # type: ignore[override]
-        base = super().results(running_stage)
-        return GpuResults(stages=base.stages, totals=base.totals)
+        super().__init__(GPU, targets, interval_s, fetch, on_sample)

@@ -369,7 +369,7 @@ class Runtime:
             view.stage_ended(self.stage.index)
             view.stop()
 
-    def _views(self) -> list[ServerView]:
+    def _views(self) -> list[ServerView | GpuView]:
         """The scrapers of this run: the server view and the GPU view, where on."""
         return [v for v in (self.server_view, self.gpu_view) if v is not None]
 

@@ -1,9 +1,12 @@
-"""Server-side view of a run: the model servers' own metrics (vLLM, SGLang, attnload sim).
+"""What attnload reads from other exporters during a run: model servers' and GPUs' metrics per stage.
 
-``parse`` reads one Prometheus exposition into a ``ServerSample`` per served model,
-``window`` turns successive samples into a stage's ``stages[].server`` summary, and
-``poller`` scrapes the servers during a run. It imports only prometheus_client and the
-standard library, so every stage of the run can use it (docs/server-metrics.md).
+Every scraped source goes one way (``source``): fetch a page, parse it, pick each model's
+sample, fold samples into a per-stage window whose summary the results carry as it is
+(``summary``). The model servers' /metrics (vLLM, SGLang, attnload sim: ``server``,
+``parse``, ``window``) and dcgm-exporter's GPUs (``gpu``, ``dcgm``, ``gpuwindow``) are its two
+sources; ``poller`` is the one scrape loop and ``view`` the master's per-test driver of it
+(docs/server-metrics.md, docs/gpu-metrics.md). Besides ``view`` (gevent) it imports only
+prometheus_client, pydantic and the standard library, so every stage of the run can use it.
 """
 
 from attnload.scrape.parse import (
@@ -17,12 +20,12 @@ from attnload.scrape.parse import (
 )
 from attnload.scrape.poller import (
     DEFAULT_INTERVAL_S,
-    ScrapeTarget,
-    ServerMetricsPoller,
+    ScrapePoller,
     default_metrics_url,
     fetch_text,
 )
-from attnload.scrape.window import ServerWindow, counter_delta, histogram_quantile
+from attnload.scrape.source import ScrapeTarget, counter_delta
+from attnload.scrape.window import ServerWindow, histogram_quantile
 
 __all__ = [
     "DEFAULT_INTERVAL_S",
@@ -30,9 +33,9 @@ __all__ = [
     "SIM",
     "VLLM",
     "Exposition",
+    "ScrapePoller",
     "ScrapeTarget",
     "ServerMetricsError",
-    "ServerMetricsPoller",
     "ServerSample",
     "ServerWindow",
     "counter_delta",

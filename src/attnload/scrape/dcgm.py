@@ -22,7 +22,6 @@ from dataclasses import dataclass, field
 from attnload.scrape.parse import ServerMetricsError, read_series
 
 DCGM, SIM = "dcgm", "attnload-sim"
-PREFIX = "DCGM_FI_"
 
 FIELDS: Mapping[str, tuple[str, float]] = {
     # results field -> (DCGM field, factor to the results unit)
@@ -81,11 +80,6 @@ class GpuExposition:
         for row in rows:
             unique.setdefault(row.uid, row)
         return list(unique.values())
-
-
-def has_dcgm(text: str) -> bool:
-    """Cheap check before parsing: does the body carry any ``DCGM_FI_*`` sample line?"""
-    return any(line.startswith(PREFIX) for line in text.splitlines())
 
 
 def parse_dcgm(text: str) -> GpuExposition:

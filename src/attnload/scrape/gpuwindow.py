@@ -14,10 +14,10 @@ as its baseline, so consecutive stages split the energy exactly. ``bound`` is
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from attnload.scrape.dcgm import GpuReading
-from attnload.scrape.window import Gauge, counter_delta
+from attnload.scrape.source import Gauge, StageWindow, counter_delta
+from attnload.scrape.summary import Bound, GpuSummary
 
 ACTIVITY_FIELDS = ("dram_active", "tensor_active", "sm_active", "gpu_util")
 BUSY_MIN = 0.25
@@ -27,7 +27,7 @@ DOMINANCE = 2.0
 MIB_PER_GIB = 1024.0
 
 
-def classify_bound(dram_active: float | None, tensor_active: float | None) -> str | None:
+def classify_bound(dram_active: float | None, tensor_active: float | None) -> Bound | None:
     """``bandwidth``, ``compute`` or ``neither`` from mean DRAM and tensor-pipe activity (0–1).
 
     ``bandwidth``: DRAM ≥ 25 % active and ≥ 2× the tensor pipes (decode streaming weights and KV);
@@ -60,18 +60,11 @@ class GpuSample:
         return float(sum(v for v in values if v is not None))
 
 
-class GpuWindow:
+class GpuWindow(StageWindow[GpuSample, GpuSummary]):
     """One stage of one model's GPU telemetry; ``add`` each scrape, ``close`` at the stage end."""
 
-    def __init__(self, baseline: GpuSample | None = None) -> None:
-        self._reset(baseline)
-
-    def _reset(self, baseline: GpuSample | None) -> None:
-        self.baseline = baseline
-        self.samples = 0
-        self.source: str | None = baseline.source if baseline else None
+    def _start(self) -> None:
         self.gpus = 0
-        self._last = baseline
         self._activity = {name: Gauge() for name in ACTIVITY_FIELDS}
         self._power = Gauge()
         self._fb = Gauge()
@@ -79,15 +72,7 @@ class GpuWindow:
         self._energy_read = False
         self._from_power = False
 
-    @property
-    def last(self) -> GpuSample | None:
-        return self._last
-
-    def add(self, sample: GpuSample) -> None:
-        """Fold in one scrape (taken after every sample already added)."""
-        previous = self._last
-        self.samples += 1
-        self.source = sample.source
+    def _fold(self, sample: GpuSample) -> None:
         self.gpus = max(self.gpus, len(sample.readings))
         for reading in sample.readings:
             for name in ACTIVITY_FIELDS:
@@ -98,11 +83,8 @@ class GpuWindow:
             value = sample.total(name)
             if value is not None:
                 gauge.add(value)
-        if previous is not None:
-            self._add_energy(previous, sample)
-        self._last = sample
 
-    def _add_energy(self, previous: GpuSample, sample: GpuSample) -> None:
+    def _difference(self, previous: GpuSample, sample: GpuSample) -> None:
         before = {r.uid: r.values.get("energy_mj") for r in previous.readings}
         now = {r.uid: r.values.get("energy_mj") for r in sample.readings}
         if now and all(v is not None for v in now.values()) and all(before.get(u) is not None for u in now):
@@ -116,27 +98,22 @@ class GpuWindow:
             self._energy_read = True
             self._from_power = True
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self) -> GpuSummary:
         """The results file's ``stages[].gpu`` object (``joules_per_output_token`` is the results' to fill)."""
-        activity = {name: gauge.to_json() if gauge.n else None for name, gauge in self._activity.items()}
-        dram = activity["dram_active"]
-        tensor = activity["tensor_active"]
+        activity = {name: gauge.summary() if gauge.n else None for name, gauge in self._activity.items()}
+        dram, tensor = activity["dram_active"], activity["tensor_active"]
         fb = self._fb.mean()
-        return {
-            "source": self.source,
-            "gpus": self.gpus,
-            "samples": self.samples,
-            **activity,
-            "power_w": self._power.mean(),
-            "energy_j": self._energy_mj / 1000.0 if self._energy_read else None,
-            "energy_from": ("power" if self._from_power else "counter") if self._energy_read else None,
-            "joules_per_output_token": None,
-            "fb_used_gib": fb / MIB_PER_GIB if fb is not None else None,
-            "bound": classify_bound(dram["mean"] if dram else None, tensor["mean"] if tensor else None),
-        }
-
-    def close(self) -> dict[str, Any]:
-        """This stage's summary; the window restarts with the last scrape as its baseline."""
-        result = self.summary()
-        self._reset(self._last)
-        return result
+        return GpuSummary(
+            source=self.source,
+            gpus=self.gpus,
+            samples=self.samples,
+            dram_active=dram,
+            tensor_active=tensor,
+            sm_active=activity["sm_active"],
+            gpu_util=activity["gpu_util"],
+            power_w=self._power.mean(),
+            energy_j=self._energy_mj / 1000.0 if self._energy_read else None,
+            energy_from=("power" if self._from_power else "counter") if self._energy_read else None,
+            fb_used_gib=fb / MIB_PER_GIB if fb is not None else None,
+            bound=classify_bound(dram.mean if dram else None, tensor.mean if tensor else None),
+        )

@@ -1,12 +1,13 @@
-"""Scrape each model server's ``/metrics`` during a run and keep per-stage windows per model.
+"""Scrape a source's pages during a run and keep per-stage windows per model: one loop for every source.
 
-The Locust master runs ``ServerMetricsPoller.run`` in a greenlet: urllib's sockets and
+The Locust master runs ``ScrapePoller.run`` in a greenlet: urllib's sockets and
 ``threading.Event`` are cooperative once Locust has monkey-patched, so the poller needs
 no gevent import and runs in a plain thread in tests. Each distinct URL is fetched once
 per interval however many models share it (the simulator serves two models on one
-port). Server metrics are an explanation, never a verdict: a URL that answers 404,
-refuses the first connection or serves something that is not a known exposition turns
-its models' server metrics off with one warning line, and the run goes on.
+port). Scraped metrics are an explanation, never a verdict: a URL that answers 404,
+refuses the first connection or serves something its source cannot read turns its
+models' view off with one warning line, and the run goes on. What a page is and how it
+is read is the ``Source``'s (``scrape/server.py``, ``scrape/gpu.py``).
 """
 
 from __future__ import annotations
@@ -19,11 +20,10 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Callable, Collection, Sequence
-from dataclasses import dataclass
-from typing import Any
+from typing import Generic
 
-from attnload.scrape.parse import Exposition, ServerMetricsError, parse_exposition
-from attnload.scrape.window import ServerWindow
+from attnload.scrape.parse import ServerMetricsError
+from attnload.scrape.source import ExpositionT, SampleT, Source, StageWindow, SummaryT, TargetT
 
 log = logging.getLogger(__name__)
 
@@ -43,16 +43,6 @@ def default_metrics_url(base_url: str) -> str:
     if not parts.scheme or not parts.netloc:
         raise ValueError(f"base_url {base_url!r} has no scheme://host")
     return urllib.parse.urlunsplit((parts.scheme, parts.netloc, "/metrics", "", ""))
-
-
-@dataclass(frozen=True)
-class ScrapeTarget:
-    """One model whose server metrics are wanted: results key, URL, names it may be served as."""
-
-    key: str
-    url: str
-    names: frozenset[str]
-    """The model's id and known aliases, matched against the server's ``model_name`` label."""
 
 
 def fetch_text(url: str, timeout_s: float = DEFAULT_TIMEOUT_S, max_bytes: int = MAX_BODY_BYTES) -> str:
@@ -77,34 +67,34 @@ def fetch_text(url: str, timeout_s: float = DEFAULT_TIMEOUT_S, max_bytes: int = 
     return body.decode("utf-8", errors="replace")
 
 
-class ServerMetricsPoller:
-    """Polls the targets' URLs and keeps one ``ServerWindow`` per target key.
-
-    ``parse``, ``window_type`` and ``explain`` are the hooks the GPU poller
-    (``scrape/gpupoller.py``) replaces: same cadence, fetch and failure rules."""
-
-    parse: Callable[[str], Any] = staticmethod(parse_exposition)
-    window_type: Callable[[], Any] = ServerWindow
+class ScrapePoller(Generic[TargetT, ExpositionT, SampleT, SummaryT]):
+    """Polls the targets' URLs and keeps one window per target key for one ``source``;
+    ``on_sample`` sees each model's every sample (the master's ``attnload_gpu_*`` series)."""
 
     def __init__(
         self,
-        targets: Sequence[ScrapeTarget],
+        source: Source[TargetT, ExpositionT, SampleT, SummaryT],
+        targets: Sequence[TargetT],
         *,
         interval_s: float = DEFAULT_INTERVAL_S,
         fetch: Fetch | None = None,
         clock: Callable[[], float] = time.monotonic,
+        on_sample: Callable[[str, SampleT], None] | None = None,
     ) -> None:
         if interval_s <= 0:
             raise ValueError("interval_s must be positive")
+        self.source = source
         self.targets = {t.key: t for t in targets}
         self.interval_s = interval_s
         self._fetch = fetch or fetch_text
         self._clock = clock
-        self._windows = {t.key: self.window_type() for t in targets}
-        self._totals = {t.key: self.window_type() for t in targets}
+        self._on_sample = on_sample
+        self._windows = {t.key: source.window() for t in targets}
+        self._totals = {t.key: source.window() for t in targets}
         """Whole-run windows, fed the same samples and never closed: the model-level summary."""
         self._off: dict[str, str] = {}
-        """Target key -> why its server metrics are off (the warning's text)."""
+        """Target key -> why its view is off (the warning's text)."""
+        self._misses: dict[str, int] = {}
         self._answered: set[str] = set()
         self._lock = threading.Lock()
         self._poll_lock = threading.Lock()
@@ -123,7 +113,7 @@ class ServerMetricsPoller:
         with self._poll_lock:
             for url in self.urls():
                 try:
-                    exposition = self.parse(self._fetch(url))
+                    exposition = self.source.parse(self._fetch(url))
                 except ServerMetricsError as exc:
                     self._failed(url, exc)
                     continue
@@ -146,81 +136,63 @@ class ServerMetricsPoller:
 
     def _failed(self, url: str, exc: ServerMetricsError) -> None:
         if url in self._answered and exc.reason in ("connection", "http"):
-            log.debug("server metrics: %s (skipped this sample)", exc)  # a restart or a blip mid-run
+            log.debug("%s: %s (skipped this sample)", self.source.what, exc)  # a restart or a blip mid-run
             return
         keys = [k for k, t in self.targets.items() if t.url == url and k not in self._off]
-        self._turn_off(keys, f"{url}: {self.explain(exc)}")
+        self._turn_off(keys, f"{url}: {self.source.explain(exc)}")
 
-    def explain(self, exc: ServerMetricsError) -> str:
-        return _explain(exc)
-
-    def _record(self, url: str, exposition: Exposition) -> None:
+    def _record(self, url: str, exposition: ExpositionT) -> None:
+        at_s = self._clock()
         with self._lock:
             for key, target in self.targets.items():
                 if target.url != url or key in self._off:
                     continue
-                sample = exposition.sample_for(target.names)
+                sample = self.source.pick(exposition, target, at_s)
                 if sample is not None:
                     self._windows[key].add(sample)
                     self._totals[key].add(sample)
-                elif key not in self._seen_keys():
-                    served = ", ".join(sorted(exposition.samples)) or "none"
-                    self._turn_off([key], f"{url} serves {served}, none is {_names(target.names)}")
+                    if self._on_sample is not None:
+                        self._on_sample(key, sample)
+                elif self._windows[key].last is None and self._missed(key) >= self.source.misses_before_off:
+                    self._turn_off([key], self.source.unmatched(exposition, target, url))
 
-    def _seen_keys(self) -> set[str]:
-        return {k for k, w in self._windows.items() if w.last is not None}
+    def _missed(self, key: str) -> int:
+        self._misses[key] = self._misses.get(key, 0) + 1
+        return self._misses[key]
 
     def _turn_off(self, keys: Collection[str], why: str) -> None:
-        if not keys:
-            return
         for key in keys:
             self._off[key] = why
-        log.warning("server metrics off for %s: %s", ", ".join(keys), why)
+        quiet = [k for k in keys if self.source.quiet(self.targets[k])]
+        loud = [k for k in keys if k not in quiet]
+        if quiet:
+            log.debug("%s off for %s: %s", self.source.what, ", ".join(quiet), why)
+        if loud:
+            log.warning("%s off for %s: %s", self.source.what, ", ".join(loud), why)
 
     # ------------------------------------------------------------------ results
 
     def off(self) -> dict[str, str]:
-        """Target key -> why its server metrics are off."""
+        """Target key -> why its view is off."""
         return dict(self._off)
 
-    def close_stage(self, poll: bool = True) -> dict[str, dict[str, Any] | None]:
-        """Each target's summary of the stage that just ended (None: no server metrics), and
-        new windows from here. ``poll`` scrapes once first, so counter deltas end at the boundary."""
+    def close_stage(self, poll: bool = True) -> dict[str, SummaryT | None]:
+        """Each target's summary of the stage that just ended (None: not read), and new windows
+        from here. ``poll`` scrapes once first, so counter deltas end at the boundary."""
         if poll:
             self.poll_once()
         with self._lock:
-            return {
-                key: None if key in self._off or window.last is None else window.close()
-                for key, window in self._windows.items()
-            }
+            return {key: None if self._unread(key, w) else w.close() for key, w in self._windows.items()}
 
-    def total(self) -> dict[str, dict[str, Any] | None]:
+    def total(self) -> dict[str, SummaryT | None]:
         """Each target's summary over every sample since the first (counters: the sum of the stages')."""
         with self._lock:
-            return {
-                key: None if key in self._off or window.last is None else window.summary()
-                for key, window in self._totals.items()
-            }
+            return {key: None if self._unread(key, w) else w.summary() for key, w in self._totals.items()}
 
-    def peek(self) -> dict[str, dict[str, Any] | None]:
+    def peek(self) -> dict[str, SummaryT | None]:
         """The running stage's summaries so far, for live views; changes nothing."""
         with self._lock:
-            return {
-                key: None if key in self._off or window.last is None else window.summary()
-                for key, window in self._windows.items()
-            }
+            return {key: None if self._unread(key, w) else w.summary() for key, w in self._windows.items()}
 
-
-def _explain(exc: ServerMetricsError) -> str:
-    hints = {
-        "http": "no Prometheus /metrics there; set metrics_url or --server-metrics off",
-        "connection": "nothing answered; set metrics_url to the server's metrics port",
-        "not_prometheus": "the body is not Prometheus text; set metrics_url",
-        "unknown_server": "Prometheus text, but no vLLM, SGLang or attnload sim metrics in it",
-        "too_large": "the body is too large for a metrics page",
-    }
-    return f"{exc.detail} ({hints.get(exc.reason, exc.reason)})"
-
-
-def _names(names: Collection[str]) -> str:
-    return " or ".join(sorted(names)) or "this model"
+    def _unread(self, key: str, window: StageWindow[SampleT, SummaryT]) -> bool:
+        return key in self._off or window.last is None

@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any
 
 from attnload.scrape.parse import ServerSample
+from attnload.scrape.source import Gauge, StageWindow, counter_delta
+from attnload.scrape.summary import ServerSummary
 
 _COUNTERS = (
     "preemptions",
@@ -28,11 +28,6 @@ _COUNTERS = (
     "aborted",
 )
 _GAUGES = ("kv_cache_usage", "running", "waiting", "prefix_cache_hit_rate")
-
-
-def counter_delta(previous: float, current: float) -> float:
-    """Increase of a counter between two scrapes; a decrease means it restarted from zero."""
-    return current if current < previous else current - previous
 
 
 def histogram_quantile(q: float, buckets: Sequence[tuple[float, float]]) -> float | None:
@@ -74,57 +69,22 @@ def histogram_bucket(q: float, buckets: Sequence[tuple[float, float]]) -> tuple[
     return (lower, None if math.isinf(upper) else upper)
 
 
-@dataclass
-class Gauge:
-    """A gauge over a window's scrapes: mean and max (None before the first sample)."""
-
-    total: float = 0.0
-    n: int = 0
-    peak: float = -math.inf
-
-    def add(self, value: float) -> None:
-        self.total += value
-        self.n += 1
-        self.peak = max(self.peak, value)
-
-    def to_json(self) -> dict[str, float | None]:
-        return {"mean": self.mean(), "max": self.peak if self.n else None}
-
-    def mean(self) -> float | None:
-        return self.total / self.n if self.n else None
-
-
-class ServerWindow:
+class ServerWindow(StageWindow[ServerSample, ServerSummary]):
     """One stage of one model's server metrics; ``add`` each scrape, ``close`` at the stage end."""
 
-    def __init__(self, baseline: ServerSample | None = None) -> None:
-        self._reset(baseline)
-
-    def _reset(self, baseline: ServerSample | None) -> None:
-        self.baseline = baseline
-        """The previous stage's last sample (None: the first sample added becomes the baseline)."""
-        self.samples = 0
-        self.source: str | None = None
-        self._last = baseline
+    def _start(self) -> None:
         self._deltas: dict[str, float] = {}
         self._gauges = {name: Gauge() for name in _GAUGES}
         self._ttft: dict[float, float] = {}
         self._queue = [0.0, 0.0]  # seconds waited, requests
 
-    def add(self, sample: ServerSample) -> None:
-        """Fold in one scrape (taken after every sample already added)."""
-        previous = self._last
-        self.samples += 1
-        self.source = sample.source
+    def _fold(self, sample: ServerSample) -> None:
         for name in _GAUGES:
             value = getattr(sample, name)
             if value is not None:
                 self._gauges[name].add(value)
-        if previous is not None:
-            self._add_deltas(previous, sample)
-        self._last = sample
 
-    def _add_deltas(self, previous: ServerSample, sample: ServerSample) -> None:
+    def _difference(self, previous: ServerSample, sample: ServerSample) -> None:
         for name in _COUNTERS:
             before, now = getattr(previous, name), getattr(sample, name)
             if now is not None:  # absent before: created since (SGLang adds a labelled series at its first inc)
@@ -145,41 +105,29 @@ class ServerWindow:
             self._queue[1] += sample.queue_time_count - (0.0 if restarted else count_before)
 
     @property
-    def last(self) -> ServerSample | None:
-        return self._last
-
-    @property
     def queue_time_mean_s(self) -> float | None:
         """Mean time a request waited in the server's queue this stage (vLLM, SGLang), else None."""
         return self._queue[0] / self._queue[1] if self._queue[1] > 0 else None
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self) -> ServerSummary:
         """The results file's ``stages[].server`` object (null where the server has no such series)."""
-        summary = {
-            "source": self.source or (self.baseline.source if self.baseline else None),
-            "samples": self.samples,
-            "kv_cache_usage": self._gauges["kv_cache_usage"].to_json(),
-            "requests_running": self._gauges["running"].to_json(),
-            "requests_waiting": self._gauges["waiting"].to_json(),
-            "preemptions": self._count("preemptions"),
-            "prefix_cache_hit_ratio": self._hit_ratio(),
-            "prompt_tokens": self._count("prompt_tokens"),
-            "generation_tokens": self._count("generation_tokens"),
-            "ttft_p50_s": self._ttft_quantile(0.50),
-            "ttft_p99_s": self._ttft_quantile(0.99),
-            "ttft_p50_bucket_s": histogram_bucket(0.50, sorted(self._ttft.items())),
-            "ttft_p99_bucket_s": histogram_bucket(0.99, sorted(self._ttft.items())),
-        }
-        aborted = self._count("aborted")
-        if aborted:  # only where the server aborted some (--abandon-rate): other summaries stay as they were
-            summary["aborted"] = aborted
-        return summary
-
-    def close(self) -> dict[str, Any]:
-        """This stage's summary; the window restarts with the last sample as baseline."""
-        result = self.summary()
-        self._reset(self._last)
-        return result
+        buckets = sorted(self._ttft.items())
+        return ServerSummary(
+            source=self.source,
+            samples=self.samples,
+            kv_cache_usage=self._gauges["kv_cache_usage"].summary(),
+            requests_running=self._gauges["running"].summary(),
+            requests_waiting=self._gauges["waiting"].summary(),
+            preemptions=self._count("preemptions"),
+            aborted=self._count("aborted") or None,  # only where the server aborted some (--abandon-rate)
+            prefix_cache_hit_ratio=self._hit_ratio(),
+            prompt_tokens=self._count("prompt_tokens"),
+            generation_tokens=self._count("generation_tokens"),
+            ttft_p50_s=histogram_quantile(0.50, buckets),
+            ttft_p99_s=histogram_quantile(0.99, buckets),
+            ttft_p50_bucket_s=histogram_bucket(0.50, buckets),
+            ttft_p99_bucket_s=histogram_bucket(0.99, buckets),
+        )
 
     def _count(self, name: str) -> int | float | None:
         if name not in self._deltas:
@@ -193,6 +141,3 @@ class ServerWindow:
         if queries and hits is not None:
             return hits / queries
         return self._gauges["prefix_cache_hit_rate"].mean()
-
-    def _ttft_quantile(self, q: float) -> float | None:
-        return histogram_quantile(q, sorted(self._ttft.items()))
