@@ -225,7 +225,7 @@ class ChatClient:
         self.last_failure = error
         if error is not None:
             # Its traceback holds this frame (which holds it): a cycle keeping the response's buffers alive
-            # until a full collection, which load processes stream only every 10 minutes (runner/gcpolicy.py).
+            # until a full collection, which load processes run only every 10 minutes (runner/gcpolicy.py).
             error.__traceback__ = error.__context__ = error.__cause__ = None
             self.close()
             if error.retry_after_s and self.retry_after_max_s > 0:
@@ -366,7 +366,7 @@ class ChatClient:
     def _pump(
         self, stream: CStream, response: Response, sock: Any, at: float, deadline: float, first_deadline: float
     ) -> None:
-        """The rest of a 200's chunked stream in the compiled loop (``StreamBase.pump``, attnload/native/fastread.c).
+        """The rest of a 200's chunked stream in the compiled loop (``StreamBase.pump``, native/readloop.c).
 
         The same reads, stamps, deadlines and stop conditions as the loop in ``_exchange`` and
         ``_finish_framing``, without a Python frame per read; each way it can end maps to what
