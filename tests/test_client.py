@@ -233,12 +233,12 @@ def test_sse_fuzz_only_classified_errors(cuts: list[int], garbage: bytes, positi
     stream = sse(chunk(role=True), chunk("a b "), chunk("c "), chunk(finish="length"), USAGE, "[DONE]")
     position = min(position, len(stream))
     stream = stream[:position] + garbage + stream[position:]
-    run = new_stream(streaming=True, max_tokens=3)
+    state = new_stream(streaming=True, max_tokens=3)
     points = sorted({min(c, len(stream)) for c in cuts} | {0, len(stream)})
     try:
         for start, end in zip(points, points[1:], strict=False):
-            run.sse.feed(stream[start:end])
-            run.consume(at=float(end), origin=0.0)
+            state.sse.feed(stream[start:end])
+            state.consume(at=float(end), origin=0.0)
     except RequestFailed as failure:
         assert isinstance(failure.kind, ErrorClass)
 

@@ -119,15 +119,15 @@ def test_dataless_blocks_are_capped() -> None:
 
 
 def test_events_beyond_what_max_tokens_allows_are_truncated() -> None:
-    run = new_stream(streaming=True, max_tokens=8)
+    state = new_stream(streaming=True, max_tokens=8)
     allowed = max_events(8)
-    run.sse.feed(EVENT * allowed)
-    run.consume(at=1.0, origin=0.0)  # exactly the budget: still fine
-    run.sse.feed(EVENT)
+    state.sse.feed(EVENT * allowed)
+    state.consume(at=1.0, origin=0.0)  # exactly the budget: still fine
+    state.sse.feed(EVENT)
     with pytest.raises(RequestFailed) as caught:
-        run.consume(at=2.0, origin=0.0)
+        state.consume(at=2.0, origin=0.0)
     assert caught.value.kind is ErrorClass.TRUNCATED and "max_tokens 8" in caught.value.detail
-    assert len(run.chunk_tokens) == allowed
+    assert len(state.chunk_tokens) == allowed
 
 
 def test_error_body_is_capped_and_classified_by_its_status() -> None:

@@ -86,15 +86,15 @@ def test_plain_delta_fast_path_matches_json_loads(chunk: bytes, monkeypatch: pyt
     def consume(fast: bool) -> tuple[object, ...]:
         if not fast:
             monkeypatch.setattr(checks, "_PLAIN_DELTA", re.compile(rb"(?!)"))
-        run = client.new_stream(True, 16) if fast else client.PyStream(True, 16)  # json.loads for every chunk
-        run.sse.events.extend([(b"message", chunk), (b"message", chunk)])
+        state = client.new_stream(True, 16) if fast else client.PyStream(True, 16)  # json.loads for every chunk
+        state.sse.events.extend([(b"message", chunk), (b"message", chunk)])
         try:
-            run.consume(1.0, 0.0)
+            state.consume(1.0, 0.0)
         except RequestFailed as exc:
             return ("failed", exc.kind, str(exc))
         finally:
             monkeypatch.undo()
-        return (run.first_at, run.gaps, run.chunk_tokens, run.usage, run.finish_reason)
+        return (state.first_at, state.gaps, state.chunk_tokens, state.usage, state.finish_reason)
 
     assert consume(True) == consume(False)
 
@@ -126,16 +126,16 @@ def test_plain_delta_stream_cache_matches_json_loads(monkeypatch: pytest.MonkeyP
     def consume(chunks: tuple[bytes, ...], fast: bool) -> tuple[object, ...]:
         if not fast:
             monkeypatch.setattr(checks, "_PLAIN_DELTA", re.compile(rb"(?!)"))
-        run = client.new_stream(True, 16) if fast else client.PyStream(True, 16)  # json.loads for every chunk
+        state = client.new_stream(True, 16) if fast else client.PyStream(True, 16)  # json.loads for every chunk
         try:
             for at, chunk in enumerate(chunks):
-                run.sse.events.append((b"message", chunk))
-                run.consume(float(at), 0.0)
+                state.sse.events.append((b"message", chunk))
+                state.consume(float(at), 0.0)
         except RequestFailed as exc:
-            return ("failed", exc.kind, str(exc), run.chunk_tokens)
+            return ("failed", exc.kind, str(exc), state.chunk_tokens)
         finally:
             monkeypatch.undo()
-        return (run.first_at, run.gaps, run.chunk_tokens, run.usage, run.finish_reason)
+        return (state.first_at, state.gaps, state.chunk_tokens, state.usage, state.finish_reason)
 
     for first, second in itertools.product(stream, repeat=2):
         chunks = (base % b"x", first, second, base % b"y")

@@ -107,14 +107,14 @@ def _by_llhttp(pieces: list[bytes]) -> tuple[list[Any], bool, str]:
 
 
 def _in_c(pieces: list[bytes]) -> tuple[list[Any], bool, str]:
-    run = compiled_types.CStream(True, 64)
+    state = compiled_types.CStream(True, 64)
     try:
-        run.start_body(b"")
+        state.start_body(b"")
         for piece in pieces:
-            run.feed_body(piece)
+            state.feed_body(piece)
     except streams.BODY_ERRORS:
-        return run.sse.events, run.body_complete, "failed"
-    return run.sse.events, run.body_complete, "trailing" if run.trailing else ""
+        return state.sse.events, state.body_complete, "failed"
+    return state.sse.events, state.body_complete, "trailing" if state.trailing else ""
 
 
 @settings(max_examples=600, deadline=None)

@@ -3,6 +3,8 @@
 from collections.abc import Sequence
 from typing import Any
 
+from typing_extensions import disjoint_base
+
 PUMP_DONE: int
 PUMP_DONE_OPEN: int
 PUMP_COMPLETE: int
@@ -13,6 +15,7 @@ PUMP_ABANDON: int
 class FramingError(ValueError):
     """A chunked body llhttp would reject (the caller's bad_response)."""
 
+@disjoint_base
 class Splitter:
     """``attnload.client.sse.SseSplitter`` in C (sse.c); a subclass supplies ``_overflow`` and ``_dataless``."""
 
@@ -26,6 +29,7 @@ class Splitter:
     @property
     def pending(self) -> bytes: ...
 
+@disjoint_base
 class StreamBase:
     """The state of one response being read (stream.c) and its read loop (readloop.c)."""
 
