@@ -34,9 +34,6 @@ the connection), the body's end without [DONE], the peer closed, a deadline pass
 class PyStream(StreamChecks):
     """The pure-Python stream: the reference the compiled one (``CStream``) is tested against."""
 
-    framed = False
-    """The body is never framed outside llhttp on this path (``CStream.framed``: by the compiled loop)."""
-
     __slots__ = (
         "streaming",
         "max_tokens",
