@@ -86,7 +86,7 @@ class StreamChecks:
 
     __slots__ = ()
 
-    # what these methods assign, held by the subclass (StreamState says what they read)
+    # what these methods assign, held by the subclass: declared so the type is not inferred from one assignment
     first_at: float | None
     chunk_tokens: list[int]
     plain_head: bytes | None

@@ -163,7 +163,8 @@ class Endpoint:
 
 def proxy_for(scheme: str, host: str) -> tuple[str, int] | None:
     """The proxy from HTTP(S)_PROXY/ALL_PROXY unless NO_PROXY (or loopback) bypasses it."""
-    # proxy_bypass is proxy_bypass_environment on Linux; elsewhere it reads the same variables first
+    # proxy_bypass is proxy_bypass_environment on Linux; on macOS and Windows it reads NO_PROXY the same way
+    # whenever a proxy variable is set, and without one there is no proxy to bypass
     if host.startswith(_LOOPBACK) or urllib.request.proxy_bypass(host):
         return None
     proxies = urllib.request.getproxies_environment()
