@@ -18,7 +18,7 @@ VLLM_STAMP := $(VLLM_ENV)/.installed
 
 .PHONY: vllm-env demo-vllm test-vllm bench-vllm bench-vllm-quick tiny-models demo test test-pure test-acceptance test-fast lint bench bench-quick deploy-gen dashboards test-image observe clean
 
-$(STAMP): pyproject.toml setup.py src/attnload/native/fastpath.c src/attnload/native/fastread.c src/attnload/native/fastpath.h  # a changed C file rebuilds the extension
+$(STAMP): pyproject.toml setup.py $(wildcard src/attnload/native/*.c src/attnload/native/*.h)  # a changed C file rebuilds the extension
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[test]'

@@ -80,7 +80,13 @@ setup(
     ext_modules=[
         Extension(
             "attnload.native._fastpath",
-            ["src/attnload/native/fastpath.c", "src/attnload/native/fastread.c"],
+            [  # one file per Python it mirrors (native/fastpath.h says which)
+                "src/attnload/native/module.c",
+                "src/attnload/native/sse.c",
+                "src/attnload/native/stream.c",
+                "src/attnload/native/readloop.c",
+                "src/attnload/native/histogram.c",
+            ],
             depends=["src/attnload/native/fastpath.h"],
             optional=True,
             extra_compile_args=["-O2"],

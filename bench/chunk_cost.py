@@ -79,11 +79,11 @@ def measure(compiled: bool, tokens: int, answers: int, repeat: int) -> dict[str,
 
     def framed_in_c() -> None:  # the compiled read loop's chunk framing, which feeds the splitter too
         for _ in range(answers):
-            run = chat.new_stream(True, tokens)
-            run.start_body(b"")
+            state = chat.new_stream(True, tokens)
+            state.start_body(b"")
             for data in reads:
-                run.feed_body(data)
-                run.sse.events = []
+                state.feed_body(data)
+                state.sse.events = []
 
     def split_only() -> None:
         for _ in range(answers):
@@ -94,20 +94,20 @@ def measure(compiled: bool, tokens: int, answers: int, repeat: int) -> dict[str,
 
     def split_and_consume() -> None:
         for _ in range(answers):
-            run = chat.new_stream(True, tokens)
-            feed, at = run.sse.feed, 0.0
+            state = chat.new_stream(True, tokens)
+            feed, at = state.sse.feed, 0.0
             for i, data in enumerate(stream):
                 feed(data)
                 at += JITTER[i % len(JITTER)]
-                run.consume(at, 0.0)
+                state.consume(at, 0.0)
 
-    run = chat.new_stream(True, tokens)
+    state = chat.new_stream(True, tokens)
     at = 0.0
     for i, data in enumerate(stream):
-        run.sse.feed(data)
+        state.sse.feed(data)
         at += JITTER[i % len(JITTER)]
-        run.consume(at, 0.0)
-    gaps, chunk_tokens = list(run.gaps), list(run.chunk_tokens)
+        state.consume(at, 0.0)
+    gaps, chunk_tokens = list(state.gaps), list(state.chunk_tokens)
     samples = split_gaps(gaps, chunk_tokens, tokens)
 
     def pairs() -> None:

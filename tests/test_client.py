@@ -12,9 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from attnload.client.chat import ChatClient, chat_body
+from attnload.client.chat import ChatClient, chat_body, new_stream
 from attnload.client.classify import classify_status
-from attnload.client.sse import new_splitter
 from attnload.client.transport import Timeouts
 from attnload.errors import ErrorClass, RequestFailed
 
@@ -217,7 +216,7 @@ def test_error_detail_never_contains_the_key() -> None:
 
 
 def test_sse_splitter_handles_crlf_and_split_events() -> None:
-    splitter = new_splitter()
+    splitter = new_stream(True, 16).sse  # the splitter of the implementation in use
     for piece in (b'data: {"a"', b": 1}\r\n\r\ndata: [DO", b"NE]\r\n\r\n"):
         splitter.feed(piece)
     assert splitter.events == [(b"message", b'{"a": 1}'), (b"message", b"[DONE]")]
@@ -231,17 +230,15 @@ def test_sse_splitter_handles_crlf_and_split_events() -> None:
 )
 def test_sse_fuzz_only_classified_errors(cuts: list[int], garbage: bytes, position: int) -> None:
     """Split, merged or garbled streams yield events or a classified failure, nothing else."""
-    from attnload.client.chat import new_stream
-
     stream = sse(chunk(role=True), chunk("a b "), chunk("c "), chunk(finish="length"), USAGE, "[DONE]")
     position = min(position, len(stream))
     stream = stream[:position] + garbage + stream[position:]
-    run = new_stream(stream=True, max_tokens=3)
+    state = new_stream(streaming=True, max_tokens=3)
     points = sorted({min(c, len(stream)) for c in cuts} | {0, len(stream)})
     try:
         for start, end in zip(points, points[1:], strict=False):
-            run.sse.feed(stream[start:end])
-            run.consume(at=float(end), origin=0.0)
+            state.sse.feed(stream[start:end])
+            state.consume(at=float(end), origin=0.0)
     except RequestFailed as failure:
         assert isinstance(failure.kind, ErrorClass)
 

@@ -16,16 +16,30 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from attnload import native
 from attnload.client.budget import MAX_BODY_BYTES, MAX_EVENT_BYTES, MAX_HEADER_BYTES, max_events
 from attnload.client.chat import ChatClient, chat_body, new_stream
 from attnload.client.classify import classify_status, printable
-from attnload.client.sse import CompiledSseSplitter, SseSplitter, new_splitter
+from attnload.client.sse import EventSplitter, SseSplitter
 from attnload.client.transport import Response, Timeouts
 from attnload.errors import ErrorClass, RequestFailed
 from runaway_server import EXPECTED, MODES, RunawayServer
 
+try:
+    from attnload.client.compiled import CompiledSseSplitter
+except ImportError:  # the extension was not built
+    CompiledSseSplitter = None
+
 pytestmark = pytest.mark.usefixtures("client_impl")  # every test on both per-chunk paths
 SPLITTERS = tuple(c for c in (SseSplitter, CompiledSseSplitter, Response) if c is not None)
+
+
+def new_splitter(**budgets: int) -> EventSplitter:
+    """A splitter of the implementation the ``client_impl`` fixture chose."""
+    if native.active() is not None and CompiledSseSplitter is not None:
+        return CompiledSseSplitter(**budgets)
+    return SseSplitter(**budgets)
+
 
 EVENT = b'data: {"choices":[{"index":0,"delta":{"content":"x "},"finish_reason":null}]}\n\n'
 
@@ -105,15 +119,15 @@ def test_dataless_blocks_are_capped() -> None:
 
 
 def test_events_beyond_what_max_tokens_allows_are_truncated() -> None:
-    run = new_stream(stream=True, max_tokens=8)
+    state = new_stream(streaming=True, max_tokens=8)
     allowed = max_events(8)
-    run.sse.feed(EVENT * allowed)
-    run.consume(at=1.0, origin=0.0)  # exactly the budget: still fine
-    run.sse.feed(EVENT)
+    state.sse.feed(EVENT * allowed)
+    state.consume(at=1.0, origin=0.0)  # exactly the budget: still fine
+    state.sse.feed(EVENT)
     with pytest.raises(RequestFailed) as caught:
-        run.consume(at=2.0, origin=0.0)
+        state.consume(at=2.0, origin=0.0)
     assert caught.value.kind is ErrorClass.TRUNCATED and "max_tokens 8" in caught.value.detail
-    assert len(run.chunk_tokens) == allowed
+    assert len(state.chunk_tokens) == allowed
 
 
 def test_error_body_is_capped_and_classified_by_its_status() -> None:

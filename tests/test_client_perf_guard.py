@@ -79,21 +79,22 @@ def test_plain_delta_fast_path_matches_json_loads(chunk: bytes, monkeypatch: pyt
     """The regex fast path for content deltas must change cost, never results or errors."""
     import re
 
+    from attnload.client import checks
     from attnload.client import stream as client
     from attnload.errors import RequestFailed
 
     def consume(fast: bool) -> tuple[object, ...]:
         if not fast:
-            monkeypatch.setattr(client, "_PLAIN_DELTA", re.compile(rb"(?!)"))
-        run = client.new_stream(True, 16) if fast else client.PyStream(True, 16)  # json.loads for every chunk
-        run.sse.events.extend([(b"message", chunk), (b"message", chunk)])
+            monkeypatch.setattr(checks, "_PLAIN_DELTA", re.compile(rb"(?!)"))
+        state = client.new_stream(True, 16) if fast else client.PyStream(True, 16)  # json.loads for every chunk
+        state.sse.events.extend([(b"message", chunk), (b"message", chunk)])
         try:
-            run.consume(1.0, 0.0)
+            state.consume(1.0, 0.0)
         except RequestFailed as exc:
             return ("failed", exc.kind, str(exc))
         finally:
             monkeypatch.undo()
-        return (run.first_at, run.gaps, run.chunk_tokens, run.usage, run.finish_reason)
+        return (state.first_at, state.gaps, state.chunk_tokens, state.usage, state.finish_reason)
 
     assert consume(True) == consume(False)
 
@@ -105,6 +106,7 @@ def test_plain_delta_stream_cache_matches_json_loads(monkeypatch: pytest.MonkeyP
     import itertools
     import re
 
+    from attnload.client import checks
     from attnload.client import stream as client
     from attnload.errors import RequestFailed
 
@@ -123,17 +125,17 @@ def test_plain_delta_stream_cache_matches_json_loads(monkeypatch: pytest.MonkeyP
 
     def consume(chunks: tuple[bytes, ...], fast: bool) -> tuple[object, ...]:
         if not fast:
-            monkeypatch.setattr(client, "_PLAIN_DELTA", re.compile(rb"(?!)"))
-        run = client.new_stream(True, 16) if fast else client.PyStream(True, 16)  # json.loads for every chunk
+            monkeypatch.setattr(checks, "_PLAIN_DELTA", re.compile(rb"(?!)"))
+        state = client.new_stream(True, 16) if fast else client.PyStream(True, 16)  # json.loads for every chunk
         try:
             for at, chunk in enumerate(chunks):
-                run.sse.events.append((b"message", chunk))
-                run.consume(float(at), 0.0)
+                state.sse.events.append((b"message", chunk))
+                state.consume(float(at), 0.0)
         except RequestFailed as exc:
-            return ("failed", exc.kind, str(exc), run.chunk_tokens)
+            return ("failed", exc.kind, str(exc), state.chunk_tokens)
         finally:
             monkeypatch.undo()
-        return (run.first_at, run.gaps, run.chunk_tokens, run.usage, run.finish_reason)
+        return (state.first_at, state.gaps, state.chunk_tokens, state.usage, state.finish_reason)
 
     for first, second in itertools.product(stream, repeat=2):
         chunks = (base % b"x", first, second, base % b"y")

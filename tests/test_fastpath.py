@@ -1,11 +1,11 @@
-"""The compiled per-chunk path (attnload/native/fastpath.c) against the pure-Python reference.
+"""The compiled per-chunk path (native/sse.c, stream.c, histogram.c) against the pure-Python reference.
 
 Equivalence, property-based: random streams (plain deltas with ASCII, Unicode, spaces, empty
 or escaped content, role/finish/usage chunks, [DONE], comments, error events, CRLF) cut into
 random reads give the same events, pending bytes, gaps, chunk tokens, texts, usage, finish and
 failures on both paths; the histogram and the gap pairs give identical numbers. Then the switch:
 ``ATTNLOAD_PURE_PYTHON=1``, one log line when the extension is missing, and an install built
-without a C compiler (``CC=false``) that still runs on the fallback.
+without a C compiler (``CC=false``) that still states on the fallback.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from attnload.measure.recorder import split_gaps
 from helpers import ROOT
 
 pytestmark = pytest.mark.skipif(native.extension() is None, reason="attnload.native._fastpath is not built")
+compiled_types = pytest.importorskip("attnload.client.compiled", reason="attnload.native._fastpath is not built")
 
 HEAD = '{"id":"c","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{'
 CONTENTS = [
@@ -76,34 +77,34 @@ EVENTS = st.one_of(
 def _run_stream(compiled: bool, stream: bytes, cuts: list[int], capture: bool, max_tokens: int) -> tuple[object, ...]:
     native.use(compiled)
     try:
-        run = streams.new_stream(True, max_tokens)
-        assert type(run) is (streams.CStream if compiled else streams.PyStream)
+        state = streams.new_stream(True, max_tokens)
+        assert type(state) is (streams.COMPILED_STREAM if compiled else streams.PyStream)
         if capture:
-            run.texts = []
+            state.texts = []
         failure = None
         points = sorted({min(c, len(stream)) for c in cuts} | {0, len(stream)})
         try:
             for start, end in zip(points, points[1:], strict=False):
-                run.sse.feed(stream[start:end])
-                if run.sse.events:
-                    run.consume(float(end), 0.0)
+                state.sse.feed(stream[start:end])
+                if state.sse.events:
+                    state.consume(float(end), 0.0)
         except RequestFailed as exc:
             failure = (exc.kind, exc.detail)
         return (
             failure,
-            run.first_at,
-            run.last_at if run.first_at is not None else None,
-            list(run.gaps),
-            list(run.chunk_tokens),
-            run.texts,
-            run.done,
-            run.usage,
-            run.finish_reason,
-            run.sse.pending,
-            run.sse.dropped,
-            run.events_left,
-            run.plain_head,
-            run.plain_tail,
+            state.first_at,
+            state.last_at if state.first_at is not None else None,
+            list(state.gaps),
+            list(state.chunk_tokens),
+            state.texts,
+            state.done,
+            state.usage,
+            state.finish_reason,
+            state.sse.pending,
+            state.sse.dropped,
+            state.events_left,
+            state.plain_head,
+            state.plain_tail,
         )
     finally:
         native.reset()
@@ -127,8 +128,7 @@ def test_random_chunkings_give_identical_runs(
 
 
 def _split(compiled: bool, stream: bytes, cuts: list[int], max_event_bytes: int, max_dataless: int) -> list[object]:
-    cls = sse.CompiledSseSplitter if compiled else sse.SseSplitter
-    assert cls is not None
+    cls = compiled_types.CompiledSseSplitter if compiled else sse.SseSplitter
     splitter = cls(max_event_bytes, max_dataless)
     seen: list[object] = []
     points = sorted({min(c, len(stream)) for c in cuts} | {0, len(stream)})
@@ -256,7 +256,7 @@ def test_a_missing_extension_is_said_once(monkeypatch: pytest.MonkeyPatch, caplo
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_installs_and_runs_without_a_c_compiler(tmp_path: Path) -> None:
-    """``CC=false``: the wheel builds without the extension, installs, and a client runs on the fallback."""
+    """``CC=false``: the wheel builds without the extension, installs, and a client states on the fallback."""
     env = {**os.environ, "CC": "false", "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
     # a clean copy of the sources: a checkout's build/ (or in-place .so) from an earlier build would be reused
     source = tmp_path / "source"
@@ -289,8 +289,8 @@ def test_installs_and_runs_without_a_c_compiler(tmp_path: Path) -> None:
         "import logging, sys; logging.basicConfig(level=logging.INFO); import attnload; "
         "assert attnload.__file__.startswith(sys.argv[1]), attnload.__file__; "
         "from attnload import native; from attnload.client.stream import new_stream; "
-        "runs = [new_stream(True, 4) for _ in range(3)]; "
-        'r = runs[0]; r.sse.feed(b\'data: {"choices":[{"index":0,"delta":{"content":"hi there"},'
+        "states = [new_stream(True, 4) for _ in range(3)]; "
+        'r = states[0]; r.sse.feed(b\'data: {"choices":[{"index":0,"delta":{"content":"hi there"},'
         '"finish_reason":null}]}\\n\\ndata: [DONE]\\n\\n\'); r.consume(1.0, 0.0); '
         "print(native.implementation(), r.chunk_tokens, r.done)"
     )

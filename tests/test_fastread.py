@@ -1,4 +1,4 @@
-"""The compiled read loop (attnload/native/fastread.c) against llhttp and the Python loop it replaces.
+"""The compiled read loop (native/readloop.c) against llhttp and the Python loop it replaces.
 
 Once llhttp has parsed a 200's head, a chunked body is framed and read in C (``StreamBase.pump``).
 Checked here: the C framing accepts exactly what llhttp accepts and gives the same events for
@@ -29,6 +29,7 @@ from attnload.client.transport import Response, Timeouts
 from attnload.measure.recorder import RequestRecord
 
 pytestmark = pytest.mark.skipif(native.extension() is None, reason="attnload.native._fastpath is not built")
+compiled_types = pytest.importorskip("attnload.client.compiled", reason="attnload.native._fastpath is not built")
 
 HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
 
@@ -106,14 +107,14 @@ def _by_llhttp(pieces: list[bytes]) -> tuple[list[Any], bool, str]:
 
 
 def _in_c(pieces: list[bytes]) -> tuple[list[Any], bool, str]:
-    run = streams.CStream(True, 64)  # type: ignore[misc]
+    state = compiled_types.CStream(True, 64)
     try:
-        run.start_body(b"")
+        state.start_body(b"")
         for piece in pieces:
-            run.feed_body(piece)
+            state.feed_body(piece)
     except streams.BODY_ERRORS:
-        return run.sse.events, run.body_complete, "failed"
-    return run.sse.events, run.body_complete, "trailing" if run.trailing else ""
+        return state.sse.events, state.body_complete, "failed"
+    return state.sse.events, state.body_complete, "trailing" if state.trailing else ""
 
 
 @settings(max_examples=600, deadline=None)

@@ -7,7 +7,7 @@ the kernel gives, geventhttpclient's C parser (llhttp) removes HTTP framing, and
 ``SseSplitter`` cuts events without per-chunk string concatenation. Every byte of a
 ``recv`` is stamped with the time that ``recv`` returned. The per-chunk work (splitting,
 the plain-delta check, stamping, token counting) runs in C when the extension was built
-(``_CStream``, attnload/native/fastpath.c) and in Python otherwise (``PyStream``); ``attnload.native``
+(``CStream``: client/compiled.py, native/) and in Python otherwise (``PyStream``); ``attnload.native``
 chooses, and both give the same records (docs/performance.md, "The compiled path").
 
 Failures become :class:`RequestFailed` with a docs/design.md :class:`ErrorClass` in one place
@@ -22,7 +22,7 @@ import os
 import socket
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import gevent
 import gevent.socket
@@ -31,18 +31,17 @@ from gevent import GreenletExit
 from geventhttpclient.response import HTTPParseError
 
 from attnload.client.budget import DRAIN_READS, MAX_HEADER_BYTES, YIELD_EVERY
+from attnload.client.checks import NEVER, header
 from attnload.client.classify import classify_exception, classify_status
 from attnload.client.stream import (
     BODY_ERRORS,
-    NEVER,
     PUMP_ABANDON,
     PUMP_DONE_OPEN,
     PUMP_EOF,
     PUMP_TIMEOUT,
-    PyStream,
+    Stream,
     frames_chunked,
     frames_in_c,
-    header,
     new_stream,
 )
 from attnload.client.transport import RECV_BYTES, Endpoint, Response, SocketReader, Timeouts, head_end
@@ -50,7 +49,12 @@ from attnload.errors import ErrorClass, RequestFailed
 from attnload.measure.recorder import RequestRecord, split_gaps
 from attnload.measure.tokens import prompt_tokens
 
+if TYPE_CHECKING:
+    from attnload.client.compiled import CStream
+
 FRAMING_TAIL_S = 1.0
+DRAIN_STOPS: tuple[type[Exception], ...] = (BlockingIOError, OSError, RequestFailed, *BODY_ERRORS)
+"""What ends ``_read_buffered`` quietly: nothing more buffered, or bytes that would not make a complete answer."""
 
 
 class ChatClient:
@@ -181,38 +185,40 @@ class ChatClient:
             self._back_off()
         started = time.perf_counter()
         origin = intended_start if intended_start is not None else started
-        stream = bool(body.get("stream", True))
+        streaming = bool(body.get("stream", True))
         max_tokens = int(body.get("max_tokens") or body.get("max_completion_tokens") or 0)
-        run = new_stream(stream, max_tokens)
+        stream = new_stream(streaming, max_tokens)
         if capture_text:
-            run.texts = []
+            stream.texts = []
         if abandon is not None:
-            run.abandon_chunks, run.abandon_at = abandon[0] or NEVER, origin + (abandon[1] or NEVER)
+            stream.abandon_chunks, stream.abandon_at = abandon[0] or NEVER, origin + (abandon[1] or NEVER)
         error: RequestFailed | None = None
         outcome = "ok"
         try:
-            self._exchange(json.dumps(body, ensure_ascii=False).encode(), run, origin)
-            run.finish()
+            self._exchange(json.dumps(body, ensure_ascii=False).encode(), stream, origin)
+            stream.finish()
         except RequestFailed as exc:
             error, outcome = exc, "failed"
         except Abandoned:
             outcome = "abandoned"
             self.close()  # the server sees the connection go; this user's next request opens a new one
         except GreenletExit:
-            if run.response is not None and not run.done:
-                self._read_buffered(run, origin)
+            if stream.response is not None and not stream.done:
+                self._read_buffered(stream, origin)
             self.close()
-            if run.response is None:
+            if stream.response is None:
                 raise  # stopped before the request was on the wire: no request exists to count
-            if run.done:  # the whole answer had arrived (maybe unread) when the test stopped
+            if stream.done:  # the whole answer had arrived (maybe unread) when the test stopped
                 try:
-                    run.finish()
+                    stream.finish()
                 except RequestFailed as exc:
                     error, outcome = exc, "failed"
             else:
                 outcome = "cancelled"
                 error = RequestFailed(ErrorClass.CANCELLED, "the test stopped during the request")
-            record = self._record(body, run, origin, outcome, error, model_key, profile, stage, intended_start, started)
+            record = self._record(
+                body, stream, origin, outcome, error, model_key, profile, stage, intended_start, started
+            )
             raise Cancelled(record) from None
         except Exception as exc:  # noqa: BLE001 - one boundary maps every foreign error to a class
             error, outcome = classify_exception(exc, self.endpoint.proxy is not None), "failed"
@@ -224,9 +230,9 @@ class ChatClient:
             self.close()
             if error.retry_after_s and self.retry_after_max_s > 0:
                 self._resume_at = time.perf_counter() + min(error.retry_after_s, self.retry_after_max_s)
-        return self._record(body, run, origin, outcome, error, model_key, profile, stage, intended_start, started)
+        return self._record(body, stream, origin, outcome, error, model_key, profile, stage, intended_start, started)
 
-    def _read_buffered(self, run: PyStream, origin: float) -> None:
+    def _read_buffered(self, stream: Stream, origin: float) -> None:
         """At a stop, take what already sits in the kernel's receive buffer, without waiting.
 
         The server counts a response complete once it has written it; if the test stops before
@@ -235,23 +241,23 @@ class ChatClient:
         a server that never stops writing would otherwise keep this loop (which never yields)
         reading for ever and the stop would never end.
         """
-        sock, response = self._sock, run.response
+        sock, response = self._sock, stream.response
         if sock is None or response is None or type(sock) is not gevent.socket.socket:
             return  # TLS bytes need the TLS layer's own (blocking) reads
         try:
             for _ in range(DRAIN_READS):
-                if run.done:
+                if stream.done:
                     return
                 data = os.read(sock.fileno(), RECV_BYTES)  # the fd is non-blocking under gevent
                 if not data:
                     return
-                if run.framed:
-                    run.feed_body(data)
+                if frames_in_c(stream) and stream.framed:
+                    stream.feed_body(data)
                 else:
                     response.feed(data)
-                if run.stream and run.sse.events:
-                    run.consume(time.perf_counter(), origin)
-        except (BlockingIOError, OSError, RequestFailed, *BODY_ERRORS):
+                if stream.streaming and stream.sse.events:
+                    stream.consume(time.perf_counter(), origin)
+        except DRAIN_STOPS:
             return  # nothing more buffered, or bytes that would not have made a complete answer
 
     def _back_off(self) -> None:
@@ -261,27 +267,29 @@ class ChatClient:
         if wait > 0:
             gevent.sleep(wait)  # a GreenletExit here cancels nothing: no request is in flight
 
-    def _exchange(self, payload: bytes, run: PyStream, origin: float) -> None:
+    def _exchange(self, payload: bytes, stream: Stream, origin: float) -> None:
         timeouts = self.timeouts
         deadline = origin + timeouts.total_s
         first_deadline = origin + timeouts.ttft_s if timeouts.ttft_s else deadline
         request = self._head + str(len(payload)).encode() + b"\r\n\r\n" + payload
         sock, reused = self._send_request(request)
-        response = Response(run.sse if run.stream else None)
-        run.response = response
+        response = Response(stream.sse if stream.streaming else None)
+        stream.response = response
         fresh = not reused  # a reused connection that dies before any byte was closed idle: resend once
         head_bytes = 0
         after_end = False
-        head_tail = b"" if run.stream and frames_in_c(run) and type(sock) is gevent.socket.socket else None
-        """The head's last bytes so far while the compiled loop may take this stream (None: it will not)."""
+        compiled = stream if stream.streaming and frames_in_c(stream) and type(sock) is gevent.socket.socket else None
+        """This stream while the compiled loop may take its body (None: it will not)."""
+        head_tail: bytes | None = b""
+        """The head's last bytes so far (None once the head ended)."""
         while True:
             now = time.perf_counter()
-            limit = deadline if run.first_at is not None or not run.stream else min(first_deadline, deadline)
+            limit = deadline if stream.first_at is not None or not stream.streaming else min(first_deadline, deadline)
             wait = limit - now
             if response.headers_complete:
                 wait = min(wait, timeouts.idle_s)
             if wait <= 0:
-                raise RequestFailed(ErrorClass.TIMEOUT, _timeout_detail(run, timeouts))
+                raise RequestFailed(ErrorClass.TIMEOUT, _timeout_detail(stream, timeouts))
             try:
                 data = self._recv(sock, wait)
             except ConnectionResetError:
@@ -289,7 +297,7 @@ class ChatClient:
                     raise
                 data = b""
             except (TimeoutError, gevent.socket.timeout):
-                raise RequestFailed(ErrorClass.TIMEOUT, _timeout_detail(run, timeouts)) from None
+                raise RequestFailed(ErrorClass.TIMEOUT, _timeout_detail(stream, timeouts)) from None
             at = time.perf_counter()
             if not data:
                 self.close()
@@ -298,14 +306,14 @@ class ChatClient:
                     sock = self._sock = self._connect()
                     sock.sendall(request)
                     continue
-                run.eof = True
+                stream.eof = True
                 return
             fresh = True
             try:
-                if head_tail is not None and not response.headers_complete:
-                    head_tail, framed = _feed_head(response, run, data, head_tail)
+                if compiled is not None and head_tail is not None and not response.headers_complete:
+                    head_tail, framed = _feed_head(response, compiled, data, head_tail)
                     if framed:
-                        self._pump(run, sock, at, deadline, first_deadline)
+                        self._pump(compiled, response, sock, at, deadline, first_deadline)
                         return
                 else:
                     response.feed(data)
@@ -317,18 +325,18 @@ class ChatClient:
                 head_bytes += len(data)
                 if head_bytes > MAX_HEADER_BYTES:
                     raise RequestFailed(ErrorClass.BAD_RESPONSE, f"response headers exceed {MAX_HEADER_BYTES} bytes")
-            if run.sse.events and run.stream:  # only a 200 feeds the splitter: the streaming common case first
-                run.consume(at, origin)
-                # The per-read point: content chunks so far = len(run.chunk_tokens), elapsed = at - origin;
+            if stream.sse.events and stream.streaming:  # only a 200 feeds the splitter: the streaming common case first
+                stream.consume(at, origin)
+                # The per-read point: content chunks so far = len(stream.chunk_tokens), elapsed = at - origin;
                 # a stop condition on either is checked here, once per read, on both implementations.
-                if run.done:
-                    run.done_at = at
+                if stream.done:
+                    stream.done_at = at
                     if after_end:
                         self.close()
                     else:
                         self._finish_framing(sock, response)
                     return
-                if len(run.chunk_tokens) >= run.abandon_chunks or at >= run.abandon_at:
+                if len(stream.chunk_tokens) >= stream.abandon_chunks or at >= stream.abandon_at:
                     raise Abandoned  # --abandon-after reached: send() closes the connection
             ended = response.message_complete or after_end  # after_end: the connection carries junk, it goes
             if response.headers_complete and response.get_code() != 200:
@@ -355,8 +363,10 @@ class ChatClient:
             self._sock.sendall(request)
         return self._sock, reused
 
-    def _pump(self, run: Any, sock: Any, at: float, deadline: float, first_deadline: float) -> None:
-        """The rest of a 200's chunked stream in the compiled loop (``StreamBase.pump``, attnload/native/fastread.c).
+    def _pump(
+        self, stream: CStream, response: Response, sock: Any, at: float, deadline: float, first_deadline: float
+    ) -> None:
+        """The rest of a 200's chunked stream in the compiled loop (``StreamBase.pump``, native/readloop.c).
 
         The same reads, stamps, deadlines and stop conditions as the loop in ``_exchange`` and
         ``_finish_framing``, without a Python frame per read; each way it can end maps to what
@@ -366,31 +376,30 @@ class ChatClient:
         reader.greenlet = gevent.getcurrent()
         timeouts = self.timeouts
         try:
-            code = run.pump(
+            code = stream.pump(
                 reader,
                 at,
                 deadline,
                 first_deadline,
                 timeouts.idle_s,
-                float(run.abandon_chunks),
-                run.abandon_at,
+                float(stream.abandon_chunks),
+                stream.abandon_at,
                 FRAMING_TAIL_S,
             )
         except TimeoutError:
-            raise RequestFailed(ErrorClass.TIMEOUT, _timeout_detail(run, timeouts)) from None
+            raise RequestFailed(ErrorClass.TIMEOUT, _timeout_detail(stream, timeouts)) from None
         except BODY_ERRORS as exc:
             raise RequestFailed(ErrorClass.BAD_RESPONSE, f"malformed HTTP response ({exc})") from None
         if code == PUMP_ABANDON:
             raise Abandoned
         if code == PUMP_TIMEOUT:
-            raise RequestFailed(ErrorClass.TIMEOUT, _timeout_detail(run, timeouts))
-        response = run.response
+            raise RequestFailed(ErrorClass.TIMEOUT, _timeout_detail(stream, timeouts))
         if code == PUMP_EOF:
             self.close()
-            run.eof = True
+            stream.eof = True
             return
         response.message_complete = code != PUMP_DONE_OPEN  # done or complete: the body's last chunk came
-        if code == PUMP_DONE_OPEN or run.trailing or response.should_close():
+        if code == PUMP_DONE_OPEN or stream.trailing or response.should_close():
             self.close()
 
     def _finish_framing(self, sock: Any, response: Response) -> None:
@@ -421,7 +430,7 @@ class ChatClient:
     def _record(
         self,
         body: dict[str, Any],
-        run: PyStream,
+        stream: Stream,
         origin: float,
         outcome: str,
         error: RequestFailed | None,
@@ -431,21 +440,21 @@ class ChatClient:
         intended_start: float | None,
         started: float,
     ) -> RequestRecord:
-        end = run.done_at or time.perf_counter()
-        usage = run.usage or {}
+        end = stream.done_at or time.perf_counter()
+        usage = stream.usage or {}
         reported_prompt = usage.get("prompt_tokens")
         reported_completion = usage.get("completion_tokens")
         details = usage.get("prompt_tokens_details") or {}
         estimated = not isinstance(reported_prompt, int) or not isinstance(reported_completion, int)
-        completion = reported_completion if isinstance(reported_completion, int) else sum(run.chunk_tokens)
+        completion = reported_completion if isinstance(reported_completion, int) else sum(stream.chunk_tokens)
         return RequestRecord(
             model_key=model_key,
             profile=profile,
             stage=stage,
             outcome=outcome,
             error=error.kind.label if error else None,
-            ttft_s=None if run.first_at is None else run.first_at - origin,
-            itl_samples=split_gaps(run.gaps, run.chunk_tokens, completion if not estimated else None),
+            ttft_s=None if stream.first_at is None else stream.first_at - origin,
+            itl_samples=split_gaps(stream.gaps, stream.chunk_tokens, completion if not estimated else None),
             e2e_s=end - origin,
             prompt_tokens=reported_prompt
             if isinstance(reported_prompt, int)
@@ -454,13 +463,13 @@ class ChatClient:
             cached_prompt_tokens=cached_tokens(details),
             tokens_estimated=estimated,
             dispatch_lag_s=None if intended_start is None else started - intended_start,
-            reply_text=None if run.texts is None else "".join(run.texts),
+            reply_text=None if stream.texts is None else "".join(stream.texts),
             started_perf=started,
-            http_status=_status_code(run),
+            http_status=_status_code(stream),
         )
 
 
-def _feed_head(response: Response, run: Any, data: bytes, seen: bytes) -> tuple[bytes | None, bool]:
+def _feed_head(response: Response, stream: CStream, data: bytes, seen: bytes) -> tuple[bytes | None, bool]:
     """Feed llhttp one read, but no further than the head's end; a 200's chunked body then goes to
     the compiled loop's framing. Returns the head's last bytes so far (None once it ended, so the
     next search is not needed) and whether the compiled framing took the body."""
@@ -470,16 +479,16 @@ def _feed_head(response: Response, run: Any, data: bytes, seen: bytes) -> tuple[
         return (seen + data)[-3:], False
     response.feed(data[:cut])
     if frames_chunked(response):
-        run.start_body(data[cut:])
+        stream.start_body(data[cut:])
         return None, True
     if cut < len(data):  # llhttp reads an empty feed as the peer's close
         response.feed(data[cut:])
     return None, False
 
 
-def _status_code(run: PyStream) -> int | None:
+def _status_code(stream: Stream) -> int | None:
     """The HTTP status of the response, once its head arrived (per request, for ``--requests-out``)."""
-    response = run.response
+    response = stream.response
     return response.get_code() if response is not None and response.headers_complete else None
 
 
@@ -502,11 +511,13 @@ class Cancelled(Exception):
         self.record = record
 
 
-def _timeout_detail(run: PyStream, timeouts: Timeouts) -> str:
-    if run.response is None or not run.response.headers_complete:
-        limit = f"ttft {timeouts.ttft_s:g} s" if timeouts.ttft_s and run.stream else f"total {timeouts.total_s:g} s"
+def _timeout_detail(stream: Stream, timeouts: Timeouts) -> str:
+    if stream.response is None or not stream.response.headers_complete:
+        limit = (
+            f"ttft {timeouts.ttft_s:g} s" if timeouts.ttft_s and stream.streaming else f"total {timeouts.total_s:g} s"
+        )
         return f"no response headers in time ({limit})"
-    if run.first_at is None:
+    if stream.first_at is None:
         return f"no first token in time (ttft {timeouts.ttft_s or timeouts.total_s:g} s)"
     return f"stream stalled (idle {timeouts.idle_s:g} s or total {timeouts.total_s:g} s exceeded)"
 

@@ -1,15 +1,31 @@
 """Server-sent events split from raw body bytes, without per-chunk string concatenation.
 
-``SseSplitter`` is the pure-Python reference; ``CompiledSseSplitter`` (when the C extension
-was built) gives the same events, pending bytes and budget failures; ``new_splitter()`` picks
-the one ``attnload.native`` chose.
+``SseSplitter`` is the pure-Python reference; ``CompiledSseSplitter`` (client/compiled.py, when
+the C extension was built: native/sse.c) gives the same events, pending bytes and budget
+failures. ``EventSplitter`` is what both offer the stream and the HTTP parser.
 """
 
 from __future__ import annotations
 
-from attnload import native
+from typing import Protocol
+
 from attnload.client.budget import MAX_DATALESS_BLOCKS, MAX_EVENT_BYTES
 from attnload.errors import ErrorClass, RequestFailed
+
+
+class EventSplitter(Protocol):
+    """What a splitter of either implementation offers: bytes in, ``(event type, data)`` pairs out."""
+
+    events: list[tuple[bytes, bytes]]
+    max_event_bytes: int
+    max_dataless: int
+
+    def feed(self, data: bytes | bytearray) -> None: ...
+
+    def discard(self) -> None: ...
+
+    @property
+    def pending(self) -> bytes: ...
 
 
 class SseSplitter:
@@ -41,7 +57,7 @@ class SseSplitter:
         self.max_event_bytes = max_event_bytes
         self.max_dataless = max_dataless
 
-    def feed(self, data: bytes) -> None:
+    def feed(self, data: bytes | bytearray) -> None:
         if type(data) is not bytes:
             data = bytes(data)  # llhttp hands a bytearray it reuses
         if (
@@ -150,26 +166,3 @@ def dataless_error(max_dataless: int) -> RequestFailed:
         ErrorClass.BAD_RESPONSE,
         f"more than {max_dataless} blocks without a data field: the 200 body is not an event stream",
     )
-
-
-_EXTENSION = native.extension()
-CompiledSseSplitter: type | None = None
-if _EXTENSION is not None:
-
-    class CompiledSseSplitter(_EXTENSION.Splitter):  # type: ignore[no-redef]
-        """``SseSplitter`` in C (attnload/native/fastpath.c): the budgets' failures are raised here."""
-
-        __slots__ = ()
-
-        def _overflow(self, size: int) -> None:
-            raise overflow_error(self.max_event_bytes, size)
-
-        def _dataless(self) -> None:
-            raise dataless_error(self.max_dataless)
-
-
-def new_splitter(max_event_bytes: int = MAX_EVENT_BYTES, max_dataless: int = MAX_DATALESS_BLOCKS) -> SseSplitter:
-    """A splitter of the active implementation (``attnload.native``)."""
-    if native.active() is not None and CompiledSseSplitter is not None:
-        return CompiledSseSplitter(max_event_bytes, max_dataless)  # type: ignore[no-any-return]
-    return SseSplitter(max_event_bytes, max_dataless)

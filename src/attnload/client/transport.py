@@ -15,7 +15,7 @@ from geventhttpclient.response import HTTPResponse
 
 from attnload.client.budget import MAX_BODY_BYTES
 from attnload.client.classify import classify_status
-from attnload.client.sse import SseSplitter
+from attnload.client.sse import EventSplitter
 from attnload.errors import ErrorClass, RequestFailed
 
 RECV_BYTES = 65536
@@ -24,13 +24,13 @@ _LOOPBACK = ("127.", "localhost", "::1", "[::1]")
 
 
 class Response(HTTPResponse):
-    """llhttp parser whose body bytes go straight to an ``SseSplitter`` or a capped buffer.
+    """llhttp parser whose body bytes go straight to a splitter (``EventSplitter``) or a capped buffer.
 
     A body other than a 200 stream is read up to ``MAX_BODY_BYTES`` (budget.py): past that
     a 200 is ``bad_response`` and an error status is classified from what was read.
     """
 
-    def __init__(self, sse: SseSplitter | None) -> None:
+    def __init__(self, sse: EventSplitter | None) -> None:
         super().__init__(method="POST")
         self.sse = sse
         self.body = bytearray()
@@ -163,7 +163,9 @@ class Endpoint:
 
 def proxy_for(scheme: str, host: str) -> tuple[str, int] | None:
     """The proxy from HTTP(S)_PROXY/ALL_PROXY unless NO_PROXY (or loopback) bypasses it."""
-    if host.startswith(_LOOPBACK) or urllib.request.proxy_bypass_environment(host):
+    # proxy_bypass is proxy_bypass_environment on Linux; on macOS and Windows it reads NO_PROXY the same way
+    # whenever a proxy variable is set, and without one there is no proxy to bypass
+    if host.startswith(_LOOPBACK) or urllib.request.proxy_bypass(host):
         return None
     proxies = urllib.request.getproxies_environment()
     url = proxies.get(scheme) or proxies.get("all")

@@ -46,7 +46,7 @@ class LogHistogram:
 
         Why: ITL arrives as one pair per content chunk, hundreds per request and two series
         per request (totals and the worker delta); the call overhead was most of the cost.
-        With the C extension (``attnload.native``) a tuple or list of (float, int) pairs is
+        With the C extension (``attnload.native``, native/histogram.c) a tuple or list of (float, int) pairs is
         recorded there, with the same float operations in the same order.
         """
         fast = native.active()

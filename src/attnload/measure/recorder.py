@@ -204,7 +204,7 @@ def split_gaps(
             later = _rescale(later, wanted)
     fast = native.active()
     if fast is not None and type(gaps_s) is list and type(later) is list:
-        return fast.gap_pairs(gaps_s, later)  # type: ignore[no-any-return]
+        return fast.gap_pairs(gaps_s, later)
     return tuple((gap / n, n) for gap, n in zip(gaps_s, later, strict=False))
 
 

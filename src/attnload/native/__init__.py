@@ -17,8 +17,8 @@ from types import ModuleType
 PURE_ENV = "ATTNLOAD_PURE_PYTHON"
 log = logging.getLogger("attnload")
 
-_UNSET = object()
-_active: object = _UNSET
+_decided = False
+_active: ModuleType | None = None
 
 
 def extension() -> ModuleType | None:
@@ -35,8 +35,8 @@ def forced_pure() -> bool:
 
 def active() -> ModuleType | None:
     """The module the hot path uses now, or None for the pure-Python path (decided at first call)."""
-    global _active
-    if _active is _UNSET:
+    global _active, _decided
+    if not _decided:
         module = None if forced_pure() else extension()
         if module is None and not forced_pure():
             log.warning(
@@ -45,8 +45,8 @@ def active() -> ModuleType | None:
             )
         elif module is None:
             log.info("attnload: %s=1: using the pure-Python client path", PURE_ENV)
-        _active = module
-    return _active  # type: ignore[return-value]
+        _active, _decided = module, True
+    return _active
 
 
 def implementation() -> str:
@@ -56,7 +56,7 @@ def implementation() -> str:
 
 def use(compiled: bool) -> None:
     """Tests and benchmarks: pick a path for this process (compiled needs the extension)."""
-    global _active
+    global _active, _decided
     if compiled:
         module = extension()
         if module is None:
@@ -64,9 +64,10 @@ def use(compiled: bool) -> None:
         _active = module
     else:
         _active = None
+    _decided = True
 
 
 def reset() -> None:
     """Forget the choice: the next ``active()`` decides again from the environment."""
-    global _active
-    _active = _UNSET
+    global _active, _decided
+    _active, _decided = None, False

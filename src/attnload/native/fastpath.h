@@ -1,5 +1,13 @@
-/* attnload.native._fastpath: what its two sources share (_fastpath.c: splitter, run state, histograms;
- * _fastread.c: the chunked body and the read loop). docs/performance.md, "The compiled path". */
+/* attnload.native._fastpath: what its sources share. One extension module, one file per Python it mirrors
+ * (docs/performance.md, "The compiled path"):
+ *
+ *   sse.c        Splitter            attnload.client.sse.SseSplitter
+ *   stream.c     StreamBase          attnload.client.stream.PyStream (consume, _stamp)
+ *   readloop.c   StreamBase.pump     the read loop of attnload.client.chat.ChatClient._exchange
+ *   histogram.c  gap_pairs,          attnload.measure.recorder.split_gaps,
+ *                record_pairs        attnload.measure.histogram.LogHistogram.record_pairs
+ *   module.c     the module itself: its types, functions and constants
+ */
 #ifndef ATTNLOAD_FASTPATH_H
 #define ATTNLOAD_FASTPATH_H
 
@@ -39,6 +47,7 @@ enum {
     CHUNK_COMPLETE,
 };
 
+/* The state of one response being read: PyStream's fields, kept in C. */
 typedef struct {
     PyObject_HEAD
     PyObject *sse;          /* the splitter whose events consume() reads */
@@ -59,15 +68,27 @@ typedef struct {
     char trailing;          /* bytes came after the body's end: the connection cannot be reused */
 } StreamBase;
 
+/* module.c */
+extern PyObject *MESSAGE;      /* b"message", shared by every event of the default type */
+extern PyObject *EMPTY_BYTES;  /* b"" */
+
+/* sse.c */
 extern PyTypeObject SplitterType;
-extern PyObject *FramingError;
-
 int splitter_feed_bytes(Splitter *self, const char *data, Py_ssize_t n);
-int run_consume_at(StreamBase *self, double at);
 
-PyObject *run_start_body(StreamBase *self, PyObject *data);
-PyObject *run_feed_body(StreamBase *self, PyObject *data);
-PyObject *run_pump(StreamBase *self, PyObject *const *args, Py_ssize_t nargs);
-int fastread_init(PyObject *module);
+/* stream.c */
+extern PyTypeObject StreamBaseType;
+int stream_consume_at(StreamBase *self, double at);
+
+/* readloop.c */
+extern PyObject *FramingError;
+PyObject *stream_start_body(StreamBase *self, PyObject *data);
+PyObject *stream_feed_body(StreamBase *self, PyObject *data);
+PyObject *stream_pump(StreamBase *self, PyObject *const *args, Py_ssize_t nargs);
+int readloop_init(PyObject *module);
+
+/* histogram.c */
+PyObject *gap_pairs(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
+PyObject *record_pairs(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
 
 #endif

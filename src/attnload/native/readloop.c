@@ -1,21 +1,25 @@
-/* attnload.native._fastpath, the read loop: a 200 stream's chunked body and its reads, in C.
+/* StreamBase.pump and its chunked framing: the read loop of a 200 stream, in C.
  *
- * Why: with the per-chunk work in C, most of what was left per token on one core was the Python
- * around it: ChatClient._exchange's loop, SocketReader.recv's bookkeeping, and llhttp's wrapper
+ * Mirrors the loop of attnload.client.chat.ChatClient._exchange (each read, its stamp, the deadlines
+ * and the stop conditions) and ChatClient._finish_framing (after [DONE]); ChatClient._pump calls it
+ * and maps each PUMP_* to what that loop does at the same point.
+ *
+ * Why: with the per-chunk work in C (stream.c), most of what was left per token on one core was the
+ * Python around it: ChatClient._exchange's loop, SocketReader.recv's bookkeeping, and llhttp's wrapper
  * with its body callback (docs/performance.md, "Where a chunk's microseconds go"). Once llhttp has
  * parsed a 200's head and its body is chunked (vLLM, SGLang and every uvicorn server), StreamBase.pump
  * runs that loop here:
  *
  *   wait      the connection's io watcher through the gevent hub, with the reader's own deadline
- *             timer (SocketReader: the same hub.wait, so kills, timeouts and other greenlets behave
- *             exactly as on the Python loop);
+ *             timer (attnload.client.transport.SocketReader.recv: the same hub.wait, so kills,
+ *             timeouts and other greenlets behave exactly as on the Python loop);
  *   read      one recv(2) into a buffer shared by the thread's connections (the GIL is held and
  *             nothing switches greenlets until the bytes are copied into the splitter);
  *   stamp     the clock right after that recv: time.perf_counter's clock and rounding, so TTFT and
  *             gaps are the same recv timestamps as on the Python loop;
  *   frame     chunk sizes, extensions, data, trailers: what llhttp accepts from such a server, and
  *             FramingError (the Python caller's "malformed HTTP response") for anything else;
- *   consume   the splitter and StreamBase.consume, in C.
+ *   consume   the splitter (sse.c) and StreamBase.consume (stream.c).
  *
  * It returns to Python only when the answer ends, the client abandons it or a deadline passes,
  * with every failure an exception the caller classifies as before. After [DONE] it reads the few
@@ -277,7 +281,7 @@ feed_view(StreamBase *self, PyObject *data)
 }
 
 PyObject *
-run_start_body(StreamBase *self, PyObject *data)
+stream_start_body(StreamBase *self, PyObject *data)
 {
     if (!PyObject_TypeCheck(self->sse, &SplitterType)) {
         PyErr_SetString(PyExc_TypeError, "start_body needs the compiled splitter");
@@ -296,7 +300,7 @@ run_start_body(StreamBase *self, PyObject *data)
 }
 
 PyObject *
-run_feed_body(StreamBase *self, PyObject *data)
+stream_feed_body(StreamBase *self, PyObject *data)
 {
     if (self->framing == CHUNK_OFF) {
         PyErr_SetString(PyExc_RuntimeError, "the body is not framed here (start_body first)");
@@ -369,7 +373,7 @@ static int
 after_read(StreamBase *self, double at, double abandon_chunks, double abandon_at)
 {
     if (PyList_GET_SIZE(((Splitter *)self->sse)->events)) {
-        if (run_consume_at(self, at) < 0)
+        if (stream_consume_at(self, at) < 0)
             return PUMP_FAILED;
         if (self->done) {  /* done_at as the Python loop sets it, before the bytes that end the message */
             PyObject *when = PyFloat_FromDouble(at);
@@ -397,9 +401,9 @@ get_doubles(PyObject *const *args, double *out, Py_ssize_t n)
 }
 
 /* pump(reader, at, deadline, first_deadline, idle_s, abandon_chunks, abandon_at, tail_s) -> PUMP_*
- * `at` is when the bytes fed by start_body were read; [DONE]'s arrival is set as the run's done_at. */
+ * `at` is when the bytes fed by start_body were read; [DONE]'s arrival is set as the stream's done_at. */
 PyObject *
-run_pump(StreamBase *self, PyObject *const *args, Py_ssize_t nargs)
+stream_pump(StreamBase *self, PyObject *const *args, Py_ssize_t nargs)
 {
     double v[7];
     if (nargs != 8 || get_doubles(args + 1, v, 7) < 0) {
@@ -489,7 +493,7 @@ run_pump(StreamBase *self, PyObject *const *args, Py_ssize_t nargs)
 }
 
 int
-fastread_init(PyObject *module)
+readloop_init(PyObject *module)
 {
     FramingError = PyErr_NewExceptionWithDoc("attnload.native._fastpath.FramingError",
                                              "A chunked body llhttp would reject (the caller's bad_response).",

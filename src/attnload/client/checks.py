@@ -1,0 +1,232 @@
+"""What both implementations of a stream do alike: every event the same-bytes check does not take,
+and the checks once the response ended.
+
+``PyStream`` (client/stream.py) keeps a stream's state in Python, ``CStream`` (client/compiled.py)
+in C (native/stream.c); both inherit ``StreamChecks``, so errors, budgets and messages are one
+code. ``StreamState`` names the state those methods read and write, whichever side holds it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from typing import Any, Protocol
+
+from geventhttpclient.response import HTTPResponse
+
+from attnload.client.budget import max_events
+from attnload.client.classify import classify_error_object, classify_status
+from attnload.client.sse import EventSplitter
+from attnload.client.transport import Response
+from attnload.errors import ErrorClass, RequestFailed
+from attnload.measure.tokens import chunk_tokens
+
+
+class StreamState(Protocol):
+    """The state of one response being read, as ``StreamChecks`` sees it (``PyStream`` or ``CStream``)."""
+
+    streaming: bool
+    max_tokens: int
+    first_at: float | None
+    chunk_tokens: list[int]
+    texts: list[str] | None
+    plain_head: bytes | None
+    plain_tail: bytes
+    usage: dict[str, Any] | None
+    finish_reason: str | None
+    done: bool
+
+    @property
+    def sse(self) -> EventSplitter: ...
+
+    @property
+    def response(self) -> Response | None: ...
+
+    def _stamp(self, at: float, tokens: int, text: str | None) -> None: ...
+
+    def _finish_unary(self, raw: bytes, response: Response) -> None: ...
+
+    def _check_length(self) -> None: ...
+
+
+# A plain content delta, the bulk of every stream: one choice, index 0, finish_reason null,
+# delta {content} (optionally after role "assistant"), content without escapes or control
+# characters, and only scalar fields (never "error" or "choices") around "choices".
+# json.loads of such bytes yields exactly: no error, no usage dict, choices[0].delta.content
+# == group(1).decode() — so consume() reads it without json.loads (~5 µs a chunk saved);
+# anything else takes the full path below.
+_PLAIN_STRING = rb'[^"\\\x00-\x1f]*'  # a JSON string body without escapes or control characters
+_SCALAR_FIELD = rb'(?!"error"|"choices")"\w+":(?:"' + _PLAIN_STRING + rb'"|-?(?:0|[1-9]\d*)|null)'
+_PLAIN_DELTA = re.compile(
+    rb"\{(?:" + _SCALAR_FIELD + rb',)*"choices":\[\{"index":0,"delta":\{(?:"role":"assistant",)?'
+    rb'"content":"(' + _PLAIN_STRING + rb')"\}(?:,"logprobs":null)?,"finish_reason":null(?:,"stop_reason":null)?\}\]'
+    rb"(?:," + _SCALAR_FIELD + rb")*\}"
+)
+PLAIN_CONTENT = re.compile(_PLAIN_STRING)
+"""The content group of ``_PLAIN_DELTA`` alone: a chunk that repeats the previous match's bytes
+around its content matches the whole pattern exactly when its content matches this (``PyStream.consume``;
+native/stream.c checks the same bytes)."""
+_TOKEN_CACHE: dict[str, int] = {}
+"""chunk text -> ``chunk_tokens(text)``: token texts repeat, so most chunks hit (bounded)."""
+_TOKEN_CACHE_SIZE = 65536
+
+NEVER = float("inf")
+"""A stop condition that is never reached (``abandon_chunks``, ``abandon_at`` without ``--abandon-after``)."""
+
+
+class StreamChecks:
+    """What both implementations of a stream share: the rare events, and the checks at the end.
+
+    A stream holds ``sse`` (its splitter), ``first_at``/``last_at``/``gaps``/``chunk_tokens``/
+    ``texts`` (the timings and counts), ``plain_head``/``plain_tail`` and ``events_left``;
+    ``PyStream`` keeps them in Python, ``CStream`` in C. ``consume`` stamps every chunk whose bytes
+    around the content equal the last plain delta's and hands any other event to ``_event``.
+    """
+
+    __slots__ = ()
+
+    # what these methods assign, held by the subclass: declared so the type is not inferred from one assignment
+    first_at: float | None
+    chunk_tokens: list[int]
+    plain_head: bytes | None
+    plain_tail: bytes
+    usage: dict[str, Any] | None
+    finish_reason: str | None
+    done: bool
+
+    def _event(self: StreamState, kind: bytes, data: bytes, at: float) -> None:
+        """One event the same-bytes check did not take: a first or changed plain delta, [DONE], JSON."""
+        if kind == b"message":
+            plain = _PLAIN_DELTA.fullmatch(data)
+            if plain is not None:  # the bytes pin every field the slow path would read
+                self.plain_head, self.plain_tail = data[: plain.start(1)], data[plain.end(1) :]
+                raw = plain.group(1)
+                if not raw:
+                    return  # empty content, finish_reason null: nothing to record
+                try:
+                    text = raw.decode()
+                except UnicodeDecodeError:
+                    pass  # let json.loads report it exactly as it always has
+                else:
+                    self._stamp(at, cached_tokens(text), text)
+                    return
+        if data == b"[DONE]":
+            self.done = True
+            return
+        try:
+            chunk = json.loads(data)
+        except ValueError:
+            if kind == b"error":  # an SSE error event whose data is plain text
+                raise classify_error_object(data[:300].decode("utf-8", errors="replace"), 200) from None
+            raise RequestFailed(ErrorClass.BAD_RESPONSE, f"malformed JSON in stream: {data[:80]!r}") from None
+        if not isinstance(chunk, dict):
+            raise RequestFailed(ErrorClass.BAD_RESPONSE, f"stream chunk is not an object: {data[:80]!r}")
+        if kind == b"error" or "error" in chunk:
+            raise classify_error_object(chunk.get("error", chunk), 200)
+        usage = chunk.get("usage")
+        if isinstance(usage, dict):
+            self.usage = usage
+        choices = chunk.get("choices")
+        if not isinstance(choices, list):
+            if usage is None:
+                raise RequestFailed(ErrorClass.BAD_RESPONSE, "stream chunk without `choices`")
+            return
+        if not choices:
+            return
+        choice = choices[0]
+        if not isinstance(choice, dict):
+            raise RequestFailed(ErrorClass.BAD_RESPONSE, "`choices[0]` is not an object")
+        delta = choice.get("delta") or {}
+        text = (
+            delta.get("content") or delta.get("reasoning_content") or delta.get("reasoning")
+            if isinstance(delta, dict)
+            else None
+        )
+        if text and isinstance(text, str):
+            content = delta.get("content")  # a content (or reasoning) chunk: time it, count it, keep its content
+            self._stamp(at, chunk_tokens(text), content if isinstance(content, str) else None)
+        if choice.get("finish_reason"):
+            self.finish_reason = choice["finish_reason"]
+
+    def _runaway(self: StreamState) -> None:
+        raise RequestFailed(
+            ErrorClass.TRUNCATED,
+            f"more than {max_events(self.max_tokens)} events for max_tokens "
+            f"{self.max_tokens} and no [DONE]: the stream would not end, so it "
+            f"was cut",
+        )
+
+    def finish(self: StreamState) -> None:
+        """Check the completed response: non-streaming body, [DONE], truncation."""
+        response = self.response
+        assert response is not None
+        if response.headers_complete and response.get_code() != 200:
+            raise classify_status(response.get_code(), bytes(response.body), header(response, "retry-after"))
+        if not self.streaming:
+            self._finish_unary(bytes(response.body), response)
+            return
+        if response.headers_complete and not is_event_stream(response) and not self.first_at:
+            # A 200 that is not SSE: a gateway error page or a JSON body (error or a non-streamed answer).
+            self._finish_unary(bytes(response.body) + self.sse.pending, response)
+            return
+        if not self.done:
+            if not response.headers_complete:
+                raise RequestFailed(ErrorClass.CONNECTION, "connection closed before the response headers")
+            raise RequestFailed(ErrorClass.TRUNCATED, "stream ended without [DONE]")
+        self._check_length()
+
+    def _finish_unary(self: StreamState, raw: bytes, response: Response) -> None:
+        try:
+            data = json.loads(raw)
+        except ValueError:
+            snippet = raw[:120].decode("utf-8", errors="replace").replace("\n", " ")
+            raise RequestFailed(ErrorClass.BAD_RESPONSE, f"response is not JSON: {snippet!r}") from None
+        if not isinstance(data, dict):
+            raise RequestFailed(ErrorClass.BAD_RESPONSE, "response is not a JSON object")
+        if "error" in data:
+            raise classify_error_object(data["error"], 200)
+        choices = data.get("choices")
+        if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+            raise RequestFailed(ErrorClass.BAD_RESPONSE, "response has no `choices` (reading choices failed)")
+        message = choices[0].get("message") or {}
+        text = message.get("content") or message.get("reasoning_content") or "" if isinstance(message, dict) else ""
+        self.first_at = time.perf_counter()
+        self.chunk_tokens = [chunk_tokens(text)] if text else []
+        content = message.get("content") if isinstance(message, dict) else None
+        if self.texts is not None and isinstance(content, str):
+            self.texts.append(content)
+        self.finish_reason = choices[0].get("finish_reason")
+        usage = data.get("usage")
+        self.usage = usage if isinstance(usage, dict) else None
+        self._check_length()
+
+    def _check_length(self: StreamState) -> None:
+        if self.finish_reason == "length" and self.max_tokens:
+            completion = (self.usage or {}).get("completion_tokens")
+            produced = completion if isinstance(completion, int) else sum(self.chunk_tokens)
+            if produced < self.max_tokens:
+                raise RequestFailed(
+                    ErrorClass.TRUNCATED, f"finish_reason length after {produced} of max_tokens {self.max_tokens}"
+                )
+
+
+def cached_tokens(text: str) -> int:
+    """``chunk_tokens(text)``, cached: token texts repeat, so most chunks hit."""
+    tokens = _TOKEN_CACHE.get(text)
+    if tokens is None:
+        tokens = chunk_tokens(text)
+        if len(_TOKEN_CACHE) < _TOKEN_CACHE_SIZE:
+            _TOKEN_CACHE[text] = tokens
+    return tokens
+
+
+def is_event_stream(response: Response) -> bool:
+    return "text/event-stream" in str(header(response, "content-type") or "").lower()
+
+
+def header(response: HTTPResponse, name: str) -> str | None:
+    value = response.get(name)
+    if isinstance(value, list):
+        return value[0] if value else None
+    return value
