@@ -21,8 +21,9 @@ import os
 import socket
 import time
 import urllib.request
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 from urllib.parse import urlsplit
 
 from attnload.client.budget import MAX_BODY_BYTES, max_events
@@ -34,6 +35,9 @@ from attnload.config.limits import MAX_OUTPUT_TOKENS
 from attnload.config.load import load_config
 from attnload.config.model import ModelTarget, TestConfig
 from attnload.errors import ErrorClass, RequestFailed, UsageError, redact, register_secret
+
+if TYPE_CHECKING:
+    from openai.types.chat import ChatCompletionMessageParam
 
 PROXY_VARS = ("HTTPS_PROXY", "HTTP_PROXY", "ALL_PROXY", "NO_PROXY")
 LEFTOVER_CREDENTIALS = (
@@ -47,10 +51,13 @@ LEFTOVER_CREDENTIALS = (
 """Credentials other tools read first (the seed's "OAuth leftovers"); only their names are ever shown."""
 PROXY_PROBE_S = 2.0
 MODELS_TIMEOUT_S = 10.0
+"""The whole ``GET /models`` listing that a not_found fix quotes (bytes capped too: check_budget.py)."""
 CONFIRM_TIMEOUT_S = 2.0
 """The load-path probe's total timeout after the SDK probe already timed out (it only confirms)."""
-"""The whole ``GET /models`` listing that a not_found fix quotes (bytes capped too: check_budget.py)."""
 SCHEMA = "attnload.check/v1"
+
+_proxy_bypass_environment: Callable[[str], bool] = vars(urllib.request)["proxy_bypass_environment"]
+"""NO_PROXY matching as urllib and httpx apply it (public in urllib.request, absent from typeshed's stub)."""
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -258,7 +265,7 @@ def _sdk_probe(
     try:
         stream = client.chat.completions.create(
             model=model,
-            messages=messages,  # type: ignore[arg-type]
+            messages=cast("list[ChatCompletionMessageParam]", messages),  # the SDK types each role's message
             max_tokens=max_tokens,
             temperature=0,
             stream=True,
@@ -395,9 +402,7 @@ def _proxy_info(url: str) -> ProxyInfo:
     load_path = proxy_for(parts.scheme, host)
     info.load_path_proxy = f"{load_path[0]}:{load_path[1]}" if load_path else None
     # httpx (the SDK) uses a proxy for loopback hosts too, unless NO_PROXY names them.
-    if os.environ.get(
-        "NO_PROXY", os.environ.get("no_proxy", "")
-    ).strip() == "*" or urllib.request.proxy_bypass_environment(host):
+    if os.environ.get("NO_PROXY", os.environ.get("no_proxy", "")).strip() == "*" or _proxy_bypass_environment(host):
         return info
     for name in (f"{parts.scheme}_proxy", "all_proxy"):
         for var in (name, name.upper()):

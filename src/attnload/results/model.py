@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Literal
+from typing import Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from attnload.errors import UsageError, describe_validation
 
-SCHEMA = "attnload.results/v1"
+SCHEMA: Final = "attnload.results/v1"
 
 
 class _Model(BaseModel):

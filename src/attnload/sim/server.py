@@ -130,9 +130,8 @@ class SimServer:
         self.truth = {engine.model.id: ModelTruth() for engine in self.engines}
         self._routes: dict[str, Engine] = {}
         for engine in self.engines:
-            names = [engine.model.id, engine.model.preset, *engine.model.details.get("aliases", ())]  # type: ignore[misc]
-            for name in names:
-                self._routes.setdefault(_route_key(str(name)), engine)
+            for name in (engine.model.id, engine.model.preset, *engine.model.aliases):
+                self._routes.setdefault(_route_key(name), engine)
         self._step_hist: dict[str, list[float]] = {e.model.id: [0.0] * (len(STEP_BUCKETS_S) + 1) for e in self.engines}
         self._step_sum: dict[str, float] = dict.fromkeys(self.truth, 0.0)
 
@@ -165,7 +164,7 @@ class SimServer:
                 "attention": e.model.attention,
                 "preset": e.model.preset,
                 "simulated": True,
-                "details": {k: v for k, v in e.model.details.items() if k != "aliases"},
+                "details": e.model.details,
             }
             for e in self.engines
         ]
@@ -185,7 +184,7 @@ class SimServer:
         registry = CollectorRegistry()
         registry.register(_SimCollector(self))
         gpus = dcgm_text(
-            (e.model.preset, e.gpu) for e in self.engines if isinstance(getattr(e, "gpu", None), GpuActivity)
+            (e.model.preset, gpu) for e in self.engines if isinstance(gpu := getattr(e, "gpu", None), GpuActivity)
         )
         return web.Response(
             body=generate_latest(registry) + gpus.encode(),
@@ -530,7 +529,7 @@ class _SimCollector(Collector):
             completion.add_metric(values, truth.completion_tokens)
             preempt.add_metric(values, snap.preemptions_total)
             counts = self.server._step_hist[engine.model.id]
-            cumulative, buckets = 0, []
+            cumulative, buckets = 0.0, []
             for bound, n in zip((*STEP_BUCKETS_S, float("inf")), counts, strict=True):
                 cumulative += n
                 buckets.append(("+Inf" if bound == float("inf") else repr(bound), cumulative))

@@ -57,7 +57,7 @@ _EntryBase = create_model(
 )
 
 
-class SimModelEntry(_EntryBase):  # type: ignore[misc, valid-type]
+class SimModelEntry(_EntryBase):
     """One served model: its id as clients send it, how to simulate it, and overrides."""
 
     id: str = Field(min_length=1)
