@@ -148,7 +148,7 @@ def build_results(
         if server is not None:
             stage_summaries = [with_server(s, server.stage(target.key, s.index)) for s in stage_summaries]
         if gpu is not None:
-            stage_summaries = [with_gpu(s, gpu.stage(target.key, s.index)) for s in stage_summaries]  # type: ignore[misc]
+            stage_summaries = [with_gpu(s, gpu.stage(target.key, s.index)) for s in stage_summaries]
         models.append(
             ModelSummary(
                 **totals(whole, duration_s, slo_set),
