@@ -37,6 +37,8 @@ from attnload.config.model import ModelTarget, TestConfig
 from attnload.errors import ErrorClass, RequestFailed, UsageError, redact, register_secret
 
 if TYPE_CHECKING:
+    import httpx2
+    import openai
     from openai.types.chat import ChatCompletionMessageParam
 
 PROXY_VARS = ("HTTPS_PROXY", "HTTP_PROXY", "ALL_PROXY", "NO_PROXY")
@@ -250,13 +252,7 @@ def _sdk_probe(
     timeout = httpx2.Timeout(read_s, connect=timeouts.connect_s)
     started = time.perf_counter()
     hook = bounding_hook(started + timeouts.total_s, max_probe_bytes(max_tokens), timeouts.total_s)
-    client = openai.OpenAI(
-        base_url=base_url,
-        api_key=key or "no-key",
-        max_retries=0,
-        timeout=timeout,
-        http_client=openai.DefaultHttpxClient(timeout=timeout, event_hooks={"response": [hook]}),
-    )
+    client = _sdk_client(base_url, key, timeout, hook)
     events_left = max_events(max_tokens)
     ttft: float | None = None
     tokens = 0
@@ -539,18 +535,27 @@ def _key_value(check: ModelCheck) -> str | None:
     return os.environ.get(check.api_key.env) if check.api_key.env else None
 
 
+def _sdk_client(
+    base_url: str, key: str | None, timeout: float | httpx2.Timeout, hook: Callable[[Any], None]
+) -> openai.OpenAI:
+    """The openai SDK without retries, each response body behind ``hook``'s bounds (check_budget.py)."""
+    import openai
+
+    return openai.OpenAI(
+        base_url=base_url,
+        api_key=key or "no-key",
+        max_retries=0,
+        timeout=timeout,
+        http_client=openai.DefaultHttpxClient(timeout=timeout, event_hooks={"response": [hook]}),
+    )
+
+
 def _list_models(base_url: str, key: str | None) -> list[str] | None:
     """The provider's model ids (``GET {base}/models``), or None when that path does not answer."""
     import openai
 
     hook = bounding_hook(time.perf_counter() + MODELS_TIMEOUT_S, MAX_BODY_BYTES, MODELS_TIMEOUT_S)
-    client = openai.OpenAI(
-        base_url=base_url,
-        api_key=key or "no-key",
-        max_retries=0,
-        timeout=MODELS_TIMEOUT_S,
-        http_client=openai.DefaultHttpxClient(timeout=MODELS_TIMEOUT_S, event_hooks={"response": [hook]}),
-    )
+    client = _sdk_client(base_url, key, MODELS_TIMEOUT_S, hook)
     try:
         return sorted(str(m.id) for m in client.models.list())
     except (openai.OpenAIError, ValueError, TypeError, AttributeError, RequestFailed):

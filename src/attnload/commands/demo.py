@@ -82,6 +82,25 @@ def demo_config(base_url: str) -> dict[str, object]:
     }
 
 
+def run_arguments(args: argparse.Namespace, shape: str, stage_duration: str, **extra: object) -> argparse.Namespace:
+    """The ``attnload run`` arguments of a demo's load test: headless, no warm-up, the demo's shape."""
+    return argparse.Namespace(
+        users=None,
+        spawn_rate=args.spawn_rate,
+        duration=None,
+        shape=shape,
+        stage_duration=stage_duration,
+        warmup="0",
+        profile="",
+        workers=args.workers,
+        results=args.results,
+        metrics_port=args.metrics_port,
+        headless=True,
+        web_port=8089,
+        **extra,
+    )
+
+
 def run(args: argparse.Namespace) -> int:
     if args.engine == "vllm":
         from attnload.commands import demo_vllm
@@ -115,21 +134,7 @@ def run(args: argparse.Namespace) -> int:
                 f"simulator: llama-3-70b (GQA, TP8) vs deepseek-v3 (MLA, DP attention) on 8×H200, "
                 f"KV capacity ×{args.kv_capacity_scale:g} (simulated)"
             )
-            load = argparse.Namespace(
-                users=None,
-                spawn_rate=args.spawn_rate,
-                duration=None,
-                shape=args.shape,
-                stage_duration=args.stage_duration,
-                warmup="0",
-                profile="",
-                workers=args.workers,
-                results=args.results,
-                metrics_port=args.metrics_port,
-                headless=True,
-                web_port=8089,
-                locust_stats=args.locust_stats,
-            )
+            load = run_arguments(args, args.shape, args.stage_duration, locust_stats=args.locust_stats)
             results = execute(plan_from_args(load, config_path))
         finally:
             sim.terminate()

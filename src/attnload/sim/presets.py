@@ -105,24 +105,18 @@ def _published(
     d_r: int = 0,
 ) -> ModelPreset:
     """A published checkpoint: ``shape`` is (layers, h_q, hidden), ``params`` (total, active, attention)."""
-    layers, h_q, hidden = shape
-    params_total, params_active, params_attn = params
     return ModelPreset(
         key,
         attention,
-        layers=layers,
-        h_q=h_q,
-        hidden=hidden,
-        params_total=params_total,
-        params_active=params_active,
-        params_attn=params_attn,
+        *shape,
+        *params,
+        h_kv=h_kv,
+        d_c=d_c,
+        d_r=d_r,
         max_model_len=max_model_len,
         moe_experts=experts.routed,
         moe_top_k=experts.top_k,
         moe_routed_params=experts.params,
-        h_kv=h_kv,
-        d_c=d_c,
-        d_r=d_r,
     )
 
 

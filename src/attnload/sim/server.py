@@ -538,51 +538,10 @@ class _SimCollector(Collector):
         yield from _vllm_families(self.server)
 
 
-VLLM_TTFT_BUCKETS_S = (
-    0.001,
-    0.005,
-    0.01,
-    0.02,
-    0.04,
-    0.06,
-    0.08,
-    0.1,
-    0.25,
-    0.5,
-    0.75,
-    1.0,
-    2.5,
-    5.0,
-    7.5,
-    10.0,
-    20.0,
-    40.0,
-    80.0,
-    160.0,
-    640.0,
-    2560.0,
-)
-VLLM_ITL_BUCKETS_S = (
-    0.01,
-    0.025,
-    0.05,
-    0.075,
-    0.1,
-    0.15,
-    0.2,
-    0.3,
-    0.4,
-    0.5,
-    0.75,
-    1.0,
-    2.5,
-    5.0,
-    7.5,
-    10.0,
-    20.0,
-    40.0,
-    80.0,
-)
+_VLLM_SHARED_S = (0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0)
+"""The bounds from 0.5 s to 80 s, which vLLM's TTFT and inter-token latency histograms share."""
+VLLM_TTFT_BUCKETS_S = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, *_VLLM_SHARED_S, 160.0, 640.0, 2560.0)
+VLLM_ITL_BUCKETS_S = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, *_VLLM_SHARED_S)
 
 
 def _vllm_families(server: SimServer) -> Iterator[Any]:
