@@ -69,6 +69,55 @@ def _axis_fmt(value: float) -> str:
     return f"{value:g}"
 
 
+@dataclass(frozen=True)
+class _YScale:
+    """The value axis: linear from 0, or log between the powers of ten around the positive values."""
+
+    lo: float
+    hi: float
+    ticks: list[float]
+    log: bool
+
+    @staticmethod
+    def of(ys: Sequence[float], log: bool | None) -> _YScale:
+        """The axis for ``ys``; ``log=None`` picks a log axis when the values are positive and span more than ×30."""
+        positive = [y for y in ys if y > 0]
+        if log is None:
+            log = bool(positive) and len(positive) == len(ys) and max(positive) / min(positive) > 30
+        if log:
+            lo, hi = 10 ** math.floor(math.log10(min(positive))), 10 ** math.ceil(math.log10(max(positive) * 1.05))
+            return _YScale(lo, hi, log_ticks(lo, hi), True)
+        hi = max(ys) * 1.1 if max(ys) > 0 else 1.0
+        ticks = linear_ticks(0.0, hi)
+        return _YScale(0.0, max(hi, ticks[-1]), ticks, False)
+
+    def to_pixel(self, y: float) -> float:
+        plot_h = HEIGHT - TOP - BOTTOM
+        if self.log:
+            frac = (math.log10(max(y, self.lo)) - math.log10(self.lo)) / (math.log10(self.hi) - math.log10(self.lo))
+        else:
+            frac = (y - self.lo) / (self.hi - self.lo)
+        return TOP + plot_h - frac * plot_h
+
+    def titled(self, label: str) -> str:
+        return label + (" (log)" if self.log else "")
+
+
+def _svg_open(css_class: str, plot_id: str, height: float, aria_label: str) -> str:
+    return (
+        f'<svg class="{css_class}" id="{escape(plot_id)}" viewBox="0 0 {WIDTH} {height}" role="img" '
+        f'aria-label="{escape(aria_label)}" xmlns="http://www.w3.org/2000/svg">'
+    )
+
+
+def _x_grid_line(x: float, tick: float, plot_h: float) -> str:
+    """A vertical grid line at pixel ``x`` with its tick label under the plot."""
+    return (
+        f'<line class="grid" x1="{x:.1f}" x2="{x:.1f}" y1="{TOP}" y2="{TOP + plot_h}"/>'
+        f'<text class="tick" x="{x:.1f}" y="{TOP + plot_h + 16}" text-anchor="middle">{_axis_fmt(tick)}</text>'
+    )
+
+
 def line_chart(
     plot_id: str,
     series: Sequence[Series],
@@ -90,41 +139,20 @@ def line_chart(
     ys = [y for s in drawn for _, y in s.points]
     if not xs:
         return f'<p class="empty" id="{escape(plot_id)}">no data to plot</p>'
-    positive = [y for y in ys if y > 0]
-    if log_y is None:
-        log_y = bool(positive) and len(positive) == len(ys) and max(positive) / min(positive) > 30
+    y_scale = _YScale.of(ys, log_y)
     x_lo, x_hi = (0.0 if x_from_zero else min(xs)), max(xs)
     if x_hi <= x_lo:
         x_lo, x_hi = x_lo - 1, x_hi + 1
-    if log_y:
-        y_lo = 10 ** math.floor(math.log10(min(positive)))
-        y_hi = 10 ** math.ceil(math.log10(max(positive) * 1.05))
-        y_ticks = log_ticks(y_lo, y_hi)
-    else:
-        y_lo, y_hi = 0.0, max(ys) * 1.1 if max(ys) > 0 else 1.0
-        y_ticks = linear_ticks(y_lo, y_hi)
-        y_hi = max(y_hi, y_ticks[-1])
     x_ticks = linear_ticks(x_lo, x_hi)
     x_hi = max(x_hi, x_ticks[-1])
-    plot_w, plot_h = WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
+    plot_w = WIDTH - LEFT - RIGHT
 
     def px(x: float) -> float:
         return LEFT + (x - x_lo) / (x_hi - x_lo) * plot_w
 
-    def py(y: float) -> float:
-        if log_y:
-            frac = (math.log10(max(y, y_lo)) - math.log10(y_lo)) / (math.log10(y_hi) - math.log10(y_lo))
-        else:
-            frac = (y - y_lo) / (y_hi - y_lo)
-        return TOP + plot_h - frac * plot_h
-
-    legend_rows = math.ceil(len(drawn) / 2)
-    height = HEIGHT + 20 * legend_rows
-    out = [
-        f'<svg class="plot" id="{escape(plot_id)}" viewBox="0 0 {WIDTH} {height}" role="img" '
-        f'aria-label="{escape(y_label)} vs {escape(x_label)}" xmlns="http://www.w3.org/2000/svg">'
-    ]
-    out += _axes(x_ticks, y_ticks, px, py, x_label, y_label + (" (log)" if log_y else ""))
+    py = y_scale.to_pixel
+    out = [_svg_open("plot", plot_id, HEIGHT + 20 * math.ceil(len(drawn) / 2), f"{y_label} vs {x_label}")]
+    out += _axes(x_ticks, y_scale.ticks, px, py, x_label, y_scale.titled(y_label))
     for s in drawn:
         pts = list(zip(s.points, s.labels or [""] * len(s.points), strict=True))
         if sort_x:
@@ -154,36 +182,18 @@ def scatter_chart(plot_id: str, series: Sequence[Series], x_label: str, y_label:
     ys = [y for s in drawn for _, y in s.points]
     if not xs:
         return f'<p class="empty" id="{escape(plot_id)}">no data to plot</p>'
-    positive = [y for y in ys if y > 0]
-    log_y = bool(positive) and len(positive) == len(ys) and max(positive) / min(positive) > 30
+    y_scale = _YScale.of(ys, None)
     x_hi = max(max(xs), 1.0)
     x_ticks = linear_ticks(0.0, x_hi)
     x_hi = max(x_hi, x_ticks[-1])
-    if log_y:
-        y_lo, y_hi = 10 ** math.floor(math.log10(min(positive))), 10 ** math.ceil(math.log10(max(positive) * 1.05))
-        y_ticks = log_ticks(y_lo, y_hi)
-    else:
-        y_lo, y_hi = 0.0, max(ys) * 1.1 if max(ys) > 0 else 1.0
-        y_ticks = linear_ticks(y_lo, y_hi)
-        y_hi = max(y_hi, y_ticks[-1])
-    plot_w, plot_h = WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
+    plot_w = WIDTH - LEFT - RIGHT
 
     def px(x: float) -> float:
         return LEFT + x / x_hi * plot_w
 
-    def py(y: float) -> float:
-        if log_y:
-            frac = (math.log10(max(y, y_lo)) - math.log10(y_lo)) / (math.log10(y_hi) - math.log10(y_lo))
-        else:
-            frac = (y - y_lo) / (y_hi - y_lo)
-        return TOP + plot_h - frac * plot_h
-
-    height = HEIGHT + 20 * math.ceil(len(drawn) / 2)
-    out = [
-        f'<svg class="plot scatter" id="{escape(plot_id)}" viewBox="0 0 {WIDTH} {height}" role="img" '
-        f'aria-label="{escape(y_label)} vs {escape(x_label)}" xmlns="http://www.w3.org/2000/svg">'
-    ]
-    out += _axes(x_ticks, y_ticks, px, py, x_label, y_label + (" (log)" if log_y else ""))
+    py = y_scale.to_pixel
+    out = [_svg_open("plot scatter", plot_id, HEIGHT + 20 * math.ceil(len(drawn) / 2), f"{y_label} vs {x_label}")]
+    out += _axes(x_ticks, y_scale.ticks, px, py, x_label, y_scale.titled(y_label))
     for s in drawn:
         name = escape(s.name)
         out += [
@@ -213,13 +223,7 @@ def _axes(
             f'<line class="grid" x1="{LEFT}" x2="{WIDTH - RIGHT}" y1="{y:.1f}" y2="{y:.1f}"/>'
             f'<text class="tick" x="{LEFT - 6}" y="{y + 4:.1f}" text-anchor="end">{_axis_fmt(tick)}</text>'
         )
-    for tick in x_ticks:
-        x = px(tick)
-        out.append(
-            f'<line class="grid" x1="{x:.1f}" x2="{x:.1f}" y1="{TOP}" y2="{TOP + plot_h}"/>'
-            f'<text class="tick" x="{x:.1f}" y="{TOP + plot_h + 16}" text-anchor="middle">'
-            f"{_axis_fmt(tick)}</text>"
-        )
+    out += [_x_grid_line(px(tick), tick, plot_h) for tick in x_ticks]
     out.append(f'<rect class="frame" x="{LEFT}" y="{TOP}" width="{plot_w}" height="{plot_h}"/>')
     out.append(
         f'<text class="axis" x="{LEFT + plot_w / 2:.0f}" y="{TOP + plot_h + 36}" '
@@ -260,17 +264,8 @@ def stacked_bars(plot_id: str, bars: Sequence[tuple[str, dict[str, int]]], x_lab
     plot_w = WIDTH - left - RIGHT
     plot_h = len(bars) * (bar_h + gap) + gap
     height = TOP + plot_h + 44 + 20 * math.ceil(len(classes) / 4)
-    out = [
-        f'<svg class="plot" id="{escape(plot_id)}" viewBox="0 0 {WIDTH} {height}" role="img" '
-        f'aria-label="{escape(x_label)}" xmlns="http://www.w3.org/2000/svg">'
-    ]
-    for tick in ticks:
-        x = left + tick / hi * plot_w
-        out.append(
-            f'<line class="grid" x1="{x:.1f}" x2="{x:.1f}" y1="{TOP}" y2="{TOP + plot_h}"/>'
-            f'<text class="tick" x="{x:.1f}" y="{TOP + plot_h + 16}" text-anchor="middle">'
-            f"{_axis_fmt(tick)}</text>"
-        )
+    out = [_svg_open("plot", plot_id, height, x_label)]
+    out += [_x_grid_line(left + tick / hi * plot_w, tick, plot_h) for tick in ticks]
     out.append(
         f'<text class="axis" x="{left + plot_w / 2:.0f}" y="{TOP + plot_h + 34}" '
         f'text-anchor="middle">{escape(x_label)}</text>'
