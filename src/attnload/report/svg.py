@@ -103,6 +103,37 @@ class _YScale:
         return label + (" (log)" if self.log else "")
 
 
+@dataclass(frozen=True)
+class _XScale:
+    """The load axis: linear, widened to whole ticks (and by 1 each way around a single value)."""
+
+    lo: float
+    hi: float
+    ticks: list[float]
+
+    @staticmethod
+    def of(lo: float, hi: float) -> _XScale:
+        if hi <= lo:
+            lo, hi = lo - 1, hi + 1
+        ticks = linear_ticks(lo, hi)
+        return _XScale(lo, max(hi, ticks[-1]), ticks)
+
+    def to_pixel(self, x: float) -> float:
+        return LEFT + (x - self.lo) / (self.hi - self.lo) * (WIDTH - LEFT - RIGHT)
+
+
+def _no_data(plot_id: str) -> str:
+    return f'<p class="empty" id="{escape(plot_id)}">no data to plot</p>'
+
+
+def _chart_start(
+    css_class: str, plot_id: str, series: int, x: _XScale, y: _YScale, x_label: str, y_label: str
+) -> list[str]:
+    """The opening tag (tall enough for two legend entries a row), grid, ticks, frame and axis titles."""
+    out = [_svg_open(css_class, plot_id, HEIGHT + 20 * math.ceil(series / 2), f"{y_label} vs {x_label}")]
+    return out + _axes(x.ticks, y.ticks, x.to_pixel, y.to_pixel, x_label, y.titled(y_label))
+
+
 def _svg_open(css_class: str, plot_id: str, height: float, aria_label: str) -> str:
     return (
         f'<svg class="{css_class}" id="{escape(plot_id)}" viewBox="0 0 {WIDTH} {height}" role="img" '
@@ -136,23 +167,12 @@ def line_chart(
     """
     drawn = [s for s in series if s.points]
     xs = [x for s in drawn for x, _ in s.points]
-    ys = [y for s in drawn for _, y in s.points]
     if not xs:
-        return f'<p class="empty" id="{escape(plot_id)}">no data to plot</p>'
-    y_scale = _YScale.of(ys, log_y)
-    x_lo, x_hi = (0.0 if x_from_zero else min(xs)), max(xs)
-    if x_hi <= x_lo:
-        x_lo, x_hi = x_lo - 1, x_hi + 1
-    x_ticks = linear_ticks(x_lo, x_hi)
-    x_hi = max(x_hi, x_ticks[-1])
-    plot_w = WIDTH - LEFT - RIGHT
-
-    def px(x: float) -> float:
-        return LEFT + (x - x_lo) / (x_hi - x_lo) * plot_w
-
-    py = y_scale.to_pixel
-    out = [_svg_open("plot", plot_id, HEIGHT + 20 * math.ceil(len(drawn) / 2), f"{y_label} vs {x_label}")]
-    out += _axes(x_ticks, y_scale.ticks, px, py, x_label, y_scale.titled(y_label))
+        return _no_data(plot_id)
+    x_scale = _XScale.of(0.0 if x_from_zero else min(xs), max(xs))
+    y_scale = _YScale.of([y for s in drawn for _, y in s.points], log_y)
+    px, py = x_scale.to_pixel, y_scale.to_pixel
+    out = _chart_start("plot", plot_id, len(drawn), x_scale, y_scale, x_label, y_label)
     for s in drawn:
         pts = list(zip(s.points, s.labels or [""] * len(s.points), strict=True))
         if sort_x:
@@ -170,7 +190,7 @@ def line_chart(
             )
             if label and (x, y) in (pts[0][0], pts[-1][0]):  # ends only: middle labels collide
                 out.append(f'<text class="point-label" x="{px(x) + 6:.1f}" y="{py(y) - 6:.1f}">{escape(label)}</text>')
-    out += _legend(drawn, plot_w)
+    out += _legend(drawn)
     out.append("</svg>")
     return "".join(out)
 
@@ -179,21 +199,12 @@ def scatter_chart(plot_id: str, series: Sequence[Series], x_label: str, y_label:
     """Dots only (one per request); a log y axis when the values span more than ×30."""
     drawn = [s for s in series if s.points]
     xs = [x for s in drawn for x, _ in s.points]
-    ys = [y for s in drawn for _, y in s.points]
     if not xs:
-        return f'<p class="empty" id="{escape(plot_id)}">no data to plot</p>'
-    y_scale = _YScale.of(ys, None)
-    x_hi = max(max(xs), 1.0)
-    x_ticks = linear_ticks(0.0, x_hi)
-    x_hi = max(x_hi, x_ticks[-1])
-    plot_w = WIDTH - LEFT - RIGHT
-
-    def px(x: float) -> float:
-        return LEFT + x / x_hi * plot_w
-
-    py = y_scale.to_pixel
-    out = [_svg_open("plot scatter", plot_id, HEIGHT + 20 * math.ceil(len(drawn) / 2), f"{y_label} vs {x_label}")]
-    out += _axes(x_ticks, y_scale.ticks, px, py, x_label, y_scale.titled(y_label))
+        return _no_data(plot_id)
+    x_scale = _XScale.of(0.0, max(max(xs), 1.0))
+    y_scale = _YScale.of([y for s in drawn for _, y in s.points], None)
+    px, py = x_scale.to_pixel, y_scale.to_pixel
+    out = _chart_start("plot scatter", plot_id, len(drawn), x_scale, y_scale, x_label, y_label)
     for s in drawn:
         name = escape(s.name)
         out += [
@@ -201,7 +212,7 @@ def scatter_chart(plot_id: str, series: Sequence[Series], x_label: str, y_label:
             f'cy="{py(y):.1f}" r="1.8" fill="{s.color}" fill-opacity="0.5"/>'
             for x, y in s.points
         ]
-    out += _legend(drawn, plot_w)
+    out += _legend(drawn)
     out.append("</svg>")
     return "".join(out)
 
@@ -236,8 +247,9 @@ def _axes(
     return out
 
 
-def _legend(drawn: Sequence[Series], plot_w: float) -> list[str]:
+def _legend(drawn: Sequence[Series]) -> list[str]:
     """Two legend entries per row under the plot, each a line sample with its marker and name."""
+    plot_w = WIDTH - LEFT - RIGHT
     out = []
     for i, s in enumerate(drawn):
         lx, ly = LEFT + (i % 2) * (plot_w / 2), HEIGHT + 20 * (i // 2) - 8
