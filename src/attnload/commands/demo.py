@@ -17,6 +17,7 @@ import time
 import urllib.request
 from pathlib import Path
 
+from attnload.commands.demoload import run_arguments
 from attnload.errors import UsageError
 from attnload.plan.launch import execute, free_port, plan_from_args
 
@@ -80,25 +81,6 @@ def demo_config(base_url: str) -> dict[str, object]:
         "workload": {"prompt-2k": {"prompt_tokens": DEMO_PROMPT_TOKENS, "max_tokens": DEMO_MAX_TOKENS}},
         "benchmark": {"repeat": 1, "max_tokens": DEMO_MAX_TOKENS, "temperature": 0},
     }
-
-
-def run_arguments(args: argparse.Namespace, shape: str, stage_duration: str, **extra: object) -> argparse.Namespace:
-    """The ``attnload run`` arguments of a demo's load test: headless, no warm-up, the demo's shape."""
-    return argparse.Namespace(
-        users=None,
-        spawn_rate=args.spawn_rate,
-        duration=None,
-        shape=shape,
-        stage_duration=stage_duration,
-        warmup="0",
-        profile="",
-        workers=args.workers,
-        results=args.results,
-        metrics_port=args.metrics_port,
-        headless=True,
-        web_port=8089,
-        **extra,
-    )
 
 
 def run(args: argparse.Namespace) -> int:

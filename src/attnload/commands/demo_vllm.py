@@ -16,7 +16,7 @@ import tempfile
 import threading
 from pathlib import Path
 
-from attnload.commands.demo import run_arguments
+from attnload.commands.demoload import run_arguments
 from attnload.engines import tiny_models
 from attnload.engines.vllm import ServerSpec, VllmServer, complete, require_vllm_env, running
 from attnload.errors import UsageError

@@ -12,9 +12,9 @@ import json
 from pathlib import Path
 from typing import Final, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
-from attnload.errors import UsageError, describe_validation
+from attnload.errors import UsageError, validated
 
 SCHEMA: Final = "attnload.results/v1"
 
@@ -316,8 +316,4 @@ def load_results(path: str | Path) -> Results:
     if not isinstance(data, dict) or data.get("schema") != SCHEMA:
         found = data.get("schema") if isinstance(data, dict) else type(data).__name__
         raise UsageError(f"{file}: schema is {found!r}, expected {SCHEMA!r}; pass a results file written by attnload")
-    try:
-        return Results.model_validate(data)
-    except ValidationError as exc:
-        loc, message, _error = describe_validation(exc)
-        raise UsageError(f"{file}: {loc}: {message}; the file is damaged or from another tool") from None
+    return validated(Results, data, file, "; the file is damaged or from another tool")
