@@ -23,7 +23,7 @@ import time
 import urllib.request
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import urlsplit
 
 from attnload.client.budget import MAX_BODY_BYTES
@@ -35,9 +35,6 @@ from attnload.config.limits import MAX_OUTPUT_TOKENS
 from attnload.config.load import load_config
 from attnload.config.model import ModelTarget, TestConfig
 from attnload.errors import ErrorClass, RequestFailed, UsageError, redact, register_secret
-
-if TYPE_CHECKING:
-    pass
 
 PROXY_VARS = ("HTTPS_PROXY", "HTTP_PROXY", "ALL_PROXY", "NO_PROXY")
 LEFTOVER_CREDENTIALS = (

@@ -41,7 +41,7 @@ class ModelTruth:
     prompt_digests: deque[str] = field(default_factory=lambda: deque(maxlen=10000))
     itl_backlog: list[float] = field(default_factory=list, repr=False)
     """Single-token gaps not yet in ``itl``: appending is cheaper than ``record`` on the hot
-    path; ``flush()`` folds them in (bounded by ``ITL_BACKLOG_MAX``) and every read flushes."""
+    path; ``flush()`` folds them in (the server flushes at ``ITL_BACKLOG_MAX``) and every read flushes."""
 
     def flush(self) -> None:
         if self.itl_backlog:
