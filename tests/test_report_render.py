@@ -1,12 +1,10 @@
-"""Console table, progress line, HTML and the attention explanation, from factory-built Results."""
+"""Console table, HTML and the attention explanation, from factory-built Results."""
 
 from __future__ import annotations
 
-import re
-
 from rich.console import Console
 
-from attnload.report import compare_results, print_summary, progress_line, render_html
+from attnload.report import compare_results, print_summary, render_html
 from attnload.report.explain import MIXED_MODELS_NOTE, explain
 from attnload.results.model import Results
 from test_report_factory import (
@@ -40,13 +38,6 @@ def test_console_handles_failed_zero_stage_and_saturation() -> None:
     text = _console_text(results(failed_model(), zero_stage_model(), saturated=True))
     assert "auth" in text and "0 / 0" in text and "client saturated" in text
     assert MIXED_MODELS_NOTE not in text  # no presets known: no claim about them
-
-
-def test_progress_line_one_line_per_model() -> None:
-    lines = progress_line(pair()).splitlines()
-    assert len(lines) == 2
-    assert re.search(r"llama-3-70b \(GQA\).*256 users.*TTFT p50\s+1\.90 s.*4,300 tok/s.*err 9", lines[0])
-    assert "no models yet" in progress_line(results().model_copy(update={"models": []}))
 
 
 def test_explanation_names_the_model_that_hit_kv_capacity() -> None:

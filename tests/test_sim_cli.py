@@ -228,7 +228,7 @@ def test_run_serves_default_pair_under_client_ids(monkeypatch: pytest.MonkeyPatc
     }
     assert engines[1].model.details["dp_attention"] == 8 and engines[0].model.details["dp_attention"] == 1
     assert engines[1].model.details["max_seqs_at_8k"] == 16  # 1469 blocks per group at scale 0.05: 2 × 8
-    assert "deepseek-chat" in engines[1].model.details["aliases"]
+    assert "deepseek-chat" in engines[1].model.aliases
     assert main(["sim", "--models", "deepseek-chat,Meta-Llama-3-70B-Instruct", "--mode", "fixed"]) == 0
     engines, _ = calls[1]
     assert [(e.model.id, e.model.preset) for e in engines] == [

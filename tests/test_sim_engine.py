@@ -397,4 +397,4 @@ def test_served_model_details_for_reports() -> None:
     ):
         assert key in m.details
     assert m.details["max_seqs_at_8k"] == 456
-    assert "deepseek-v3" in m.details["aliases"] and "DeepSeek-R1" in m.details["aliases"]  # type: ignore[operator]
+    assert "deepseek-v3" in m.aliases and "DeepSeek-R1" in m.aliases

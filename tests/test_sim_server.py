@@ -21,9 +21,7 @@ def engines(max_model_len: int = 4096) -> list[FixedEngine]:
     return [
         FixedEngine(ServedModel("llama-3-70b", "GQA", "llama-3-70b", max_model_len=max_model_len), 0.02, 0.002),
         FixedEngine(
-            ServedModel(
-                "deepseek-v3", "MLA", "deepseek-v3", max_model_len=max_model_len, details={"aliases": ["deepseek-chat"]}
-            ),
+            ServedModel("deepseek-v3", "MLA", "deepseek-v3", max_model_len=max_model_len, aliases=("deepseek-chat",)),
             0.02,
             0.002,
         ),

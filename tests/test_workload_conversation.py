@@ -7,17 +7,18 @@ import json
 import random
 import statistics
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
+from attnload.config.model import ConversationSpec, DurationDistribution, sample_seconds
 from attnload.measure.tokens import prompt_tokens
 from attnload.workload.conversation import (
     Conversation,
     ConversationScript,
-    ConversationSpec,
-    ConversationUser,
-    DurationDistribution,
+    EndReason,
+    PromptCounter,
     dataset_script,
     new_salt,
     synthetic_script,
@@ -25,6 +26,83 @@ from attnload.workload.conversation import (
 from attnload.workload.dataset import open_dataset
 
 SALT = "[00000000deadbeef] "
+
+
+@dataclass(frozen=True)
+class TurnRequest:
+    """One request of a conversation, as ``ConversationUser`` hands it out."""
+
+    messages: list[dict[str, str]]
+    max_tokens: int | None
+    turn: int
+    """1-based turn index within its conversation (the results' ``turns[]`` key)."""
+    conversation: int
+    """0-based count of this user's conversations."""
+    prompt_tokens: int
+
+
+class ConversationUser:
+    """Drives :class:`Conversation` as a sender does: one user's conversations, one at a time; a new one
+    (new salt, new script) when one ends, think time drawn between turns."""
+
+    def __init__(
+        self,
+        script_factory: Callable[[str], ConversationScript],
+        *,
+        think_time_s: float | DurationDistribution = 0.0,
+        rng: random.Random | None = None,
+        context_window_tokens: int | None = None,
+        default_max_tokens: int = 0,
+        count_prompt: PromptCounter = prompt_tokens,
+        salt_factory: Callable[[], str] = new_salt,
+    ) -> None:
+        self.script_factory = script_factory
+        self.think_time = think_time_s
+        self.rng = rng or random.Random()
+        self.context_window_tokens = context_window_tokens
+        self.default_max_tokens = default_max_tokens
+        self.count_prompt = count_prompt
+        self.salt_factory = salt_factory
+        self.conversations = 0
+        self.current: Conversation | None = None
+        self.ended: list[EndReason] = []
+        """Why each finished conversation ended, in order (results may count context rollovers)."""
+
+    def next_request(self) -> TurnRequest:
+        if self.current is not None:
+            taken = self.current.next_request()
+            if taken is not None:
+                return TurnRequest(taken[0], taken[1], self.current.turn, self.conversations - 1, taken[2])
+            self._close()
+        self.current = Conversation(
+            self.script_factory(self.salt_factory()),
+            context_window_tokens=self.context_window_tokens,
+            default_max_tokens=self.default_max_tokens,
+            count_prompt=self.count_prompt,
+        )
+        self.conversations += 1
+        first = self.current.next_request()
+        assert first is not None  # turn 1 always goes
+        return TurnRequest(first[0], first[1], 1, self.conversations - 1, first[2])
+
+    def record_reply(self, text: str) -> None:
+        assert self.current is not None
+        self.current.record_reply(text)
+
+    def fail(self) -> None:
+        if self.current is not None:
+            self.current.fail()
+
+    def next_delay_s(self) -> float:
+        """Think time before the next request: drawn if the conversation goes on, 0 before a new one."""
+        if self.current is None or self.current.peek() is None:
+            return 0.0
+        return sample_seconds(self.think_time, self.rng)
+
+    def _close(self) -> None:
+        if self.current is not None and self.current.ended is not None:
+            self.ended.append(self.current.ended)
+        self.current = None
 
 
 def fixed_salt_factory() -> tuple[list[str], Callable[[], str]]:

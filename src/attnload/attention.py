@@ -21,17 +21,35 @@ from typing import Protocol
 
 
 class Dims(Protocol):
-    """The attention dimensions of a model preset (``docs/cost-model.md`` §1)."""
+    """The attention dimensions of a model preset (``docs/cost-model.md`` §1), read-only so that a frozen
+    dataclass such as ``ModelPreset`` satisfies it."""
 
-    h_q: int  # query heads
-    h_kv: int  # KV heads (GQA/MHA/MQA/GTA)
-    d_h: int  # head dimension
-    d_r: int  # decoupled RoPE dimension (latent and tied types)
-    d_c: int  # MLA latent width
-    h_c: int  # GLA latent heads
-    d_ch: int  # GLA latent width per head
-    d_nope: int  # non-RoPE query/key dimension of the expanded (prefill) form
-    d_v: int  # value dimension of the expanded form
+    @property
+    def h_q(self) -> int: ...  # query heads
+
+    @property
+    def h_kv(self) -> int: ...  # KV heads (GQA/MHA/MQA/GTA)
+
+    @property
+    def d_h(self) -> int: ...  # head dimension
+
+    @property
+    def d_r(self) -> int: ...  # decoupled RoPE dimension (latent and tied types)
+
+    @property
+    def d_c(self) -> int: ...  # MLA latent width
+
+    @property
+    def h_c(self) -> int: ...  # GLA latent heads
+
+    @property
+    def d_ch(self) -> int: ...  # GLA latent width per head
+
+    @property
+    def d_nope(self) -> int: ...  # non-RoPE query/key dimension of the expanded (prefill) form
+
+    @property
+    def d_v(self) -> int: ...  # value dimension of the expanded form
 
 
 def _heads(n: int, attn_tp: int) -> int:

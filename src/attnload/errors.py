@@ -13,7 +13,11 @@ from __future__ import annotations
 
 import re
 from enum import Enum, unique
-from typing import Any
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+ModelT = TypeVar("ModelT", bound=BaseModel)
 
 
 @unique  # two equal hints would silently merge two classes
@@ -101,3 +105,13 @@ def describe_validation(exc: Any, *, prefer_unknown_key: bool = False) -> tuple[
         error = next((e for e in errors if e["type"] == "extra_forbidden"), error)
     where = ".".join(str(part) for part in error["loc"])
     return where, str(error["msg"]).removeprefix("Value error, "), error
+
+
+def validated(model: type[ModelT], data: object, source: object, advice: str = "") -> ModelT:
+    """``data`` as ``model``; the first problem is a one-line :class:`UsageError`,
+    ``{source}: {where}: {message}{advice}``."""
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        where, message, _error = describe_validation(exc)
+        raise UsageError(f"{source}: {where}: {message}{advice}") from None

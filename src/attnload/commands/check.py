@@ -21,15 +21,16 @@ import os
 import socket
 import time
 import urllib.request
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 from urllib.parse import urlsplit
 
-from attnload.client.budget import MAX_BODY_BYTES, max_events
-from attnload.client.chat import ChatClient, chat_body
-from attnload.client.classify import classify_status, printable
+from attnload.client.budget import MAX_BODY_BYTES
+from attnload.client.classify import printable
 from attnload.client.transport import Timeouts, proxy_for
-from attnload.commands.check_budget import bounding_hook, max_probe_bytes, within
+from attnload.commands.check_budget import bounding_hook, within
+from attnload.commands.check_probes import Probe, ProxyInfo, raw_probe, sdk_client, sdk_probe
 from attnload.config.limits import MAX_OUTPUT_TOKENS
 from attnload.config.load import load_config
 from attnload.config.model import ModelTarget, TestConfig
@@ -47,10 +48,13 @@ LEFTOVER_CREDENTIALS = (
 """Credentials other tools read first (the seed's "OAuth leftovers"); only their names are ever shown."""
 PROXY_PROBE_S = 2.0
 MODELS_TIMEOUT_S = 10.0
+"""The whole ``GET /models`` listing that a not_found fix quotes (bytes capped too: check_budget.py)."""
 CONFIRM_TIMEOUT_S = 2.0
 """The load-path probe's total timeout after the SDK probe already timed out (it only confirms)."""
-"""The whole ``GET /models`` listing that a not_found fix quotes (bytes capped too: check_budget.py)."""
 SCHEMA = "attnload.check/v1"
+
+_proxy_bypass_environment: Callable[[str], bool] = vars(urllib.request)["proxy_bypass_environment"]
+"""NO_PROXY matching as urllib and httpx apply it (public in urllib.request, absent from typeshed's stub)."""
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -71,39 +75,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 @dataclass
-class Probe:
-    """One request's outcome: OK with timings, or a classified failure."""
-
-    ok: bool
-    error: str | None = None
-    detail: str = ""
-    ttft_s: float | None = None
-    tokens: int | None = None
-    finish_reason: str | None = None
-
-    @classmethod
-    def failed(cls, failure: RequestFailed) -> Probe:
-        return cls(ok=False, error=failure.kind.label, detail=failure.detail)
-
-
-@dataclass
 class KeyInfo:
     env: str | None
     set: bool = False
     length: int = 0
     last4: str = ""
     problems: list[str] = field(default_factory=list)
-
-
-@dataclass
-class ProxyInfo:
-    """Proxy variables as set (passwords redacted), and the one each client would use for this URL."""
-
-    variables: dict[str, str]
-    sdk_proxy: str | None = None
-    sdk_proxy_var: str | None = None
-    sdk_proxy_reachable: bool | None = None
-    load_path_proxy: str | None = None
 
 
 @dataclass
@@ -192,7 +169,7 @@ def check_model(config: TestConfig, target: ModelTarget, max_tokens: int, prompt
     check.sdk = within(
         deadline,
         timeouts.total_s,
-        lambda: _sdk_probe(sdk_base, key, target.id, messages, max_tokens, timeouts, check.proxy),
+        lambda: sdk_probe(sdk_base, key, target.id, messages, max_tokens, timeouts, check.proxy),
         Probe.failed,
     )
     # The SDK ran out of time: confirm with the load path quickly, so check returns within total + ~5 s.
@@ -202,7 +179,7 @@ def check_model(config: TestConfig, target: ModelTarget, max_tokens: int, prompt
         and timeouts.total_s > CONFIRM_TIMEOUT_S
     )
     raw_timeouts = replace(timeouts, total_s=CONFIRM_TIMEOUT_S) if confirm else timeouts
-    check.raw = _raw_probe(target.chat_url, key, target.id, messages, max_tokens, raw_timeouts)
+    check.raw = raw_probe(target.chat_url, key, target.id, messages, max_tokens, raw_timeouts)
     failing = next((p for p in (check.sdk, check.raw) if not p.ok), None)
     if failing is check.sdk and check.raw.error == check.sdk.error and not confirm:
         failing = check.raw  # same class: the load path's detail is the more specific one
@@ -217,153 +194,6 @@ def check_model(config: TestConfig, target: ModelTarget, max_tokens: int, prompt
         check, RequestFailed(ErrorClass.from_label(failing.error or "bad_response"), failing.detail), config, max_tokens
     )
     return check
-
-
-# ---------------------------------------------------------------------------- probes
-
-
-def _sdk_probe(
-    base_url: str,
-    key: str | None,
-    model: str,
-    messages: list[dict[str, str]],
-    max_tokens: int,
-    timeouts: Timeouts,
-    proxy: ProxyInfo,
-) -> Probe:
-    """One streaming request through the openai SDK (httpx honours the proxy variables).
-
-    Bounded (check_budget.py): body bytes and events are capped and ``total_s`` is a deadline
-    for the whole reply, checked at every read, not only between parsed chunks.
-    """
-    import httpx2
-    import openai
-
-    read_s = min(timeouts.idle_s, timeouts.ttft_s or timeouts.total_s, timeouts.total_s)
-    timeout = httpx2.Timeout(read_s, connect=timeouts.connect_s)
-    started = time.perf_counter()
-    hook = bounding_hook(started + timeouts.total_s, max_probe_bytes(max_tokens), timeouts.total_s)
-    client = openai.OpenAI(
-        base_url=base_url,
-        api_key=key or "no-key",
-        max_retries=0,
-        timeout=timeout,
-        http_client=openai.DefaultHttpxClient(timeout=timeout, event_hooks={"response": [hook]}),
-    )
-    events_left = max_events(max_tokens)
-    ttft: float | None = None
-    tokens = 0
-    usage_tokens: int | None = None
-    finish: str | None = None
-    try:
-        stream = client.chat.completions.create(
-            model=model,
-            messages=messages,  # type: ignore[arg-type]
-            max_tokens=max_tokens,
-            temperature=0,
-            stream=True,
-            stream_options={"include_usage": True},
-        )
-        for chunk in stream:
-            if time.perf_counter() - started > timeouts.total_s:
-                raise RequestFailed(ErrorClass.TIMEOUT, f"stream exceeded the total timeout {timeouts.total_s:g} s")
-            events_left -= 1
-            if events_left < 0:
-                raise RequestFailed(
-                    ErrorClass.TRUNCATED,
-                    f"more than {max_events(max_tokens)} chunks for max_tokens "
-                    f"{max_tokens} and no [DONE]: the stream would not end",
-                )
-            usage = getattr(chunk, "usage", None)
-            if usage is not None and isinstance(getattr(usage, "completion_tokens", None), int):
-                usage_tokens = usage.completion_tokens
-            choices = getattr(chunk, "choices", None)
-            if not isinstance(choices, list):
-                if usage is None:
-                    raise RequestFailed(
-                        ErrorClass.BAD_RESPONSE, "stream chunk without `choices` (reading choices failed)"
-                    )
-                continue
-            for choice in choices:
-                text = getattr(choice.delta, "content", None) or getattr(choice.delta, "reasoning_content", None)
-                if text:
-                    ttft = ttft if ttft is not None else time.perf_counter() - started
-                    tokens += 1
-                finish = choice.finish_reason or finish
-    except RequestFailed as failure:
-        return Probe.failed(failure)
-    except openai.APIStatusError as exc:
-        return Probe.failed(
-            classify_status(exc.status_code, exc.response.content, exc.response.headers.get("retry-after"))
-        )
-    except openai.APITimeoutError:
-        return Probe.failed(RequestFailed(ErrorClass.TIMEOUT, f"no data within {read_s:g} s (openai SDK)"))
-    except openai.APIConnectionError as exc:
-        return Probe.failed(_connection_failure(exc.__cause__ or exc, proxy))
-    except openai.APIError as exc:  # an error event inside a 200 stream
-        body = exc.body if exc.body is not None else exc.message
-        return Probe.failed(classify_status(200, json.dumps({"error": body}).encode()))
-    except (ValueError, TypeError, AttributeError, KeyError, openai.OpenAIError) as exc:
-        return Probe.failed(
-            RequestFailed(ErrorClass.BAD_RESPONSE, f"reading the stream failed: {type(exc).__name__}: {exc}")
-        )
-    finally:
-        client.close()  # also ends a runaway reply's connection
-    completion = usage_tokens if usage_tokens is not None else tokens
-    probe = Probe(ok=True, ttft_s=ttft, tokens=completion, finish_reason=finish)
-    if finish == "length" and completion < max_tokens:
-        return Probe(
-            ok=False,
-            error=ErrorClass.TRUNCATED.label,
-            ttft_s=ttft,
-            tokens=completion,
-            finish_reason=finish,
-            detail=f"finish_reason length after {completion} of max_tokens {max_tokens}",
-        )
-    if ttft is None:
-        return Probe(
-            ok=False,
-            error=ErrorClass.BAD_RESPONSE.label,
-            tokens=completion,
-            finish_reason=finish,
-            detail="the stream carried no content (reading choices found nothing)",
-        )
-    return probe
-
-
-def _connection_failure(cause: BaseException, proxy: ProxyInfo) -> RequestFailed:
-    """The class of an SDK connection error: a read budget, a broken reply, or the connection (or proxy)."""
-    import httpx2
-
-    if isinstance(cause, RequestFailed):  # a budget that ran out while the SDK was reading
-        return cause
-    if isinstance(cause, httpx2.RemoteProtocolError) and "disconnected" not in str(cause):
-        return RequestFailed(
-            ErrorClass.BAD_RESPONSE, f"the reply broke HTTP ({cause}): an endless header or not an HTTP server"
-        )
-    kind = ErrorClass.PROXY if proxy.sdk_proxy else ErrorClass.CONNECTION
-    via = f" via proxy {proxy.sdk_proxy}" if proxy.sdk_proxy else ""
-    return RequestFailed(kind, f"{type(cause).__name__}: {cause}{via}")
-
-
-def _raw_probe(
-    url: str, key: str | None, model: str, messages: list[dict[str, str]], max_tokens: int, timeouts: Timeouts
-) -> Probe:
-    """The same request through the load path's own client, so `attnload run` is known to work too."""
-    client = ChatClient(url, key, timeouts)
-    try:
-        record = client.send(
-            chat_body(model, messages, max_tokens=max_tokens, temperature=0),
-            model_key="check",
-            profile="check",
-            stage=0,
-        )
-    finally:
-        client.close()
-    if record.outcome == "ok":
-        return Probe(ok=True, ttft_s=record.ttft_s, tokens=record.completion_tokens)
-    failure = client.last_failure or RequestFailed(ErrorClass.from_label(record.error or "bad_response"), "")
-    return Probe.failed(failure)
 
 
 # ---------------------------------------------------------------------------- environment
@@ -395,9 +225,7 @@ def _proxy_info(url: str) -> ProxyInfo:
     load_path = proxy_for(parts.scheme, host)
     info.load_path_proxy = f"{load_path[0]}:{load_path[1]}" if load_path else None
     # httpx (the SDK) uses a proxy for loopback hosts too, unless NO_PROXY names them.
-    if os.environ.get(
-        "NO_PROXY", os.environ.get("no_proxy", "")
-    ).strip() == "*" or urllib.request.proxy_bypass_environment(host):
+    if os.environ.get("NO_PROXY", os.environ.get("no_proxy", "")).strip() == "*" or _proxy_bypass_environment(host):
         return info
     for name in (f"{parts.scheme}_proxy", "all_proxy"):
         for var in (name, name.upper()):
@@ -429,49 +257,10 @@ def _decide(check: ModelCheck, failure: RequestFailed, config: TestConfig, max_t
 def fix_for(check: ModelCheck, failure: RequestFailed, config: TestConfig, max_tokens: int) -> str:
     """The exact change to make, naming the setting (the seed's section 5 advice)."""
     kind = failure.kind
-    key = check.api_key
     if kind is ErrorClass.AUTH:
-        if key.env is None:
-            return (
-                "the endpoint wants a key: add api_key_env to the config and export the key in that "
-                "variable (keys are never read from files)"
-            )
-        if not key.set:
-            return f"export {key.env}=<your key> (keys are never read from files), then check again"
-        ends = f", ends …{key.last4}" if key.last4 else ""
-        text = (
-            f"check the key in ${key.env} ({key.length} chars{ends}): copy it complete with no spaces "
-            f"(`echo ${key.env}` must print it; the client sends the header as Bearer, one space, the key); "
-            f"if it was deleted or expired, create a new one"
-        )
-        if key.problems:
-            text = f"the key in ${key.env} {' and '.join(key.problems)}: fix it; " + text
-        leftovers = [name for name in LEFTOVER_CREDENTIALS if os.environ.get(name) and name != key.env]
-        if leftovers:
-            text += (
-                f". Other credentials are set ({', '.join(leftovers)}): attnload uses only ${key.env}, but "
-                f"tools that read those first (Claude Code with old OAuth tokens in ~/.claude/) keep sending "
-                f"stale ones: unset them or clear ~/.claude/ caches and reconfigure"
-            )
-        return text
+        return _auth_fix(check.api_key)
     if kind is ErrorClass.NOT_FOUND:
-        if "/v1/v1" in check.url:
-            root = check.url.split("/v1/v1")[0]
-            return f"drop the extra /v1 from base_url: it resolved to {check.url}; use {root} (the API root)"
-        models = _list_models(check.sdk_base_url, _key_value(check))
-        if models is None:
-            return (
-                f"the path does not exist: set base_url to the API root (e.g. https://taotoken.net/api, "
-                f"no trailing /v1/chat/completions); used {check.url}. If it is right, check that the model id "
-                f"{check.model!r} is in the provider's model list"
-            )
-        if check.model not in models:
-            shown = ", ".join(models[:8]) + (" …" if len(models) > 8 else "")
-            return (
-                f"model id {check.model!r} is not in the provider's model list ({shown}): fix its spelling "
-                f"(ids are lowercase with hyphens, e.g. deepseek-chat, llama-3-70b)"
-            )
-        return f"the provider lists {check.model!r} but refused it: check the model id and base_url ({check.url})"
+        return _not_found_fix(check)
     if kind is ErrorClass.PROXY:
         proxy = check.proxy
         names = " ".join(n for n in proxy.variables if n != "NO_PROXY") or proxy.sdk_proxy_var or "HTTPS_PROXY"
@@ -530,6 +319,54 @@ def fix_for(check: ModelCheck, failure: RequestFailed, config: TestConfig, max_t
     return kind.value
 
 
+def _auth_fix(key: KeyInfo) -> str:
+    """Which key to set or fix, and which other credentials may be sent instead."""
+    if key.env is None:
+        return (
+            "the endpoint wants a key: add api_key_env to the config and export the key in that "
+            "variable (keys are never read from files)"
+        )
+    if not key.set:
+        return f"export {key.env}=<your key> (keys are never read from files), then check again"
+    ends = f", ends …{key.last4}" if key.last4 else ""
+    text = (
+        f"check the key in ${key.env} ({key.length} chars{ends}): copy it complete with no spaces "
+        f"(`echo ${key.env}` must print it; the client sends the header as Bearer, one space, the key); "
+        f"if it was deleted or expired, create a new one"
+    )
+    if key.problems:
+        text = f"the key in ${key.env} {' and '.join(key.problems)}: fix it; " + text
+    leftovers = [name for name in LEFTOVER_CREDENTIALS if os.environ.get(name) and name != key.env]
+    if leftovers:
+        text += (
+            f". Other credentials are set ({', '.join(leftovers)}): attnload uses only ${key.env}, but "
+            f"tools that read those first (Claude Code with old OAuth tokens in ~/.claude/) keep sending "
+            f"stale ones: unset them or clear ~/.claude/ caches and reconfigure"
+        )
+    return text
+
+
+def _not_found_fix(check: ModelCheck) -> str:
+    """The path or the model id, told apart by the provider's model list where it answers."""
+    if "/v1/v1" in check.url:
+        root = check.url.split("/v1/v1")[0]
+        return f"drop the extra /v1 from base_url: it resolved to {check.url}; use {root} (the API root)"
+    models = _list_models(check.sdk_base_url, _key_value(check))
+    if models is None:
+        return (
+            f"the path does not exist: set base_url to the API root (e.g. https://taotoken.net/api, "
+            f"no trailing /v1/chat/completions); used {check.url}. If it is right, check that the model id "
+            f"{check.model!r} is in the provider's model list"
+        )
+    if check.model not in models:
+        shown = ", ".join(models[:8]) + (" …" if len(models) > 8 else "")
+        return (
+            f"model id {check.model!r} is not in the provider's model list ({shown}): fix its spelling "
+            f"(ids are lowercase with hyphens, e.g. deepseek-chat, llama-3-70b)"
+        )
+    return f"the provider lists {check.model!r} but refused it: check the model id and base_url ({check.url})"
+
+
 def _key_value(check: ModelCheck) -> str | None:
     return os.environ.get(check.api_key.env) if check.api_key.env else None
 
@@ -539,13 +376,7 @@ def _list_models(base_url: str, key: str | None) -> list[str] | None:
     import openai
 
     hook = bounding_hook(time.perf_counter() + MODELS_TIMEOUT_S, MAX_BODY_BYTES, MODELS_TIMEOUT_S)
-    client = openai.OpenAI(
-        base_url=base_url,
-        api_key=key or "no-key",
-        max_retries=0,
-        timeout=MODELS_TIMEOUT_S,
-        http_client=openai.DefaultHttpxClient(timeout=MODELS_TIMEOUT_S, event_hooks={"response": [hook]}),
-    )
+    client = sdk_client(base_url, key, MODELS_TIMEOUT_S, hook)
     try:
         return sorted(str(m.id) for m in client.models.list())
     except (openai.OpenAIError, ValueError, TypeError, AttributeError, RequestFailed):

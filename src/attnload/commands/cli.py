@@ -14,6 +14,7 @@ import logging
 import os
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 from attnload import __version__
 from attnload.errors import UsageError, redact
@@ -35,7 +36,7 @@ SUBCOMMANDS = {
 class _Parser(argparse.ArgumentParser):
     """argparse that reports usage errors as one line with exit status 2."""
 
-    def error(self, message: str) -> None:  # type: ignore[override]
+    def error(self, message: str) -> NoReturn:
         self.exit(2, f"attnload: error: {message} (see `{self.prog} --help`)\n")
 
 

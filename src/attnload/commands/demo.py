@@ -17,6 +17,7 @@ import time
 import urllib.request
 from pathlib import Path
 
+from attnload.commands.demoload import run_arguments
 from attnload.errors import UsageError
 from attnload.plan.launch import execute, free_port, plan_from_args
 
@@ -115,21 +116,7 @@ def run(args: argparse.Namespace) -> int:
                 f"simulator: llama-3-70b (GQA, TP8) vs deepseek-v3 (MLA, DP attention) on 8×H200, "
                 f"KV capacity ×{args.kv_capacity_scale:g} (simulated)"
             )
-            load = argparse.Namespace(
-                users=None,
-                spawn_rate=args.spawn_rate,
-                duration=None,
-                shape=args.shape,
-                stage_duration=args.stage_duration,
-                warmup="0",
-                profile="",
-                workers=args.workers,
-                results=args.results,
-                metrics_port=args.metrics_port,
-                headless=True,
-                web_port=8089,
-                locust_stats=args.locust_stats,
-            )
+            load = run_arguments(args, args.shape, args.stage_duration, locust_stats=args.locust_stats)
             results = execute(plan_from_args(load, config_path))
         finally:
             sim.terminate()

@@ -16,6 +16,7 @@ import tempfile
 import threading
 from pathlib import Path
 
+from attnload.commands.demoload import run_arguments
 from attnload.engines import tiny_models
 from attnload.engines.vllm import ServerSpec, VllmServer, complete, require_vllm_env, running
 from attnload.errors import UsageError
@@ -65,26 +66,20 @@ def demo_config(gqa: ServerSpec, mla: ServerSpec, tokenizer: Path) -> dict[str, 
 
 def server_specs(model_root: Path, kv_cache_bytes: int) -> tuple[ServerSpec, ServerSpec]:
     """One server per model, each on its own core, the same KV bytes for both."""
-    gqa = ServerSpec(
-        model_root / tiny_models.GQA_NAME,
-        tiny_models.GQA_NAME,
-        free_port(),
-        core=0,
-        kv_cache_bytes=kv_cache_bytes,
-        max_model_len=MAX_MODEL_LEN,
-        block_size=GQA_BLOCK,
-        max_num_seqs=16,
-    )
-    mla = ServerSpec(
-        model_root / tiny_models.MLA_NAME,
-        tiny_models.MLA_NAME,
-        free_port(),
-        core=1,
-        kv_cache_bytes=kv_cache_bytes,
-        max_model_len=MAX_MODEL_LEN,
-        max_num_seqs=16,
-    )
-    return gqa, mla
+
+    def spec(name: str, core: int, block_size: int | None = None) -> ServerSpec:
+        return ServerSpec(
+            model_root / name,
+            name,
+            free_port(),
+            core=core,
+            kv_cache_bytes=kv_cache_bytes,
+            max_model_len=MAX_MODEL_LEN,
+            block_size=block_size,
+            max_num_seqs=16,
+        )
+
+    return spec(tiny_models.GQA_NAME, 0, GQA_BLOCK), spec(tiny_models.MLA_NAME, 1)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -118,21 +113,7 @@ def run(args: argparse.Namespace) -> int:
         )
         with running([gqa, mla], log_dir) as servers:
             warm_up(servers)
-            load = argparse.Namespace(
-                users=None,
-                spawn_rate=args.spawn_rate,
-                duration=None,
-                shape=shape,
-                stage_duration=stage,
-                warmup="0",
-                profile="",
-                workers=args.workers,
-                results=args.results,
-                metrics_port=args.metrics_port,
-                headless=True,
-                web_port=8089,
-                server_metrics_interval="1",
-            )
+            load = run_arguments(args, shape, stage, server_metrics_interval="1")
             outcome = execute_run(plan_from_args(load, config_path))
     if outcome.results is not None:
         print(kv_line(outcome.results))

@@ -82,7 +82,6 @@ class _Extensions(StrictModel):
 
     test_prompts: dict[str, str] = {}
     workload: dict[str, ProfileSpec] = {}
-    request: RequestSettings | None = None
     slo: Slo = Slo()
     shape: str | None = None
     stage_duration_s: float | None = Field(default=None, gt=0, le=limits.MAX_DURATION_S)
@@ -93,6 +92,7 @@ class _Extensions(StrictModel):
 class _JsonConfig(_Extensions):
     base_url: str
     api_key_env: str | None = None
+    request: RequestSettings | None = None
     models: dict[str, _JsonModel] = Field(min_length=1)
     benchmark: _Benchmark = _Benchmark()
 
@@ -125,7 +125,7 @@ class _TomlRequest(StrictModel):
 class _TomlConfig(_Extensions):
     provider: _Provider
     models: dict[str, _SeedModel] = Field(min_length=1)
-    request: _TomlRequest = _TomlRequest()  # type: ignore[assignment]
+    request: _TomlRequest = _TomlRequest()
     benchmark: _Benchmark | None = None
 
 

@@ -154,7 +154,7 @@ def sample_count(count: int | Distribution, rng: random.Random) -> int:
     return count if isinstance(count, int) else count.sample(rng)
 
 
-# --------------------------------------------------------------------------- real chat traffic (issue 17)
+# --------------------------------------------------------------------------- real chat traffic
 
 
 class DurationDistribution(StrictModel):

@@ -76,18 +76,21 @@ ZERO_PER_MODEL = f"(0 * sum by ({SPLIT}) (rate(attnload_requests_total{{{SEL}}}[
 TARGET_USERS = Target(f"max({names.TARGET_USERS}{{{SCOPE}}})", "target users")
 
 
+ERROR_RATIO = (
+    f"sum by ({SPLIT}, error) (rate(attnload_request_errors_total{{{SEL}}}[{RATE}]))"
+    f" / ignoring (error) group_left"
+    f" sum by ({SPLIT}) (rate(attnload_requests_total{{{SEL}}}[{RATE}]))"
+    f" or on ({SPLIT}) {ZERO_PER_MODEL}"
+)
+"""Each error class's share of finished requests per model (0 per model when none fail)."""
+FAILED_RATIO = (
+    f'sum by ({SPLIT}) (rate(attnload_requests_total{{outcome="failed", {SEL}}}[{RATE}]))'
+    f" / sum by ({SPLIT}) (rate(attnload_requests_total{{{SEL}}}[{RATE}]))"
+    f" or on ({SPLIT}) {ZERO_PER_MODEL}"
+)
+
+
 def overview() -> Dashboard:
-    error_ratio = (
-        f"sum by ({SPLIT}, error) (rate(attnload_request_errors_total{{{SEL}}}[{RATE}]))"
-        f" / ignoring (error) group_left"
-        f" sum by ({SPLIT}) (rate(attnload_requests_total{{{SEL}}}[{RATE}]))"
-        f" or on ({SPLIT}) {ZERO_PER_MODEL}"
-    )
-    failed_ratio = (
-        f'sum by ({SPLIT}) (rate(attnload_requests_total{{outcome="failed", {SEL}}}[{RATE}]))'
-        f" / sum by ({SPLIT}) (rate(attnload_requests_total{{{SEL}}}[{RATE}]))"
-        f" or on ({SPLIT}) {ZERO_PER_MODEL}"
-    )
     panels = (
         *ratio_panels(),
         *latency_pair(
@@ -136,10 +139,10 @@ def overview() -> Dashboard:
         Panel(
             "Error rate by class",
             "percentunit",
-            (Target(error_ratio, "{{attention}} {{model}} [{{target}}] {{error}}"),),
+            (Target(ERROR_RATIO, "{{attention}} {{model}} [{{target}}] {{error}}"),),
             "Share of finished requests failing with each error class (docs/design.md); 0 when none fail.",
         ),
-        Panel("Failed request ratio", "percentunit", (Target(failed_ratio),), "Failed / all finished requests."),
+        Panel("Failed request ratio", "percentunit", (Target(FAILED_RATIO),), "Failed / all finished requests."),
         Panel(
             "In-flight users",
             "short",

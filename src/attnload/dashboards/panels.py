@@ -120,36 +120,23 @@ def ratio_panels() -> tuple[Panel, ...]:
         " MLA series over GQA series, each merged over all models of that attention type in the "
         "selection (buckets summed before the quantile)."
     )
+
+    def stat(what: str, expr: str, meaning: str, legend: str | None = None) -> Panel:
+        target = Target(expr, f"MLA/GQA {legend or what}")
+        return Panel(f"MLA / GQA: {what}", RATIO, (target,), meaning + how, kind="stat", width=8, height=5, decimals=2)
+
     return (
-        Panel(
-            "MLA / GQA: ITL p50",
-            RATIO,
-            (Target(mla_over_gqa_quantile(0.5, names.ITL_SECONDS), "MLA/GQA ITL p50"),),
-            "Below 1: MLA decodes faster per token." + how,
-            kind="stat",
-            width=8,
-            height=5,
-            decimals=2,
+        stat("ITL p50", mla_over_gqa_quantile(0.5, names.ITL_SECONDS), "Below 1: MLA decodes faster per token."),
+        stat(
+            "TTFT p99",
+            mla_over_gqa_quantile(0.99, names.TTFT_SECONDS),
+            "Below 1: MLA's slowest first tokens come sooner.",
         ),
-        Panel(
-            "MLA / GQA: TTFT p99",
-            RATIO,
-            (Target(mla_over_gqa_quantile(0.99, names.TTFT_SECONDS), "MLA/GQA TTFT p99"),),
-            "Below 1: MLA's slowest first tokens come sooner." + how,
-            kind="stat",
-            width=8,
-            height=5,
-            decimals=2,
-        ),
-        Panel(
-            "MLA / GQA: output tokens/s",
-            RATIO,
-            (Target(mla_over_gqa_rate(f"{names.COMPLETION_TOKENS}_total"), "MLA/GQA output tok/s"),),
-            "Above 1: MLA produces more tokens per second." + how,
-            kind="stat",
-            width=8,
-            height=5,
-            decimals=2,
+        stat(
+            "output tokens/s",
+            mla_over_gqa_rate(f"{names.COMPLETION_TOKENS}_total"),
+            "Above 1: MLA produces more tokens per second.",
+            legend="output tok/s",
         ),
     )
 
@@ -212,53 +199,53 @@ def _one(expr: str, legend: str = SERVER_LEGEND) -> tuple[Target]:
     return (Target(with_attention(expr), legend),)
 
 
+def _server_panel(title: str, unit: str, expr: str, description: str, max_value: float | None = None) -> Panel:
+    """One third of a row: one query over vLLM's and SGLang's names, the attention joined from attnload's series."""
+    return Panel(title, unit, _one(expr), f"{description} {SERVER_NOTE}", max_value=max_value, width=8)
+
+
 def server_view() -> tuple[Panel, ...]:
     """The server's state, from its own metrics: one panel per quantity, one query per panel covering
     vLLM's and SGLang's names together, so no panel is empty whichever engine serves."""
+    kv_usage = _gauge("max", "vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc", "sglang:token_usage")
+    prefix_hits = _share(
+        ("vllm:prefix_cache_hits_total", "vllm:prefix_cache_queries_total"),
+        ("vllm:gpu_prefix_cache_hits_total", "vllm:gpu_prefix_cache_queries_total"),
+        ("sglang:cached_tokens_total", "sglang:prompt_tokens_total"),
+    )
     return (
         row("Server view (vLLM / SGLang metrics)"),
-        Panel(
+        _server_panel(
             "Server: KV cache usage",
             "percentunit",
-            _one(_gauge("max", "vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc", "sglang:token_usage")),
-            "Share of KV cache blocks (vLLM) or token slots (SGLang) in use. " + SERVER_NOTE,
+            kv_usage,
+            "Share of KV cache blocks (vLLM) or token slots (SGLang) in use.",
             max_value=1.0,
-            width=8,
         ),
-        Panel(
+        _server_panel(
             "Server: requests running",
             "short",
-            _one(_gauge("sum", "vllm:num_requests_running", "sglang:num_running_reqs")),
-            "Requests in the server's running batch. " + SERVER_NOTE,
-            width=8,
+            _gauge("sum", "vllm:num_requests_running", "sglang:num_running_reqs"),
+            "Requests in the server's running batch.",
         ),
-        Panel(
+        _server_panel(
             "Server: requests waiting",
             "short",
-            _one(_gauge("sum", "vllm:num_requests_waiting", "sglang:num_queue_reqs")),
-            "Waiting > 0: admission is bound by KV capacity (or the batch limit). " + SERVER_NOTE,
-            width=8,
+            _gauge("sum", "vllm:num_requests_waiting", "sglang:num_queue_reqs"),
+            "Waiting > 0: admission is bound by KV capacity (or the batch limit).",
         ),
-        Panel(
+        _server_panel(
             "Server: preemptions/s",
             "short",
-            _one(_per_s("vllm:num_preemptions_total", "sglang:num_retracted_requests_total")),
-            "Requests preempted (vLLM) or retracted (SGLang) because a decode needed KV space. " + SERVER_NOTE,
-            width=8,
+            _per_s("vllm:num_preemptions_total", "sglang:num_retracted_requests_total"),
+            "Requests preempted (vLLM) or retracted (SGLang) because a decode needed KV space.",
         ),
-        Panel(
+        _server_panel(
             "Server: prefix cache hit ratio",
             "percentunit",
-            _one(
-                _share(
-                    ("vllm:prefix_cache_hits_total", "vllm:prefix_cache_queries_total"),
-                    ("vllm:gpu_prefix_cache_hits_total", "vllm:gpu_prefix_cache_queries_total"),
-                    ("sglang:cached_tokens_total", "sglang:prompt_tokens_total"),
-                )
-            ),
-            "Prompt tokens found in the prefix cache over prompt tokens looked up. " + SERVER_NOTE,
+            prefix_hits,
+            "Prompt tokens found in the prefix cache over prompt tokens looked up.",
             max_value=1.0,
-            width=8,
         ),
         Panel(
             "Server: TTFT (p99 dashed)",

@@ -16,8 +16,12 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from attnload.workload.prompts import filler_text
+
+if TYPE_CHECKING:  # tokenizers is an optional extra, imported where a tokenizer is trained
+    from tokenizers import Tokenizer
 
 HIDDEN = 1024
 LAYERS = 4
@@ -106,11 +110,18 @@ def mla_config() -> dict[str, object]:
 def kv_elements_per_token_per_layer(config: dict[str, object]) -> int:
     """What the KV cache keeps per token and layer: 2·heads·dim (GQA) or latent + rope (MLA)."""
     if "kv_lora_rank" in config:
-        return int(config["kv_lora_rank"]) + int(config["qk_rope_head_dim"])  # type: ignore[call-overload]
-    return 2 * int(config["num_key_value_heads"]) * int(config["head_dim"])  # type: ignore[call-overload]
+        return _count(config, "kv_lora_rank") + _count(config, "qk_rope_head_dim")
+    return 2 * _count(config, "num_key_value_heads") * _count(config, "head_dim")
 
 
-def _train_tokenizer(vocab: int):  # noqa: ANN202 - tokenizers is an optional extra, imported here
+def _count(config: dict[str, object], key: str) -> int:
+    value = config[key]
+    if not isinstance(value, int):
+        raise TypeError(f"{key} is {value!r}, not a whole number")
+    return value
+
+
+def _train_tokenizer(vocab: int) -> Tokenizer:
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
     tokenizer = Tokenizer(models.BPE())
@@ -131,7 +142,7 @@ def _train_tokenizer(vocab: int):  # noqa: ANN202 - tokenizers is an optional ex
     return tokenizer
 
 
-def write_model(folder: Path, config: dict[str, object], tokenizer) -> None:  # noqa: ANN001
+def write_model(folder: Path, config: dict[str, object], tokenizer: Tokenizer) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     config = {**config, "vocab_size": tokenizer.get_vocab_size()}
     (folder / "config.json").write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
@@ -162,13 +173,6 @@ def write_pair(out: Path) -> tuple[Path, Path]:
     write_model(gqa, gqa_config(), tokenizer)
     write_model(mla, mla_config(), tokenizer)
     return gqa, mla
-
-
-def is_complete(folder: Path) -> bool:
-    return all(
-        (folder / name).is_file()
-        for name in ("config.json", "tokenizer.json", "tokenizer_config.json", "generation_config.json")
-    )
 
 
 def main(argv: list[str] | None = None) -> int:

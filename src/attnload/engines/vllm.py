@@ -263,4 +263,4 @@ def complete(spec: ServerSpec, text: str, max_tokens: int, timeout_s: float = 30
         headers={"Content-Type": "application/json"},
     )
     with _DIRECT.open(request, timeout=timeout_s) as response:
-        return json.loads(response.read())  # type: ignore[no-any-return]
+        return json.loads(response.read())

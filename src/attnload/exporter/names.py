@@ -4,7 +4,7 @@ from __future__ import annotations
 
 LABELS = ("model", "attention", "profile", "target")
 """``target`` is the config's model key: two entries with one model id (one model on vLLM and on
-SGLang, per-model ``base_url``) stay two series instead of merging (issue 19)."""
+SGLang, per-model ``base_url``) stay two series instead of merging."""
 BUCKETS_S = tuple(round(0.001 * 1.25**i, 6) for i in range(53)) + (120.0,)  # 1 ms … 120 s, log-spaced
 
 TTFT_SECONDS = "attnload_time_to_first_token_seconds"

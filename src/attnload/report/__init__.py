@@ -9,14 +9,13 @@ pull in Flask or Locust.
 from __future__ import annotations
 
 from attnload.report.compare import Comparison, compare_results
-from attnload.report.console import print_summary, progress_line, render_table
+from attnload.report.console import print_summary, render_table
 from attnload.report.html import render_html, write_html
 
 __all__ = [
     "Comparison",
     "compare_results",
     "print_summary",
-    "progress_line",
     "render_html",
     "render_table",
     "write_html",

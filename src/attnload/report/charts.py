@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 from attnload.report.fmt import load_axis_name, series_name, stage_label, stage_x
 from attnload.report.svg import PALETTE, Series, line_chart, stacked_bars
 from attnload.results.model import ModelSummary, Results, StageSummary
@@ -16,23 +18,22 @@ def _loaded(model: ModelSummary) -> list[StageSummary]:
     return [s for s in model.stages if s.requests.ok > 0 and stage_x(s) is not None]
 
 
-def _baseline_twin(model: ModelSummary, baseline: Results | None) -> ModelSummary | None:
-    if baseline is None:
-        return None
-    return next((m for m in baseline.models if m.key == model.key), None)
+def _with_baseline(results: Results, baseline: Results | None) -> Iterator[tuple[str, ModelSummary, bool, str]]:
+    """Each model's key and summary (solid), then its baseline twin's where the baseline has one (dashed)."""
+    for model in results.models:
+        yield model.key, model, False, ""
+        twin = next((m for m in baseline.models if m.key == model.key), None) if baseline is not None else None
+        if twin is not None:
+            yield model.key, twin, True, " — baseline"
 
 
 def throughput_chart(results: Results, baseline: Results | None = None) -> str:
     """Output tok/s per model against the stage load: where each model's throughput stops growing."""
     colors = _colors(results)
     series: list[Series] = []
-    for model in results.models:
-        for run, dashed, suffix in ((model, False, ""), (_baseline_twin(model, baseline), True, " — baseline")):
-            if run is None:
-                continue
-            stages = _loaded(run)
-            points = [(float(stage_x(s) or 0.0), s.output_tokens_per_s) for s in stages]
-            series.append(Series(series_name(run) + suffix, points, colors[model.key], dashed))
+    for key, run, dashed, suffix in _with_baseline(results, baseline):
+        points = [(float(stage_x(s) or 0.0), s.output_tokens_per_s) for s in _loaded(run)]
+        series.append(Series(series_name(run) + suffix, points, colors[key], dashed))
     return line_chart(
         "plot-throughput",
         series,
@@ -47,19 +48,14 @@ def frontier_chart(results: Results, field: str = "ttft_s", q: str = "p99", base
     """Latency vs throughput per stage: the frontier; lower-right is better."""
     colors = _colors(results)
     series: list[Series] = []
-    for model in results.models:
-        for run, dashed, suffix in ((model, False, ""), (_baseline_twin(model, baseline), True, " — baseline")):
-            if run is None:
-                continue
-            points, labels = [], []
-            for stage in _loaded(run):
-                value = getattr(getattr(stage, field), q)
-                if value is not None:
-                    points.append((stage.output_tokens_per_s, value * 1000.0))
-                    labels.append(stage_label(stage).replace(" users", "u"))
-            series.append(
-                Series(series_name(run) + suffix, points, colors[model.key], dashed, labels if not dashed else [])
-            )
+    for key, run, dashed, suffix in _with_baseline(results, baseline):
+        points, labels = [], []
+        for stage in _loaded(run):
+            value = getattr(getattr(stage, field), q)
+            if value is not None:
+                points.append((stage.output_tokens_per_s, value * 1000.0))
+                labels.append(stage_label(stage).replace(" users", "u"))
+        series.append(Series(series_name(run) + suffix, points, colors[key], dashed, labels if not dashed else []))
     name = {"ttft_s": "TTFT", "itl_s": "ITL"}[field]
     return line_chart(
         f"plot-frontier-{name.lower()}-{q}",

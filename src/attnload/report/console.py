@@ -19,9 +19,7 @@ from attnload.report.fmt import (
     DASH,
     METRICS,
     count,
-    error_total,
     kib,
-    ms,
     ms_bare,
     pct,
     rate,
@@ -30,7 +28,7 @@ from attnload.report.fmt import (
 )
 from attnload.report.paired import ci_ms, diff_ms, paired_rows
 from attnload.report.turns import cached_notes
-from attnload.results.model import ModelSummary, Results, StageSummary, Totals
+from attnload.results.model import Results, Totals
 
 
 def errors_text(totals: Totals, limit: int = 3) -> str:
@@ -194,34 +192,7 @@ def render_comparison(comparison: Comparison) -> RenderableType:
     return Group(*parts)
 
 
-def _current(model: ModelSummary) -> tuple[str, Totals]:
-    """The stage now running (the last one) for a live snapshot, or the run totals."""
-    if model.stages:
-        stage: StageSummary = model.stages[-1]
-        return f"stage {stage.index + 1} {stage_label(stage)}", stage
-    return "run", model
-
-
-def progress_line(results_snapshot: Results) -> str:
-    """One compact line per model for headless runs: stage, users, TTFT p50, tok/s, errors.
-
-    The core prints this every few seconds; the snapshot is a partial :class:`Results`.
-    """
-    elapsed = f"[{results_snapshot.duration_s:6.0f}s]"
-    lines = []
-    for model in results_snapshot.models:
-        where, totals = _current(model)
-        lines.append(
-            f"{elapsed} {series_name(model):<24} {where:<22} TTFT p50 {ms(totals.ttft_s.p50):>9}  "
-            f"{rate(totals.output_tokens_per_s, 'tok/s'):>11}  ok {totals.requests.ok}  "
-            f"err {error_total(totals)}"
-        )
-    if results_snapshot.client.client_saturated:
-        lines.append(f"{elapsed} warning: client saturated (CPU {results_snapshot.client.cpu_max_ratio:.0%})")
-    return "\n".join(lines) if lines else f"{elapsed} no models yet"
-
-
-__all__ = ["errors_text", "kib", "print_summary", "progress_line", "render_comparison", "render_table"]
+__all__ = ["errors_text", "kib", "print_summary", "render_comparison", "render_table"]
 
 
 def wide_console() -> Console:

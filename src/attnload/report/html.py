@@ -22,7 +22,7 @@ from attnload.report.fmt import DASH, METRICS, count, error_total, pct, series_n
 from attnload.report.paired import ci_ms, diff_ms, paired_rows
 from attnload.report.requests import RUN_SCAN_LINES, find_requests_file, scatter_figure
 from attnload.report.turns import turn_table
-from attnload.results.model import Results, Totals
+from attnload.results.model import ModelSummary, Results, Totals
 
 _CSS = (Path(__file__).with_name("report.css")).read_text(encoding="utf-8")
 
@@ -51,13 +51,16 @@ _HEAD = (
     '<th>out tok/s</th><th>ok</th><th>failed</th><th class="l">errors</th><th>goodput req/s</th>'
 )
 
+_ATTENTION_FACTS = {
+    "kv_bytes_per_token_per_gpu": "<th>KV B/token/GPU</th>",
+    "kv_capacity_tokens": "<th>KV capacity (tokens)</th>",
+}
+"""The attention facts the summary shows as columns when any model has them, with their headers."""
+
 
 def _summary_table(results: Results) -> str:
-    show_kv = any("kv_bytes_per_token_per_gpu" in m.attention_info for m in results.models)
-    show_cap = any("kv_capacity_tokens" in m.attention_info for m in results.models)
-    head = '<th>model</th><th class="l">attention</th>' + _HEAD
-    head += "<th>KV B/token/GPU</th>" if show_kv else ""
-    head += "<th>KV capacity (tokens)</th>" if show_cap else ""
+    facts = [fact for fact in _ATTENTION_FACTS if any(fact in m.attention_info for m in results.models)]
+    head = '<th>model</th><th class="l">attention</th>' + _HEAD + "".join(_ATTENTION_FACTS[fact] for fact in facts)
     rows = []
     for m in results.models:
         sub = f'<div class="sub">{escape(m.model)}</div>' if m.model != m.key else ""
@@ -67,22 +70,20 @@ def _summary_table(results: Results) -> str:
             f'{sub}</th><td><span class="badge '
             f'att-{escape(m.attention.lower())}">{escape(m.attention.upper())}</span></td>{_totals_cells(m)}'
         )
-        if show_kv:
-            value = m.attention_info.get("kv_bytes_per_token_per_gpu")
-            row += _num_cell(
-                "attention_info.kv_bytes_per_token_per_gpu",
-                value if not isinstance(value, str) else None,
-                count(value),
-                "num",
-            )
-        if show_cap:
-            value = m.attention_info.get("kv_capacity_tokens")
-            row += _num_cell(
-                "attention_info.kv_capacity_tokens", value if not isinstance(value, str) else None, count(value), "num"
-            )
+        row += "".join(_attention_info_cell(m, fact) for fact in facts)
         rows.append(row + "</tr>")
+    return _table("summary", "summary-table", head, rows)
+
+
+def _attention_info_cell(model: ModelSummary, fact: str) -> str:
+    value = model.attention_info.get(fact)
+    return _num_cell(f"attention_info.{fact}", value if not isinstance(value, str) else None, count(value), "num")
+
+
+def _table(css_class: str, table_id: str, head: str, rows: list[str]) -> str:
+    """A table with one header row and ``rows``."""
     return (
-        f'<table class="summary" id="summary-table"><thead><tr>{head}</tr></thead>'
+        f'<table class="{css_class}" id="{table_id}"><thead><tr>{head}</tr></thead>'
         f"<tbody>{''.join(rows)}</tbody></table>"
     )
 
@@ -99,10 +100,7 @@ def _stage_table(results: Results) -> str:
             )
     if not rows:
         return '<p class="note">This run had a single stage; the summary above is the whole story.</p>'
-    return (
-        f'<table class="stages" id="stage-table"><thead><tr><th>model</th><th class="l">stage</th>{_HEAD}</tr>'
-        f"</thead><tbody>{''.join(rows)}</tbody></table>"
-    )
+    return _table("stages", "stage-table", f'<th>model</th><th class="l">stage</th>{_HEAD}', rows)
 
 
 def _attention_section(results: Results) -> str:

@@ -69,6 +69,86 @@ def _axis_fmt(value: float) -> str:
     return f"{value:g}"
 
 
+@dataclass(frozen=True)
+class _YScale:
+    """The value axis: linear from 0, or log between the powers of ten around the positive values."""
+
+    lo: float
+    hi: float
+    ticks: list[float]
+    log: bool
+
+    @staticmethod
+    def of(ys: Sequence[float], log: bool | None) -> _YScale:
+        """The axis for ``ys``; ``log=None`` picks a log axis when the values are positive and span more than ×30."""
+        positive = [y for y in ys if y > 0]
+        if log is None:
+            log = bool(positive) and len(positive) == len(ys) and max(positive) / min(positive) > 30
+        if log:
+            lo, hi = 10 ** math.floor(math.log10(min(positive))), 10 ** math.ceil(math.log10(max(positive) * 1.05))
+            return _YScale(lo, hi, log_ticks(lo, hi), True)
+        hi = max(ys) * 1.1 if max(ys) > 0 else 1.0
+        ticks = linear_ticks(0.0, hi)
+        return _YScale(0.0, max(hi, ticks[-1]), ticks, False)
+
+    def to_pixel(self, y: float) -> float:
+        plot_h = HEIGHT - TOP - BOTTOM
+        if self.log:
+            frac = (math.log10(max(y, self.lo)) - math.log10(self.lo)) / (math.log10(self.hi) - math.log10(self.lo))
+        else:
+            frac = (y - self.lo) / (self.hi - self.lo)
+        return TOP + plot_h - frac * plot_h
+
+    def titled(self, label: str) -> str:
+        return label + (" (log)" if self.log else "")
+
+
+@dataclass(frozen=True)
+class _XScale:
+    """The load axis: linear, widened to whole ticks (and by 1 each way around a single value)."""
+
+    lo: float
+    hi: float
+    ticks: list[float]
+
+    @staticmethod
+    def of(lo: float, hi: float) -> _XScale:
+        if hi <= lo:
+            lo, hi = lo - 1, hi + 1
+        ticks = linear_ticks(lo, hi)
+        return _XScale(lo, max(hi, ticks[-1]), ticks)
+
+    def to_pixel(self, x: float) -> float:
+        return LEFT + (x - self.lo) / (self.hi - self.lo) * (WIDTH - LEFT - RIGHT)
+
+
+def _no_data(plot_id: str) -> str:
+    return f'<p class="empty" id="{escape(plot_id)}">no data to plot</p>'
+
+
+def _chart_start(
+    css_class: str, plot_id: str, series: int, x: _XScale, y: _YScale, x_label: str, y_label: str
+) -> list[str]:
+    """The opening tag (tall enough for two legend entries a row), grid, ticks, frame and axis titles."""
+    out = [_svg_open(css_class, plot_id, HEIGHT + 20 * math.ceil(series / 2), f"{y_label} vs {x_label}")]
+    return out + _axes(x.ticks, y.ticks, x.to_pixel, y.to_pixel, x_label, y.titled(y_label))
+
+
+def _svg_open(css_class: str, plot_id: str, height: float, aria_label: str) -> str:
+    return (
+        f'<svg class="{css_class}" id="{escape(plot_id)}" viewBox="0 0 {WIDTH} {height}" role="img" '
+        f'aria-label="{escape(aria_label)}" xmlns="http://www.w3.org/2000/svg">'
+    )
+
+
+def _x_grid_line(x: float, tick: float, plot_h: float) -> str:
+    """A vertical grid line at pixel ``x`` with its tick label under the plot."""
+    return (
+        f'<line class="grid" x1="{x:.1f}" x2="{x:.1f}" y1="{TOP}" y2="{TOP + plot_h}"/>'
+        f'<text class="tick" x="{x:.1f}" y="{TOP + plot_h + 16}" text-anchor="middle">{_axis_fmt(tick)}</text>'
+    )
+
+
 def line_chart(
     plot_id: str,
     series: Sequence[Series],
@@ -87,44 +167,12 @@ def line_chart(
     """
     drawn = [s for s in series if s.points]
     xs = [x for s in drawn for x, _ in s.points]
-    ys = [y for s in drawn for _, y in s.points]
     if not xs:
-        return f'<p class="empty" id="{escape(plot_id)}">no data to plot</p>'
-    positive = [y for y in ys if y > 0]
-    if log_y is None:
-        log_y = bool(positive) and len(positive) == len(ys) and max(positive) / min(positive) > 30
-    x_lo, x_hi = (0.0 if x_from_zero else min(xs)), max(xs)
-    if x_hi <= x_lo:
-        x_lo, x_hi = x_lo - 1, x_hi + 1
-    if log_y:
-        y_lo = 10 ** math.floor(math.log10(min(positive)))
-        y_hi = 10 ** math.ceil(math.log10(max(positive) * 1.05))
-        y_ticks = log_ticks(y_lo, y_hi)
-    else:
-        y_lo, y_hi = 0.0, max(ys) * 1.1 if max(ys) > 0 else 1.0
-        y_ticks = linear_ticks(y_lo, y_hi)
-        y_hi = max(y_hi, y_ticks[-1])
-    x_ticks = linear_ticks(x_lo, x_hi)
-    x_hi = max(x_hi, x_ticks[-1])
-    plot_w, plot_h = WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
-
-    def px(x: float) -> float:
-        return LEFT + (x - x_lo) / (x_hi - x_lo) * plot_w
-
-    def py(y: float) -> float:
-        if log_y:
-            frac = (math.log10(max(y, y_lo)) - math.log10(y_lo)) / (math.log10(y_hi) - math.log10(y_lo))
-        else:
-            frac = (y - y_lo) / (y_hi - y_lo)
-        return TOP + plot_h - frac * plot_h
-
-    legend_rows = math.ceil(len(drawn) / 2)
-    height = HEIGHT + 20 * legend_rows
-    out = [
-        f'<svg class="plot" id="{escape(plot_id)}" viewBox="0 0 {WIDTH} {height}" role="img" '
-        f'aria-label="{escape(y_label)} vs {escape(x_label)}" xmlns="http://www.w3.org/2000/svg">'
-    ]
-    out += _axes(x_ticks, y_ticks, px, py, x_label, y_label + (" (log)" if log_y else ""))
+        return _no_data(plot_id)
+    x_scale = _XScale.of(0.0 if x_from_zero else min(xs), max(xs))
+    y_scale = _YScale.of([y for s in drawn for _, y in s.points], log_y)
+    px, py = x_scale.to_pixel, y_scale.to_pixel
+    out = _chart_start("plot", plot_id, len(drawn), x_scale, y_scale, x_label, y_label)
     for s in drawn:
         pts = list(zip(s.points, s.labels or [""] * len(s.points), strict=True))
         if sort_x:
@@ -142,7 +190,7 @@ def line_chart(
             )
             if label and (x, y) in (pts[0][0], pts[-1][0]):  # ends only: middle labels collide
                 out.append(f'<text class="point-label" x="{px(x) + 6:.1f}" y="{py(y) - 6:.1f}">{escape(label)}</text>')
-    out += _legend(drawn, plot_w)
+    out += _legend(drawn)
     out.append("</svg>")
     return "".join(out)
 
@@ -151,39 +199,12 @@ def scatter_chart(plot_id: str, series: Sequence[Series], x_label: str, y_label:
     """Dots only (one per request); a log y axis when the values span more than ×30."""
     drawn = [s for s in series if s.points]
     xs = [x for s in drawn for x, _ in s.points]
-    ys = [y for s in drawn for _, y in s.points]
     if not xs:
-        return f'<p class="empty" id="{escape(plot_id)}">no data to plot</p>'
-    positive = [y for y in ys if y > 0]
-    log_y = bool(positive) and len(positive) == len(ys) and max(positive) / min(positive) > 30
-    x_hi = max(max(xs), 1.0)
-    x_ticks = linear_ticks(0.0, x_hi)
-    x_hi = max(x_hi, x_ticks[-1])
-    if log_y:
-        y_lo, y_hi = 10 ** math.floor(math.log10(min(positive))), 10 ** math.ceil(math.log10(max(positive) * 1.05))
-        y_ticks = log_ticks(y_lo, y_hi)
-    else:
-        y_lo, y_hi = 0.0, max(ys) * 1.1 if max(ys) > 0 else 1.0
-        y_ticks = linear_ticks(y_lo, y_hi)
-        y_hi = max(y_hi, y_ticks[-1])
-    plot_w, plot_h = WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
-
-    def px(x: float) -> float:
-        return LEFT + x / x_hi * plot_w
-
-    def py(y: float) -> float:
-        if log_y:
-            frac = (math.log10(max(y, y_lo)) - math.log10(y_lo)) / (math.log10(y_hi) - math.log10(y_lo))
-        else:
-            frac = (y - y_lo) / (y_hi - y_lo)
-        return TOP + plot_h - frac * plot_h
-
-    height = HEIGHT + 20 * math.ceil(len(drawn) / 2)
-    out = [
-        f'<svg class="plot scatter" id="{escape(plot_id)}" viewBox="0 0 {WIDTH} {height}" role="img" '
-        f'aria-label="{escape(y_label)} vs {escape(x_label)}" xmlns="http://www.w3.org/2000/svg">'
-    ]
-    out += _axes(x_ticks, y_ticks, px, py, x_label, y_label + (" (log)" if log_y else ""))
+        return _no_data(plot_id)
+    x_scale = _XScale.of(0.0, max(max(xs), 1.0))
+    y_scale = _YScale.of([y for s in drawn for _, y in s.points], None)
+    px, py = x_scale.to_pixel, y_scale.to_pixel
+    out = _chart_start("plot scatter", plot_id, len(drawn), x_scale, y_scale, x_label, y_label)
     for s in drawn:
         name = escape(s.name)
         out += [
@@ -191,7 +212,7 @@ def scatter_chart(plot_id: str, series: Sequence[Series], x_label: str, y_label:
             f'cy="{py(y):.1f}" r="1.8" fill="{s.color}" fill-opacity="0.5"/>'
             for x, y in s.points
         ]
-    out += _legend(drawn, plot_w)
+    out += _legend(drawn)
     out.append("</svg>")
     return "".join(out)
 
@@ -213,13 +234,7 @@ def _axes(
             f'<line class="grid" x1="{LEFT}" x2="{WIDTH - RIGHT}" y1="{y:.1f}" y2="{y:.1f}"/>'
             f'<text class="tick" x="{LEFT - 6}" y="{y + 4:.1f}" text-anchor="end">{_axis_fmt(tick)}</text>'
         )
-    for tick in x_ticks:
-        x = px(tick)
-        out.append(
-            f'<line class="grid" x1="{x:.1f}" x2="{x:.1f}" y1="{TOP}" y2="{TOP + plot_h}"/>'
-            f'<text class="tick" x="{x:.1f}" y="{TOP + plot_h + 16}" text-anchor="middle">'
-            f"{_axis_fmt(tick)}</text>"
-        )
+    out += [_x_grid_line(px(tick), tick, plot_h) for tick in x_ticks]
     out.append(f'<rect class="frame" x="{LEFT}" y="{TOP}" width="{plot_w}" height="{plot_h}"/>')
     out.append(
         f'<text class="axis" x="{LEFT + plot_w / 2:.0f}" y="{TOP + plot_h + 36}" '
@@ -232,8 +247,9 @@ def _axes(
     return out
 
 
-def _legend(drawn: Sequence[Series], plot_w: float) -> list[str]:
+def _legend(drawn: Sequence[Series]) -> list[str]:
     """Two legend entries per row under the plot, each a line sample with its marker and name."""
+    plot_w = WIDTH - LEFT - RIGHT
     out = []
     for i, s in enumerate(drawn):
         lx, ly = LEFT + (i % 2) * (plot_w / 2), HEIGHT + 20 * (i // 2) - 8
@@ -260,17 +276,8 @@ def stacked_bars(plot_id: str, bars: Sequence[tuple[str, dict[str, int]]], x_lab
     plot_w = WIDTH - left - RIGHT
     plot_h = len(bars) * (bar_h + gap) + gap
     height = TOP + plot_h + 44 + 20 * math.ceil(len(classes) / 4)
-    out = [
-        f'<svg class="plot" id="{escape(plot_id)}" viewBox="0 0 {WIDTH} {height}" role="img" '
-        f'aria-label="{escape(x_label)}" xmlns="http://www.w3.org/2000/svg">'
-    ]
-    for tick in ticks:
-        x = left + tick / hi * plot_w
-        out.append(
-            f'<line class="grid" x1="{x:.1f}" x2="{x:.1f}" y1="{TOP}" y2="{TOP + plot_h}"/>'
-            f'<text class="tick" x="{x:.1f}" y="{TOP + plot_h + 16}" text-anchor="middle">'
-            f"{_axis_fmt(tick)}</text>"
-        )
+    out = [_svg_open("plot", plot_id, height, x_label)]
+    out += [_x_grid_line(left + tick / hi * plot_w, tick, plot_h) for tick in ticks]
     out.append(
         f'<text class="axis" x="{left + plot_w / 2:.0f}" y="{TOP + plot_h + 34}" '
         f'text-anchor="middle">{escape(x_label)}</text>'

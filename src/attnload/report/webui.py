@@ -196,22 +196,22 @@ def install(environment: Any, snapshot: Callable[[], Results]) -> None:
     web_ui.template_args["extended_tabs"] = [{"title": "LLM", "key": TAB_KEY}]
     web_ui.template_args["extended_tables"] = [{"key": TAB_KEY, "structure": _table_structure()}]
 
-    @web_ui.app.route(STATS_ROUTE)  # type: ignore[untyped-decorator]
-    @web_ui.auth_required_if_enabled  # type: ignore[untyped-decorator]
+    @web_ui.app.route(STATS_ROUTE)
+    @web_ui.auth_required_if_enabled
     def attnload_stats() -> Response:
         return Response(snapshot().to_json(), mimetype="application/json")
 
-    @web_ui.app.route(LIVE_ROUTE)  # type: ignore[untyped-decorator]
-    @web_ui.auth_required_if_enabled  # type: ignore[untyped-decorator]
+    @web_ui.app.route(LIVE_ROUTE)
+    @web_ui.auth_required_if_enabled
     def attnload_live() -> Response:
         body = {"running": _running(environment), "models": live_points(snapshot())}
         return Response(json.dumps(body), mimetype="application/json")
 
-    @web_ui.app.route(LIVE_SCRIPT_ROUTE)  # type: ignore[untyped-decorator]
+    @web_ui.app.route(LIVE_SCRIPT_ROUTE)
     def attnload_live_script() -> Response:
         return Response(LIVE_SCRIPT.read_text(encoding="utf-8"), mimetype="text/javascript")
 
-    @web_ui.app.after_request  # type: ignore[untyped-decorator]
+    @web_ui.app.after_request
     def add_llm_rows(response: Response) -> Response:
         if (
             response.status_code == 200

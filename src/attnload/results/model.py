@@ -10,15 +10,15 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Literal
+from typing import Final, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
-from attnload.errors import UsageError, describe_validation
+from attnload.errors import UsageError, validated
 from attnload.scrape.summary import GaugeSummary as GaugeSummary  # the results' types, built by scrape/
 from attnload.scrape.summary import GpuSummary, ServerSummary
 
-SCHEMA = "attnload.results/v1"
+SCHEMA: Final = "attnload.results/v1"
 
 
 class _Model(BaseModel):
@@ -257,8 +257,4 @@ def load_results(path: str | Path) -> Results:
     if not isinstance(data, dict) or data.get("schema") != SCHEMA:
         found = data.get("schema") if isinstance(data, dict) else type(data).__name__
         raise UsageError(f"{file}: schema is {found!r}, expected {SCHEMA!r}; pass a results file written by attnload")
-    try:
-        return Results.model_validate(data)
-    except ValidationError as exc:
-        loc, message, _error = describe_validation(exc)
-        raise UsageError(f"{file}: {loc}: {message}; the file is damaged or from another tool") from None
+    return validated(Results, data, file, "; the file is damaged or from another tool")

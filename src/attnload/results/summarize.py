@@ -127,28 +127,9 @@ def build_results(
             for p in config.profiles
             if any(k[0] == target.key and k[1] == p.name for k in recorder.series)
         }
-        stage_summaries = [
-            with_replay_rates(
-                _stage_summary(
-                    recorder,
-                    target.key,
-                    window,
-                    slo_set,
-                    paired,
-                    replay=trace_rate_per_s is not None,
-                    users=stage_users(window, config, target.key, paired is not None),
-                ),
-                context,
-                target.key,
-                trace_rate_per_s,
-            )
-            for window in stages
-        ]
-        stage_summaries = [with_arrivals(s, run_info, trace_rate_per_s is not None) for s in stage_summaries]
-        if server is not None:
-            stage_summaries = [with_server(s, server.stage(target.key, s.index)) for s in stage_summaries]
-        if gpu is not None:
-            stage_summaries = [with_gpu(s, gpu.stage(target.key, s.index)) for s in stage_summaries]
+        stage_summaries = _stage_summaries(
+            config, recorder, target.key, stages, slo_set, run_info, paired, server, gpu, context, trace_rate_per_s
+        )
         models.append(
             ModelSummary(
                 **totals(whole, duration_s, slo_set),
@@ -179,6 +160,45 @@ def build_results(
             "models": models,
         }
     )
+
+
+def _stage_summaries(
+    config: TestConfig,
+    recorder: Recorder,
+    key: str,
+    stages: list[StageWindow],
+    slo_set: bool,
+    run_info: dict[str, Any],
+    paired: PairedRecorder | None,
+    server: ServerResults | None,
+    gpu: GpuResults | None,
+    context: ContextRecorder | None,
+    trace_rate_per_s: float | None,
+) -> list[StageSummary]:
+    """One model's stages, each with its arrivals and, where scraped, its server and GPU views."""
+    stage_summaries = [
+        with_replay_rates(
+            _stage_summary(
+                recorder,
+                key,
+                window,
+                slo_set,
+                paired,
+                replay=trace_rate_per_s is not None,
+                users=stage_users(window, config, key, paired is not None),
+            ),
+            context,
+            key,
+            trace_rate_per_s,
+        )
+        for window in stages
+    ]
+    stage_summaries = [with_arrivals(s, run_info, trace_rate_per_s is not None) for s in stage_summaries]
+    if server is not None:
+        stage_summaries = [with_server(s, server.stage(key, s.index)) for s in stage_summaries]
+    if gpu is not None:
+        stage_summaries = [with_gpu(s, gpu.stage(key, s.index)) for s in stage_summaries]
+    return stage_summaries
 
 
 def _stage_summary(

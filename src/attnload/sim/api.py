@@ -57,6 +57,8 @@ class ServedModel:
     max_model_len: int = 131072
     details: dict[str, object] = field(default_factory=dict)
     """Extra facts for ``/v1/models`` and ``--list`` (KV bytes/token/GPU, capacity, parallelism)."""
+    aliases: tuple[str, ...] = ()
+    """Other names the server routes to this model (its preset key and the preset's aliases)."""
 
 
 class EngineRejected(Exception):

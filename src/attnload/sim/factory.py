@@ -4,7 +4,7 @@ Resolution order for each requested id: a sim-config entry with that id (its pre
 attention type, plus overrides), else a preset key or alias (case-insensitive, with or
 without ``org/``), else :class:`~attnload.sim.presets.UnknownModel`. Models are served
 under the id as requested (``deepseek-chat`` stays ``deepseek-chat``); the preset key and
-its aliases go into ``details["aliases"]`` so the server routes them to the same engine.
+its aliases go into ``ServedModel.aliases`` so the server routes them to the same engine.
 """
 
 from __future__ import annotations
@@ -58,14 +58,13 @@ def served_model(spec: ModelSpec, dep: Deployment | None = None) -> ServedModel:
     """The client-facing identity: requested id, attention type, preset, capacity facts and aliases."""
     if dep is None:
         dep = deploy(spec.preset, spec.cfg, require_fit=False)
-    details = deployment_details(dep)
-    details["aliases"] = [spec.preset.key, *aliases_of(spec.preset.key)]
     return ServedModel(
         id=spec.id,
         attention=spec.preset.attention,
         preset=spec.preset.key,
         max_model_len=spec.preset.max_model_len,
-        details=details,
+        details=deployment_details(dep),
+        aliases=(spec.preset.key, *aliases_of(spec.preset.key)),
     )
 
 

@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from attnload.attention import ATTENTION_TYPES
 from attnload.errors import UsageError
 
 HEAD_DIM = 128
+DEFAULT_MAX_MODEL_LEN = 131072
 ROPE_DIM = 64  # d_R: the decoupled RoPE key of MLA/GLA and GTA's half-width RoPE head
 
 
@@ -41,7 +43,7 @@ class ModelPreset:
     d_ch: int = 0
     d_nope: int = HEAD_DIM
     d_v: int = HEAD_DIM
-    max_model_len: int = 131072
+    max_model_len: int = DEFAULT_MAX_MODEL_LEN
     moe_experts: int = 0
     moe_top_k: int = 0
     moe_routed_params: float = 0.0
@@ -77,72 +79,97 @@ HARDWARE: dict[str, HardwarePreset] = {
     "a100": HardwarePreset("a100", 312e12, None, 2.039e12, 80e9, 300e9, 400.0, 60.0, "NVIDIA A100-SXM4-80GB"),
 }
 
-# Attention projection parameters, from the HF configs' projection shapes (§1).
-_LLAMA_8B_ATTN = 32 * (2 * 4096 * 4096 + 2 * 4096 * 1024)
-_LLAMA_70B_ATTN = 80 * (2 * 8192 * 8192 + 2 * 8192 * 1024)
-_QWEN3_235B_ATTN = 94 * (2 * 4096 * 64 * HEAD_DIM + 2 * 4096 * 4 * HEAD_DIM)  # q, o + k, v: 6.70B
+
+class _Experts(NamedTuple):
+    """A MoE model's routed experts: how many, how many each token uses, and their parameters in total."""
+
+    routed: int
+    top_k: int
+    params: float
+
+
+_DENSE = _Experts(0, 0, 0.0)
+MLA_LATENT = 512  # d_c of the DeepSeek family
+
+
+def _published(
+    key: str,
+    attention: str,
+    shape: tuple[int, int, int],
+    params: tuple[float, float, float],
+    experts: _Experts,
+    max_model_len: int,
+    *,
+    h_kv: int = 0,
+    d_c: int = 0,
+    d_r: int = 0,
+) -> ModelPreset:
+    """A published checkpoint: ``shape`` is (layers, h_q, hidden), ``params`` (total, active, attention)."""
+    return ModelPreset(
+        key,
+        attention,
+        *shape,
+        *params,
+        h_kv=h_kv,
+        d_c=d_c,
+        d_r=d_r,
+        max_model_len=max_model_len,
+        moe_experts=experts.routed,
+        moe_top_k=experts.top_k,
+        moe_routed_params=experts.params,
+    )
+
+
+def _gqa(
+    key: str,
+    shape: tuple[int, int, int],
+    h_kv: int,
+    params_total: float,
+    params_active: float | None = None,
+    experts: _Experts = _DENSE,
+    max_model_len: int = DEFAULT_MAX_MODEL_LEN,
+) -> ModelPreset:
+    """GQA: q and o project to ``h_q`` heads, k and v to ``h_kv`` (§1); a dense model uses every parameter."""
+    layers, h_q, hidden = shape
+    params_attn = layers * 2 * hidden * (h_q + h_kv) * HEAD_DIM
+    params = (params_total, params_active or params_total, params_attn)
+    return _published(key, "GQA", shape, params, experts, max_model_len, h_kv=h_kv)
+
+
+def _mla(
+    key: str,
+    shape: tuple[int, int, int],
+    q_lora: int | None,
+    params_total: float,
+    params_active: float,
+    experts: _Experts,
+    max_model_len: int = DEFAULT_MAX_MODEL_LEN,
+) -> ModelPreset:
+    """MLA with the DeepSeek family's 512-wide latent and 64-wide decoupled RoPE key."""
+    layers, h_q, hidden = shape
+    params = (params_total, params_active, _mla_attn_params(layers, hidden, h_q, q_lora))
+    return _published(key, "MLA", shape, params, experts, max_model_len, d_c=MLA_LATENT, d_r=ROPE_DIM)
 
 
 def _mla_attn_params(layers: int, hidden: int, h_q: int, q_lora: int | None) -> int:
     """MLA projections per §1: q (or q_a + q_b), kv_a (latent + RoPE key), kv_b, o."""
     q_out = h_q * (HEAD_DIM + ROPE_DIM)
     q = hidden * q_out if q_lora is None else hidden * q_lora + q_lora * q_out
-    kv_a = hidden * (512 + ROPE_DIM)
-    kv_b = 512 * h_q * (HEAD_DIM + HEAD_DIM)
+    kv_a = hidden * (MLA_LATENT + ROPE_DIM)
+    kv_b = MLA_LATENT * h_q * (HEAD_DIM + HEAD_DIM)
     o = h_q * HEAD_DIM * hidden
     return layers * (q + kv_a + kv_b + o)
 
 
-_V2_LITE_ATTN = _mla_attn_params(27, 2048, 16, None)  # 0.372B
-_CODER_V2_ATTN = _mla_attn_params(60, 5120, 128, 1536)  # 8.954B
-_V3_ATTN = _mla_attn_params(61, 7168, 128, 1536)  # 11.41B (61 × 187.1M)
-
-_LLAMA_70B = ModelPreset(
-    "llama-3-70b",
-    "GQA",
-    layers=80,
-    h_q=64,
-    hidden=8192,
-    params_total=70_553_706_496,
-    params_active=70_553_706_496,
-    params_attn=_LLAMA_70B_ATTN,
-    h_kv=8,
-)
-_CODER_V2 = ModelPreset(
-    "deepseek-coder-v2",
-    "MLA",
-    layers=60,
-    h_q=128,
-    hidden=5120,
-    params_total=236e9,
-    params_active=21e9,
-    params_attn=_CODER_V2_ATTN,
-    d_c=512,
-    d_r=ROPE_DIM,
-    moe_experts=160,
-    moe_top_k=6,
-    moe_routed_params=222.72e9,
-)
-_V3 = ModelPreset(
-    "deepseek-v3",
-    "MLA",
-    layers=61,
-    h_q=128,
-    hidden=7168,
-    params_total=671e9,
-    params_active=37e9,
-    params_attn=_V3_ATTN,
-    d_c=512,
-    d_r=ROPE_DIM,
-    moe_experts=256,
-    moe_top_k=8,
-    moe_routed_params=653.91e9,
-)
+# Published checkpoints; shape is (layers, query heads, hidden), from the HF configs (§1).
+_LLAMA_70B = _gqa("llama-3-70b", (80, 64, 8192), 8, 70_553_706_496)
+_CODER_V2 = _mla("deepseek-coder-v2", (60, 128, 5120), 1536, 236e9, 21e9, _Experts(160, 6, 222.72e9))  # 8.954B attn
+_V3 = _mla("deepseek-v3", (61, 128, 7168), 1536, 671e9, 37e9, _Experts(256, 8, 653.91e9))  # 11.41B attn (61 × 187.1M)
 
 
-def _variant(base: ModelPreset, key: str, **changes: object) -> ModelPreset:
+def _variant(base: ModelPreset, key: str, attention: str | None = None, **dims: int) -> ModelPreset:
     """A synthetic variant that keeps the backbone's parameters (P_attn included; an assumption)."""
-    return dataclasses.replace(base, key=key, synthetic=True, **changes)  # type: ignore[arg-type]
+    return dataclasses.replace(base, key=key, attention=attention or base.attention, synthetic=True, **dims)
 
 
 def _gla(base: ModelPreset, key: str, heads: int) -> ModelPreset:
@@ -152,64 +179,17 @@ def _gla(base: ModelPreset, key: str, heads: int) -> ModelPreset:
 PRESETS: dict[str, ModelPreset] = {
     p.key: p
     for p in (
-        ModelPreset(
-            "llama-3-8b",
-            "GQA",
-            layers=32,
-            h_q=32,
-            hidden=4096,
-            params_total=8_030_261_248,
-            params_active=8_030_261_248,
-            params_attn=_LLAMA_8B_ATTN,
-            h_kv=8,
-        ),
+        _gqa("llama-3-8b", (32, 32, 4096), 8, 8_030_261_248),
         _LLAMA_70B,
         _variant(_LLAMA_70B, "llama-3-70b-gta", attention="GTA", d_r=ROPE_DIM),
-        ModelPreset(
-            "qwen2.5-72b",
-            "GQA",
-            layers=80,
-            h_q=64,
-            hidden=8192,
-            params_total=72_706_203_648,
-            params_active=72_706_203_648,
-            params_attn=_LLAMA_70B_ATTN,
-            h_kv=8,
-        ),
-        ModelPreset(
-            "deepseek-v2-lite",
-            "MLA",
-            layers=27,
-            h_q=16,
-            hidden=2048,
-            params_total=15.7e9,
-            params_active=2.4e9,
-            params_attn=_V2_LITE_ATTN,
-            d_c=512,
-            d_r=ROPE_DIM,
-            max_model_len=32768,
-            moe_experts=64,
-            moe_top_k=6,
-            moe_routed_params=14.395e9,
-        ),
+        _gqa("qwen2.5-72b", (80, 64, 8192), 8, 72_706_203_648),
+        _mla("deepseek-v2-lite", (27, 16, 2048), None, 15.7e9, 2.4e9, _Experts(64, 6, 14.395e9), 32768),  # 0.372B attn
         _CODER_V2,
         _gla(_CODER_V2, "deepseek-coder-v2-gla8", 8),
-        # Qwen3-235B-A22B: GQA (64 q / 4 kv heads) with 128 routed experts, top-8, no shared expert;
-        # routed = 94 layers × 128 × 3·4096·1536.
-        ModelPreset(
-            "qwen3-235b-a22b",
-            "GQA",
-            layers=94,
-            h_q=64,
-            hidden=4096,
-            params_total=235.09e9,
-            params_active=22.2e9,
-            params_attn=_QWEN3_235B_ATTN,
-            h_kv=4,
-            max_model_len=40960,
-            moe_experts=128,
-            moe_top_k=8,
-            moe_routed_params=94 * 128 * 3 * 4096 * 1536,
+        # Qwen3-235B-A22B: GQA (64 q / 4 kv heads: 6.70B attn) with 128 routed experts, top-8, no shared
+        # expert; routed = 94 layers × 128 × 3·4096·1536.
+        _gqa(
+            "qwen3-235b-a22b", (94, 64, 4096), 4, 235.09e9, 22.2e9, _Experts(128, 8, 94 * 128 * 3 * 4096 * 1536), 40960
         ),
         _V3,
         _gla(_V3, "deepseek-v3-gla2", 2),

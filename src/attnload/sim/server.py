@@ -2,9 +2,9 @@
 
 It owns the wire: request validation with OpenAI-shaped errors, SSE framing, seeded
 filler text, ``usage`` (prompt tokens by the shared estimator, cached tokens from the
-engine), grouping tokens into events (``tokens_per_event``), and the server-side truth
-(``/stats``, ``/metrics``) that client measurements are checked against. When tokens
-appear is the engine's business (``sim/api.py``).
+engine), grouping tokens into events (``tokens_per_event``), and counting the server-side
+truth (``sim/truth.py``: ``/stats``, ``/metrics``) that client measurements are checked
+against. When tokens appear is the engine's business (``sim/api.py``).
 """
 
 from __future__ import annotations
@@ -12,26 +12,20 @@ from __future__ import annotations
 import asyncio
 import functools
 import hashlib
-import itertools
 import json
 import logging
 import time
 import uuid
-from collections import deque
-from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
 from aiohttp import HttpVersion11, web
-from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
-from prometheus_client.registry import Collector
 
-from attnload.measure.histogram import LogHistogram
 from attnload.measure.tokens import prompt_tokens
 from attnload.sim.api import Engine, EngineRejected, GenerationRequest, GenerationState
 from attnload.sim.fixed import FixedEngine
 from attnload.sim.gpu import GpuActivity, dcgm_text
+from attnload.sim.truth import ModelTruth, StepTimes, exposition
 
 log = logging.getLogger(__name__)
 
@@ -61,53 +55,9 @@ _WORDS = (
 _N_WORDS = len(_WORDS)  # the filler repeats after this many tokens (_filler)
 SIM_KEY: web.AppKey[SimServer] = web.AppKey("sim")
 _SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
-STEP_BUCKETS_S = tuple(round(0.0005 * 1.25**i, 6) for i in range(40))
 ITL_BACKLOG_MAX = 4096
 WRITE_BUFFER_LIMIT = 0x10000  # bytes queued on a stream's socket before it waits for the client (as aiohttp)
 _DRAIN_POLL_S = 0.005
-
-
-@dataclass
-class ModelTruth:
-    """Server-side counts and timings for one served model: the reference for client numbers."""
-
-    received: int = 0
-    completed: int = 0
-    cancelled: int = 0
-    rejected: dict[int, int] = field(default_factory=dict)
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    completed_completion_tokens: int = 0
-    cached_tokens: int = 0
-    ttft: LogHistogram = field(default_factory=LogHistogram)
-    itl: LogHistogram = field(default_factory=LogHistogram)
-    prompt_digests: deque[str] = field(default_factory=lambda: deque(maxlen=10000))
-    itl_backlog: list[float] = field(default_factory=list, repr=False)
-    """Single-token gaps not yet in ``itl``: appending is cheaper than ``record`` on the hot
-    path; ``flush()`` folds them in (bounded by ``ITL_BACKLOG_MAX``) and every read flushes."""
-
-    def flush(self) -> None:
-        if self.itl_backlog:
-            self.itl.record_pairs(zip(self.itl_backlog, itertools.repeat(1)))
-            self.itl_backlog.clear()
-
-    def to_json(self, with_prompts: bool) -> dict[str, Any]:
-        self.flush()
-        data: dict[str, Any] = {
-            "received": self.received,
-            "completed": self.completed,
-            "cancelled": self.cancelled,
-            "rejected": {str(k): v for k, v in self.rejected.items()},
-            "prompt_tokens": self.prompt_tokens,
-            "completion_tokens": self.completion_tokens,
-            "completed_completion_tokens": self.completed_completion_tokens,
-            "cached_tokens": self.cached_tokens,
-            "ttft_s": self.ttft.summary(),
-            "itl_s": self.itl.summary(),
-        }
-        if with_prompts:
-            data["prompt_sha256"] = list(self.prompt_digests)
-        return data
 
 
 class SimServer:
@@ -130,11 +80,9 @@ class SimServer:
         self.truth = {engine.model.id: ModelTruth() for engine in self.engines}
         self._routes: dict[str, Engine] = {}
         for engine in self.engines:
-            names = [engine.model.id, engine.model.preset, *engine.model.details.get("aliases", ())]  # type: ignore[misc]
-            for name in names:
-                self._routes.setdefault(_route_key(str(name)), engine)
-        self._step_hist: dict[str, list[float]] = {e.model.id: [0.0] * (len(STEP_BUCKETS_S) + 1) for e in self.engines}
-        self._step_sum: dict[str, float] = dict.fromkeys(self.truth, 0.0)
+            for name in (engine.model.id, engine.model.preset, *engine.model.aliases):
+                self._routes.setdefault(_route_key(name), engine)
+        self.steps = StepTimes(self.truth)
 
     def engine_for(self, model: str) -> Engine | None:
         return self._routes.get(_route_key(model))
@@ -165,7 +113,7 @@ class SimServer:
                 "attention": e.model.attention,
                 "preset": e.model.preset,
                 "simulated": True,
-                "details": {k: v for k, v in e.model.details.items() if k != "aliases"},
+                "details": e.model.details,
             }
             for e in self.engines
         ]
@@ -181,25 +129,16 @@ class SimServer:
         return web.json_response({"models": models})
 
     async def metrics(self, request: web.Request) -> web.Response:
-        self._drain_steps()
-        registry = CollectorRegistry()
-        registry.register(_SimCollector(self))
+        self.steps.drain(self.engines)
         gpus = dcgm_text(
-            (e.model.preset, e.gpu) for e in self.engines if isinstance(getattr(e, "gpu", None), GpuActivity)
+            (e.model.preset, gpu) for e in self.engines if isinstance(gpu := getattr(e, "gpu", None), GpuActivity)
         )
         return web.Response(
-            body=generate_latest(registry) + gpus.encode(),
+            body=exposition(self.engines, self.truth, self.steps) + gpus.encode(),
             content_type="text/plain",
             charset="utf-8",
             headers={"X-Content-Type-Options": "nosniff"},
         )
-
-    def _drain_steps(self) -> None:
-        for engine in self.engines:
-            counts = self._step_hist[engine.model.id]
-            for step_s in engine.step_seconds():
-                self._step_sum[engine.model.id] += step_s
-                counts[_bucket_index(step_s)] += 1
 
     # ------------------------------------------------------------------ completions
 
@@ -496,164 +435,8 @@ async def _drain(transport: asyncio.Transport | None) -> None:
         await asyncio.sleep(_DRAIN_POLL_S)
 
 
-class _SimCollector(Collector):
-    """Builds the ``attnload_sim_*`` families from engine snapshots and the truth at scrape time."""
-
-    def __init__(self, server: SimServer) -> None:
-        self.server = server
-
-    def collect(self) -> Iterator[Any]:
-        labels = ("model", "attention")
-        running = GaugeMetricFamily(
-            "attnload_sim_requests_running", "Sequences in the running batch (simulated).", labels=labels
-        )
-        waiting = GaugeMetricFamily(
-            "attnload_sim_requests_waiting", "Requests queued for KV capacity (simulated).", labels=labels
-        )
-        kv = GaugeMetricFamily(
-            "attnload_sim_kv_usage_ratio", "Fraction of KV blocks in use (simulated).", labels=labels
-        )
-        steps = HistogramMetricFamily("attnload_sim_step_seconds", "Engine step durations (simulated).", labels=labels)
-        requests = CounterMetricFamily("attnload_sim_requests", "Requests accepted by the simulator.", labels=labels)
-        prompt = CounterMetricFamily("attnload_sim_prompt_tokens", "Prompt tokens accepted.", labels=labels)
-        completion = CounterMetricFamily("attnload_sim_completion_tokens", "Completion tokens emitted.", labels=labels)
-        preempt = CounterMetricFamily("attnload_sim_preemptions", "Sequences preempted (recompute).", labels=labels)
-        for engine in self.server.engines:
-            values = (engine.model.id, engine.model.attention)
-            snap = engine.snapshot()
-            truth = self.server.truth[engine.model.id]
-            running.add_metric(values, snap.running)
-            waiting.add_metric(values, snap.waiting)
-            kv.add_metric(values, snap.kv_usage_ratio)
-            requests.add_metric(values, truth.received)
-            prompt.add_metric(values, truth.prompt_tokens)
-            completion.add_metric(values, truth.completion_tokens)
-            preempt.add_metric(values, snap.preemptions_total)
-            counts = self.server._step_hist[engine.model.id]
-            cumulative, buckets = 0, []
-            for bound, n in zip((*STEP_BUCKETS_S, float("inf")), counts, strict=True):
-                cumulative += n
-                buckets.append(("+Inf" if bound == float("inf") else repr(bound), cumulative))
-            steps.add_metric(values, buckets, self.server._step_sum[engine.model.id])
-        yield from (running, waiting, kv, steps, requests, prompt, completion, preempt)
-        yield from _vllm_families(self.server)
-
-
-VLLM_TTFT_BUCKETS_S = (
-    0.001,
-    0.005,
-    0.01,
-    0.02,
-    0.04,
-    0.06,
-    0.08,
-    0.1,
-    0.25,
-    0.5,
-    0.75,
-    1.0,
-    2.5,
-    5.0,
-    7.5,
-    10.0,
-    20.0,
-    40.0,
-    80.0,
-    160.0,
-    640.0,
-    2560.0,
-)
-VLLM_ITL_BUCKETS_S = (
-    0.01,
-    0.025,
-    0.05,
-    0.075,
-    0.1,
-    0.15,
-    0.2,
-    0.3,
-    0.4,
-    0.5,
-    0.75,
-    1.0,
-    2.5,
-    5.0,
-    7.5,
-    10.0,
-    20.0,
-    40.0,
-    80.0,
-)
-
-
-def _vllm_families(server: SimServer) -> Iterator[Any]:
-    """The same truth under vLLM's names, labels and buckets (vllm/v1/metrics/loggers.py), so one
-    dashboard and attnload's server-metrics reader serve the simulator and a real vLLM alike.
-    ``model_name`` is the served id (vLLM's served_model_name), as the ``model`` label above."""
-    labels = ("model_name", "engine")
-    gauges = {
-        name: GaugeMetricFamily(name, doc, labels=labels)
-        for name, doc in (
-            ("vllm:num_requests_running", "Number of requests in model execution batches."),
-            ("vllm:num_requests_waiting", "Number of requests waiting to be processed."),
-            ("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage."),
-        )
-    }
-    counters = {
-        name: CounterMetricFamily(name, doc, labels=labels)
-        for name, doc in (
-            ("vllm:num_preemptions", "Cumulative number of preemption from the engine."),
-            ("vllm:prompt_tokens", "Number of prefill tokens processed."),
-            ("vllm:generation_tokens", "Number of generation tokens processed."),
-            ("vllm:prefix_cache_queries", "Prefix cache queries, in terms of number of queried tokens."),
-            ("vllm:prefix_cache_hits", "Prefix cache hits, in terms of number of cached tokens."),
-        )
-    }
-    ttft = HistogramMetricFamily(
-        "vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.", labels=labels
-    )
-    itl = HistogramMetricFamily(
-        "vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.", labels=labels
-    )
-    finished = CounterMetricFamily(
-        "vllm:request_success", "Count of successfully processed requests.", labels=(*labels, "finished_reason")
-    )  # "abort": the client went away
-    for engine in server.engines:
-        values = (engine.model.id, "0")
-        snap = engine.snapshot()
-        truth = server.truth[engine.model.id]
-        truth.flush()
-        gauges["vllm:num_requests_running"].add_metric(values, snap.running)
-        gauges["vllm:num_requests_waiting"].add_metric(values, snap.waiting)
-        gauges["vllm:kv_cache_usage_perc"].add_metric(values, snap.kv_usage_ratio)
-        counters["vllm:num_preemptions"].add_metric(values, snap.preemptions_total)
-        counters["vllm:prompt_tokens"].add_metric(values, truth.prompt_tokens)
-        counters["vllm:generation_tokens"].add_metric(values, truth.completion_tokens)
-        hits = getattr(engine, "cached_prompt_tokens_total", None)  # engines with a prefix cache (§4.5)
-        if hits is not None:  # queries: prompt tokens accepted, as vLLM counts tokens looked up
-            counters["vllm:prefix_cache_queries"].add_metric(values, truth.prompt_tokens)
-            counters["vllm:prefix_cache_hits"].add_metric(values, hits)
-        finished.add_metric((*values, "length"), truth.completed)
-        finished.add_metric((*values, "abort"), truth.cancelled)
-        ttft.add_metric(values, _prom_buckets(truth.ttft, VLLM_TTFT_BUCKETS_S), truth.ttft.total)
-        itl.add_metric(values, _prom_buckets(truth.itl, VLLM_ITL_BUCKETS_S), truth.itl.total)
-    yield from (*gauges.values(), *counters.values(), finished, ttft, itl)
-
-
-def _prom_buckets(hist: LogHistogram, bounds_s: Sequence[float]) -> list[tuple[str, float]]:
-    counts = hist.cumulative_counts(bounds_s)
-    return [*((repr(bound), n) for bound, n in zip(bounds_s, counts, strict=True)), ("+Inf", hist.count)]
-
-
 def _route_key(name: str) -> str:
     return name.strip().lower().rsplit("/", 1)[-1]
-
-
-def _bucket_index(value_s: float) -> int:
-    for i, bound in enumerate(STEP_BUCKETS_S):
-        if value_s <= bound:
-            return i
-    return len(STEP_BUCKETS_S)
 
 
 def _validate(body: Mapping[str, Any]) -> tuple[str, str] | None:

@@ -25,10 +25,10 @@ from pathlib import Path
 from typing import Any, Optional
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator
+from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator
 
 from attnload.attention import ATTENTION_TYPES
-from attnload.errors import UsageError, describe_validation
+from attnload.errors import UsageError, validated
 from attnload.sim.costmodel import EngineConfig
 from attnload.sim.presets import ModelPreset, generic_preset, lookup_preset
 
@@ -57,7 +57,7 @@ _EntryBase = create_model(
 )
 
 
-class SimModelEntry(_EntryBase):  # type: ignore[misc, valid-type]
+class SimModelEntry(_EntryBase):
     """One served model: its id as clients send it, how to simulate it, and overrides."""
 
     id: str = Field(min_length=1)
@@ -117,11 +117,7 @@ def load_sim_config(path: str | Path) -> SimConfigFile:
         raw = {"models": raw}
     if not isinstance(raw, dict):
         raise UsageError(f"{path}: expected a mapping with `models: [...]` (or a list of model entries)")
-    try:
-        return SimConfigFile.model_validate(raw)
-    except ValidationError as exc:
-        where, message, _error = describe_validation(exc)
-        raise UsageError(f"{path}: {where}: {message}") from None
+    return validated(SimConfigFile, raw, path)
 
 
 def _parse(path: Path, text: str) -> Any:

@@ -156,6 +156,23 @@ def run_throughput(
             itl.record_pairs(zip(gaps, itertools.repeat(1)))
             gaps.clear()
     itl.record_pairs(zip(gaps, itertools.repeat(1)))
+    counts = (max_running, sched.preemptions_total, steps)
+    return _result(dep, model, (num_prompts, input_len, output_len, max_concurrency), now_s, (ttft, tpot, itl), counts)
+
+
+def _result(
+    dep: Deployment,
+    model: str | None,
+    requests: tuple[int, int, int, int | None],
+    duration_s: float,
+    latencies: tuple[LogHistogram, LogHistogram, LogHistogram],
+    counts: tuple[int, int, int],
+) -> ThroughputResult:
+    """The summary of a finished run: ``requests`` is (num_prompts, input_len, output_len, max_concurrency),
+    ``latencies`` (TTFT, TPOT, ITL) and ``counts`` (max running, preemptions, steps)."""
+    num_prompts, input_len, output_len, max_concurrency = requests
+    ttft, tpot, itl = latencies
+    max_running, preemptions, steps = counts
     out_tokens = num_prompts * output_len
     return ThroughputResult(
         model=model or dep.preset.key,
@@ -169,10 +186,10 @@ def run_throughput(
         input_len=input_len,
         output_len=output_len,
         max_concurrency=max_concurrency,
-        duration_s=now_s,
-        requests_per_s=num_prompts / now_s,
-        output_tokens_per_s=out_tokens / now_s,
-        total_tokens_per_s=(out_tokens + num_prompts * input_len) / now_s,
+        duration_s=duration_s,
+        requests_per_s=num_prompts / duration_s,
+        output_tokens_per_s=out_tokens / duration_s,
+        total_tokens_per_s=(out_tokens + num_prompts * input_len) / duration_s,
         ttft_mean_s=ttft.total / ttft.count,
         ttft_p50_s=_q(ttft, 0.5),
         ttft_p99_s=_q(ttft, 0.99),
@@ -182,7 +199,7 @@ def run_throughput(
         tpot_p50_s=_q(tpot, 0.5),
         tpot_p99_s=_q(tpot, 0.99),
         max_running=max_running,
-        preemptions=sched.preemptions_total,
+        preemptions=preemptions,
         steps=steps,
     )
 

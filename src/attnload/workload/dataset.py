@@ -34,8 +34,10 @@ from attnload.measure.tokens import text_tokens
 from attnload.workload.jsonscan import Span, iter_array_elements, iter_json_lines, read_span
 
 DatasetFormat = Literal["sharegpt", "jsonl"]
-_USER_ROLES = frozenset({"human", "user"})
-_SYSTEM_ROLES = frozenset({"system"})
+_USER_SPEAKERS = frozenset({"human", "user"})
+"""The user's names as a turn's speaker (a message's ``role``, a ShareGPT turn's ``from``), lower-cased."""
+_SYSTEM_SPEAKERS = frozenset({"system"})
+"""The system prompt's speaker; any other speaker is the assistant."""
 _SNIFF_BYTES = 1 << 16
 
 
@@ -218,22 +220,22 @@ def _message_pairs(messages: list[Any], where: str) -> list[tuple[str, str]]:
 
 def _record(pairs: list[tuple[str, str]], number: int, line: int, max_tokens: int | None) -> DatasetRecord | None:
     """Alternate user/assistant turns: consecutive turns of one side merge; leading replies drop."""
-    system = "\n\n".join(text for role, text in pairs if role in _SYSTEM_ROLES) or None
+    system = "\n\n".join(text for speaker, text in pairs if speaker in _SYSTEM_SPEAKERS) or None
     users: list[str] = []
     replies: list[str] = []
-    last = ""
-    for role, text in pairs:
-        if role in _SYSTEM_ROLES:
+    last_from_user: bool | None = None
+    for speaker, text in pairs:
+        if speaker in _SYSTEM_SPEAKERS:
             continue
-        side = "user" if role in _USER_ROLES else "assistant"
-        if side == "assistant" and not users:
+        from_user = speaker in _USER_SPEAKERS  # anyone else (assistant, gpt, ...) replies
+        if not from_user and not users:
             continue
-        if side == last:
-            target = users if side == "user" else replies
+        target = users if from_user else replies
+        if from_user == last_from_user:
             target[-1] = target[-1] + "\n\n" + text
         else:
-            (users if side == "user" else replies).append(text)
-        last = side
+            target.append(text)
+        last_from_user = from_user
     if not users or not users[0].strip():
         return None
     return DatasetRecord(number, line, tuple(users), tuple(replies), system, max_tokens)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, replace
-from typing import ClassVar
+from typing import ClassVar, Self
 
 from attnload.config.limits import MAX_DURATION_S, MAX_RATE, MAX_USERS
 from attnload.errors import UsageError
@@ -85,7 +85,7 @@ class StagedSpec:
         return f"{self.kind}:{','.join(f'{v:g}' for v in self.levels)}"
 
     @classmethod
-    def parse(cls, text: str, values: str, stage_duration_s: float) -> StagedSpec:
+    def parse(cls, text: str, values: str, stage_duration_s: float) -> Self:
         """The spec of ``kind:v1,v2,...`` (``values`` is what follows the colon)."""
         parts = [p.strip() for p in values.split(",") if p.strip()]
         if not parts:
@@ -155,7 +155,7 @@ class SweepSpec(StagedSpec):
     kind: ClassVar[str] = "sweep"
 
     @classmethod
-    def parse(cls, text: str, values: str, stage_duration_s: float) -> SweepSpec:
+    def parse(cls, text: str, values: str, stage_duration_s: float) -> Self:
         value = values.strip()
         if not value:
             return cls(levels=(float(SWEEP_DEFAULT_MAX_USERS),), stage_duration_s=stage_duration_s)
@@ -224,7 +224,7 @@ class ReplaySpec(StagedSpec):
         return replace(self, levels=(float(speed),))
 
     @classmethod
-    def parse(cls, text: str, values: str, stage_duration_s: float) -> ReplaySpec:
+    def parse(cls, text: str, values: str, stage_duration_s: float) -> Self:
         path = values.strip()
         if not path:
             raise UsageError(f"shape {text!r} names no trace: use replay:PATH (a Mooncake .jsonl or Azure .csv)")
@@ -241,7 +241,7 @@ class ReplaySpec(StagedSpec):
 
 ShapeSpec = ConcurrencySpec | RateSpec | SweepSpec | ReplaySpec
 """A parsed shape: one class per kind (``kind`` is the tag), each with the same protocol."""
-SHAPE_KINDS: dict[str, type[StagedSpec]] = {cls.kind: cls for cls in (ConcurrencySpec, RateSpec, SweepSpec, ReplaySpec)}
+SHAPE_KINDS: dict[str, type[ShapeSpec]] = {cls.kind: cls for cls in (ConcurrencySpec, RateSpec, SweepSpec, ReplaySpec)}
 
 
 def parse_shape(text: str, stage_duration_s: float) -> ShapeSpec:
@@ -254,7 +254,7 @@ def parse_shape(text: str, stage_duration_s: float) -> ShapeSpec:
             f"unknown shape {text!r}: use concurrency:1,8,64 (users), rate:0.5,1,2 (req/s per model) "
             "sweep or replay:TRACE"
         )
-    return spec_class.parse(text, values, stage_duration_s)  # type: ignore[return-value]
+    return spec_class.parse(text, values, stage_duration_s)
 
 
 def with_replay_speed(spec: ShapeSpec, speed: str | float | None) -> ShapeSpec:
