@@ -26,6 +26,7 @@ from attnload.config.load import load_config
 from attnload.config.model import TestConfig
 from attnload.errors import UsageError
 from attnload.plan.arrivalflags import check_arrival_flags
+from attnload.plan.children import INTERRUPT_GRACE_S, PARENT_PID_ENV, die_with_parent
 from attnload.plan.flagcheck import check_flag_limits
 from attnload.plan.options import (
     OPTION,
@@ -35,10 +36,9 @@ from attnload.plan.options import (
     server_metrics_mode,
     truthy,
 )
+from attnload.plan.traffic import check_traffic
 from attnload.results.model import Results, load_results
 from attnload.results.requests_file import requests_out_path
-from attnload.runner.dialogs import check_traffic
-from attnload.runner.stops import INTERRUPT_GRACE_S, PARENT_PID_ENV, die_with_parent
 from attnload.workload.shapes import (
     ReplaySpec,
     ShapeSpec,

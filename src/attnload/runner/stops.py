@@ -8,14 +8,14 @@ snapshot survives a SIGKILL, and the death of ``attnload run`` ends the Locust p
 - Every ``--snapshot-interval`` seconds the master rewrites ``STAMP.json`` atomically, marked
   ``interrupted``; the final write replaces it. A SIGKILL (OOM killer, ``kubectl delete --force``)
   therefore loses at most one interval.
-- A child of ``attnload run`` gets SIGTERM when its parent dies (``PR_SET_PDEATHSIG``) and also polls
+- A child of ``attnload run`` gets SIGTERM when its parent dies (``PR_SET_PDEATHSIG``, armed by the
+  parent: ``plan/children.py``) and also polls
   ``os.getppid()`` (the death signal is lost if the parent dies before it is set): load never
   outlives the command that started it.
 """
 
 from __future__ import annotations
 
-import ctypes
 import logging
 import os
 import signal
@@ -24,17 +24,13 @@ from typing import Any
 
 import gevent
 
+from attnload.plan.children import INTERRUPT_GRACE_S, PARENT_PID_ENV
 from attnload.results.write import write_snapshot
 
 log = logging.getLogger(__name__)
 
-INTERRUPT_GRACE_S = 7.0
-"""Beyond ``--stop-timeout``: how long an interrupted master waits for workers before writing anyway."""
 DEFAULT_SNAPSHOT_INTERVAL_S = 30.0
-PARENT_PID_ENV = "ATTNLOAD_PARENT_PID"
-"""Set by ``attnload run`` for its children: the pid whose death ends them."""
 PARENT_POLL_S = 0.5
-_PR_SET_PDEATHSIG = 1
 
 
 def signal_exit_code(signum: int) -> int:
@@ -121,18 +117,3 @@ def _watch_parent(parent_pid: int, on_orphaned: Callable[[], None]) -> None:
         gevent.sleep(PARENT_POLL_S)
     log.warning("attnload run (pid %d) is gone: stopping", parent_pid)
     on_orphaned()
-
-
-def die_with_parent(parent_pid: int) -> Callable[[], None]:
-    """A ``preexec_fn``: the child gets SIGTERM when ``parent_pid`` dies, even by SIGKILL (Linux)."""
-
-    def preexec() -> None:
-        try:
-            libc = ctypes.CDLL(None, use_errno=True)
-            libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
-        except (OSError, AttributeError):
-            pass  # not Linux: the getppid watch in the child still ends it
-        if os.getppid() != parent_pid:
-            os._exit(1)  # the parent died before the death signal was armed
-
-    return preexec
