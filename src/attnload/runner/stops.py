@@ -26,6 +26,7 @@ import gevent
 
 from attnload.plan.children import INTERRUPT_GRACE_S, PARENT_PID_ENV
 from attnload.results.write import write_snapshot
+from attnload.runner.collector.collector import Collector
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +39,7 @@ def signal_exit_code(signum: int) -> int:
     return 128 + signum
 
 
-def install_stop_handlers(environment: Any, runtime: Any) -> None:
+def install_stop_handlers(environment: Any, collector: Collector) -> None:
     """SIGTERM/SIGINT on a master or single process: an interrupted run that still writes results.
 
     With a shape (every ``attnload run``) the shape ends the test at its next tick. Without one
@@ -46,17 +47,19 @@ def install_stop_handlers(environment: Any, runtime: Any) -> None:
     into that SIGTERM. Either way the exit code is set before Locust computes its own.
     """
 
+    state = collector.state
+
     def on_signal(signum: int) -> None:
-        first = not runtime.interrupted
-        runtime.interrupted = True
-        runtime.stop_requested = True
+        first = not state.interrupted
+        state.interrupted = True
+        state.stop_requested = True
         if getattr(environment, "process_exit_code", None) is None:
             environment.process_exit_code = signal_exit_code(signum)
         if not first:
             return
         log.warning("%s: stopping the run; results will be marked interrupted", signal.Signals(signum).name)
         deadline_s = float(getattr(environment, "stop_timeout", 0) or 0) + INTERRUPT_GRACE_S
-        gevent.spawn_later(deadline_s, _write_and_exit, environment, runtime)
+        gevent.spawn_later(deadline_s, _write_and_exit, environment, collector)
         if signum == signal.SIGINT and not _shape_ends_it(environment):
             os.kill(os.getpid(), signal.SIGTERM)  # Locust's own shutdown (quitting writes the results)
 
@@ -69,28 +72,29 @@ def _shape_ends_it(environment: Any) -> bool:
     return environment.shape_class is not None and bool(getattr(environment.parsed_options, "headless", False))
 
 
-def _write_and_exit(environment: Any, runtime: Any) -> None:
+def _write_and_exit(environment: Any, collector: Collector) -> None:
     """The interrupted stop overran its deadline: keep what the master has merged, and exit."""
     log.warning(
         "the stop did not finish within --stop-timeout + %.0f s: writing the counts merged so far", INTERRUPT_GRACE_S
     )
     try:
-        runtime.write_results()
+        collector.write_results()
     finally:
         code = getattr(environment, "process_exit_code", None)
         os._exit(code if code is not None else signal_exit_code(signal.SIGTERM))
 
 
-def snapshot_loop(runtime: Any, interval_s: float) -> None:
+def snapshot_loop(collector: Collector, interval_s: float) -> None:
     """Every ``interval_s``: the results so far, atomically, marked interrupted (replaced at the end)."""
     if interval_s <= 0:
         return
+    state = collector.state
     while True:
         gevent.sleep(interval_s)
-        if not runtime.running or runtime.started_at is None:
+        if not state.running or state.started_at is None:
             continue
         try:
-            write_snapshot(runtime.results(), runtime.options.results_dir, runtime.started_at)
+            write_snapshot(collector.results(), state.options.results_dir, state.started_at)
         except OSError as exc:
             log.warning("could not write a results snapshot: %s", exc)
 

@@ -22,7 +22,6 @@ import time
 import zlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Literal
 
 import gevent
 import gevent.pool
@@ -36,7 +35,8 @@ from attnload.workload.prompts import PlannedRequest
 
 log = logging.getLogger(__name__)
 
-Arrivals = Literal["poisson", "constant"]
+Arrivals = str
+"""``poisson`` or ``constant`` (``gamma`` runs :func:`gamma_offsets` instead, from ``burstiness``)."""
 PAIR_STREAM = "*"
 """Stream key of a paired schedule: each arrival sends one prompt to every model."""
 
