@@ -324,7 +324,7 @@ def _master_command(plan: LoadPlan, master_port: int) -> list[str]:
         command += ["--stop-timeout", f"{plan.stop_timeout_s:g}"]
     if plan.csv_prefix:
         command += ["--csv", plan.csv_prefix]
-    if plan.headless:  # --only-summary: no periodic table; the final ones go unless --locust-stats (events.py)
+    if plan.headless:  # --only-summary: no periodic table; the final ones go unless --locust-stats (runner/events.py)
         command += ["--headless"] if plan.locust_stats else ["--headless", "--only-summary"]
     else:
         command += ["--web-host", "127.0.0.1", "--web-port", str(plan.web_port)]

@@ -62,7 +62,8 @@ class RunOptions:
     requests_out: str | None = None
     """``--requests-out PATH``: the master (or single process) writes one JSON line per request there."""
     start_spread: str | float = "auto"
-    """``auto``, ``off`` or seconds: how new closed-loop users' first requests are spread (``startspread.py``)."""
+    """``auto``, ``off`` or seconds: how new closed-loop users' first requests are spread
+    (``runner/sender/startspread.py``)."""
 
 
 @dataclass(frozen=True)

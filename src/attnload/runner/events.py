@@ -42,7 +42,7 @@ def register(events: Any, attention_facts: FactsLookup = no_facts) -> None:
     events.init.add_listener(lambda environment, **kw: _on_init(environment, attention_facts, **kw))
 
 
-def runtime_for(runner: Any, config: TestConfig, options: RunOptions, attention_facts: FactsLookup) -> Runtime:
+def _runtime_for(runner: Any, config: TestConfig, options: RunOptions, attention_facts: FactsLookup) -> Runtime:
     """The parts this Locust runner's class calls for."""
     if isinstance(runner, MasterRunner):
         return Runtime.master(config, options, attention_facts)
@@ -55,7 +55,7 @@ def _on_init(environment: Environment, attention_facts: FactsLookup, **_: Any) -
     runner = environment.runner
     try:
         options = options_from(environment.parsed_options)
-        runtime = runtime_for(runner, load_config(options.config_path), options, attention_facts)
+        runtime = _runtime_for(runner, load_config(options.config_path), options, attention_facts)
     except UsageError as exc:
         exit_usage(exc)
         return

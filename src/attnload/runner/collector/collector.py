@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Protocol
@@ -20,7 +21,7 @@ from attnload.measure.cgroup import throttled_reason
 from attnload.report.csvout import write_llm_csv
 from attnload.report.html import write_html
 from attnload.results.model import Results
-from attnload.results.summarize import build_results, client_info
+from attnload.results.summarize import StageWindow, build_results, client_info
 from attnload.results.write import write_results
 from attnload.runner.collector.health import FleetHealth
 from attnload.runner.collector.requestsfile import RequestsWriter
@@ -61,9 +62,8 @@ class Collector:
         self.throttled_max_ratio = 0.0
         self.requests: RequestsWriter | None = None
         """``--requests-out``: the file this process writes."""
-        self.sweep_report: dict[str, dict[str, Any]] | None = None
-        self.sweep_final: Any = None
-        """Callable giving the sweep report from final stats (set by the sweep shape)."""
+        self.sweep_final: Callable[[], dict[str, dict[str, Any]]] | None = None
+        """Gives the sweep report from final stats (set by the sweep shape)."""
         self.server_view: ServerView | None = None
         """The model servers' /metrics, unless --server-metrics off."""
         self.gpu_view: GpuView | None = None
@@ -198,7 +198,7 @@ class Collector:
         started = state.started_at or time.time()
         ended = state.ended_at or time.time()
         workers, lost = self.workers_counted()
-        sweep = self.sweep_final() if callable(self.sweep_final) else self.sweep_report
+        sweep = self.sweep_final() if self.sweep_final is not None else None
         running_stage = state.stage.index if state.running else None
         results = build_results(
             state.config,
@@ -226,7 +226,7 @@ class Collector:
             update["requests_out"] = self.requests.summary(final=not state.running)
         return results.model_copy(update=update)
 
-    def _windows(self) -> list[Any]:
+    def _windows(self) -> list[StageWindow]:
         state = self.state
         if not state.options.shape:
             return []
