@@ -107,6 +107,7 @@ def _init_collector(environment: Environment, runtime: Runtime, collector: Colle
     runner = environment.runner
     events = environment.events
     options = runtime.state.options
+    collector.open_views()
     if options.metrics_port:
         try:
             serve_metrics(runtime.state.recorder, collector.fleet, options.metrics_port, options.metrics_host)

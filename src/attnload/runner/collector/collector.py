@@ -55,7 +55,7 @@ class Collector:
 
     def __init__(self, state: RunState) -> None:
         self.state = state
-        config, options = state.config, state.options
+        config = state.config
         self.fleet = FleetState(model_labels={m.key: (m.id, m.attention) for m in config.models})
         self.health = FleetHealth()
         self.cpu_max_ratio = 0.0
@@ -68,6 +68,11 @@ class Collector:
         """The model servers' /metrics, unless --server-metrics off."""
         self.gpu_view: GpuView | None = None
         """dcgm-exporter's (or the simulator's) per-GPU gauges per model, unless --gpu-metrics off."""
+
+    def open_views(self) -> None:
+        """Scrape the model servers and GPUs the options ask for (from the next test on)."""
+        state = self.state
+        config, options = state.config, state.options
         if options.server_metrics == "auto":
             self.server_view = ServerView(
                 scrape_targets(config, state.attention_facts), options.server_metrics_interval_s
