@@ -52,9 +52,9 @@ class Runtime:
         It sends nothing, yet checks what its workers will open (keys, datasets, tokenizers), so a
         missing key or a bad file stops it at start as it stops them, and its logs redact the keys."""
         state = RunState(config, options, attention_facts)
+        check_traffic(config, state.workload.profiles)
         for target in config.models:
             target.api_key()
-        check_traffic(config, state.workload.profiles)
         return cls(state, None, MasterCollector(state))
 
     def begin_test(self) -> None:
