@@ -50,6 +50,7 @@ NO_SHAPE_CAP_S = 15.0
 """The cap when no stage length is known (plain Locust without a shape)."""
 CLAIM_TIMEOUT_S = 5.0
 """A worker that hears nothing from the master about a pilot within this becomes one itself."""
+
 Mode = str | float
 """``auto``, ``off`` or seconds (``plan.options.parse_start_spread``)."""
 
