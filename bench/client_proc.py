@@ -162,7 +162,7 @@ def _attnload_env(env_users: int) -> tuple[type[User], Any]:
     from attnload.plan.options import RunOptions
     from attnload.runner.gcpolicy import quiet_full_collections
     from attnload.runner.runtime import Runtime
-    from attnload.runner.users import ChatUser
+    from attnload.runner.sender.users import ChatUser
 
     config = Path(ARGS.out).with_suffix(".config.json")
     config.write_text(
@@ -175,17 +175,19 @@ def _attnload_env(env_users: int) -> tuple[type[User], Any]:
         ),
         encoding="utf-8",
     )
-    runtime = Runtime(load_config(config), RunOptions(config_path=str(config), metrics_port=ARGS.metrics_port), "local")
+    runtime = Runtime.local(load_config(config), RunOptions(config_path=str(config), metrics_port=ARGS.metrics_port))
+    sender, collector = runtime.sender, runtime.collector
+    assert sender is not None and collector is not None
     if ARGS.metrics_port:
-        serve_metrics(runtime.recorder, runtime.fleet, ARGS.metrics_port, host="127.0.0.1")
-    observe = runtime.observe
+        serve_metrics(runtime.state.recorder, collector.fleet, ARGS.metrics_port, host="127.0.0.1")
+    observe = sender.observe
 
     def observe_first_token(record: Any, *args: Any, **kwargs: Any) -> None:
         if record.ttft_s is not None:  # closed loop: latencies count from started_perf
             FIRST_TOKENS.append((record.started_perf + record.ttft_s, record.ttft_s))
         observe(record, *args, **kwargs)
 
-    runtime.observe = observe_first_token  # type: ignore[method-assign]
+    sender.observe = observe_first_token  # type: ignore[method-assign]
     runtime.begin_test()
     runtime.enter_stage(0, env_users, None)
     quiet_full_collections()
@@ -275,9 +277,9 @@ def _run() -> int:
         env.attnload = runtime  # type: ignore[attr-defined]
     runner = env.create_local_runner()
     if runtime is not None:
-        from attnload.runner.fleet import watch_fleet
+        from attnload.runner.collector.fleet import watch_fleet
 
-        gevent.spawn(watch_fleet, env, runtime)
+        gevent.spawn(watch_fleet, env, runtime.collector)
     # Spread over ~1.5 s so streams do not all tick in the same millisecond forever after (one
     # synchronized burst of N events every ITL measures burst draining, not per-token cost).
     runner.start(ARGS.users, spawn_rate=max(ARGS.users / ARGS.ramp_s, 1.0))
@@ -302,8 +304,9 @@ def _run() -> int:
         from attnload.results.summarize import client_info
 
         runtime.test_stopped()
-        series = runtime.recorder.combined()
-        info = client_info(1, 0, runtime.cpu_max_ratio, runtime.recorder)
+        cpu_max_ratio = runtime.collector.cpu_max_ratio if runtime.collector is not None else 0.0
+        series = runtime.state.recorder.combined()
+        info = client_info(1, 0, cpu_max_ratio, runtime.state.recorder)
         out.update(
             ttft=series.hists["ttft"].to_wire(),
             itl=series.hists["itl"].to_wire(),
@@ -312,7 +315,7 @@ def _run() -> int:
             errors=series.errors,
             saturated=info.client_saturated,
             saturation_reasons=info.saturation_reasons,
-            cpu_max_ratio=runtime.cpu_max_ratio,
+            cpu_max_ratio=cpu_max_ratio,
         )
     else:
         out.update(

@@ -197,7 +197,7 @@ def test_the_server_view_reads_vllm_aborts() -> None:
 
 
 def test_the_open_loop_scheduler_takes_its_share_of_the_gamma_schedule_per_model() -> None:
-    from attnload.runner.openloop import OpenLoop, OpenStage
+    from attnload.runner.sender.openloop import OpenLoop, OpenStage
 
     def shares(worker: int) -> list[tuple[float, str]]:
         loop = OpenLoop([], None, None, None, None, "poisson", seed=5)  # type: ignore[arg-type]

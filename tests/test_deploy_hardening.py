@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from attnload.cluster import manifests, names
-from attnload.runner.fleet import FINAL_COUNTS_WAIT_S
+from attnload.runner.collector.fleet import FINAL_COUNTS_WAIT_S
 
 ROOT = Path(__file__).resolve().parents[1]
 DEPLOY = ROOT / "deploy"

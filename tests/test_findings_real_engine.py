@@ -33,7 +33,8 @@ from attnload.results.context import context_fields
 from attnload.results.model import ClientInfo, Results, ServerSummary, StageSummary, Summary, TurnSummary
 from attnload.results.server import gap_reasons, is_wide, ttft_text
 from attnload.results.summarize import StageWindow, build_results, split_users, stage_users
-from attnload.runner.startspread import StartSpread, offset_fraction
+from attnload.runner.messages import pace_exchange
+from attnload.runner.sender.startspread import PilotBoard, StartSpread, offset_fraction
 from attnload.scrape.window import histogram_bucket, histogram_quantile
 from test_report_factory import gqa_model, mla_model, results, stage
 
@@ -250,9 +251,7 @@ def test_parse_start_spread() -> None:
 
 
 def _spread(mode: str | float = "auto", stage_s: float = 60.0) -> StartSpread:
-    return StartSpread(
-        mode, stage_duration_s=stage_s, seed=0, role="local", recorder=Recorder(), placement=lambda: (0, 1)
-    )
+    return StartSpread(mode, stage_duration_s=stage_s, seed=0, recorder=Recorder(), placement=lambda: (0, 1))
 
 
 def test_first_stage_pilot_then_offsets_of_its_duration() -> None:
@@ -298,22 +297,32 @@ def test_a_pilot_that_never_answers_releases_the_others_at_the_cap() -> None:
 
 
 def test_master_names_one_pilot_per_model_and_relays_its_duration() -> None:
-    master = StartSpread(
-        "auto", stage_duration_s=60.0, seed=0, role="master", recorder=Recorder(), placement=lambda: (0, 1)
-    )
-    assert master.on_claim("g", "w1") == {"key": "g", "pilot": True, "d": None}
-    assert master.on_claim("g", "w2")["pilot"] is False
-    assert master.on_claim("m", "w2")["pilot"] is True  # each model has its own pilot
+    master = PilotBoard()
+    assert master.on_claim("g", "w1") == (True, None)
+    assert master.on_claim("g", "w2")[0] is False
+    assert master.on_claim("m", "w2")[0] is True  # each model has its own pilot
     master.learn("g", 2.9)
-    assert master.on_claim("g", "w3") == {"key": "g", "pilot": False, "d": 2.9}
+    assert master.on_claim("g", "w3") == (False, 2.9)
+
+
+class _MessageLog:
+    """A worker runner's messaging, recorded: what it sends, and the handlers it registers."""
+
+    def __init__(self, sent: list[tuple[str, dict[str, object]]]) -> None:
+        self.sent = sent
+        self.handlers: dict[str, object] = {}
+
+    def send_message(self, kind: str, data: dict[str, object]) -> None:
+        self.sent.append((kind, data))
+
+    def register_message(self, kind: str, handler: object) -> None:
+        self.handlers[kind] = handler
 
 
 def test_worker_claims_through_the_master() -> None:
     sent: list[tuple[str, dict[str, object]]] = []
-    worker = StartSpread(
-        "auto", stage_duration_s=60.0, seed=0, role="worker", recorder=Recorder(), placement=lambda: (1, 2)
-    )
-    worker.send = lambda kind, data: sent.append((kind, data))
+    worker = StartSpread("auto", stage_duration_s=60.0, seed=0, recorder=Recorder(), placement=lambda: (1, 2))
+    pace_exchange(_MessageLog(sent), worker, None)
     answer = gevent.spawn(worker.first_request, "g", 0, ["g"])
     gevent.sleep(0.01)
     assert sent == [("attnload_pace_claim", {"key": "g"})]

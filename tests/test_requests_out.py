@@ -25,12 +25,14 @@ from attnload.measure.requestlog import (
     request_line,
     status_of,
 )
-from attnload.plan.options import requests_out_option
+from attnload.plan.options import RunOptions, requests_out_option
 from attnload.report.html import render_html
 from attnload.report.requests import MAX_POINTS, find_requests_file, read_lines, sample_points
 from attnload.results.model import RequestsOut, Results
 from attnload.results.requests_file import RequestsFile, requests_out_path
-from attnload.runner.requestsink import RequestSink
+from attnload.runner.collector.requestsfile import RequestsWriter
+from attnload.runner.runtime import Runtime
+from attnload.runner.sender.requestlines import RequestLines
 from helpers import attnload, write_config
 from test_cluster import fake  # noqa: F401 - the fake Kubernetes API fixture
 
@@ -152,15 +154,18 @@ def test_a_plain_file_gets_whole_lines(tmp_path: Path) -> None:
 
 def test_worker_lines_reach_the_master_file(tmp_path: Path) -> None:
     config = load_config(write_config(tmp_path, "http://127.0.0.1:9"))
-    worker = RequestSink(config, str(tmp_path / "unused.jsonl"), "worker")
-    master = RequestSink(config, str(tmp_path / "r.jsonl.gz"), "master")
-    assert worker.file is None and not (tmp_path / "unused.jsonl").exists()
+    options = RunOptions(config.source, requests_out=str(tmp_path / "unused.jsonl"))
+    sender = Runtime.worker(config, options).sender
+    assert sender is not None and sender.lines is not None
+    assert not (tmp_path / "unused.jsonl").exists()  # a worker holds lines, never a file
+    worker = RequestLines(config)
+    master = RequestsWriter(str(tmp_path / "r.jsonl.gz"))
     for i in range(25_000):
         worker.observe(_record(model_key="gqa_model", prompt_tokens=i), worker=1)
-    first = worker.payload()
+    first = worker.take()
     assert first is not None and len(first["lines"]) == 20_000  # one report's share
-    master.merge(first)
-    master.merge(worker.payload(final=True))  # the final report takes the rest
+    master.write(first)
+    master.write(worker.take(final=True))  # the final report takes the rest
     lines = list(read_lines(tmp_path / "r.jsonl.gz"))
     assert [line["prompt_tokens"] for line in lines] == list(range(25_000))
     assert {(line["model"], line["attention"], line["worker"]) for line in lines} == {("llama-3-70b", "GQA", 1)}
@@ -301,10 +306,9 @@ def test_cluster_run_asks_for_the_file_and_results_fetches_it(
 
 
 def test_a_new_test_starts_a_fresh_file(tmp_path: Path) -> None:
-    config = load_config(write_config(tmp_path, "http://127.0.0.1:9"))
-    master = RequestSink(config, str(tmp_path / "r.jsonl"), "master")
-    master.merge({"lines": ["{}", "{}"], "dropped": 1})
+    master = RequestsWriter(str(tmp_path / "r.jsonl"))
+    master.write({"lines": ["{}", "{}"], "dropped": 1})
     master.restart()  # the counts of the results restart with the test: so do the file's
-    master.merge({"lines": ["{}"], "dropped": 0})
+    master.write({"lines": ["{}"], "dropped": 0})
     assert (tmp_path / "r.jsonl").read_text() == "{}\n"
     assert master.summary() == RequestsOut(path=str(tmp_path / "r.jsonl"), records=1)

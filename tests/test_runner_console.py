@@ -61,7 +61,7 @@ def test_on_off_values(text: str | None, on: bool) -> None:
 def test_silencing_mutes_only_locusts_table_logger() -> None:
     """In a child: importing Locust here would monkey-patch the test process with gevent."""
     code = (
-        "import logging; from attnload.runner.progress import silence_locust_tables, LOCUST_TABLES_LOGGER; "
+        "import logging; from attnload.runner.collector.progress import silence_locust_tables, LOCUST_TABLES_LOGGER; "
         "silence_locust_tables(); print(logging.getLogger(LOCUST_TABLES_LOGGER).disabled, "
         "logging.getLogger('locust.runners').disabled, LOCUST_TABLES_LOGGER)"
     )

@@ -6,8 +6,8 @@ import pytest
 
 from attnload.measure.recorder import Recorder, RequestRecord
 from attnload.results.summarize import client_info
-from attnload.runner import runtime
-from attnload.runner.runtime import CpuMeter
+from attnload.runner.sender import cpumeter
+from attnload.runner.sender.cpumeter import CpuMeter
 
 
 class FakeProcess:
@@ -15,8 +15,8 @@ class FakeProcess:
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.wall = self.cpu = 0.0
-        monkeypatch.setattr(runtime.time, "perf_counter", lambda: self.wall)
-        monkeypatch.setattr(runtime, "_cpu_seconds", lambda: self.cpu)
+        monkeypatch.setattr(cpumeter.time, "perf_counter", lambda: self.wall)
+        monkeypatch.setattr(cpumeter, "_cpu_seconds", lambda: self.cpu)
 
     def second(self, busy: float) -> None:
         self.wall += 1.0

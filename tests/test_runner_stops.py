@@ -14,7 +14,8 @@ import pytest
 from attnload.results.model import ClientInfo, ModelSummary, Requests, Results, load_results
 from attnload.results.outcome import exit_status
 from attnload.results.write import atomic_write_text, write_results, write_snapshot
-from attnload.runner.health import RunHealth
+from attnload.runner.collector.health import FleetHealth
+from attnload.runner.sender.health import RunHealth
 from attnload.runner.stops import DEFAULT_SNAPSHOT_INTERVAL_S, signal_exit_code, snapshot_interval
 
 
@@ -86,7 +87,7 @@ def test_some_users_crashing_is_not_every_user() -> None:
 
 
 def test_health_sums_workers_and_keeps_the_first_scheduler_error() -> None:
-    master = RunHealth()
+    master = FleetHealth()
     one, two = RunHealth(), RunHealth()
     one.user_error(object_a := object())
     one.user_error(object_a)  # the same user twice is one crashed user
@@ -95,7 +96,7 @@ def test_health_sums_workers_and_keeps_the_first_scheduler_error() -> None:
     master.merge("w1", one.payload(started=2))
     master.merge("w2", two.payload(started=3))
     master.merge("w2", two.payload(started=3))  # reports are cumulative: the latest replaces
-    assert master.client_fields(started_here=0) == {
+    assert master.client_fields() == {
         "users_started": 5,
         "users_crashed": 1,
         "scheduler_error": "OverflowError: cannot convert float infinity to integer",

@@ -16,9 +16,9 @@ from attnload.report import render_html
 from attnload.report.webui import llm_rows
 from attnload.results.context import context_fields
 from attnload.results.model import PromptLengthBucket, TurnSummary
-from attnload.runner.dialogs import Traffic
-from attnload.runner.openloop import PAIR_STREAM, OpenStage
-from attnload.runner.replay import ReplaySchedule
+from attnload.runner.sender.dialogs import Traffic
+from attnload.runner.sender.openloop import PAIR_STREAM, OpenStage
+from attnload.runner.sender.replay import ReplaySchedule
 from attnload.workload.prompts import Workload
 from attnload.workload.shapes import REPLAY_LEAD_S, ReplaySpec, parse_shape, with_replay_speed
 from attnload.workload.trace import load_trace

@@ -153,7 +153,9 @@ def test_goodput_equals_a_hand_count_of_records(tmp_path: Path) -> None:
     path = config_with(
         tmp_path, {"p": {"prompt_tokens": 100}}, slo={"ttft_p99_s": 0.2, "itl_p99_s": 0.03, "e2e_p99_s": 2.0}
     )
-    runtime = Runtime(load_config(path), RunOptions(str(path), shape=parse_shape("concurrency:4", 10.0)), "local")
+    runtime = Runtime.local(load_config(path), RunOptions(str(path), shape=parse_shape("concurrency:4", 10.0)))
+    sender, collector = runtime.sender, runtime.collector
+    assert sender is not None and collector is not None
     runtime.begin_test()
     runtime.enter_stage(0, users=4, rate=None)
     rng = random.Random(11)
@@ -163,12 +165,12 @@ def test_goodput_equals_a_hand_count_of_records(tmp_path: Path) -> None:
         ttft, e2e = rng.uniform(0.05, 0.3), rng.uniform(0.5, 2.5)
         gaps = tuple((rng.uniform(0.005, 0.0315), 1) for _ in range(50))
         outcome = "failed" if i % 17 == 0 else "ok"
-        good = outcome == "ok" and runtime.is_good(ttft, gaps, e2e)
+        good = outcome == "ok" and sender.is_good(ttft, gaps, e2e)
         ordered = sorted(g for g, _ in gaps)
         by_hand = outcome == "ok" and ttft <= 0.2 and e2e <= 2.0 and ordered[math.ceil(0.99 * 50) - 1] <= 0.03
         assert good == by_hand
         hand[key] += by_hand
-        runtime.observe(
+        sender.observe(
             RequestRecord(
                 model_key=key,
                 profile="p",
@@ -186,7 +188,7 @@ def test_goodput_equals_a_hand_count_of_records(tmp_path: Path) -> None:
             )
         )
     runtime.test_stopped()
-    results = runtime.results()
+    results = collector.results()
     for key, count in hand.items():
         stage = results.model(key).stages[0]
         assert count > 0 and round(stage.goodput_rps * (stage.end_s - stage.start_s)) == count  # type: ignore[operator]

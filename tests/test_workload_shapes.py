@@ -10,7 +10,7 @@ import pytest
 from attnload.errors import UsageError
 from attnload.measure.paired import PairedRecorder, bootstrap_median_ci
 from attnload.measure.recorder import RequestRecord
-from attnload.runner.openloop import arrival_offsets
+from attnload.runner.sender.openloop import arrival_offsets
 from attnload.workload.shapes import parse_shape
 from attnload.workload.sweep import FRACTIONS, ModelStageStats, Slo, SweepPlan
 

@@ -15,7 +15,7 @@ import pytest
 
 from attnload.config.load import load_config
 from attnload.measure.tokens import MESSAGE_OVERHEAD_TOKENS, text_tokens
-from attnload.runner.dialogs import Traffic
+from attnload.runner.sender.dialogs import Traffic
 from attnload.workload.prompts import Workload
 from attnload.workload.tokenizer import LocalTokenizer
 from test_workload_tokenizer import byte_bpe, word_level

@@ -5,8 +5,8 @@ facts (KV bytes/token, capacity) for the results; the runner itself never import
 from locust import events
 
 from attnload.runner.events import register
+from attnload.runner.sender.users import ChatUser
 from attnload.runner.shape import shape_class
-from attnload.runner.users import ChatUser
 from attnload.sim.costmodel import attention_info
 
 register(events, attention_facts=attention_info)  # init: validate config (exit 2), /metrics, deltas from workers

@@ -26,6 +26,7 @@ from attnload.config.load import load_config
 from attnload.config.model import TestConfig
 from attnload.errors import UsageError
 from attnload.plan.arrivalflags import check_arrival_flags
+from attnload.plan.children import INTERRUPT_GRACE_S, PARENT_PID_ENV, die_with_parent
 from attnload.plan.flagcheck import check_flag_limits
 from attnload.plan.options import (
     OPTION,
@@ -35,10 +36,9 @@ from attnload.plan.options import (
     server_metrics_mode,
     truthy,
 )
+from attnload.plan.traffic import check_traffic
 from attnload.results.model import Results, load_results
 from attnload.results.requests_file import requests_out_path
-from attnload.runner.dialogs import check_traffic
-from attnload.runner.stops import INTERRUPT_GRACE_S, PARENT_PID_ENV, die_with_parent
 from attnload.workload.shapes import (
     ReplaySpec,
     ShapeSpec,
@@ -324,7 +324,7 @@ def _master_command(plan: LoadPlan, master_port: int) -> list[str]:
         command += ["--stop-timeout", f"{plan.stop_timeout_s:g}"]
     if plan.csv_prefix:
         command += ["--csv", plan.csv_prefix]
-    if plan.headless:  # --only-summary: no periodic table; the final ones go unless --locust-stats (events.py)
+    if plan.headless:  # --only-summary: no periodic table; the final ones go unless --locust-stats (runner/events.py)
         command += ["--headless"] if plan.locust_stats else ["--headless", "--only-summary"]
     else:
         command += ["--web-host", "127.0.0.1", "--web-port", str(plan.web_port)]

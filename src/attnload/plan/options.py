@@ -17,10 +17,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from attnload.errors import UsageError, redact
-from attnload.runner.openloop import DEFAULT_MAX_IN_FLIGHT
 from attnload.workload.abandon import AbandonSpec, parse_abandon
 from attnload.workload.arrivals import parse_burstiness
 from attnload.workload.shapes import ShapeSpec, parse_duration, parse_shape, with_replay_speed
+
+DEFAULT_MAX_IN_FLIGHT = 1024
+"""Per model and worker: keep-alive connections the open loop's pool may open before requests wait.
+
+By Little's law a stage needs rate × request duration connections; a cap below that turns
+into dispatch lag (flagged ``client_behind``), so the default is generous (``attnload run`` raises
+the open-files limit) and ``--max-in-flight`` lowers it on purpose."""
 
 
 @dataclass(frozen=True)
@@ -56,7 +62,8 @@ class RunOptions:
     requests_out: str | None = None
     """``--requests-out PATH``: the master (or single process) writes one JSON line per request there."""
     start_spread: str | float = "auto"
-    """``auto``, ``off`` or seconds: how new closed-loop users' first requests are spread (``startspread.py``)."""
+    """``auto``, ``off`` or seconds: how new closed-loop users' first requests are spread
+    (``runner/sender/startspread.py``)."""
 
 
 @dataclass(frozen=True)

@@ -1,17 +1,17 @@
 """Locust's ``LoadTestShape`` adapters for a :mod:`attnload.workload.shapes` spec; the master tells
-workers each new stage with a typed :class:`StageMessage`."""
+workers each new stage with a typed :class:`~attnload.runner.messages.StageMessage`."""
 
 from __future__ import annotations
 
 import logging
-from dataclasses import asdict, dataclass, fields
 
 from locust import LoadTestShape
 from locust.runners import MasterRunner
 
 from attnload.errors import UsageError
 from attnload.plan.options import env_value, exit_usage
-from attnload.runner.fleet import stop_users
+from attnload.runner.collector.fleet import stop_users
+from attnload.runner.messages import StageMessage, send_stage
 from attnload.runner.runtime import Runtime
 from attnload.workload.shapes import (
     ReplaySpec,
@@ -24,33 +24,6 @@ from attnload.workload.shapes import (
 from attnload.workload.sweep import Slo, SweepPlan, SweepStage
 
 log = logging.getLogger(__name__)
-
-STAGE_MESSAGE = "attnload_stage"
-
-
-@dataclass(frozen=True)
-class StageMessage:
-    """Master -> workers at each new stage: closed-loop users, or open-loop rates per model key and the
-    worker count (each worker sends its share). Sent as ``asdict`` (Locust messages are msgpack)."""
-
-    index: int
-    users: int | None = None
-    rate: float | None = None
-    rates: dict[str, float] | None = None
-    workers: int | None = None
-    salt: str | None = None
-    """The master's run salt: replayed prefixes must be identical text on every worker."""
-
-    def to_data(self) -> dict[str, object]:
-        return asdict(self)
-
-    @classmethod
-    def from_data(cls, data: dict[str, object]) -> StageMessage:
-        return cls(**{f.name: data.get(f.name) for f in fields(cls)})  # type: ignore[arg-type]
-
-    def enter(self, runtime: Runtime) -> None:
-        runtime.enter_stage(self.index, self.users, self.rate, rates=self.rates, workers=self.workers, salt=self.salt)
-
 
 STOP_RATE_PER_WORKER = 100.0
 """Users stopped per second and worker when a rate stage follows a closed-loop one (Locust warns above 100)."""
@@ -98,10 +71,10 @@ class StagedShape(LoadTestShape):
         stage = self.spec.stage_at(elapsed_s)
         if stage is None:
             return None
-        if isinstance(self.spec, ReplaySpec) and elapsed_s >= self.spec.replay_s and runtime.replay_done():
+        if isinstance(self.spec, ReplaySpec) and elapsed_s >= self.spec.replay_s and runtime.state.replay_done():
             return None  # every line answered by every model: no need to wait out the drain allowance
-        if stage.index != runtime.stage.index:
-            rates = {m.key: stage.rate for m in runtime.config.models} if stage.rate is not None else None
+        if stage.index != runtime.state.stage.index:
+            rates = {m.key: stage.rate for m in runtime.state.config.models} if stage.rate is not None else None
             self._enter(runtime, stage.index, stage.users, stage.rate, rates)
         return self._users(stage.users)
 
@@ -113,11 +86,13 @@ class StagedShape(LoadTestShape):
 
     def _runtime(self) -> Runtime | None:
         runtime: Runtime | None = getattr(self.runner.environment, "attnload", None) if self.runner else None
-        if runtime is not None:
-            runtime.note_stage_users()  # before any stage change: the last sample of a stage is its users
-        if runtime is not None and runtime.stop_requested:
+        if runtime is None:
+            return None
+        if runtime.collector is not None:
+            runtime.collector.note_stage_users()  # before any stage change: the last sample of a stage is its users
+        if runtime.state.stop_requested:
             return None  # SIGTERM: end the test the way a finished shape does, so workers drain and report
-        if runtime is not None and not runtime.running:
+        if not runtime.state.running:
             runtime.begin_test()
         return runtime
 
@@ -128,9 +103,9 @@ class StagedShape(LoadTestShape):
         runtime.enter_stage(index, users, rate, rates=rates, workers=workers)
         if isinstance(self.runner, MasterRunner):
             message = StageMessage(
-                index=index, users=users, rate=rate, rates=rates, workers=workers, salt=runtime.run_salt
+                index=index, users=users, rate=rate, rates=rates, workers=workers, salt=runtime.state.run_salt
             )
-            self.runner.send_message(STAGE_MESSAGE, message.to_data())
+            send_stage(self.runner, message)
 
 
 class SweepShape(StagedShape):
@@ -138,23 +113,24 @@ class SweepShape(StagedShape):
 
     def _tick(self) -> tuple[int, float] | None:
         runtime = self._runtime()
-        if runtime is None:
+        if runtime is None or runtime.collector is None:
             return None
+        collector = runtime.collector
         now_s = self.get_run_time()
         plan: SweepPlan | None = getattr(self, "_plan", None)
         if plan is None:
-            slo = runtime.config.slo
+            slo = runtime.state.config.slo
             plan = SweepPlan(
-                [m.key for m in runtime.config.models],
+                [m.key for m in runtime.state.config.models],
                 int(self.spec.levels[0]),
                 Slo(slo.ttft_p99_s, slo.itl_p99_s, slo.e2e_p99_s),
             )
             self._plan, self._index, self._started_s = plan, 0, now_s
-            runtime.sweep_final = lambda: plan.report({i: runtime.stage_stats(i) for i in range(self._index + 1)})
+            collector.sweep_final = lambda: plan.report({i: collector.stage_stats(i) for i in range(self._index + 1)})
             self._current = plan.first()
             self._start(runtime, self._current)
         elif now_s - self._started_s >= self.spec.stage_duration_s:
-            following = plan.advance(runtime.stage_stats(self._index), self._index)
+            following = plan.advance(collector.stage_stats(self._index), self._index)
             if following is None:
                 return None
             self._index += 1

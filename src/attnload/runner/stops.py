@@ -8,14 +8,14 @@ snapshot survives a SIGKILL, and the death of ``attnload run`` ends the Locust p
 - Every ``--snapshot-interval`` seconds the master rewrites ``STAMP.json`` atomically, marked
   ``interrupted``; the final write replaces it. A SIGKILL (OOM killer, ``kubectl delete --force``)
   therefore loses at most one interval.
-- A child of ``attnload run`` gets SIGTERM when its parent dies (``PR_SET_PDEATHSIG``) and also polls
+- A child of ``attnload run`` gets SIGTERM when its parent dies (``PR_SET_PDEATHSIG``, armed by the
+  parent: ``plan/children.py``) and also polls
   ``os.getppid()`` (the death signal is lost if the parent dies before it is set): load never
   outlives the command that started it.
 """
 
 from __future__ import annotations
 
-import ctypes
 import logging
 import os
 import signal
@@ -24,17 +24,14 @@ from typing import Any
 
 import gevent
 
+from attnload.plan.children import INTERRUPT_GRACE_S, PARENT_PID_ENV
 from attnload.results.write import write_snapshot
+from attnload.runner.collector.collector import Collector
 
 log = logging.getLogger(__name__)
 
-INTERRUPT_GRACE_S = 7.0
-"""Beyond ``--stop-timeout``: how long an interrupted master waits for workers before writing anyway."""
 DEFAULT_SNAPSHOT_INTERVAL_S = 30.0
-PARENT_PID_ENV = "ATTNLOAD_PARENT_PID"
-"""Set by ``attnload run`` for its children: the pid whose death ends them."""
 PARENT_POLL_S = 0.5
-_PR_SET_PDEATHSIG = 1
 
 
 def signal_exit_code(signum: int) -> int:
@@ -42,7 +39,7 @@ def signal_exit_code(signum: int) -> int:
     return 128 + signum
 
 
-def install_stop_handlers(environment: Any, runtime: Any) -> None:
+def install_stop_handlers(environment: Any, collector: Collector) -> None:
     """SIGTERM/SIGINT on a master or single process: an interrupted run that still writes results.
 
     With a shape (every ``attnload run``) the shape ends the test at its next tick. Without one
@@ -50,17 +47,19 @@ def install_stop_handlers(environment: Any, runtime: Any) -> None:
     into that SIGTERM. Either way the exit code is set before Locust computes its own.
     """
 
+    state = collector.state
+
     def on_signal(signum: int) -> None:
-        first = not runtime.interrupted
-        runtime.interrupted = True
-        runtime.stop_requested = True
+        first = not state.interrupted
+        state.interrupted = True
+        state.stop_requested = True
         if getattr(environment, "process_exit_code", None) is None:
             environment.process_exit_code = signal_exit_code(signum)
         if not first:
             return
         log.warning("%s: stopping the run; results will be marked interrupted", signal.Signals(signum).name)
         deadline_s = float(getattr(environment, "stop_timeout", 0) or 0) + INTERRUPT_GRACE_S
-        gevent.spawn_later(deadline_s, _write_and_exit, environment, runtime)
+        gevent.spawn_later(deadline_s, _write_and_exit, environment, collector)
         if signum == signal.SIGINT and not _shape_ends_it(environment):
             os.kill(os.getpid(), signal.SIGTERM)  # Locust's own shutdown (quitting writes the results)
 
@@ -73,28 +72,29 @@ def _shape_ends_it(environment: Any) -> bool:
     return environment.shape_class is not None and bool(getattr(environment.parsed_options, "headless", False))
 
 
-def _write_and_exit(environment: Any, runtime: Any) -> None:
+def _write_and_exit(environment: Any, collector: Collector) -> None:
     """The interrupted stop overran its deadline: keep what the master has merged, and exit."""
     log.warning(
         "the stop did not finish within --stop-timeout + %.0f s: writing the counts merged so far", INTERRUPT_GRACE_S
     )
     try:
-        runtime.write_results()
+        collector.write_results()
     finally:
         code = getattr(environment, "process_exit_code", None)
         os._exit(code if code is not None else signal_exit_code(signal.SIGTERM))
 
 
-def snapshot_loop(runtime: Any, interval_s: float) -> None:
+def snapshot_loop(collector: Collector, interval_s: float) -> None:
     """Every ``interval_s``: the results so far, atomically, marked interrupted (replaced at the end)."""
     if interval_s <= 0:
         return
+    state = collector.state
     while True:
         gevent.sleep(interval_s)
-        if not runtime.running or runtime.started_at is None:
+        if not state.running or state.started_at is None:
             continue
         try:
-            write_snapshot(runtime.results(), runtime.options.results_dir, runtime.started_at)
+            write_snapshot(collector.results(), state.options.results_dir, state.started_at)
         except OSError as exc:
             log.warning("could not write a results snapshot: %s", exc)
 
@@ -121,18 +121,3 @@ def _watch_parent(parent_pid: int, on_orphaned: Callable[[], None]) -> None:
         gevent.sleep(PARENT_POLL_S)
     log.warning("attnload run (pid %d) is gone: stopping", parent_pid)
     on_orphaned()
-
-
-def die_with_parent(parent_pid: int) -> Callable[[], None]:
-    """A ``preexec_fn``: the child gets SIGTERM when ``parent_pid`` dies, even by SIGKILL (Linux)."""
-
-    def preexec() -> None:
-        try:
-            libc = ctypes.CDLL(None, use_errno=True)
-            libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
-        except (OSError, AttributeError):
-            pass  # not Linux: the getppid watch in the child still ends it
-        if os.getppid() != parent_pid:
-            os._exit(1)  # the parent died before the death signal was armed
-
-    return preexec

@@ -15,7 +15,7 @@ import sys
 from typing import Any
 
 FAULT = os.environ.get("ATTNLOAD_TEST_FAULT", "")
-TARGETS = {"users": "attnload.runner.runtime", "scheduler": "attnload.runner.openloop"}
+TARGETS = {"users": "attnload.runner.sender.sender", "scheduler": "attnload.runner.sender.openloop"}
 
 
 def _boom(*_: Any, **__: Any) -> Any:
@@ -24,7 +24,7 @@ def _boom(*_: Any, **__: Any) -> Any:
 
 def _patch(module: Any) -> None:
     if FAULT == "users":
-        module.Runtime.assign_model = _boom
+        module.Sender.assign_model = _boom
     elif FAULT == "scheduler":
         module.arrival_offsets = _boom
 

@@ -50,15 +50,9 @@ NO_SHAPE_CAP_S = 15.0
 """The cap when no stage length is known (plain Locust without a shape)."""
 CLAIM_TIMEOUT_S = 5.0
 """A worker that hears nothing from the master about a pilot within this becomes one itself."""
-CLAIM_MESSAGE = "attnload_pace_claim"
-"""worker -> master: may this worker's user be the model's pilot? (``{"key"}``)."""
-CLAIMED_MESSAGE = "attnload_pace_claimed"
-"""master -> one worker: ``{"key", "pilot": bool, "d": seconds or None}``."""
-LEARNED_MESSAGE = "attnload_pace_learned"
-"""worker -> master -> every worker: a pilot's answer took ``{"key", "d"}`` seconds."""
 
 Mode = str | float
-"""``auto``, ``off`` or seconds (``runner.options.parse_start_spread``)."""
+"""``auto``, ``off`` or seconds (``plan.options.parse_start_spread``)."""
 
 
 def offset_fraction(j: int, rotation: float = 0.0) -> float:
@@ -93,19 +87,19 @@ class StartSpread:
         *,
         stage_duration_s: float | None,
         seed: int,
-        role: str,
         recorder: Recorder,
         placement: Callable[[], tuple[int, int]],
     ) -> None:
         self.mode = mode
         self.cap_s = max(MIN_CAP_S, STAGE_SHARE_CAP * stage_duration_s) if stage_duration_s else NO_SHAPE_CAP_S
         self.seed = seed
-        self.role = role  # "local" | "master" | "worker"
         self.recorder = recorder
         self.placement = placement
         """(worker index, worker count) of this process, read when a user starts."""
-        self.send: Callable[[str, dict[str, Any]], None] | None = None
-        """Workers: sends a message to the master (set by the event wiring)."""
+        self.ask_master: Callable[[str], None] | None = None
+        """Workers: asks the master whether this worker runs the model's pilot (``runner/messages.py``)."""
+        self.tell_master: Callable[[str, float], None] | None = None
+        """Workers: tells the master (and through it every worker) a pilot's duration."""
         self.reset()
 
     def reset(self) -> None:
@@ -114,7 +108,6 @@ class StartSpread:
         self._claimed: set[str] = set()
         self._claims: dict[str, AsyncResult] = {}
         self._counts: dict[tuple[str, int], int] = {}
-        self._pilot_of: dict[str, str] = {}  # master: key -> node that runs its pilot
 
     # ------------------------------------------------------------------ users
 
@@ -149,18 +142,18 @@ class StartSpread:
         """The pilot's first request ended: its duration is ``D`` for the others (here and on every worker)."""
         duration = observed_duration_s(self.recorder, model_keys) or elapsed_s
         self.learn(key, duration)
-        if self.role == "worker" and self.send is not None:
-            self.send(LEARNED_MESSAGE, {"key": key, "d": duration})
+        if self.tell_master is not None:
+            self.tell_master(key, duration)
 
     def _claim(self, key: str) -> bool:
         if key in self._claimed:
             return False
         self._claimed.add(key)
-        if self.role != "worker" or self.send is None:
+        if self.ask_master is None:
             return True
         result: AsyncResult = AsyncResult()
         self._claims[key] = result
-        self.send(CLAIM_MESSAGE, {"key": key})
+        self.ask_master(key)
         try:
             reply = result.get(timeout=CLAIM_TIMEOUT_S)
         except gevent.Timeout:
@@ -185,42 +178,32 @@ class StartSpread:
             self._learned[key] = (max(duration_s, 0.0), time.perf_counter())
         self._events.setdefault(key, Event()).set()
 
-    # ------------------------------------------------------------------ messages
-
     def on_claimed(self, data: dict[str, Any]) -> None:
         """Worker: the master's answer to a claim."""
         result = self._claims.get(str(data.get("key")))
         if result is not None and not result.ready():
             result.set(data)
 
-    def on_claim(self, key: str, node: str) -> dict[str, Any]:
-        """Master: the answer to a worker's claim (the first claimer of a model runs its pilot)."""
+
+class PilotBoard:
+    """The master's side of the pace: which worker runs each model's pilot, and the durations learned."""
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        self._learned: dict[str, float] = {}
+        self._pilot_of: dict[str, str] = {}  # key -> node that runs its pilot
+
+    def learn(self, key: str, duration_s: float) -> None:
+        self._learned.setdefault(key, max(duration_s, 0.0))
+
+    def on_claim(self, key: str, node: str) -> tuple[bool, float | None]:
+        """The answer to a worker's claim: whether it runs the pilot (the first claimer of a model does),
+        and ``D`` once a pilot has answered."""
         if key in self._learned:
-            return {"key": key, "pilot": False, "d": self._learned[key][0]}
+            return False, self._learned[key]
         if key not in self._pilot_of:
             self._pilot_of[key] = node
-            return {"key": key, "pilot": True, "d": None}
-        return {"key": key, "pilot": self._pilot_of[key] == node, "d": None}
-
-
-def wire(runner: Any, spread: StartSpread, role: str) -> None:
-    """Register the pace messages on a master or a worker (a single process needs none)."""
-    if role == "worker":
-        spread.send = runner.send_message
-        runner.register_message(CLAIMED_MESSAGE, lambda environment, msg, **_: spread.on_claimed(msg.data or {}))
-        runner.register_message(
-            LEARNED_MESSAGE, lambda environment, msg, **_: spread.learn(str(msg.data["key"]), float(msg.data["d"]))
-        )
-    elif role == "master":
-
-        def claim(environment: Any, msg: Any, **_: Any) -> None:
-            runner.send_message(
-                CLAIMED_MESSAGE, spread.on_claim(str(msg.data["key"]), msg.node_id), client_id=msg.node_id
-            )
-
-        def learned(environment: Any, msg: Any, **_: Any) -> None:
-            spread.learn(str(msg.data["key"]), float(msg.data["d"]))
-            runner.send_message(LEARNED_MESSAGE, msg.data)
-
-        runner.register_message(CLAIM_MESSAGE, claim)
-        runner.register_message(LEARNED_MESSAGE, learned)
+            return True, None
+        return self._pilot_of[key] == node, None

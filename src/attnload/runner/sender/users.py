@@ -1,4 +1,5 @@
-"""The chat user: closed-loop (and paired) sending, and how each record reaches Locust and the runtime."""
+"""The chat user and the open loop's sends: closed-loop (and paired) sending, and how each record reaches Locust
+and the sender."""
 
 from __future__ import annotations
 
@@ -18,10 +19,12 @@ from attnload.config.model import ModelTarget
 from attnload.measure.paired import send_together
 from attnload.measure.recorder import RequestRecord
 from attnload.measure.requestlog import NOBODY, Who
-from attnload.runner.dialogs import Session, with_reply_tokens
-from attnload.runner.openloop import PAIR_STREAM, ClientPool
-from attnload.runner.runtime import Runtime
+from attnload.runner.sender.dialogs import Session, with_reply_tokens
+from attnload.runner.sender.openloop import PAIR_STREAM, ClientPool, OpenLoop
+from attnload.runner.sender.replay import ReplaySchedule
+from attnload.runner.sender.sender import Sender
 from attnload.workload.prompts import PlannedRequest
+from attnload.workload.shapes import ReplaySpec
 
 log = logging.getLogger(__name__)
 OPEN_LOOP_IDLE_S = 0.2
@@ -43,37 +46,39 @@ class ChatUser(User):
     """The pace key while this user is its model's pilot and has not sent yet (``startspread.py``)."""
 
     def on_start(self) -> None:
-        runtime: Runtime = self.environment.attnload  # type: ignore[attr-defined]
-        self.runtime = runtime
-        runtime.spawned += 1
-        self.user_no = runtime.spawned
+        sender = self.environment.attnload.sender
+        assert sender is not None  # users run where a sender is: a worker or a single process
+        self.sender: Sender = sender
+        sender.spawned += 1
+        self.user_no = sender.spawned
         self.who = Who(user=self.user_no)
-        if runtime.paired is not None:
-            self.targets = runtime.assign_all()
-            self.chats = {t.key: chat_client(runtime, t) for t in self.targets}
+        paired = sender.state.paired is not None
+        if paired:
+            self.targets = sender.assign_all()
+            self.chats = {t.key: chat_client(sender, t) for t in self.targets}
         else:
-            self.target = runtime.assign_model()
-            self.chat = chat_client(runtime, self.target)
-        keys = [t.key for t in self.targets] if runtime.paired is not None else [self.target.key]
-        self.session = runtime.traffic.session(keys) if runtime.traffic.conversational else None
-        self.sizer = runtime.traffic.sizer(keys)
+            self.target = sender.assign_model()
+            self.chat = chat_client(sender, self.target)
+        keys = [t.key for t in self.targets] if paired else [self.target.key]
+        self.session = sender.traffic.session(keys) if sender.traffic.conversational else None
+        self.sizer = sender.traffic.sizer(keys)
         # Users started together must not stay in phase: the first request waits its offset (startspread.py).
-        pace = PAIR_STREAM if runtime.paired is not None else self.target.key
-        self._pilot = pace if runtime.start_spread.first_request(pace, runtime.stage.index, keys) else None
+        pace = PAIR_STREAM if paired else self.target.key
+        self._pilot = pace if sender.start_spread.first_request(pace, sender.state.stage.index, keys) else None
 
     def on_stop(self) -> None:
-        if self.runtime.paired is not None:
+        if self.sender.state.paired is not None:
             for target in self.targets:
-                self.runtime.release(target)
+                self.sender.release(target)
                 self.chats[target.key].close()
             return
-        self.runtime.release(self.target)
+        self.sender.release(self.target)
         self.chat.close()
 
     @task
     def chat_completion(self) -> None:
-        runtime = self.runtime
-        if runtime.stage.rates is not None:
+        sender, state = self.sender, self.sender.state
+        if state.stage.rates is not None:
             gevent.sleep(OPEN_LOOP_IDLE_S)  # an open-loop stage: the scheduler sends, users being stopped idle
             return
         if self._pilot is not None:
@@ -82,12 +87,12 @@ class ChatUser(User):
         if self.session is not None:
             self._converse(self.session)
             return
-        plan = runtime.workload.next(self.sizer)
-        stage = runtime.stage_for(time.perf_counter())
-        if runtime.paired is not None:
-            send_pair(self.environment, runtime, self.chats, plan, stage, None, self.who)
+        plan = state.workload.next(self.sizer)
+        stage = state.stage_for(time.perf_counter())
+        if state.paired is not None:
+            send_pair(self.environment, sender, self.chats, plan, stage, None, self.who)
             return
-        send_plan(self.environment, runtime, self.chat, self.target, plan, stage, None, self.who)
+        send_plan(self.environment, sender, self.chat, self.target, plan, stage, None, self.who)
 
     def _pilot_request(self, pace: str) -> None:
         """The first stage's pilot: its first answer tells the waiting users how long a request takes."""
@@ -96,44 +101,44 @@ class ChatUser(User):
         try:
             self.chat_completion()
         finally:
-            keys = [t.key for t in self.targets] if self.runtime.paired is not None else [self.target.key]
-            self.runtime.start_spread.pilot_done(pace, keys, time.perf_counter() - started)
+            keys = [t.key for t in self.targets] if self.sender.state.paired is not None else [self.target.key]
+            self.sender.start_spread.pilot_done(pace, keys, time.perf_counter() - started)
 
     def _converse(self, session: Session) -> None:
         """One step of this user's conversation: think (after the previous answer), send, keep the reply."""
-        runtime = self.runtime
+        sender, state = self.sender, self.sender.state
         step = session.next()
         if step.think_s > 0:
             gevent.sleep(step.think_s)
-        stage = runtime.stage_for(time.perf_counter())
-        who = Who(self.user_no, f"w{runtime.worker_index}u{self.user_no}c{session.conversations}")
-        if runtime.paired is not None:
-            session.replied(send_pair(self.environment, runtime, self.chats, step.plans, stage, None, who))
+        stage = state.stage_for(time.perf_counter())
+        who = Who(self.user_no, f"w{state.worker_index}u{self.user_no}c{session.conversations}")
+        if state.paired is not None:
+            session.replied(send_pair(self.environment, sender, self.chats, step.plans, stage, None, who))
             return
         key = self.target.key
         session.replied(
-            {key: send_plan(self.environment, runtime, self.chat, self.target, step.plans[key], stage, None, who)}
+            {key: send_plan(self.environment, sender, self.chat, self.target, step.plans[key], stage, None, who)}
         )
 
 
 def converse_open(
-    environment: Environment, runtime: Runtime, pool: ClientPool, stream: str, intended: float, stage: int
+    environment: Environment, sender: Sender, pool: ClientPool, stream: str, intended: float, stage: int
 ) -> None:
     """Open loop: one arrival starts a conversation; each next turn is due its think time after the last answer."""
-    targets = {t.key: t for t in runtime.config.models}
+    targets = {t.key: t for t in sender.state.config.models}
     keys = list(targets) if stream == PAIR_STREAM else [stream]
-    session = runtime.traffic.session(keys)
+    session = sender.traffic.session(keys)
     step = session.next()
-    who = Who(conversation=f"w{runtime.worker_index}o{next(_OPEN_CONVERSATIONS)}")
+    who = Who(conversation=f"w{sender.state.worker_index}o{next(_OPEN_CONVERSATIONS)}")
     while True:
         clients = {key: pool.acquire(key) for key in keys}
         try:
             if stream == PAIR_STREAM:
-                records = send_pair(environment, runtime, clients, step.plans, stage, intended, who)
+                records = send_pair(environment, sender, clients, step.plans, stage, intended, who)
             else:
                 records = {
                     stream: send_plan(
-                        environment, runtime, clients[stream], targets[stream], step.plans[stream], stage, intended, who
+                        environment, sender, clients[stream], targets[stream], step.plans[stream], stage, intended, who
                     )
                 }
         finally:
@@ -148,18 +153,18 @@ def converse_open(
             gevent.sleep(step.think_s)
 
 
-def chat_client(runtime: Runtime, target: ModelTarget) -> ChatClient:
+def chat_client(sender: Sender, target: ModelTarget) -> ChatClient:
     return ChatClient(
         target.chat_url,
-        runtime.api_keys[target.key],
-        runtime.timeouts,
-        retry_after_max_s=runtime.config.request.retry_after_max_s,
+        sender.api_keys[target.key],
+        sender.timeouts,
+        retry_after_max_s=sender.state.config.request.retry_after_max_s,
     )
 
 
 def send_plan(
     environment: Environment,
-    runtime: Runtime,
+    sender: Sender,
     client: ChatClient,
     target: ModelTarget,
     plan: PlannedRequest,
@@ -168,7 +173,7 @@ def send_plan(
     who: Who = NOBODY,
 ) -> RequestRecord:
     """Send one planned request and report it; a stop mid-request is recorded, then ends the greenlet."""
-    request = runtime.config.request
+    request = sender.state.config.request
     body = chat_body(
         target.id,
         plan.messages,
@@ -178,7 +183,7 @@ def send_plan(
         ignore_eos=plan.ignore_eos,
     )
     capture = plan.turn is not None or target.tokenizer is not None  # only then is the text kept
-    abandon = runtime.abandoner.draw(runtime.worker_index) if runtime.abandoner is not None else None
+    abandon = sender.abandoner.draw(sender.state.worker_index) if sender.abandoner is not None else None
     try:
         record = client.send(
             body,
@@ -190,13 +195,13 @@ def send_plan(
             abandon=abandon,
         )
     except Cancelled as cancelled:
-        _report(environment, runtime, _annotated(runtime, cancelled.record, plan, target, intended_start), who)
+        _report(environment, sender, _annotated(sender, cancelled.record, plan, target, intended_start), who)
         raise GreenletExit() from None
-    return _report(environment, runtime, _annotated(runtime, record, plan, target, intended_start), who)
+    return _report(environment, sender, _annotated(sender, record, plan, target, intended_start), who)
 
 
 def _annotated(
-    runtime: Runtime, record: RequestRecord, plan: PlannedRequest, target: ModelTarget, intended_start: float | None
+    sender: Sender, record: RequestRecord, plan: PlannedRequest, target: ModelTarget, intended_start: float | None
 ) -> RequestRecord:
     """Turn index, open-loop send time and tokenizer counts, only where they apply (the common case is as-is)."""
     if plan.turn is None and intended_start is None and target.tokenizer is None:
@@ -207,13 +212,13 @@ def _annotated(
         sent_at = time.time() - (time.perf_counter() - started)
     record = replace(record, turn=plan.turn, sent_at=sent_at)
     if target.tokenizer is not None:
-        record = with_reply_tokens(record, runtime.traffic.tokens[target.key], plan.messages)
+        record = with_reply_tokens(record, sender.traffic.tokens[target.key], plan.messages)
     return record
 
 
 def send_pair(
     environment: Environment,
-    runtime: Runtime,
+    sender: Sender,
     clients: dict[str, ChatClient],
     plan: PlannedRequest | Mapping[str, PlannedRequest],
     stage: int,
@@ -224,23 +229,24 @@ def send_pair(
 
     A conversation turn gives each model its own plan: the same script, each with its own history.
     """
-    targets = {t.key: t for t in runtime.config.models}
+    paired = sender.state.paired
+    targets = {t.key: t for t in sender.state.config.models}
     plans = plan if isinstance(plan, Mapping) else dict.fromkeys(clients, plan)
-    keys = runtime.paired.send_order(list(clients)) if runtime.paired is not None else list(clients)
+    keys = paired.send_order(list(clients)) if paired is not None else list(clients)
     records = send_together(
         keys,
-        lambda key: send_plan(environment, runtime, clients[key], targets[key], plans[key], stage, intended_start, who),
+        lambda key: send_plan(environment, sender, clients[key], targets[key], plans[key], stage, intended_start, who),
     )
     done = {k: r for k, r in records.items() if isinstance(r, RequestRecord)}
-    if runtime.paired is not None:
-        runtime.paired.add(stage, done)
+    if paired is not None:
+        paired.add(stage, done)
     return done
 
 
-def _report(environment: Environment, runtime: Runtime, record: RequestRecord, who: Who = NOBODY) -> RequestRecord:
-    if record.outcome == "ok" and runtime.config.slo.is_set:
-        record = replace(record, good=runtime.is_good(record.ttft_s, record.itl_samples, record.e2e_s))
-    runtime.observe(record, who)
+def _report(environment: Environment, sender: Sender, record: RequestRecord, who: Who = NOBODY) -> RequestRecord:
+    if record.outcome == "ok" and sender.state.config.slo.is_set:
+        record = replace(record, good=sender.is_good(record.ttft_s, record.itl_samples, record.e2e_s))
+    sender.observe(record, who)
     if record.outcome in ("cancelled", "abandoned"):
         return record  # not a server fault: kept out of Locust's failure table
     exception = None if record.outcome == "ok" else _LocustFailure(f"{record.error}")
@@ -257,3 +263,42 @@ def _report(environment: Environment, runtime: Runtime, record: RequestRecord, w
 
 class _LocustFailure(Exception):
     """How a classified failure shows in Locust's failures table (the class name only)."""
+
+
+def open_loop(environment: Environment, sender: Sender) -> OpenLoop:
+    """This process's open-loop scheduler (idle until a rate stage begins)."""
+    state = sender.state
+    config = state.config
+    pool = ClientPool(list(config.models), lambda target: chat_client(sender, target), state.options.max_in_flight)
+
+    def send(client: ChatClient, target: ModelTarget, plan: PlannedRequest, stage: int, intended: float) -> None:
+        send_plan(environment, sender, client, target, plan, stage, intended)
+
+    def pair(clients: dict[str, ChatClient], plan: PlannedRequest, stage: int, intended: float) -> None:
+        send_pair(environment, sender, clients, plan, stage, intended)
+
+    keys = [m.key for m in config.models]
+
+    def next_plan(stream: str) -> PlannedRequest:
+        """A rate stage's next request, sized by the stream's model (paired: the first model's tokenizer)."""
+        return state.workload.next(sender.traffic.sizer(keys if stream == PAIR_STREAM else [stream]))
+
+    loop = OpenLoop(
+        list(config.models),
+        pool,
+        next_plan,
+        send,
+        pair if state.paired is not None else None,
+        state.arrivals,
+        config.seed,
+    )
+    loop.burstiness = state.options.burstiness
+    shape = state.options.shape
+    if isinstance(shape, ReplaySpec):
+        first = config.models[0]
+        loop.planned = ReplaySchedule(
+            shape, keys, state.paired is not None, lambda: state.run_salt, sender.traffic.tokens[first.key]
+        )
+    elif sender.traffic.conversational:
+        loop.arrival = lambda stream, intended, stage: converse_open(environment, sender, pool, stream, intended, stage)
+    return loop

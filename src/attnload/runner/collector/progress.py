@@ -18,7 +18,7 @@ import gevent
 from locust.env import Environment
 
 from attnload.report.progress import ProgressPrinter, ProgressState
-from attnload.runner.runtime import Runtime
+from attnload.runner.collector.collector import Collector
 from attnload.workload.shapes import SweepSpec
 
 TICK_S = 1.0
@@ -32,29 +32,30 @@ def silence_locust_tables() -> None:
     logging.getLogger(LOCUST_TABLES_LOGGER).disabled = True
 
 
-def progress_state(runtime: Runtime) -> ProgressState:
+def progress_state(collector: Collector) -> ProgressState:
     """The run now: stage k of n, users (or rate), elapsed/planned time, ok/failed, tokens per model."""
-    shape = runtime.options.shape
+    state, fleet = collector.state, collector.fleet
+    shape = state.options.shape
     planned = shape is not None and not isinstance(shape, SweepSpec)
     counts: Counter[str] = Counter()
-    tokens: dict[str, int] = {m.key: 0 for m in runtime.config.models}
-    for (model_key, _profile, _stage), series in list(runtime.recorder.series.items()):
+    tokens: dict[str, int] = {m.key: 0 for m in state.config.models}
+    for (model_key, _profile, _stage), series in list(state.recorder.series.items()):
         counts["ok"] += series.counts.get("ok", 0)
         counts["failed"] += series.counts.get("failed", 0)
         tokens[model_key] = tokens.get(model_key, 0) + series.counts.get("completion_tokens", 0)
-    rates = runtime.stage.rates
+    rates = state.stage.rates
     return ProgressState(
-        elapsed_s=time.perf_counter() - runtime.started_perf if runtime.started_at is not None else 0.0,
-        stage=runtime.stage.index,
+        elapsed_s=time.perf_counter() - state.started_perf if state.started_at is not None else 0.0,
+        stage=state.stage.index,
         stages=len(shape.stages) if planned and shape is not None else None,
         total_s=shape.duration_s if planned and shape is not None else None,
-        users=sum(runtime.fleet.users.values()),
-        target_users=runtime.fleet.target_users,
+        users=sum(fleet.users.values()),
+        target_users=fleet.target_users,
         target_rate=max(rates.values()) if rates else None,
         ok=counts["ok"],
         failed=counts["failed"],
         completion_tokens=tokens,
-        saturated=runtime.fleet.client_saturated,
+        saturated=fleet.client_saturated,
     )
 
 
@@ -70,7 +71,7 @@ class _ClearBeforeLog(logging.Filter):
         return True
 
 
-def feed_progress(environment: Environment, runtime: Runtime) -> None:
+def feed_progress(environment: Environment, collector: Collector) -> None:
     """Greenlet of a headless master: update the line each second, end it when the test stops or Locust quits."""
     if not getattr(environment.parsed_options, "headless", False):
         return
@@ -80,7 +81,7 @@ def feed_progress(environment: Environment, runtime: Runtime) -> None:
     def finish(**_: Any) -> None:
         nonlocal shown
         if shown:
-            printer.finish(progress_state(runtime))
+            printer.finish(progress_state(collector))
             shown = False
 
     environment.events.quitting.add_listener(finish)
@@ -89,8 +90,8 @@ def feed_progress(environment: Environment, runtime: Runtime) -> None:
             for handler in logger.handlers:
                 handler.addFilter(_ClearBeforeLog(printer))
     while True:
-        if runtime.running:
-            printer.update(progress_state(runtime))
+        if collector.state.running:
+            printer.update(progress_state(collector))
             shown = True
         else:
             finish()

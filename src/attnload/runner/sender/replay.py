@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 
-from attnload.runner.openloop import PAIR_STREAM, OpenStage
+from attnload.runner.sender.openloop import PAIR_STREAM, OpenStage
 from attnload.workload.prompts import PlannedRequest
 from attnload.workload.shapes import REPLAY_LEAD_S, ReplaySpec
 from attnload.workload.tokenizer import TextTokens

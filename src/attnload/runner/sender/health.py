@@ -1,10 +1,11 @@
-"""Whether a run could do what was asked: users that crashed and an open-loop scheduler that died.
+"""Whether a sending process could do what was asked: users that crashed and an open-loop scheduler that died.
 
 A closed-loop user whose ``on_start`` or task raises (a config value no request can be built from,
 a bug) stops sending; an open-loop scheduler greenlet that raises ends every later arrival. Neither
 is a failed *request*, so neither shows in the request counts: each sending process keeps these
-counts, ships them with its deltas, and the master puts the fleet's totals into ``results.client``
-(``users_started``, ``users_crashed``, ``scheduler_error``) for ``attnload run``'s exit status.
+counts and ships them with its deltas; the collector sums the fleet's (``collector/health.py``) into
+``results.client`` (``users_started``, ``users_crashed``, ``scheduler_error``) for ``attnload run``'s
+exit status.
 """
 
 from __future__ import annotations
@@ -17,12 +18,11 @@ from attnload.errors import redact
 
 @dataclass
 class RunHealth:
-    """This process's crash counts, plus (on a master) the last report of each worker."""
+    """This process's crash counts."""
 
     crashed: set[int] = field(default_factory=set)
     """Identities of user instances that raised (a user that raised twice counts once)."""
     scheduler_error: str | None = None
-    workers: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def user_error(self, user: object) -> None:
         self.crashed.add(id(user))
@@ -34,16 +34,3 @@ class RunHealth:
     def payload(self, started: int) -> dict[str, Any]:
         """What a worker ships with each report (cumulative, so a lost report loses nothing)."""
         return {"started": started, "crashed": len(self.crashed), "scheduler": self.scheduler_error}
-
-    def merge(self, worker_id: str, data: Any) -> None:
-        if isinstance(data, dict):
-            self.workers[worker_id] = data
-
-    def client_fields(self, started_here: int) -> dict[str, Any]:
-        """``ClientInfo`` fields over this process and every worker that reported."""
-        reports = [self.payload(started_here), *self.workers.values()]
-        return {
-            "users_started": sum(int(r.get("started") or 0) for r in reports),
-            "users_crashed": sum(int(r.get("crashed") or 0) for r in reports),
-            "scheduler_error": next((str(r["scheduler"]) for r in reports if r.get("scheduler")), None),
-        }

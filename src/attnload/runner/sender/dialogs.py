@@ -14,11 +14,11 @@ from __future__ import annotations
 import random
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from pathlib import Path
 
 from attnload.config.model import ModelTarget, Profile, TestConfig, sample_count, sample_seconds
 from attnload.measure.recorder import RequestRecord
 from attnload.measure.tokens import MESSAGE_OVERHEAD_TOKENS
+from attnload.plan.traffic import open_datasets
 from attnload.workload.conversation import (
     Conversation,
     ConversationScript,
@@ -26,35 +26,9 @@ from attnload.workload.conversation import (
     new_salt,
     synthetic_script,
 )
-from attnload.workload.dataset import Dataset, DatasetSampler, open_dataset
+from attnload.workload.dataset import DatasetSampler
 from attnload.workload.prompts import PlannedRequest, Workload
 from attnload.workload.tokenizer import EstimatorTokens, TextTokens, load_tokenizer
-
-
-def dataset_path(path: str, config_source: str) -> Path:
-    """A dataset path as given (relative to the working directory), else relative to the config file."""
-    given = Path(path).expanduser()
-    if given.is_absolute() or given.exists():
-        return given
-    beside = Path(config_source).parent / given
-    return beside if beside.exists() else given
-
-
-def open_datasets(config: TestConfig, profiles: Sequence[Profile]) -> dict[str, Dataset]:
-    """Every dataset the profiles name, opened and validated (a bad file is a UsageError, before any load)."""
-    return {
-        p.name: open_dataset(dataset_path(p.dataset.path, config.source), p.dataset.format)
-        for p in profiles
-        if p.dataset is not None
-    }
-
-
-def check_traffic(config: TestConfig, profiles: Sequence[Profile] | None = None) -> None:
-    """Open every dataset and tokenizer once, so a bad file is one line and exit 2 before any process starts."""
-    for dataset in open_datasets(config, profiles if profiles is not None else config.profiles).values():
-        dataset.close()
-    for target in config.models:
-        load_tokenizer(target.tokenizer)
 
 
 @dataclass(frozen=True)

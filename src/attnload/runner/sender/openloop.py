@@ -22,7 +22,6 @@ import time
 import zlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Literal
 
 import gevent
 import gevent.pool
@@ -36,15 +35,10 @@ from attnload.workload.prompts import PlannedRequest
 
 log = logging.getLogger(__name__)
 
-Arrivals = Literal["poisson", "constant"]
+Arrivals = str
+"""``poisson`` or ``constant`` (``gamma`` runs :func:`gamma_offsets` instead, from ``burstiness``)."""
 PAIR_STREAM = "*"
 """Stream key of a paired schedule: each arrival sends one prompt to every model."""
-DEFAULT_MAX_IN_FLIGHT = 1024
-"""Per model and worker: keep-alive connections the pool may open before requests wait.
-
-By Little's law a stage needs rate × request duration connections; a cap below that turns
-into dispatch lag (flagged ``client_behind``), so the default is generous (``runner`` raises
-the open-files limit) and ``--max-in-flight`` lowers it on purpose."""
 
 
 def arrival_offsets(

@@ -1,4 +1,5 @@
-"""The fleet seen from the master: stopping users, collecting final counts and CPU (progress: ``progress.py``)."""
+"""The fleet seen from the collector: stopping users, collecting final counts, and the one-second watch
+of workers and CPU (progress: ``progress.py``)."""
 
 from __future__ import annotations
 
@@ -10,11 +11,10 @@ import gevent
 from locust.env import Environment
 from locust.runners import MasterRunner
 
-from attnload.runner.runtime import Runtime
+from attnload.runner.collector.collector import Collector, LocalCollector, MasterCollector
 
 log = logging.getLogger(__name__)
 
-FINAL_DELTA_MESSAGE = "attnload_final"
 FINAL_COUNTS_WAIT_S = 30.0
 """After the users stop: how long the master waits for every worker's final counts (beyond
 ``--stop-timeout``). Cancelling thousands of in-flight streams takes a worker seconds."""
@@ -30,33 +30,34 @@ def stop_users(runner: Any) -> None:
     """
     if runner is None or runner.state not in ("spawning", "running"):
         return
-    runtime: Runtime | None = getattr(runner.environment, "attnload", None)
-    if isinstance(runner, MasterRunner) and runtime is not None:
-        stop_and_collect(runner, runtime)
+    runtime = getattr(runner.environment, "attnload", None)
+    collector = runtime.collector if runtime is not None else None
+    if isinstance(runner, MasterRunner) and isinstance(collector, MasterCollector):
+        stop_and_collect(runner, collector)
     else:
         runner.stop()
 
 
-def stop_and_collect(runner: MasterRunner, runtime: Runtime) -> None:
+def stop_and_collect(runner: MasterRunner, collector: MasterCollector) -> None:
     """Stop every worker's users and wait until each worker still connected has sent its final counts."""
     expected = _connected_workers(runner)
     runner.stop()  # sends stop to the workers and waits until their users are gone (up to --stop-timeout + 60 s)
-    _await_final_counts(runtime, expected)
+    _await_final_counts(collector, expected)
 
 
-def write_after_final_counts(runner: MasterRunner, runtime: Runtime) -> None:
+def write_after_final_counts(runner: MasterRunner, collector: MasterCollector) -> None:
     """A stop from the web UI: write results once the workers' final counts are in."""
-    _await_final_counts(runtime, _connected_workers(runner))
-    runtime.write_results()
+    _await_final_counts(collector, _connected_workers(runner))
+    collector.write_results()
 
 
 def _connected_workers(runner: MasterRunner) -> set[str]:
     return {client.id for client in runner.clients.all if client.state != "missing"}
 
 
-def _await_final_counts(runtime: Runtime, expected: set[str]) -> None:
+def _await_final_counts(collector: MasterCollector, expected: set[str]) -> None:
     deadline = time.monotonic() + FINAL_COUNTS_WAIT_S
-    while (missing := expected - runtime.final_counts_from - runtime.workers_lost) and time.monotonic() < deadline:
+    while (missing := expected - collector.final_counts_from - collector.workers_lost) and time.monotonic() < deadline:
         gevent.sleep(0.05)
     if missing:
         log.warning(
@@ -66,30 +67,24 @@ def _await_final_counts(runtime: Runtime, expected: set[str]) -> None:
         )
 
 
-def sample_cpu(runtime: Runtime) -> None:
-    """A worker's one-second CPU samples; their peak rides on each report to the master."""
-    while True:
-        gevent.sleep(1.0)
-        runtime.cpu.sample()
-        runtime.throttle.sample()
+def watch_workers(runner: MasterRunner, collector: MasterCollector) -> None:
+    """A master's second: worker count and workers that went missing."""
+    connected = set()
+    for client in list(runner.clients.values()):
+        if client.state == "missing":
+            collector.workers_lost.add(client.id)
+        else:
+            connected.add(client.id)
+    # Locust forgets a worker between "stopped" and "ready" (up to --stop-timeout); its reports go on.
+    collector.fleet.workers = len(connected | collector.reporting_workers())
 
 
-def watch_fleet(environment: Environment, runtime: Runtime) -> None:
+def watch_fleet(environment: Environment, collector: Collector) -> None:
     """Every second: worker count, CPU per worker, workers that went missing."""
     runner = environment.runner
     while True:
-        if isinstance(runner, MasterRunner):
-            connected = set()
-            for client in list(runner.clients.values()):
-                if client.state == "missing":
-                    runtime.workers_lost.add(client.id)
-                else:
-                    connected.add(client.id)
-            # Locust forgets a worker between "stopped" and "ready" (up to --stop-timeout); its reports go on.
-            runtime.fleet.workers = len(connected | runtime.reporting_workers())
-        elif runner is not None:
-            runtime.fleet.workers = 1
-            runtime.fleet.users = dict(runtime.users_by_model)
-            runtime.note_cpu("local", runtime.cpu.sample())
-            runtime.note_throttled(runtime.throttle.sample())
+        if isinstance(runner, MasterRunner) and isinstance(collector, MasterCollector):
+            watch_workers(runner, collector)
+        elif runner is not None and isinstance(collector, LocalCollector):
+            collector.tick()
         gevent.sleep(1.0)

@@ -1,0 +1,341 @@
+"""The collector of a Locust process: what the run did, for ``/metrics``, the live views and the results.
+
+Locust's habit, one class per role: a :class:`MasterCollector` merges the deltas its workers send
+(``runner/messages.py``) and watches them come and go; a :class:`LocalCollector` reads the sender of
+its own process. Both scrape the model servers and GPUs, keep the fleet's gauges, and build and
+write the results.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, Protocol
+
+from attnload.exporter.exposition import FleetState
+from attnload.measure.cgroup import throttled_reason
+from attnload.report.csvout import write_llm_csv
+from attnload.report.html import write_html
+from attnload.results.model import Results
+from attnload.results.summarize import StageWindow, build_results, client_info
+from attnload.results.write import write_results
+from attnload.runner.collector.health import FleetHealth
+from attnload.runner.collector.requestsfile import RequestsWriter
+from attnload.runner.gpuview import GpuView, gpu_targets
+from attnload.runner.sender.sender import Sender
+from attnload.runner.sender.startspread import PilotBoard
+from attnload.runner.serverview import ServerView, scrape_targets
+from attnload.runner.state import RunState
+from attnload.workload.sweep import ModelStageStats
+
+USERS_REPORT_LAG_S = 3.5
+"""Workers report their users every 3 s: a master's count is current this long after a stage starts."""
+SATURATED_CPU_RATIO = 0.9
+
+
+class StageView(Protocol):
+    """A scraped source summarised per stage (the server view, the GPU view)."""
+
+    def start(self) -> None: ...
+    def stage_ended(self, index: int) -> None: ...
+    def stop(self) -> None: ...
+
+
+class Collector:
+    """Fleet gauges, scrapers and results of one collecting process (see the subclasses)."""
+
+    process_role = ""
+    """What ``results.config.role`` says of the process that wrote them."""
+    own_workers = 0
+    """Sending processes counted beside the workers that reported (a single process sends itself)."""
+
+    def __init__(self, state: RunState) -> None:
+        self.state = state
+        config = state.config
+        self.fleet = FleetState(model_labels={m.key: (m.id, m.attention) for m in config.models})
+        self.health = FleetHealth()
+        self.cpu_max_ratio = 0.0
+        self.throttled_max_ratio = 0.0
+        self.requests: RequestsWriter | None = None
+        """``--requests-out``: the file this process writes."""
+        self.sweep_final: Callable[[], dict[str, dict[str, Any]]] | None = None
+        """Gives the sweep report from final stats (set by the sweep shape)."""
+        self.server_view: ServerView | None = None
+        """The model servers' /metrics, unless --server-metrics off."""
+        self.gpu_view: GpuView | None = None
+        """dcgm-exporter's (or the simulator's) per-GPU gauges per model, unless --gpu-metrics off."""
+
+    def open_views(self) -> None:
+        """Scrape the model servers and GPUs the options ask for (from the next test on)."""
+        state = self.state
+        config, options = state.config, state.options
+        if options.server_metrics == "auto":
+            self.server_view = ServerView(
+                scrape_targets(config, state.attention_facts), options.server_metrics_interval_s
+            )
+        if options.gpu_metrics == "auto":
+            guess = options.server_metrics == "auto"  # off: the servers' /metrics are not read at all
+            self.gpu_view = GpuView(
+                gpu_targets(config, state.attention_facts, guess),
+                options.server_metrics_interval_s,
+                on_sample=self.fleet.gpu.record,
+            )
+
+    # ------------------------------------------------------------------ stages
+
+    def begin_test(self) -> None:
+        if self.requests is not None:
+            self.requests.restart()
+        for view in self._views():
+            view.start()
+
+    def enter_stage(self, users: int | None, rate: float | None, rates: dict[str, float] | None) -> None:
+        fleet = self.fleet
+        fleet.stage = self.state.stage.index
+        fleet.target_users = users or 0
+        fleet.target_rate = rate if rate is not None else (sum(rates.values()) / len(rates) if rates else 0.0)
+
+    def close_stage(self) -> None:
+        """The running stage ends: each view scrapes once, so counter deltas end at the boundary."""
+        for view in self._views():
+            view.stage_ended(self.state.stage.index)
+
+    def test_stopped(self) -> None:
+        for view in self._views():
+            view.stage_ended(self.state.stage.index)
+            view.stop()
+
+    def _views(self) -> list[StageView]:
+        """The scrapers of this run: the server view and the GPU view, where on."""
+        return [v for v in (self.server_view, self.gpu_view) if v is not None]
+
+    def users_now(self) -> dict[str, int] | None:
+        """Each model's users now (None: not known yet this stage)."""
+        return dict(self.fleet.users)
+
+    def note_stage_users(self) -> None:
+        """Sample each model's users for the current stage (every shape tick; the last sample of a
+        stage is what ``stages[].users`` reports)."""
+        clock = self.state.stage
+        if clock.index < 0 or not self.state.running:
+            return
+        users = self.users_now()
+        if users is not None:
+            clock.model_users[clock.index] = {key: int(n) for key, n in users.items()}
+
+    def covered_until(self) -> float | None:
+        """perf_counter time up to which the merged data is complete (None: now)."""
+        return None
+
+    def stage_stats(self, index: int) -> dict[str, ModelStageStats]:
+        """Per model, what stage ``index`` has done so far (the sweep decides on it).
+
+        Rates divide by the time the merged data covers: on a master that is up to the
+        oldest worker's last delta (workers report every ~3 s), not up to now.
+        """
+        state = self.state
+        window = next((w for w in reversed(state.stage.windows) if w.index == index), None)
+        if window is None:
+            return {}
+        end_s = window.end_s if window.end_s >= 0 else time.perf_counter() - state.started_perf
+        covered = self.covered_until()
+        if covered is not None and window.end_s < 0:
+            covered_s = covered - state.started_perf
+            if covered_s > window.start_s + 1.0:
+                end_s = min(end_s, covered_s)
+        duration_s = max(end_s - window.start_s, 1e-9)
+        out = {}
+        for target in state.config.models:
+            series = state.recorder.combined(model_key=target.key, stage=index)
+            hists = series.hists
+            out[target.key] = ModelStageStats(
+                output_tokens_per_s=series.counts.get("completion_tokens", 0) / duration_s,
+                requests_per_s=series.counts.get("ok", 0) / duration_s,
+                ttft_p99_s=hists["ttft"].quantile(0.99),
+                itl_p99_s=hists["itl"].quantile(0.99),
+                e2e_p99_s=hists["e2e"].quantile(0.99),
+                failed=series.counts.get("failed", 0),
+            )
+        return out
+
+    # ------------------------------------------------------------------ client saturation
+
+    def note_cpu(self, worker: str, ratio: float) -> None:
+        self.fleet.worker_cpu_ratio[worker] = ratio
+        self.cpu_max_ratio = max(self.cpu_max_ratio, ratio)
+        self._flag_saturation()
+
+    def note_throttled(self, ratio: float) -> None:
+        """cgroup CPU throttling (share of wall time) of a worker or this process; see ``measure.cgroup``."""
+        self.throttled_max_ratio = max(self.throttled_max_ratio, ratio)
+        self._flag_saturation()
+
+    def _flag_saturation(self) -> None:
+        saturated = self.cpu_max_ratio > SATURATED_CPU_RATIO
+        self.fleet.client_saturated = saturated or throttled_reason(self.throttled_max_ratio) is not None
+
+    # ------------------------------------------------------------------ --requests-out
+
+    def drain_requests(self) -> None:
+        """Move lines this process holds into the file (only a single process holds any)."""
+
+    def close_requests(self) -> None:
+        if self.requests is not None:
+            self.drain_requests()
+            self.requests.close()
+
+    # ------------------------------------------------------------------ results
+
+    def workers_counted(self) -> tuple[int, int]:
+        """(workers, workers lost) for ``results.client``."""
+        return self.own_workers, 0
+
+    def own_health(self) -> dict[str, Any] | None:
+        """This process's own crash counts (a single process's users), beside the workers'."""
+        return None
+
+    def results(self) -> Results:
+        state = self.state
+        started = state.started_at or time.time()
+        ended = state.ended_at or time.time()
+        workers, lost = self.workers_counted()
+        sweep = self.sweep_final() if self.sweep_final is not None else None
+        running_stage = state.stage.index if state.running else None
+        results = build_results(
+            state.config,
+            state.recorder,
+            started_at=started,
+            ended_at=ended,
+            stages=self._windows(),
+            client=client_info(
+                workers, lost, self.cpu_max_ratio, state.recorder, throttled_ratio=self.throttled_max_ratio
+            ),
+            run_info=self._run_info(),
+            attention_info={m.key: facts for m in state.config.models if (facts := state.attention_facts(m.id))},
+            paired=state.paired,
+            sweep=sweep,
+            in_flight=dict(self.fleet.users) if state.running else None,
+            context=state.context,
+            trace_rate_per_s=state.trace_rate_per_s,
+            server=self.server_view.results(running_stage) if self.server_view is not None else None,
+            gpu=self.gpu_view.results(running_stage) if self.gpu_view is not None else None,
+        )
+        client = results.client.model_copy(update=self.health.client_fields(self.own_health()))
+        update: dict[str, Any] = {"client": client, "interrupted": state.interrupted}
+        if self.requests is not None:
+            self.drain_requests()
+            update["requests_out"] = self.requests.summary(final=not state.running)
+        return results.model_copy(update=update)
+
+    def _windows(self) -> list[StageWindow]:
+        state = self.state
+        if not state.options.shape:
+            return []
+        clock = state.stage
+        return [replace(w, model_users=clock.model_users.get(w.index)) for w in clock.windows if w.end_s > w.start_s]
+
+    def _run_info(self) -> dict[str, Any]:
+        state = self.state
+        config, options, shape = state.config, state.options, state.options.shape
+        return {
+            "source": os.path.basename(config.source),
+            "shape": shape.to_text() if shape else None,
+            "stage_duration_s": shape.stage_duration_s if shape else None,
+            "warmup_s": options.warmup_s,
+            "profiles": [p.name for p in state.workload.profiles],
+            "max_tokens": config.request.max_tokens,
+            "temperature": config.request.temperature,
+            "role": self.process_role,
+            "paired": options.paired,
+            "arrivals": state.arrivals,
+            "burstiness": state.burstiness,
+            "models": {m.key: {"id": m.id, "attention": m.attention, "url": m.chat_url} for m in config.models},
+        }
+
+    def write_results(self) -> Path | None:
+        state = self.state
+        if state.started_at is None:
+            return None
+        results = self.results()
+        path = write_results(results, state.options.results_dir, state.started_at, render_html=write_html)
+        if state.options.csv_prefix:  # beside the CSVs Locust writes for its own --csv
+            write_llm_csv(results, state.options.csv_prefix)
+        return path
+
+
+class LocalCollector(Collector):
+    """A single process: it collects what its own sender records."""
+
+    process_role = "local"
+    own_workers = 1
+
+    def __init__(self, state: RunState, sender: Sender) -> None:
+        super().__init__(state)
+        self.sender = sender
+
+    def users_now(self) -> dict[str, int] | None:
+        return dict(self.sender.users_by_model)
+
+    def tick(self) -> None:
+        """Every second: this process is the fleet (its users, its CPU)."""
+        self.fleet.workers = 1
+        self.fleet.users = dict(self.sender.users_by_model)
+        self.note_cpu("local", self.sender.cpu.sample())
+        self.note_throttled(self.sender.throttle.sample())
+
+    def drain_requests(self) -> None:
+        lines = self.sender.lines
+        if self.requests is not None and lines is not None:
+            self.requests.write(lines.take(final=True))
+
+    def own_health(self) -> dict[str, Any] | None:
+        return self.sender.health.payload(self.sender.spawned)
+
+
+class MasterCollector(Collector):
+    """A Locust master: it merges its workers' deltas and tracks them."""
+
+    process_role = "master"
+
+    def __init__(self, state: RunState) -> None:
+        super().__init__(state)
+        self.pilots = PilotBoard()
+        """Which worker runs each model's first-stage pilot (``--start-spread auto``)."""
+        self.worker_users: dict[str, dict[str, int]] = {}
+        self.workers_seen: set[str] = set()
+        self.workers_lost: set[str] = set()
+        self.final_counts_from: set[str] = set()
+        """Workers whose final counts (sent when their users stopped) reached this master."""
+        self.merged_at: dict[str, float] = {}
+        """perf_counter time of each worker's last merged report."""
+
+    def begin_test(self) -> None:
+        self.final_counts_from.clear()
+        self.pilots.reset()
+        super().begin_test()
+
+    def users_now(self) -> dict[str, int] | None:
+        """The workers' report (every ~3 s): a sample closer than that to the stage start may still show
+        the previous stage, so none is taken."""
+        if time.perf_counter() - self.state.stage.started < USERS_REPORT_LAG_S:
+            return None
+        return dict(self.fleet.users)
+
+    def covered_until(self) -> float | None:
+        return min(self.merged_at.values()) if self.merged_at else None
+
+    def note_worker_users(self, worker_id: str, users: dict[str, int]) -> None:
+        self.worker_users[worker_id] = users
+        self.fleet.users = dict(sum((Counter(u) for u in self.worker_users.values()), Counter()))
+
+    def reporting_workers(self, within_s: float = 7.0) -> set[str]:
+        """Workers whose report arrived recently (they report every 3 s, even between tests)."""
+        now = time.perf_counter()
+        return {w for w, at in self.merged_at.items() if now - at < within_s and w not in self.workers_lost}
+
+    def workers_counted(self) -> tuple[int, int]:
+        return len(self.workers_seen), len(self.workers_lost)
