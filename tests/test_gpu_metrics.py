@@ -335,7 +335,7 @@ def test_gpu_view_renders_in_console_html_tab_and_explanation() -> None:
     from attnload.report.console import render_table
     from attnload.report.explain import explain
     from attnload.report.html import render_html
-    from attnload.report.webui import llm_rows
+    from attnload.report.live.webui import llm_rows
 
     results = _results_with_gpu()
     console = Console(width=200, record=True)
@@ -357,7 +357,7 @@ def test_gpu_view_renders_in_console_html_tab_and_explanation() -> None:
 
 def test_gpu_targets_explicit_guessed_and_not_guessed(tmp_path: Path) -> None:
     from attnload.config.load import load_config
-    from attnload.runner.gpuview import gpu_targets
+    from attnload.runner.collector.gpuview import gpu_targets
 
     path = tmp_path / "c.json"
     path.write_text(

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import io
 
-from attnload.report.progress import (
+from attnload.report.live.progress import (
     ERASE_LINE,
     LOG_INTERVAL_S,
     ProgressPrinter,

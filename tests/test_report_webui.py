@@ -18,8 +18,8 @@ locust = pytest.importorskip("locust")
 from locust import User, constant, task  # noqa: E402
 from locust.env import Environment  # noqa: E402
 
-from attnload.report import webui  # noqa: E402
 from attnload.report.fmt import ms_bare, rate  # noqa: E402
+from attnload.report.live import webui  # noqa: E402
 from attnload.results.model import GaugeSummary, Results, ServerSummary  # noqa: E402
 from test_report_factory import gqa_model, mla_model, results  # noqa: E402
 

@@ -13,7 +13,7 @@ from attnload.errors import UsageError
 from attnload.measure.context import ContextRecorder, prompt_bucket
 from attnload.measure.recorder import RequestRecord
 from attnload.report import render_html
-from attnload.report.webui import llm_rows
+from attnload.report.live.webui import llm_rows
 from attnload.results.context import context_fields
 from attnload.results.model import PromptLengthBucket, TurnSummary
 from attnload.runner.sender.dialogs import Traffic

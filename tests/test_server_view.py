@@ -17,10 +17,10 @@ from attnload.errors import UsageError
 from attnload.plan.options import OPTION, server_metrics_interval, server_metrics_mode
 from attnload.report import print_summary, render_html
 from attnload.report.explain import explain
-from attnload.report.webui import llm_rows
+from attnload.report.live.webui import llm_rows
 from attnload.results.model import GaugeSummary, Results, ServerSummary, StageSummary
 from attnload.results.server import SERVER_GAP_FLAG, ServerResults, gap_reasons, token_allowance, with_server
-from attnload.runner.serverview import ServerView, scrape_targets
+from attnload.runner.collector.serverview import ServerView, scrape_targets
 from test_report_factory import gqa_model, mla_model, results, stage
 
 DATA = Path(__file__).parent / "data" / "server_metrics"

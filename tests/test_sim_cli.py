@@ -199,7 +199,7 @@ def test_explain_prints_the_breakdown(capsys: pytest.CaptureFixture[str]) -> Non
 def test_refusals_exit_2_one_line(
     argv: list[str], message: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("attnload.sim.server.serve", _no_serve)
+    monkeypatch.setattr("attnload.sim.serving.server.serve", _no_serve)
     assert main(["sim", *argv]) == 2
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1 and "Traceback" not in err
@@ -211,7 +211,7 @@ def _no_serve(*args: object, **kwargs: object) -> None:
 
 def test_run_serves_default_pair_under_client_ids(monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[tuple[Any, dict[str, Any]]] = []
-    monkeypatch.setattr("attnload.sim.server.serve", lambda engines, **kw: calls.append((engines, kw)))
+    monkeypatch.setattr("attnload.sim.serving.server.serve", lambda engines, **kw: calls.append((engines, kw)))
     assert (
         main(["sim", "--port", "0", "--tokens-per-event", "4", "--output-tokens", "64", "--kv-capacity-scale", "0.05"])
         == 0
@@ -373,7 +373,7 @@ async def _stream(client: Any, model: str, content: str, max_tokens: int) -> tup
 def test_http_routes_aliases_and_reports_cached_tokens() -> None:
     from aiohttp.test_utils import TestClient, TestServer
 
-    from attnload.sim.server import build_app
+    from attnload.sim.serving.server import build_app
 
     async def main_() -> None:
         engines = build_engines(resolve_models(None, EngineConfig(kv_capacity_scale=0.05)))
@@ -404,7 +404,7 @@ def test_http_routes_aliases_and_reports_cached_tokens() -> None:
 def test_7_11_tokens_per_event_keeps_client_mean_itl() -> None:
     from aiohttp.test_utils import TestClient, TestServer
 
-    from attnload.sim.server import build_app
+    from attnload.sim.serving.server import build_app
 
     async def main_() -> list[float]:
         engines = build_engines(resolve_models(["llama-3-70b"], EngineConfig()), mode="fixed", ttft_s=0.05, itl_s=0.02)

@@ -14,7 +14,7 @@ from aiohttp.test_utils import TestServer
 
 from attnload.sim.api import ServedModel
 from attnload.sim.fixed import FixedEngine
-from attnload.sim.server import build_app
+from attnload.sim.serving.server import build_app
 
 
 def engines(max_model_len: int = 4096) -> list[FixedEngine]:

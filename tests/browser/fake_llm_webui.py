@@ -17,7 +17,7 @@ from locust.env import Environment
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/, for the factory
 
-from attnload.report import webui  # noqa: E402
+from attnload.report.live import webui  # noqa: E402
 from attnload.results.model import Results, Summary
 from test_report_factory import gqa_model, mla_model, results  # noqa: E402
 

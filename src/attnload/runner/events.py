@@ -17,7 +17,7 @@ from attnload.config.model import TestConfig
 from attnload.errors import UsageError
 from attnload.exporter.exposition import serve_metrics
 from attnload.plan.options import RunOptions, add_arguments, exit_usage, options_from, requests_out_option
-from attnload.report import webui
+from attnload.report.live import webui
 from attnload.runner.collector.collector import Collector, LocalCollector, MasterCollector
 from attnload.runner.collector.fleet import stop_users, watch_fleet, write_after_final_counts
 from attnload.runner.collector.progress import feed_progress, silence_locust_tables

@@ -4,7 +4,7 @@ The master (or a single process) runs one poller per source and test in a greenl
 closes a window at every stage boundary (one scrape there, so counter deltas end exactly
 at the boundary) and hands the results a ``StageSummaries``. Workers never scrape: one
 poller per run keeps the servers' load and the counter deltas single. The server view
-(``runner/serverview.py``) and the GPU view (``runner/gpuview.py``) are this with their source.
+(``runner/collector/serverview.py``) and the GPU view (``runner/collector/gpuview.py``) are this with their source.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The contract between the simulator's HTTP server and its timing engines.
 
-The server (``sim/server.py``) owns HTTP, SSE framing, filler text, usage and the
+The server (``sim/serving/server.py``) owns HTTP, SSE framing, filler text, usage and the
 server-side truth (``/stats``); an engine owns *when* tokens appear. Two engines
 implement :class:`Engine`: ``FixedEngine`` (``sim/fixed.py``: exact TTFT and ITL) and
 the attention-aware roofline engine (``sim/engine.py``: docs/cost-model.md §3–§4).

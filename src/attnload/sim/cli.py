@@ -348,7 +348,7 @@ def run(args: argparse.Namespace) -> int:
         jitter=args.jitter,
         clock=VirtualClock() if args.clock == "virtual" else None,
     )
-    from attnload.sim.server import serve
+    from attnload.sim.serving.server import serve
 
     serve(
         engines,

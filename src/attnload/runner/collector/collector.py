@@ -23,12 +23,12 @@ from attnload.report.html import write_html
 from attnload.results.model import Results
 from attnload.results.summarize import StageWindow, build_results, client_info
 from attnload.results.write import write_results
+from attnload.runner.collector.gpuview import GpuView, gpu_targets
 from attnload.runner.collector.health import FleetHealth
 from attnload.runner.collector.requestsfile import RequestsWriter
-from attnload.runner.gpuview import GpuView, gpu_targets
+from attnload.runner.collector.serverview import ServerView, scrape_targets
 from attnload.runner.sender.sender import Sender
 from attnload.runner.sender.startspread import PilotBoard
-from attnload.runner.serverview import ServerView, scrape_targets
 from attnload.runner.state import RunState
 from attnload.workload.sweep import ModelStageStats
 

@@ -17,7 +17,7 @@ from typing import Any
 import gevent
 from locust.env import Environment
 
-from attnload.report.progress import ProgressPrinter, ProgressState
+from attnload.report.live.progress import ProgressPrinter, ProgressState
 from attnload.runner.collector.collector import Collector
 from attnload.workload.shapes import SweepSpec
 

@@ -3,7 +3,7 @@
 It owns the wire: request validation with OpenAI-shaped errors, SSE framing, seeded
 filler text, ``usage`` (prompt tokens by the shared estimator, cached tokens from the
 engine), grouping tokens into events (``tokens_per_event``), and counting the server-side
-truth (``sim/truth.py``: ``/stats``, ``/metrics``) that client measurements are checked
+truth (``sim/serving/truth.py``: ``/stats``, ``/metrics``) that client measurements are checked
 against. When tokens appear is the engine's business (``sim/api.py``).
 """
 
@@ -25,7 +25,7 @@ from attnload.measure.tokens import prompt_tokens
 from attnload.sim.api import Engine, EngineRejected, GenerationRequest, GenerationState
 from attnload.sim.fixed import FixedEngine
 from attnload.sim.gpu import GpuActivity, dcgm_text
-from attnload.sim.truth import ModelTruth, StepTimes, exposition
+from attnload.sim.serving.truth import ModelTruth, StepTimes, exposition
 
 log = logging.getLogger(__name__)
 

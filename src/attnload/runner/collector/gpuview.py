@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 
 from attnload.attention import FactsLookup, no_facts
 from attnload.config.model import TestConfig
-from attnload.runner.serverview import model_names
+from attnload.runner.collector.serverview import model_names
 from attnload.scrape import default_metrics_url
 from attnload.scrape.dcgm import GpuExposition
 from attnload.scrape.gpu import GPU, GpuTarget
