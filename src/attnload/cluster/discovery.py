@@ -97,32 +97,7 @@ def rbac(namespaces: Sequence[str] = names.MODEL_SERVER_NAMESPACES) -> list[dict
             "automountServiceAccountToken": False,
         }
     ]
-    for namespace in namespaces:
-        meta = {"name": names.PROMETHEUS_DISCOVERY_ROLE, "namespace": namespace, "labels": labels}
-        objects.append(
-            {
-                "apiVersion": "rbac.authorization.k8s.io/v1",
-                "kind": "Role",
-                "metadata": meta,
-                "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}],
-            }
-        )
-        objects.append(
-            {
-                "apiVersion": "rbac.authorization.k8s.io/v1",
-                "kind": "RoleBinding",
-                "metadata": dict(meta),
-                "roleRef": {
-                    "apiGroup": "rbac.authorization.k8s.io",
-                    "kind": "Role",
-                    "name": names.PROMETHEUS_DISCOVERY_ROLE,
-                },
-                "subjects": [
-                    {"kind": "ServiceAccount", "name": names.PROMETHEUS_SERVICE_ACCOUNT, "namespace": names.NAMESPACE}
-                ],
-            }
-        )
-    return objects
+    return objects + pod_reader_rbac(names.PROMETHEUS_DISCOVERY_ROLE, namespaces)
 
 
 def egress_policy(namespaces: Sequence[str] = names.MODEL_SERVER_NAMESPACES) -> dict[str, Any] | None:
@@ -158,3 +133,32 @@ def objects(namespaces: Sequence[str] = names.MODEL_SERVER_NAMESPACES) -> list[d
     """Everything besides the scrape job: RBAC, then the egress policy when one is needed."""
     policy = egress_policy(namespaces)
     return rbac(namespaces) + ([policy] if policy else [])
+
+
+def pod_reader_rbac(role: str, namespaces: Sequence[str]) -> list[dict[str, Any]]:
+    """A Role ``role`` + RoleBinding per namespace: Prometheus's ServiceAccount may get, list and watch
+    its pods (and nothing else), which is all pod discovery needs."""
+    labels = names.labels("prometheus", "prometheus")
+    out: list[dict[str, Any]] = []
+    for namespace in namespaces:
+        meta = {"name": role, "namespace": namespace, "labels": labels}
+        out.append(
+            {
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "Role",
+                "metadata": meta,
+                "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}],
+            }
+        )
+        out.append(
+            {
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "RoleBinding",
+                "metadata": dict(meta),
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": role},
+                "subjects": [
+                    {"kind": "ServiceAccount", "name": names.PROMETHEUS_SERVICE_ACCOUNT, "namespace": names.NAMESPACE}
+                ],
+            }
+        )
+    return out

@@ -22,7 +22,7 @@ import json
 import logging
 import re
 import sys
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -186,59 +186,46 @@ def prometheus_config_map(
     return config_map(names.PROMETHEUS_CONFIG_MAP, "prometheus", data), sources
 
 
-def _datasources(files: list[Path]) -> dict[str, str]:
+_DEFAULT_DATASOURCE = {
+    "name": "Prometheus",
+    "uid": "prometheus",
+    "type": "prometheus",
+    "access": "proxy",
+    "url": names.PROMETHEUS_URL,
+    "isDefault": True,
+}
+_DEFAULT_PROVIDER = {
+    "name": "attnload",
+    "folder": "attnload",
+    "type": "file",
+    "disableDeletion": True,
+    "options": {"path": names.GRAFANA_DASHBOARD_DIR},
+}
+
+
+def _datasource_in_cluster(source: dict[str, Any]) -> None:
+    if source.get("type") == "prometheus":
+        source["url"] = names.PROMETHEUS_URL
+
+
+def _provider_in_cluster(provider: dict[str, Any]) -> None:
+    provider.setdefault("options", {})["path"] = names.GRAFANA_DASHBOARD_DIR
+
+
+def _provisioning(
+    files: list[Path], key: str, in_cluster: Callable[[dict[str, Any]], None], default: tuple[str, dict[str, Any]]
+) -> dict[str, str]:
+    """Grafana provisioning files (``key``: datasources or providers) with each entry pointed at the
+    cluster's addresses; the ``default`` file when the repository has none."""
     out: dict[str, str] = {}
     for path in files:
         doc = _read_yaml(path) or {}
-        for source in doc.get("datasources") or []:
-            if source.get("type") == "prometheus":
-                source["url"] = names.PROMETHEUS_URL
+        for entry in doc.get(key) or []:
+            in_cluster(entry)
         out[path.name] = yaml.dump(doc, Dumper=_Dumper, sort_keys=False, allow_unicode=True)
     if not out:
-        out["prometheus.yaml"] = yaml.dump(
-            {
-                "apiVersion": 1,
-                "datasources": [
-                    {
-                        "name": "Prometheus",
-                        "uid": "prometheus",
-                        "type": "prometheus",
-                        "access": "proxy",
-                        "url": names.PROMETHEUS_URL,
-                        "isDefault": True,
-                    }
-                ],
-            },
-            Dumper=_Dumper,
-            sort_keys=False,
-        )
-    return out
-
-
-def _providers(files: list[Path]) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for path in files:
-        doc = _read_yaml(path) or {}
-        for provider in doc.get("providers") or []:
-            provider.setdefault("options", {})["path"] = names.GRAFANA_DASHBOARD_DIR
-        out[path.name] = yaml.dump(doc, Dumper=_Dumper, sort_keys=False, allow_unicode=True)
-    if not out:
-        out["attnload.yaml"] = yaml.dump(
-            {
-                "apiVersion": 1,
-                "providers": [
-                    {
-                        "name": "attnload",
-                        "folder": "attnload",
-                        "type": "file",
-                        "disableDeletion": True,
-                        "options": {"path": names.GRAFANA_DASHBOARD_DIR},
-                    }
-                ],
-            },
-            Dumper=_Dumper,
-            sort_keys=False,
-        )
+        name, entry = default
+        out[name] = yaml.dump({"apiVersion": 1, key: [dict(entry)]}, Dumper=_Dumper, sort_keys=False)
     return out
 
 
@@ -247,14 +234,18 @@ def grafana_config_maps(root: Path) -> tuple[list[dict[str, Any]], list[str]]:
     ds_files = _files(prov / "datasources", (".yaml", ".yml"))
     provider_files = _files(prov / "dashboards", (".yaml", ".yml"))
     dashboards = _files(root / "grafana" / "dashboards", (".json",))
+    datasources = _provisioning(
+        ds_files, "datasources", _datasource_in_cluster, ("prometheus.yaml", _DEFAULT_DATASOURCE)
+    )
+    providers = _provisioning(provider_files, "providers", _provider_in_cluster, ("attnload.yaml", _DEFAULT_PROVIDER))
     for path in dashboards:  # a broken dashboard would only show up as a Grafana log line
         try:
             json.loads(path.read_text(encoding="utf-8"))
         except json.JSONDecodeError as exc:
             raise SystemExit(f"{path}:{exc.lineno}: not valid JSON: {exc.msg}") from None
     maps = [
-        config_map(names.GRAFANA_DATASOURCES_MAP, "grafana", _datasources(ds_files)),
-        config_map(names.GRAFANA_PROVIDERS_MAP, "grafana", _providers(provider_files)),
+        config_map(names.GRAFANA_DATASOURCES_MAP, "grafana", datasources),
+        config_map(names.GRAFANA_PROVIDERS_MAP, "grafana", providers),
         config_map(
             names.GRAFANA_DASHBOARDS_MAP, "grafana", {p.name: p.read_text(encoding="utf-8") for p in dashboards}
         ),

@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from attnload.cluster import names
+from attnload.cluster.discovery import pod_reader_rbac
 
 _P = "__meta_kubernetes_pod_"
 APP_LABELS = {"app": "nvidia-dcgm-exporter", "app.kubernetes.io/name": "dcgm-exporter"}
@@ -51,34 +52,7 @@ def scrape_job(namespaces: Sequence[str] = names.DCGM_NAMESPACES) -> dict[str, A
 
 def rbac(namespaces: Sequence[str] = names.DCGM_NAMESPACES) -> list[dict[str, Any]]:
     """A Role + RoleBinding per exporter namespace: Prometheus's ServiceAccount may list its pods."""
-    labels = names.labels("prometheus", "prometheus")
-    out: list[dict[str, Any]] = []
-    for namespace in namespaces:
-        meta = {"name": names.PROMETHEUS_DCGM_ROLE, "namespace": namespace, "labels": labels}
-        out.append(
-            {
-                "apiVersion": "rbac.authorization.k8s.io/v1",
-                "kind": "Role",
-                "metadata": meta,
-                "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}],
-            }
-        )
-        out.append(
-            {
-                "apiVersion": "rbac.authorization.k8s.io/v1",
-                "kind": "RoleBinding",
-                "metadata": dict(meta),
-                "roleRef": {
-                    "apiGroup": "rbac.authorization.k8s.io",
-                    "kind": "Role",
-                    "name": names.PROMETHEUS_DCGM_ROLE,
-                },
-                "subjects": [
-                    {"kind": "ServiceAccount", "name": names.PROMETHEUS_SERVICE_ACCOUNT, "namespace": names.NAMESPACE}
-                ],
-            }
-        )
-    return out
+    return pod_reader_rbac(names.PROMETHEUS_DCGM_ROLE, namespaces)
 
 
 def objects(namespaces: Sequence[str] = names.DCGM_NAMESPACES) -> list[dict[str, Any]]:
