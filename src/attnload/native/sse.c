@@ -37,18 +37,26 @@ splitter_reset(Splitter *self)
     self->len = self->cap = 0;
 }
 
+/* Appends the event (kind, data) to self->events; the caller keeps its references. */
+static int
+append_pair(Splitter *self, PyObject *kind, PyObject *data)
+{
+    PyObject *pair = PyTuple_Pack(2, kind, data);
+    if (pair == NULL)
+        return -1;
+    int rc = PyList_Append(self->events, pair);
+    Py_DECREF(pair);
+    return rc;
+}
+
 static int
 append_event(Splitter *self, PyObject *kind, const char *data, Py_ssize_t n)
 {
     PyObject *bytes = n ? PyBytes_FromStringAndSize(data, n) : (Py_INCREF(EMPTY_BYTES), EMPTY_BYTES);
     if (bytes == NULL)
         return -1;
-    PyObject *pair = PyTuple_Pack(2, kind, bytes);
+    int rc = append_pair(self, kind, bytes);
     Py_DECREF(bytes);
-    if (pair == NULL)
-        return -1;
-    int rc = PyList_Append(self->events, pair);
-    Py_DECREF(pair);
     return rc;
 }
 
@@ -117,13 +125,9 @@ splitter_event(Splitter *self, const char *block, Py_ssize_t n)
                 break;
             line = nl + 1;
         }
-        PyObject *pair = PyTuple_Pack(2, kind, data);
+        int rc = append_pair(self, kind, data);
         Py_DECREF(kind);
         Py_DECREF(data);
-        if (pair == NULL)
-            return -1;
-        int rc = PyList_Append(self->events, pair);
-        Py_DECREF(pair);
         return rc;
     }
     Py_DECREF(kind);
