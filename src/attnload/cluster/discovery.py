@@ -109,24 +109,7 @@ def egress_policy(namespaces: Sequence[str] = names.MODEL_SERVER_NAMESPACES) -> 
     others = [n for n in namespaces if n != names.NAMESPACE]
     if not others:
         return None
-    return {
-        "apiVersion": "networking.k8s.io/v1",
-        "kind": "NetworkPolicy",
-        "metadata": {
-            "name": names.PROMETHEUS_MODEL_SERVERS_POLICY,
-            "namespace": names.NAMESPACE,
-            "labels": names.labels("network"),
-        },
-        "spec": {
-            "podSelector": {
-                "matchLabels": {"app.kubernetes.io/name": "prometheus", "app.kubernetes.io/component": "prometheus"}
-            },
-            "policyTypes": ["Egress"],
-            "egress": [
-                {"to": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": n}}} for n in others]}
-            ],
-        },
-    }
+    return prometheus_egress(names.PROMETHEUS_MODEL_SERVERS_POLICY, others)
 
 
 def objects(namespaces: Sequence[str] = names.MODEL_SERVER_NAMESPACES) -> list[dict[str, Any]]:
@@ -162,3 +145,25 @@ def pod_reader_rbac(role: str, namespaces: Sequence[str]) -> list[dict[str, Any]
             }
         )
     return out
+
+
+def prometheus_egress(name: str, namespaces: Sequence[str], ports: Sequence[int] = ()) -> dict[str, Any]:
+    """A NetworkPolicy ``name``: Prometheus's pod may open connections to the pods of ``namespaces``
+    (on ``ports`` only, when given)."""
+    rule: dict[str, Any] = {
+        "to": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": n}}} for n in namespaces]
+    }
+    if ports:
+        rule["ports"] = [{"protocol": "TCP", "port": port} for port in ports]
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {"name": name, "namespace": names.NAMESPACE, "labels": names.labels("network")},
+        "spec": {
+            "podSelector": {
+                "matchLabels": {"app.kubernetes.io/name": "prometheus", "app.kubernetes.io/component": "prometheus"}
+            },
+            "policyTypes": ["Egress"],
+            "egress": [rule],
+        },
+    }

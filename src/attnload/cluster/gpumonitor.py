@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from attnload.cluster import names
-from attnload.cluster.discovery import pod_reader_rbac
+from attnload.cluster.discovery import pod_reader_rbac, prometheus_egress
 
 _P = "__meta_kubernetes_pod_"
 APP_LABELS = {"app": "nvidia-dcgm-exporter", "app.kubernetes.io/name": "dcgm-exporter"}
@@ -57,32 +57,7 @@ def rbac(namespaces: Sequence[str] = names.DCGM_NAMESPACES) -> list[dict[str, An
 
 def objects(namespaces: Sequence[str] = names.DCGM_NAMESPACES) -> list[dict[str, Any]]:
     """What deploy/ holds besides the job: Prometheus's egress to the exporter pods."""
-    return [
-        {
-            "apiVersion": "networking.k8s.io/v1",
-            "kind": "NetworkPolicy",
-            "metadata": {
-                "name": names.PROMETHEUS_DCGM_POLICY,
-                "namespace": names.NAMESPACE,
-                "labels": names.labels("network"),
-            },
-            "spec": {
-                "podSelector": {
-                    "matchLabels": {"app.kubernetes.io/name": "prometheus", "app.kubernetes.io/component": "prometheus"}
-                },
-                "policyTypes": ["Egress"],
-                "egress": [
-                    {
-                        "to": [
-                            {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": n}}}
-                            for n in namespaces
-                        ],
-                        "ports": [{"protocol": "TCP", "port": names.DCGM_PORT}],
-                    }
-                ],
-            },
-        }
-    ]
+    return [prometheus_egress(names.PROMETHEUS_DCGM_POLICY, namespaces, ports=[names.DCGM_PORT])]
 
 
 def monitors(namespaces: Sequence[str] = names.DCGM_NAMESPACES) -> list[dict[str, Any]]:

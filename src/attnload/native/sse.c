@@ -60,6 +60,15 @@ append_event(Splitter *self, PyObject *kind, const char *data, Py_ssize_t n)
     return rc;
 }
 
+/* Where a data line's value starts ("data:" and one optional space), or 0 for any other line. */
+static Py_ssize_t
+data_value_at(const char *line, Py_ssize_t size)
+{
+    if (size < 5 || memcmp(line, "data:", 5) != 0)
+        return 0;
+    return (size > 5 && line[5] == ' ') ? 6 : 5;
+}
+
 static int
 is_bytes_space(char c)
 {
@@ -83,8 +92,8 @@ splitter_event(Splitter *self, const char *block, Py_ssize_t n)
         const char *nl = memchr(line, '\n', (size_t)(end - line));
         const char *stop = nl ? nl : end;
         Py_ssize_t size = stop - line;
-        if (size >= 5 && memcmp(line, "data:", 5) == 0) {
-            Py_ssize_t skip = (size > 5 && line[5] == ' ') ? 6 : 5;
+        Py_ssize_t skip = data_value_at(line, size);
+        if (skip) {
             total += size - skip + (lines ? 1 : 0);
             lines++;
         } else if (size >= 6 && memcmp(line, "event:", 6) == 0) {
@@ -114,8 +123,8 @@ splitter_event(Splitter *self, const char *block, Py_ssize_t n)
             const char *nl = memchr(line, '\n', (size_t)(end - line));
             const char *stop = nl ? nl : end;
             Py_ssize_t size = stop - line;
-            if (size >= 5 && memcmp(line, "data:", 5) == 0) {
-                Py_ssize_t skip = (size > 5 && line[5] == ' ') ? 6 : 5;
+            Py_ssize_t skip = data_value_at(line, size);
+            if (skip) {
                 if (seen++)
                     *out++ = '\n';
                 memcpy(out, line + skip, (size_t)(size - skip));
