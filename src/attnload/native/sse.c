@@ -60,6 +60,14 @@ append_event(Splitter *self, PyObject *kind, const char *data, Py_ssize_t n)
     return rc;
 }
 
+/* The length of the line at ``line`` (up to its '\n' or ``end``); *nl is that '\n', or NULL for the last line. */
+static Py_ssize_t
+line_at(const char *line, const char *end, const char **nl)
+{
+    *nl = memchr(line, '\n', (size_t)(end - line));
+    return (*nl ? *nl : end) - line;
+}
+
 /* Where a data line's value starts ("data:" and one optional space), or 0 for any other line. */
 static Py_ssize_t
 data_value_at(const char *line, Py_ssize_t size)
@@ -88,16 +96,14 @@ splitter_event(Splitter *self, const char *block, Py_ssize_t n)
     Py_ssize_t lines = 0, total = 0;
     const char *end = block + n;
     /* first pass: the data lines' total size; the last event: line names the kind */
-    for (const char *line = block; line <= end;) {
-        const char *nl = memchr(line, '\n', (size_t)(end - line));
-        const char *stop = nl ? nl : end;
-        Py_ssize_t size = stop - line;
+    for (const char *line = block, *nl; line <= end; line = nl + 1) {
+        Py_ssize_t size = line_at(line, end, &nl);
         Py_ssize_t skip = data_value_at(line, size);
         if (skip) {
             total += size - skip + (lines ? 1 : 0);
             lines++;
         } else if (size >= 6 && memcmp(line, "event:", 6) == 0) {
-            const char *a = line + 6, *b = stop;
+            const char *a = line + 6, *b = line + size;
             while (a < b && is_bytes_space(*a))
                 a++;
             while (b > a && is_bytes_space(b[-1]))
@@ -109,7 +115,6 @@ splitter_event(Splitter *self, const char *block, Py_ssize_t n)
         }
         if (nl == NULL)
             break;
-        line = nl + 1;
     }
     if (lines) {
         PyObject *data = PyBytes_FromStringAndSize(NULL, total);
@@ -119,10 +124,8 @@ splitter_event(Splitter *self, const char *block, Py_ssize_t n)
         }
         char *out = PyBytes_AS_STRING(data);
         Py_ssize_t seen = 0;
-        for (const char *line = block; line <= end;) {
-            const char *nl = memchr(line, '\n', (size_t)(end - line));
-            const char *stop = nl ? nl : end;
-            Py_ssize_t size = stop - line;
+        for (const char *line = block, *nl; line <= end; line = nl + 1) {
+            Py_ssize_t size = line_at(line, end, &nl);
             Py_ssize_t skip = data_value_at(line, size);
             if (skip) {
                 if (seen++)
@@ -132,7 +135,6 @@ splitter_event(Splitter *self, const char *block, Py_ssize_t n)
             }
             if (nl == NULL)
                 break;
-            line = nl + 1;
         }
         int rc = append_pair(self, kind, data);
         Py_DECREF(kind);
