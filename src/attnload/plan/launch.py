@@ -45,7 +45,6 @@ from attnload.workload.shapes import (
     SweepSpec,
     parse_duration,
     parse_shape,
-    with_replay_speed,
 )
 
 LOCUSTFILE = Path(__file__).parents[1] / "commands" / "locustfile.py"
@@ -110,7 +109,7 @@ def plan_from_args(args: argparse.Namespace, config_path: Path) -> LoadPlan:
     if shape_text and args.users is not None:
         raise UsageError("--users and --shape both set the user count: pass one of them")
     if shape_text:
-        shape = with_replay_speed(parse_shape(shape_text, stage_s), getattr(args, "replay_speed", None))
+        shape = parse_shape(shape_text, stage_s, getattr(args, "replay_speed", None))
     else:
         duration = parse_duration(args.duration or DEFAULT_DURATION, "--duration")
         shape = parse_shape(f"concurrency:{args.users or 8}", duration)

@@ -19,7 +19,7 @@ from typing import Any
 from attnload.errors import UsageError, redact
 from attnload.workload.abandon import AbandonSpec, parse_abandon
 from attnload.workload.arrivals import parse_burstiness
-from attnload.workload.shapes import ShapeSpec, parse_duration, parse_shape, with_replay_speed
+from attnload.workload.shapes import ShapeSpec, parse_duration, parse_shape
 
 DEFAULT_MAX_IN_FLIGHT = 1024
 """Per model and worker: keep-alive connections the open loop's pool may open before requests wait.
@@ -311,9 +311,7 @@ def options_from(parsed: Any) -> RunOptions:
     shape_text = (parsed.attnload_shape or "").strip()
     stage_s = parse_duration(parsed.attnload_stage_duration, "--stage-duration")
     warmup = str(parsed.attnload_warmup).strip()
-    shape = parse_shape(shape_text, stage_s) if shape_text else None
-    if shape is not None:
-        shape = with_replay_speed(shape, getattr(parsed, "attnload_replay_speed", None))
+    shape = parse_shape(shape_text, stage_s, getattr(parsed, "attnload_replay_speed", None)) if shape_text else None
     return RunOptions(
         config_path=parsed.attnload_config,
         metrics_port=int(parsed.attnload_metrics_port),

@@ -19,7 +19,6 @@ from attnload.workload.shapes import (
     SweepSpec,
     parse_duration,
     parse_shape,
-    with_replay_speed,
 )
 from attnload.workload.sweep import Slo, SweepPlan, SweepStage
 
@@ -35,8 +34,8 @@ def shape_spec_from_env() -> ShapeSpec | None:
     if not text:
         return None
     try:
-        spec = parse_shape(text, parse_duration(env_value("stage-duration"), "stage duration"))
-        return with_replay_speed(spec, env_value("replay-speed"))
+        stage_duration_s = parse_duration(env_value("stage-duration"), "stage duration")
+        return parse_shape(text, stage_duration_s, env_value("replay-speed"))
     except UsageError as exc:
         exit_usage(exc)
         raise

@@ -244,9 +244,9 @@ ShapeSpec = ConcurrencySpec | RateSpec | SweepSpec | ReplaySpec
 SHAPE_KINDS: dict[str, type[ShapeSpec]] = {cls.kind: cls for cls in (ConcurrencySpec, RateSpec, SweepSpec, ReplaySpec)}
 
 
-def parse_shape(text: str, stage_duration_s: float) -> ShapeSpec:
-    """Parse ``concurrency:1,8,64``, ``rate:0.5,1,2``, ``sweep[:CAP]`` or ``replay:PATH``; errors say what a valid
-    spec looks like."""
+def parse_shape(text: str, stage_duration_s: float, replay_speed: str | float | None = None) -> ShapeSpec:
+    """Parse ``concurrency:1,8,64``, ``rate:0.5,1,2``, ``sweep[:CAP]`` or ``replay:PATH`` (at ``--replay-speed``);
+    errors say what a valid spec looks like."""
     kind, _colon, values = text.partition(":")
     spec_class = SHAPE_KINDS.get(kind.strip().lower())
     if spec_class is None:
@@ -254,7 +254,7 @@ def parse_shape(text: str, stage_duration_s: float) -> ShapeSpec:
             f"unknown shape {text!r}: use concurrency:1,8,64 (users), rate:0.5,1,2 (req/s per model) "
             "sweep or replay:TRACE"
         )
-    return spec_class.parse(text, values, stage_duration_s)
+    return with_replay_speed(spec_class.parse(text, values, stage_duration_s), replay_speed)
 
 
 def with_replay_speed(spec: ShapeSpec, speed: str | float | None) -> ShapeSpec:
