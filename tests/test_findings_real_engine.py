@@ -35,7 +35,7 @@ from attnload.results.server import gap_reasons, is_wide, ttft_text
 from attnload.results.summarize import StageWindow, build_results, split_users, stage_users
 from attnload.runner.startspread import StartSpread, offset_fraction
 from attnload.scrape.window import histogram_bucket, histogram_quantile
-from test_report_factory import gqa_model, mla_model, results, stage
+from helpers.results import gqa_model, mla_model, results, stage
 
 VLLM_TTFT_BOUNDS_S = (
     0.001,

@@ -21,7 +21,7 @@ from locust.env import Environment  # noqa: E402
 from attnload.report import webui  # noqa: E402
 from attnload.report.fmt import ms_bare, rate  # noqa: E402
 from attnload.results.model import GaugeSummary, Results, ServerSummary  # noqa: E402
-from test_report_factory import gqa_model, mla_model, results  # noqa: E402
+from helpers.results import gqa_model, mla_model, results  # noqa: E402
 
 
 class _Idle(User):

@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from attnload.scrape import ServerWindow, parse_exposition
 from helpers import (
@@ -36,6 +35,7 @@ from helpers import (
     serve_in_thread,
     start_sim,
 )
+from helpers.exposition import by_name_and_label
 
 pytestmark = [pytest.mark.e2e]
 
@@ -48,12 +48,7 @@ def _read(name: str) -> str:
 
 
 def _sim_counters(text: str) -> dict[tuple[str, str], float]:
-    out = {}
-    for family in text_string_to_metric_families(text):
-        for s in family.samples:
-            if s.name.startswith("attnload_sim_") or s.name == "attnload_stage":
-                out[(s.name, s.labels.get("model", ""))] = s.value
-    return out
+    return by_name_and_label(text, "model", lambda name: name.startswith("attnload_sim_") or name == "attnload_stage")
 
 
 class GaugePoller(threading.Thread):
