@@ -56,13 +56,16 @@ bench-vllm: $(STAMP) $(VLLM_STAMP)
 bench-vllm-quick: $(STAMP) $(VLLM_STAMP)
 	ATTNLOAD_VLLM_ENV=$(VLLM_ENV) $(BIN)/python bench/vllm_crosscheck.py --quick
 
-# pytest-xdist workers for the tests that do not measure time (`auto`: one per core); the tests marked
-# `serial` (their assertions read wall-clock timings) run afterwards alone, in a second pytest.
+# pytest-xdist workers (`auto`: one per core) for the tests that do not measure time, a module's tests on
+# one worker (--dist loadfile: its shared servers start once); then the tests marked `serial` (their
+# assertions read the wall clock; the list is in tests/conftest.py) alone, in a second pytest.
 PYTEST_WORKERS ?= auto
+PARALLEL := -n $(PYTEST_WORKERS) --dist loadfile
 SUITE := not bimodal and not vllm
+FAST := not e2e and not browser and not slow
 
 test: gates
-	$(BIN)/pytest -q -rfEs -n $(PYTEST_WORKERS) -m "$(SUITE) and not serial"
+	$(BIN)/pytest -q -rfEs $(PARALLEL) -m "$(SUITE) and not serial"
 	$(BIN)/pytest -q -rfEs -m "$(SUITE) and serial"
 
 # the gates `make test` runs before any test: lint, formatting, types (mypy's files are in pyproject.toml)
@@ -79,7 +82,8 @@ test-acceptance: $(STAMP)
 	$(BIN)/pytest -q -rfEs -m acceptance
 
 test-fast: $(STAMP)
-	$(BIN)/pytest -q -n $(PYTEST_WORKERS) -m "not e2e and not browser and not slow"
+	$(BIN)/pytest -q $(PARALLEL) -m "$(FAST) and not serial"
+	$(BIN)/pytest -q -m "$(FAST) and serial"
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
