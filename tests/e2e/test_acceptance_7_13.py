@@ -24,7 +24,7 @@ import pytest
 from helpers import DIRECT, ROOT, Processes, attnload, free_port, latest_results, start_sim
 from helpers.exposition import by_name_and_label
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.acceptance]
+pytestmark = [pytest.mark.slow, pytest.mark.acceptance]
 
 # --start-spread 1: the arrival phase §7.13's numbers were calibrated with (first requests spread over
 # Locust's one-second spawn batches). The default (about one request's duration, with a pilot per model)

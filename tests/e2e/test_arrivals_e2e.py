@@ -38,8 +38,6 @@ from helpers import (
     write_config,
 )
 
-pytestmark = pytest.mark.e2e
-
 MODEL = {"gqa_model": ("llama-3-70b", "GQA")}
 
 

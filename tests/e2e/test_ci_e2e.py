@@ -18,8 +18,6 @@ import pytest
 
 from helpers import FAKES, ROOT, Processes, attnload, free_port, latest_results, start_sim, wait_http, write_config
 
-pytestmark = pytest.mark.e2e
-
 
 def run_attnload(processes: Processes, *args: str, timeout: float = 120) -> tuple[int, str]:
     process = processes.start(attnload("run", "--metrics-port", str(free_port()), *args), name="run")

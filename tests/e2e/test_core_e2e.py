@@ -24,8 +24,6 @@ from helpers import (
 )
 from helpers.exposition import metric_sum
 
-pytestmark = pytest.mark.e2e
-
 
 def wait_file(path: Path, timeout_s: float) -> None:
     deadline = time.monotonic() + timeout_s

@@ -47,8 +47,6 @@ BINARIES = {
 }
 IMAGE_PATHS = {"/app/locustfiles": str(ROOT / "locustfiles")}
 
-pytestmark = pytest.mark.e2e
-
 
 @dataclass
 class Cluster:

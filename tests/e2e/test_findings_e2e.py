@@ -19,8 +19,6 @@ import pytest
 
 from helpers import FAKES, Processes, attnload, free_port, latest_results, wait_http, write_config
 
-pytestmark = pytest.mark.e2e
-
 CHUNK_DELAY_MS = 430.0
 """7 pieces of the recording server's reply × 430 ms ≈ 3 s a request."""
 MODELS = {"gqa_model": ("llama-3-70b", "GQA")}

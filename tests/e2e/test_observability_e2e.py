@@ -13,8 +13,6 @@ import pytest
 from helpers import Processes, attnload, free_port, http_text, latest_results, start_sim
 from helpers.exposition import samples
 
-pytestmark = pytest.mark.e2e
-
 PER_MODEL = (
     "attnload_requests_total",
     "attnload_time_to_first_token_seconds_count",

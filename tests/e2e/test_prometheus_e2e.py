@@ -49,8 +49,6 @@ from helpers.observe import (
     substitute,
 )
 
-pytestmark = pytest.mark.e2e
-
 CORE_READY = all(importlib.util.find_spec(m) is not None for m in ("attnload.runner", "attnload.sim.cli"))
 needs_core = pytest.mark.skipif(not CORE_READY, reason="core not built yet: attnload.runner / attnload.sim.cli missing")
 

@@ -35,8 +35,6 @@ from helpers import (
 )
 from helpers.exposition import sums_by_label
 
-pytestmark = pytest.mark.e2e
-
 LOCUST = [sys.executable, "-m", "locust", "-f", str(ROOT / "locustfiles" / "chat.py")]
 KEY_ENV = "ATTNLOAD_ROBUST_KEY"
 

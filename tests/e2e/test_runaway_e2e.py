@@ -22,8 +22,6 @@ from runaway_server import EXPECTED, MODES
 
 from helpers import FAKES, Processes, attnload, free_port, http_json, latest_results, wait_http
 
-pytestmark = pytest.mark.e2e
-
 RSS_LIMIT_MB = 300.0
 LEAK_GUARD_MB = 150.0
 """Each run process measured ~70 MB here; a per-request leak (failed requests' buffers kept alive by

@@ -12,11 +12,7 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
-
 from helpers import FAKES, Processes, attnload, free_port, http_text, start_sim, wait_http
-
-pytestmark = pytest.mark.e2e
 
 KEY_ENV = "ATTNLOAD_SECRET_TEST_KEY"
 SENTINEL = "attnload-sentinel-Zq8xK3vP7mW2"

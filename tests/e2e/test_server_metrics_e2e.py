@@ -37,8 +37,6 @@ from helpers import (
 )
 from helpers.exposition import by_name_and_label
 
-pytestmark = [pytest.mark.e2e]
-
 DATA = ROOT / "tests" / "data" / "server_metrics"
 WARNING = "server metrics off"
 

@@ -20,8 +20,6 @@ import pytest
 
 from helpers import FAKES, ROOT, Processes, attnload, free_port, latest_results, start_sim, wait_http, write_config
 
-pytestmark = pytest.mark.e2e
-
 SALT = re.compile(r"^\[[0-9a-f]{16}\] ")
 MODELS = {"gqa_model": ("llama-3-70b", "GQA"), "mla_model": ("deepseek-v3", "MLA")}
 

@@ -32,7 +32,7 @@ from attnload.errors import ErrorClass
 from helpers import DIRECT, Processes, attnload, free_port, latest_results
 from helpers.exposition import sums_by_name
 
-pytestmark = [pytest.mark.vllm, pytest.mark.e2e, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.vllm, pytest.mark.timeout(900)]
 
 KV_BYTES = 8 * 2**20
 MAX_MODEL_LEN = 448
