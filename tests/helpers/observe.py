@@ -27,29 +27,14 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest, start_http_server
 
 from attnload.dashboards.prometheus import start_local_prometheus, stop_prometheus
-from attnload.exporter.names import BUCKETS_S  # the master's histogram buckets, 1 ms … 120 s
-from helpers import free_port
+from attnload.errors import ErrorClass
+from attnload.exporter.names import BUCKETS_S, LABELS  # the master's buckets (1 ms … 120 s) and labels
+from helpers import ROOT, free_port
 
-REPO = Path(__file__).resolve().parents[2]
-DASHBOARD_DIR = REPO / "grafana" / "dashboards"
-RULES = REPO / "grafana" / "prometheus" / "rules.yml"
+DASHBOARD_DIR = ROOT / "grafana" / "dashboards"
+RULES = ROOT / "grafana" / "prometheus" / "rules.yml"
 
-LABELS = ("model", "attention", "profile", "target")
-ERROR_CLASSES = (
-    "auth",
-    "not_found",
-    "rate_limited",
-    "quota",
-    "context_length",
-    "bad_request",
-    "server",
-    "timeout",
-    "connection",
-    "proxy",
-    "bad_response",
-    "truncated",
-    "cancelled",
-)
+ERROR_CLASSES = tuple(error.label for error in ErrorClass)
 FIXTURE_MODELS = (("llama-3-70b", "GQA"), ("deepseek-v3", "MLA"), ("llama-3-8b", "GQA"))
 FIXTURE_PROFILES = ("short", "long", "shared")
 
@@ -386,7 +371,7 @@ def fixture_exporter(errors: bool = True, period_s: float = 0.2) -> Iterator[Fix
 
 # -- a real engine's exposition ------------------------------------------------------------
 
-SERVER_METRICS_DATA = REPO / "tests" / "data" / "server_metrics"
+SERVER_METRICS_DATA = ROOT / "tests" / "data" / "server_metrics"
 _CUMULATIVE = re.compile(r"^(?P<name>[a-z_:]+?(?:_total|_bucket|_count|_sum))(?P<labels>\{[^}]*\})? (?P<value>\S+)$")
 
 
