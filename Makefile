@@ -56,10 +56,11 @@ bench-vllm: $(STAMP) $(VLLM_STAMP)
 bench-vllm-quick: $(STAMP) $(VLLM_STAMP)
 	ATTNLOAD_VLLM_ENV=$(VLLM_ENV) $(BIN)/python bench/vllm_crosscheck.py --quick
 
-# pytest-xdist workers (`auto`: one per core) for the tests that do not measure time, a module's tests on
-# one worker (--dist loadfile: its shared servers start once); then the tests marked `serial` (their
-# assertions read the wall clock; the list is in tests/conftest.py) alone, in a second pytest.
-PYTEST_WORKERS ?= auto
+# pytest-xdist workers for the tests that do not measure time, a module's tests on one worker (--dist
+# loadfile: its shared servers start once); then the tests marked `serial` (their assertions read the wall
+# clock; the list is in tests/conftest.py) alone, in a second pytest. Two workers per core, at most 8: the
+# end-to-end tests mostly wait on their stage timers (two workers kept 0.84 of 2 cores busy).
+PYTEST_WORKERS ?= $(shell n=$$(( 2 * $$(nproc) )); echo $$(( n < 8 ? n : 8 )))
 PARALLEL := -n $(PYTEST_WORKERS) --dist loadfile
 SUITE := not bimodal and not vllm
 FAST := not e2e and not browser and not slow
@@ -81,8 +82,9 @@ test-pure: $(STAMP)
 test-acceptance: $(STAMP)
 	$(BIN)/pytest -q -rfEs -m acceptance
 
+# no processes: CPU-bound, so one worker per core
 test-fast: $(STAMP)
-	$(BIN)/pytest -q $(PARALLEL) -m "$(FAST) and not serial"
+	$(BIN)/pytest -q -n auto -m "$(FAST) and not serial"
 	$(BIN)/pytest -q -m "$(FAST) and serial"
 
 lint: $(STAMP)
