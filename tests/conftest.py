@@ -25,7 +25,7 @@ SERIAL = (
     "tests/e2e/test_core_e2e.py::test_attnload_run_counts_itl_per_token",
     "tests/e2e/test_observability_e2e.py::test_same_model_id_on_two_servers_stays_two_series",
     "tests/e2e/test_requests_out_e2e.py::test_one_line_per_request_matching_the_server",
-    "tests/e2e/test_server_metrics_e2e.py::test_sim_counters_match_the_simulator_exactly",  # all done at the last scrape
+    "tests/e2e/test_server_metrics_e2e.py::test_sim_counters_match_the_simulator_exactly",  # done by the last scrape
     "tests/e2e/test_server_metrics_e2e.py::test_gqa_queues_only_in_the_saturated_stage",  # (the same module run)
     "tests/e2e/test_traffic_e2e.py::test_dataset_prompts_come_from_the_file",  # two workers' order, to a pair
     "tests/e2e/test_traffic_e2e.py::test_conversations_resend_the_streamed_reply_and_think",
