@@ -16,7 +16,7 @@ VLLM_TORCH ?= torch==2.13.0
 VLLM_PIP_ARGS ?=
 VLLM_STAMP := $(VLLM_ENV)/.installed
 
-.PHONY: vllm-env demo-vllm test-vllm bench-vllm bench-vllm-quick tiny-models demo test test-pure test-acceptance test-fast lint bench bench-quick deploy-gen dashboards test-image observe clean
+.PHONY: vllm-env demo-vllm test-vllm bench-vllm bench-vllm-quick tiny-models demo test test-pure test-acceptance test-fast lint fmt typecheck gates bench bench-quick deploy-gen dashboards test-image observe clean
 
 $(STAMP): pyproject.toml setup.py $(wildcard src/attnload/native/*.c src/attnload/native/*.h)  # a changed C file rebuilds the extension
 	$(PYTHON) -m venv $(VENV)
@@ -56,9 +56,22 @@ bench-vllm: $(STAMP) $(VLLM_STAMP)
 bench-vllm-quick: $(STAMP) $(VLLM_STAMP)
 	ATTNLOAD_VLLM_ENV=$(VLLM_ENV) $(BIN)/python bench/vllm_crosscheck.py --quick
 
-test: $(STAMP)
-	$(BIN)/ruff check src tests bench locustfiles
-	$(BIN)/pytest -q -rfEs -m "not bimodal and not vllm"
+# pytest-xdist workers for the tests that do not measure time, a module's tests on one worker (--dist
+# loadfile: its shared servers start once); then the tests marked `serial` (their assertions read the wall
+# clock; the list is in tests/conftest.py) alone, in a second pytest. Two workers per core, at most 8: the
+# end-to-end tests mostly wait on their stage timers (two workers kept 0.84 of 2 cores busy).
+PYTEST_WORKERS ?= $(shell n=$$(( 2 * $$(nproc) )); echo $$(( n < 8 ? n : 8 )))
+PARALLEL := -n $(PYTEST_WORKERS) --dist loadfile
+SUITE := not bimodal and not vllm
+FAST := not e2e and not browser and not slow
+
+test: gates
+	$(BIN)/pytest -q -rfEs $(PARALLEL) -m "$(SUITE) and not serial"
+	$(BIN)/pytest -q -rfEs -m "$(SUITE) and serial"
+
+# the gates `make test` runs before any test: lint, formatting, types (mypy's files are in pyproject.toml)
+gates: lint typecheck
+	$(BIN)/ruff format --check .
 
 # The client, measure and core e2e tests again on the pure-Python per-chunk path (the fallback when
 # the C extension was not built; docs/performance.md). A few minutes; .ci/run runs it after `make test`.
@@ -69,11 +82,21 @@ test-pure: $(STAMP)
 test-acceptance: $(STAMP)
 	$(BIN)/pytest -q -rfEs -m acceptance
 
+# no processes: CPU-bound, so one worker per core
 test-fast: $(STAMP)
-	$(BIN)/pytest -q -m "not e2e and not browser and not slow"
+	$(BIN)/pytest -q -n auto -m "$(FAST) and not serial"
+	$(BIN)/pytest -q -m "$(FAST) and serial"
 
 lint: $(STAMP)
-	$(BIN)/ruff check src tests bench locustfiles
+	$(BIN)/ruff check .
+
+# rewrites the tree in the project's format (`make gates` only checks it)
+fmt: $(STAMP)
+	$(BIN)/ruff format .
+	$(BIN)/ruff check --fix .
+
+typecheck: $(STAMP)
+	$(BIN)/mypy
 
 bench: $(STAMP)
 	$(BIN)/python bench/client_cost.py

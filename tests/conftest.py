@@ -1,13 +1,53 @@
-"""Fixtures shared by every test directory (helpers live in ``tests/helpers.py``)."""
+"""Fixtures shared by every test directory, and what pytest-xdist workers need (helpers: ``tests/helpers/``)."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from helpers import Processes
+
+KEEPALIVE_S = 1.0  # a timer for the hub to wait on (the next test wakes the worker at once, not on this tick)
+
+SERIAL = (
+    # judged by latencies, rates or arrival times to a few milliseconds or percent (a test whose margin is
+    # seconds, or that says it was measured on a loaded machine, runs on the workers)
+    "tests/e2e/test_acceptance_7_13.py",
+    "tests/e2e/test_arrivals_e2e.py",
+    "tests/browser/test_locust_llm_tab.py",
+    "tests/e2e/test_ci_e2e.py::test_slo_breach_with_fail_on_slo_exits_1",
+    "tests/e2e/test_ci_e2e.py::test_locust_flags_and_csv_files",
+    "tests/e2e/test_core_e2e.py::test_plain_locust_master_two_workers_fixed_truth",
+    "tests/e2e/test_core_e2e.py::test_attnload_run_counts_itl_per_token",
+    "tests/e2e/test_observability_e2e.py::test_same_model_id_on_two_servers_stays_two_series",
+    "tests/e2e/test_requests_out_e2e.py::test_one_line_per_request_matching_the_server",
+    "tests/e2e/test_server_metrics_e2e.py::test_sim_counters_match_the_simulator_exactly",  # done by the last scrape
+    "tests/e2e/test_server_metrics_e2e.py::test_gqa_queues_only_in_the_saturated_stage",  # (the same module run)
+    "tests/e2e/test_traffic_e2e.py::test_dataset_prompts_come_from_the_file",  # two workers' order, to a pair
+    "tests/e2e/test_traffic_e2e.py::test_conversations_resend_the_streamed_reply_and_think",
+    "tests/e2e/test_traffic_e2e.py::test_mooncake_replay_keeps_the_trace_offsets",
+    "tests/e2e/test_traffic_e2e.py::test_replay_speed_two_halves_the_offsets",
+    "tests/e2e/test_traffic_e2e.py::test_open_loop_conversations_schedule_turns_after_answer_and_think",
+    "tests/e2e/test_workloads_e2e.py::test_concurrency_stages_users_and_warmup",
+    "tests/e2e/test_workloads_e2e.py::test_rate_mode_hits_the_target_and_a_stall_is_lag_not_fewer_sends",
+    "tests/e2e/test_workloads_e2e.py::test_poisson_rate_is_seeded_and_exact_per_stage",
+    "tests/e2e/test_workloads_e2e.py::test_goodput_equals_a_hand_count",
+    "tests/test_client.py::test_retry_after_backoff_delays_the_next_request",
+    "tests/test_client_budgets.py::test_each_runaway_mode_fails_fast_and_classified",
+    "tests/test_client_budgets.py::test_runaway_total_timeout_is_a_wall_clock",
+    "tests/test_client_budgets.py::test_within_returns_at_the_deadline_when_the_probe_hangs",
+    "tests/test_client_perf_guard.py::test_attnload_costs_less_cpu_per_token_than_naive_baseline",
+    "tests/test_findings_real_engine.py::test_first_stage_pilot_then_offsets_of_its_duration",
+    "tests/test_findings_real_engine.py::test_later_stage_uses_the_observed_e2e_and_off_waits_for_nothing",
+    "tests/test_findings_real_engine.py::test_a_pilot_that_never_answers_releases_the_others_at_the_cap",
+)
+"""The tests whose assertions read the wall clock (a latency, a rate, an elapsed time): marked ``serial``
+here, in one list, so `make test` runs them alone after the xdist workers are done (a module or a test;
+a test's parametrized cases follow it). An entry that names no test fails the run."""
 
 
 @pytest.fixture
@@ -36,3 +76,67 @@ def client_impl(request: pytest.FixtureRequest) -> Iterator[str]:
         yield request.param
     finally:
         native.reset()
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node: Any) -> None:
+    """In the xdist controller: hand each worker the environment's own ``COLUMNS`` (or its absence).
+
+    The controller imports GNU readline, which writes ``COLUMNS=80`` into the C environment that the
+    workers inherit; a serial run never sees it, and the live progress line truncates at it.
+    """
+    node.workerinput["columns"] = os.environ.get("COLUMNS")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    workerinput = getattr(config, "workerinput", None)
+    if workerinput is not None:
+        _restore_columns(workerinput.get("columns"))
+        _cooperate_with_execnet()
+
+
+def _restore_columns(columns: str | None) -> None:
+    if columns is None:
+        os.environ.pop("COLUMNS", None)
+    else:
+        os.environ["COLUMNS"] = columns
+
+
+def _cooperate_with_execnet() -> None:
+    """Let an xdist worker survive Locust's gevent monkey-patching.
+
+    Importing Locust (as most test modules do) patches ``threading`` after execnet's reader thread has
+    started; the worker's main thread then waits for its next test on a gevent lock that the reader
+    thread releases. With nothing scheduled on the hub, gevent ends that wait with ``LoopExit`` (seen as
+    xdist's ``INTERNALERROR ... KeyError: <WorkerController gw1>``). Patching now, before any test
+    module, as a serial run's collection would, and keeping one greenlet asleep on a timer gives the
+    hub something to run, so the cross-thread release wakes the main thread.
+    """
+    import gevent
+    import locust  # noqa: F401  (monkey-patches the process, as collecting the first test module would)
+
+    def keep_hub_alive() -> None:
+        while True:
+            gevent.sleep(KEEPALIVE_S)
+
+    gevent.spawn(keep_hub_alive)
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m deselects: `-m serial` selects by this mark
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    _check_serial_entries(config.rootpath)
+    for item in items:
+        test = item.nodeid.split("[", 1)[0]
+        if any(test == entry or test.startswith(entry + "::") for entry in SERIAL):
+            item.add_marker(pytest.mark.serial)
+
+
+def _check_serial_entries(root: Path) -> None:
+    """A renamed or moved test must not leave the serial run without a word."""
+    stale = []
+    for entry in SERIAL:
+        path, _, name = entry.partition("::")
+        if not (root / path).is_file() or (name and f"def {name}(" not in (root / path).read_text(encoding="utf-8")):
+            stale.append(entry)
+    if stale:
+        raise pytest.UsageError(f"tests/conftest.py SERIAL names tests that do not exist: {stale}")

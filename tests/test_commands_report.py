@@ -8,7 +8,7 @@ import pytest
 
 from attnload.commands.cli import main
 from attnload.results.model import Results
-from test_report_factory import failed_model, gqa_model, mla_model, results, zero_stage_model
+from helpers.results import failed_model, gqa_model, mla_model, results, zero_stage_model
 
 
 def _write(tmp_path: Path, run: Results, name: str = "run.json") -> Path:

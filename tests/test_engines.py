@@ -24,7 +24,7 @@ from attnload.engines.vllm import (
     server_environment,
     vllm_env,
 )
-from helpers import attnload, free_port
+from helpers import FAKES, attnload, free_port
 
 
 def test_kv_geometry_is_the_real_pairs() -> None:
@@ -150,7 +150,7 @@ def test_servers_are_stopped_as_groups_on_sigterm(tmp_path: Path) -> None:
     package = env_dir / "lib" / "python3.11" / "site-packages" / "vllm"
     package.mkdir(parents=True)
     (package / "__init__.py").write_text("")
-    fake = Path(__file__).with_name("fake_vllm_server.py")
+    fake = FAKES / "fake_vllm_server.py"
     python = env_dir / "bin" / "python"
     python.write_text(f'#!/bin/sh\nshift 2\nexec {sys.executable} {fake} "$@"\n')  # drops "-m vllm...api_server"
     python.chmod(0o755)

@@ -36,7 +36,7 @@ from attnload.results.summarize import StageWindow, build_results, split_users, 
 from attnload.runner.messages import pace_exchange
 from attnload.runner.sender.startspread import PilotBoard, StartSpread, offset_fraction
 from attnload.scrape.window import histogram_bucket, histogram_quantile
-from test_report_factory import gqa_model, mla_model, results, stage
+from helpers.results import gqa_model, mla_model, results, stage
 
 VLLM_TTFT_BOUNDS_S = (
     0.001,

@@ -12,7 +12,7 @@ from attnload.report import print_summary, render_html
 from attnload.report.charts import charts, failures
 from attnload.report.paired import paired_rows
 from attnload.results.model import PairedDiff, PairedSummary, Requests, Results
-from test_report_factory import gqa_model, mla_model, results
+from helpers.results import gqa_model, mla_model, results
 
 
 def _paired_run() -> Results:

@@ -7,7 +7,7 @@ from rich.console import Console
 from attnload.report import compare_results, print_summary, render_html
 from attnload.report.explain import MIXED_MODELS_NOTE, explain
 from attnload.results.model import Results
-from test_report_factory import (
+from helpers.results import (
     GQA_INFO,
     failed_model,
     gqa_model,

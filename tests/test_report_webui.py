@@ -21,7 +21,7 @@ from locust.env import Environment  # noqa: E402
 from attnload.report.fmt import ms_bare, rate  # noqa: E402
 from attnload.report.live import webui  # noqa: E402
 from attnload.results.model import GaugeSummary, Results, ServerSummary  # noqa: E402
-from test_report_factory import gqa_model, mla_model, results  # noqa: E402
+from helpers.results import envelope, gqa_model, mla_model, results  # noqa: E402
 
 
 class _Idle(User):
@@ -87,13 +87,7 @@ def test_broken_snapshot_keeps_locust_stats_working(env: Environment) -> None:
 
 
 def test_rows_before_any_request_show_blanks() -> None:
-    empty = Results(
-        started_at="t",
-        ended_at="t",
-        duration_s=0,
-        config_sha256="0",
-        models=[gqa_model().model_copy(update={"stages": [], "ttft_s": gqa_model().ttft_s.__class__()})],
-    )
+    empty = envelope(gqa_model().model_copy(update={"stages": [], "ttft_s": gqa_model().ttft_s.__class__()}))
     (row,) = webui.llm_rows(empty)
     assert row["ttft_p50_ms"] == "" and row["stage"] == "run"
 

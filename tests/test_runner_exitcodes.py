@@ -17,7 +17,8 @@ from attnload.plan.options import add_load_arguments
 from attnload.report.compare import compare_results, regression_status
 from attnload.report.csvout import LLM_CSV_COLUMNS, write_llm_csv
 from attnload.results.exitcodes import ExitPolicy, make_policy, parse_fail_on, run_status
-from attnload.results.model import ClientInfo, ModelSummary, Results, StageSummary
+from attnload.results.model import ClientInfo, ModelSummary, StageSummary
+from helpers.results import envelope as results
 
 
 def model(
@@ -45,17 +46,6 @@ def model(
             "stages": stages or [],
             **extra,
         }
-    )
-
-
-def results(*models: ModelSummary, client: ClientInfo | None = None) -> Results:
-    return Results(
-        started_at="2026-01-01T00:00:00Z",
-        ended_at="2026-01-01T00:01:00Z",
-        duration_s=60.0,
-        config_sha256="0" * 64,
-        models=list(models),
-        client=client or ClientInfo(),
     )
 
 

@@ -17,17 +17,12 @@ from attnload.results.write import atomic_write_text, write_results, write_snaps
 from attnload.runner.collector.health import FleetHealth
 from attnload.runner.sender.health import RunHealth
 from attnload.runner.stops import DEFAULT_SNAPSHOT_INTERVAL_S, signal_exit_code, snapshot_interval
+from helpers.results import envelope
 
 
 def results(ok: int = 3, failed: int = 0, **client: object) -> Results:
-    return Results(
-        started_at="2026-01-01T00:00:00Z",
-        ended_at="2026-01-01T00:01:00Z",
-        duration_s=60.0,
-        config_sha256="0" * 64,
-        client=ClientInfo(**client),  # type: ignore[arg-type]
-        models=[ModelSummary(key="m", model="llama-3-70b", attention="GQA", requests=Requests(ok=ok, failed=failed))],
-    )
+    model = ModelSummary(key="m", model="llama-3-70b", attention="GQA", requests=Requests(ok=ok, failed=failed))
+    return envelope(model, client=ClientInfo(**client))  # type: ignore[arg-type]
 
 
 def test_atomic_write_replaces_whole_and_leaves_no_temporary(tmp_path: Path) -> None:

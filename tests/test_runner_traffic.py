@@ -22,7 +22,7 @@ from attnload.runner.sender.replay import ReplaySchedule
 from attnload.workload.prompts import Workload
 from attnload.workload.shapes import REPLAY_LEAD_S, ReplaySpec, parse_shape, with_replay_speed
 from attnload.workload.trace import load_trace
-from test_report_factory import gqa_model, mla_model, results, summary
+from helpers.results import gqa_model, mla_model, results, summary
 
 ROOT = Path(__file__).resolve().parent.parent
 TRACE = ROOT / "examples" / "traces" / "mooncake_sample.jsonl"

@@ -21,7 +21,7 @@ from attnload.report.live.webui import llm_rows
 from attnload.results.model import GaugeSummary, Results, ServerSummary, StageSummary
 from attnload.results.server import SERVER_GAP_FLAG, ServerResults, gap_reasons, token_allowance, with_server
 from attnload.runner.collector.serverview import ServerView, scrape_targets
-from test_report_factory import gqa_model, mla_model, results, stage
+from helpers.results import gqa_model, mla_model, results, stage
 
 DATA = Path(__file__).parent / "data" / "server_metrics"
 

@@ -12,21 +12,17 @@ from typing import Any
 
 import pytest
 
+from helpers import FAKES, free_port
+
 from .llm_tab import open_llm_tab, read_llm_table, start_from_ui, stop_from_ui
 
 pytestmark = pytest.mark.browser
-SCRIPT = Path(__file__).with_name("fake_llm_webui.py")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+SCRIPT = FAKES / "fake_llm_webui.py"
 
 
 @pytest.fixture
 def fake_ui() -> Iterator[str]:
-    port = _free_port()
+    port = free_port()
     proc = subprocess.Popen(
         [sys.executable, str(SCRIPT), str(port)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
     )

@@ -12,43 +12,28 @@ import importlib.util
 import json
 import os
 import re
-import socket
 import subprocess
 import sys
 import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from helpers import ROOT, free_port, http_json, wait_http
+
 from .llm_tab import open_llm_tab, read_llm_table, start_from_ui, stop_from_ui
 
 pytestmark = [pytest.mark.browser, pytest.mark.e2e]
 
-ROOT = Path(__file__).resolve().parents[2]
 LOCUSTFILE = ROOT / "locustfiles" / "chat.py"
 TTFT_MS, ITL_MS = 50, 10
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _wait_http(url: str, timeout_s: float, procs: list[subprocess.Popen[bytes]]) -> bytes:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        for proc in procs:
-            assert proc.poll() is None, f"{proc.args} exited with {proc.returncode}"
-        try:
-            with urllib.request.urlopen(url, timeout=1) as response:
-                return bytes(response.read())
-        except OSError:
-            assert time.monotonic() < deadline, f"{url} did not answer in {timeout_s} s"
-            time.sleep(0.2)
+def _stats(web: str, procs: list[subprocess.Popen[bytes]]) -> Any:
+    wait_http(f"{web}/stats/requests", procs, timeout_s=10)
+    return http_json(f"{web}/stats/requests")
 
 
 def _stop(procs: list[subprocess.Popen[bytes]]) -> None:
@@ -80,7 +65,7 @@ def live_master_kv(tmp_path: Path) -> Iterator[str]:
 def _master_on_sim(tmp_path: Path, sim_args: list[str]) -> Iterator[str]:
     if not LOCUSTFILE.exists() or importlib.util.find_spec("attnload.sim.cli") is None:
         pytest.skip("needs the core: locustfiles/chat.py and `attnload sim`")
-    sim_port, web_port, master_port = _free_port(), _free_port(), _free_port()
+    sim_port, web_port, master_port = free_port(), free_port(), free_port()
     sim_url = f"http://127.0.0.1:{sim_port}"
     config = tmp_path / "config.json"
     config.write_text(
@@ -99,7 +84,7 @@ def _master_on_sim(tmp_path: Path, sim_args: list[str]) -> Iterator[str]:
     env = {
         **os.environ,
         "ATTNLOAD_CONFIG": str(config),
-        "ATTNLOAD_METRICS_PORT": str(_free_port()),
+        "ATTNLOAD_METRICS_PORT": str(free_port()),
         "PYTHONUNBUFFERED": "1",
     }
     logs = {name: (tmp_path / f"{name}.log").open("wb") for name in ("sim", "master", "worker1", "worker2")}
@@ -127,7 +112,7 @@ def _master_on_sim(tmp_path: Path, sim_args: list[str]) -> Iterator[str]:
                 "llama-3-70b,deepseek-v3",
             ],
         )
-        _wait_http(f"{sim_url}/v1/models", 30, procs)
+        wait_http(f"{sim_url}/v1/models", procs, timeout_s=30)
         locust = [sys.executable, "-m", "locust", "-f", str(LOCUSTFILE)]
         spawn(
             "master",
@@ -147,11 +132,11 @@ def _master_on_sim(tmp_path: Path, sim_args: list[str]) -> Iterator[str]:
             ],
         )
         web = f"http://127.0.0.1:{web_port}"
-        _wait_http(web, 30, procs)
+        wait_http(web, procs, timeout_s=30)
         for name in ("worker1", "worker2"):
             spawn(name, [*locust, "--worker", "--master-host", "127.0.0.1", "--master-port", str(master_port)])
         deadline = time.monotonic() + 30
-        while json.loads(_wait_http(f"{web}/stats/requests", 10, procs)).get("worker_count") != 2:
+        while _stats(web, procs).get("worker_count") != 2:
             assert time.monotonic() < deadline, "2 workers did not connect"
             time.sleep(0.5)
         yield web

@@ -10,7 +10,7 @@ import pytest
 
 from attnload.report import write_html
 from attnload.results.model import Results
-from test_report_factory import failed_model, gqa_model, mla_model, results, zero_stage_model
+from helpers.results import failed_model, gqa_model, mla_model, results, zero_stage_model
 
 pytestmark = pytest.mark.browser
 

@@ -20,11 +20,11 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from helpers import DIRECT, ROOT, Processes, attnload, free_port, latest_results, start_sim
+from helpers.exposition import by_name_and_label
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.acceptance]
+pytestmark = [pytest.mark.slow, pytest.mark.acceptance]
 
 # --start-spread 1: the arrival phase §7.13's numbers were calibrated with (first requests spread over
 # Locust's one-second spawn batches). The default (about one request's duration, with a pilot per model)
@@ -46,13 +46,11 @@ COMMAND = (
 )
 
 
+WATCHED = frozenset(("attnload_sim_requests_waiting", "attnload_sim_preemptions_total", "attnload_stage"))
+
+
 def _samples(text: str) -> dict[tuple[str, str], float]:
-    out: dict[tuple[str, str], float] = {}
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            if sample.name in ("attnload_sim_requests_waiting", "attnload_sim_preemptions_total", "attnload_stage"):
-                out[(sample.name, sample.labels.get("model", ""))] = sample.value
-    return out
+    return by_name_and_label(text, "model", WATCHED.__contains__)
 
 
 def _get(url: str) -> str | None:

@@ -1,6 +1,6 @@
 """Bursty open loop and abandoned streams end to end (issue 25), judged server side.
 
-- ``--shape rate:20 --burstiness B`` for 30 s on 2 workers against ``tests/recording_server.py``,
+- ``--shape rate:20 --burstiness B`` for 30 s on 2 workers against ``tests/fakes/recording_server.py``,
   which logs the wall time each request arrived: the coefficient of variation of the *merged*
   inter-arrival gaps is within 20 % of 1/√B (2.0 at B = 0.25, 1.0 at B = 1) and the mean rate
   within 10 % of 20/s. The stage is one seeded schedule (the config's seed, 0 by default, is not
@@ -26,7 +26,7 @@ import pytest
 
 from attnload.workload.arrivals import gamma_offsets
 from helpers import (
-    ROOT,
+    FAKES,
     Processes,
     attnload,
     free_port,
@@ -37,8 +37,6 @@ from helpers import (
     wait_http,
     write_config,
 )
-
-pytestmark = pytest.mark.e2e
 
 MODEL = {"gqa_model": ("llama-3-70b", "GQA")}
 
@@ -68,7 +66,7 @@ def _bursty_run(processes: Processes, tmp_path: Path, burstiness: float) -> tupl
     tmp_path.mkdir(parents=True, exist_ok=True)
     port, log = free_port(), tmp_path / "received.jsonl"
     server = processes.start(
-        [sys.executable, str(ROOT / "tests" / "recording_server.py"), str(port), str(log), "0"], name="recorder"
+        [sys.executable, str(FAKES / "recording_server.py"), str(port), str(log), "0"], name="recorder"
     )
     wait_http(f"http://127.0.0.1:{port}/health", server)
     config = write_config(

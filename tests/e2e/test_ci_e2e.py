@@ -16,9 +16,7 @@ from typing import Any
 
 import pytest
 
-from helpers import ROOT, Processes, attnload, free_port, latest_results, start_sim, wait_http, write_config
-
-pytestmark = pytest.mark.e2e
+from helpers import FAKES, ROOT, Processes, attnload, free_port, latest_results, start_sim, wait_http, write_config
 
 
 def run_attnload(processes: Processes, *args: str, timeout: float = 120) -> tuple[int, str]:
@@ -30,7 +28,7 @@ def run_attnload(processes: Processes, *args: str, timeout: float = 120) -> tupl
 def start_hostile(processes: Processes) -> str:
     port = free_port()
     process = processes.start(
-        [sys.executable, str(ROOT / "tests" / "hostile_server.py"), "--port", str(port), "--delay-s", "0.02"],
+        [sys.executable, str(FAKES / "hostile_server.py"), "--port", str(port), "--delay-s", "0.02"],
         name="hostile",
     )
     url = f"http://127.0.0.1:{port}"

@@ -19,11 +19,7 @@ import termios
 import time
 from pathlib import Path
 
-import pytest
-
 from helpers import Processes, attnload, free_port, latest_results, start_sim, write_config
-
-pytestmark = pytest.mark.e2e
 
 LOCUST_TABLE_MARKS = ("Aggregated", "Response time percentiles", "# reqs", "# fails")
 """Headers and rows of Locust's stats, percentile and error tables."""

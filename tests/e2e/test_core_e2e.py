@@ -9,7 +9,6 @@ import urllib.parse
 from pathlib import Path
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from helpers import (
     ROOT,
@@ -23,17 +22,7 @@ from helpers import (
     wait_http,
     write_config,
 )
-
-pytestmark = pytest.mark.e2e
-
-
-def metric_sum(text: str, name: str, **labels: str) -> float:
-    total = 0.0
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
-                total += sample.value
-    return total
+from helpers.exposition import metric_sum
 
 
 def wait_file(path: Path, timeout_s: float) -> None:

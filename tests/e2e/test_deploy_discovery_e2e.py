@@ -25,7 +25,6 @@ import yaml
 from attnload.cluster import manifests, names
 from helpers import ROOT, Processes, free_port, http_json, http_text, require_binary, start_sim, wait_http
 
-pytestmark = pytest.mark.e2e
 # A recorded SGLang exposition plus the runtime series prometheus_client's default registry
 # adds in every real server process (no model_name: the job must drop them).
 SGLANG = (ROOT / "tests" / "data" / "server_metrics" / "sglang_dp2_t0.prom").read_text(encoding="utf-8") + (

@@ -19,7 +19,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -35,8 +34,8 @@ import pytest
 import yaml
 
 from attnload.cluster import manifests, names
+from helpers import ROOT, free_port
 
-ROOT = Path(__file__).resolve().parents[2]
 VENV_BIN = Path(sys.executable).parent
 STAGE_DURATION = "4s"
 SKIP = {names.GRAFANA_DEPLOYMENT}
@@ -47,14 +46,6 @@ BINARIES = {
     "/bin/prometheus": shutil.which("prometheus") or "prometheus",
 }
 IMAGE_PATHS = {"/app/locustfiles": str(ROOT / "locustfiles")}
-
-pytestmark = pytest.mark.e2e
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass
@@ -70,7 +61,7 @@ class Cluster:
         for obj in self.objects:
             if obj["kind"] == "Service":
                 for port in obj["spec"]["ports"]:
-                    self.ports.setdefault(int(port["port"]), _free_port())
+                    self.ports.setdefault(int(port["port"]), free_port())
         self.services = [o["metadata"]["name"] for o in self.objects if o["kind"] == "Service"]
 
     def rewrite(self, text: str, paths: dict[str, str] | None = None) -> str:

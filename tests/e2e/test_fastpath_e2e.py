@@ -15,7 +15,6 @@ import pytest
 from attnload import native
 from helpers import Processes, attnload, free_port, latest_results, start_sim, write_config
 
-pytestmark = pytest.mark.e2e
 TOKENS = 16
 
 

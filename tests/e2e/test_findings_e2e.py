@@ -1,7 +1,7 @@
 """Issue 23's findings end to end, checked at the server: when closed-loop users' first requests arrive
 (``--start-spread``), and cached tokens from a server that sends no ``prompt_tokens_details``.
 
-The recording server (``tests/recording_server.py``) logs the wall time each request arrived and the
+The recording server (``tests/fakes/recording_server.py``) logs the wall time each request arrived and the
 time its answer ended; with a 430 ms chunk delay every request takes ~3 s, like the issue's fixed
 server (50 ms TTFT + 128 tokens × 23 ms). It sends no ``usage``, as vLLM sends no cached tokens
 without ``--enable-prompt-tokens-details``.
@@ -17,9 +17,7 @@ from typing import Any
 
 import pytest
 
-from helpers import ROOT, Processes, attnload, free_port, latest_results, wait_http, write_config
-
-pytestmark = pytest.mark.e2e
+from helpers import FAKES, Processes, attnload, free_port, latest_results, wait_http, write_config
 
 CHUNK_DELAY_MS = 430.0
 """7 pieces of the recording server's reply × 430 ms ≈ 3 s a request."""
@@ -29,7 +27,7 @@ MODELS = {"gqa_model": ("llama-3-70b", "GQA")}
 def _recorder(processes: Processes, tmp_path: Path, delay_ms: float) -> tuple[str, Path]:
     port, log = free_port(), tmp_path / "received.jsonl"
     process = processes.start(
-        [sys.executable, str(ROOT / "tests" / "recording_server.py"), str(port), str(log), str(delay_ms)],
+        [sys.executable, str(FAKES / "recording_server.py"), str(port), str(log), str(delay_ms)],
         name="recorder",
     )
     url = f"http://127.0.0.1:{port}"

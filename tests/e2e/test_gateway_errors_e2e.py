@@ -10,9 +10,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from helpers import Processes, attnload, free_port, http_json, latest_results, wait_http, write_config
-
-ROOT = Path(__file__).resolve().parents[2]
+from helpers import FAKES, ROOT, Processes, attnload, free_port, http_json, latest_results, wait_http, write_config
 
 
 def test_litellm_invalid_model_is_not_found(processes: Processes, tmp_path: Path) -> None:
@@ -21,7 +19,7 @@ def test_litellm_invalid_model_is_not_found(processes: Processes, tmp_path: Path
     server = processes.start(
         [
             sys.executable,
-            str(ROOT / "tests" / "gateway_error_server.py"),
+            str(FAKES / "gateway_error_server.py"),
             "--port",
             str(port),
             "--status",

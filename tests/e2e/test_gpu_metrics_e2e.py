@@ -26,8 +26,6 @@ import pytest
 from attnload.scrape.dcgm import parse_dcgm
 from helpers import ROOT, Processes, attnload, http_text, latest_results, serve_in_thread, start_sim
 
-pytestmark = [pytest.mark.e2e]
-
 DATA = ROOT / "tests" / "data" / "dcgm"
 WARNING = "gpu metrics off"
 STEP_MJ = (400_000, 500_000, 600_000, 700_000)

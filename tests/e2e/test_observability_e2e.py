@@ -9,11 +9,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from helpers import Processes, attnload, free_port, http_text, latest_results, start_sim
-
-pytestmark = pytest.mark.e2e
+from helpers.exposition import samples
 
 PER_MODEL = (
     "attnload_requests_total",
@@ -31,11 +29,7 @@ def _config(directory: Path, models: dict[str, dict[str, Any]], **extra: Any) ->
 
 
 def _samples(text: str) -> list[tuple[str, tuple[tuple[str, str], ...]]]:
-    return [
-        (s.name, tuple(sorted(s.labels.items())))
-        for family in text_string_to_metric_families(text)
-        for s in family.samples
-    ]
+    return [(s.name, tuple(sorted(s.labels.items()))) for s in samples(text)]
 
 
 def test_same_model_id_on_two_servers_stays_two_series(processes: Processes, tmp_path: Path) -> None:

@@ -31,26 +31,23 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _observe_helpers import (  # tests/e2e is on sys.path (rootdir-relative import)
+
+from attnload.dashboards.generate import expr_requirements
+from attnload.dashboards.prometheus import PrometheusError, start_local_prometheus
+from helpers import free_port, wait_http
+from helpers.exposition import samples
+from helpers.observe import (
     Prom,
     annotation_exprs,
     engine_exposition,
     finite_values,
     fixture_exporter,
-    free_port,
     http_get,
     panel_exprs,
     running_prometheus,
     stop_process,
     substitute,
-    wait_http,
 )
-from prometheus_client.parser import text_string_to_metric_families
-
-from attnload.dashboards.generate import expr_requirements
-from attnload.dashboards.prometheus import PrometheusError, start_local_prometheus
-
-pytestmark = pytest.mark.e2e
 
 CORE_READY = all(importlib.util.find_spec(m) is not None for m in ("attnload.runner", "attnload.sim.cli"))
 needs_core = pytest.mark.skipif(not CORE_READY, reason="core not built yet: attnload.runner / attnload.sim.cli missing")
@@ -437,13 +434,12 @@ def assert_series_bounded(exposition: str) -> int:
     series = 0
     models: set[str] = set()
     profiles: set[str] = set()
-    for family in text_string_to_metric_families(exposition):
-        for sample in family.samples:
-            series += 1
-            if sample.name.startswith("attnload_"):
-                assert set(sample.labels) <= ALLOWED_LABELS, f"unbounded label on {sample.name}: {sample.labels}"
-                models.add(sample.labels.get("model", ""))
-                profiles.add(sample.labels.get("profile", ""))
+    for sample in samples(exposition):
+        series += 1
+        if sample.name.startswith("attnload_"):
+            assert set(sample.labels) <= ALLOWED_LABELS, f"unbounded label on {sample.name}: {sample.labels}"
+            models.add(sample.labels.get("model", ""))
+            profiles.add(sample.labels.get("profile", ""))
     assert series <= SERIES_BOUND, f"{series} series for 3 models × 3 profiles, bound {SERIES_BOUND}"
     assert models - {""} == {m for m, _ in MODELS}
     assert profiles - {"", "all"} <= set(PROFILES)

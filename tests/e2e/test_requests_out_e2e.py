@@ -22,7 +22,6 @@ import pytest
 
 from helpers import DIRECT, ROOT, Processes, attnload, free_port, http_json, latest_results, wait_http
 
-pytestmark = pytest.mark.e2e
 REFERENCE = ROOT / "bench" / "reference_server.py"
 STATUSES = {"ok", "failed", "cancelled", "abandoned"}
 FIELDS = {

@@ -18,9 +18,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
+from hostile_server import EXPECTED, MODES
 
 from helpers import (
+    FAKES,
     ROOT,
     Processes,
     attnload,
@@ -32,9 +33,7 @@ from helpers import (
     wait_http,
     write_config,
 )
-from hostile_server import EXPECTED, MODES
-
-pytestmark = pytest.mark.e2e
+from helpers.exposition import sums_by_label
 
 LOCUST = [sys.executable, "-m", "locust", "-f", str(ROOT / "locustfiles" / "chat.py")]
 KEY_ENV = "ATTNLOAD_ROBUST_KEY"
@@ -45,7 +44,7 @@ def start_hostile(processes: Processes, slow_s: float = 3.0, stall_s: float = 20
     process = processes.start(
         [
             sys.executable,
-            str(ROOT / "tests" / "hostile_server.py"),
+            str(FAKES / "hostile_server.py"),
             "--port",
             str(port),
             "--slow-s",
@@ -76,12 +75,7 @@ def hostile_config(directory: Path, base_url: str, model: str = "cycle") -> Path
 
 
 def metric_values(text: str, name: str, label: str) -> Counter[str]:
-    values: Counter[str] = Counter()
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            if sample.name == name:
-                values[sample.labels.get(label, "")] += int(sample.value)
-    return values
+    return Counter({key: int(total) for key, total in sums_by_label(text, name, label).items()})
 
 
 def wait_for(predicate: Any, timeout_s: float, what: str) -> None:

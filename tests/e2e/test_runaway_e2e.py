@@ -1,6 +1,6 @@
 """Runaway servers with real processes (issue 15): `attnload run` and `attnload check` stay bounded.
 
-Against each mode of tests/runaway_server.py (an endless SSE line, endless events with no
+Against each mode of tests/fakes/runaway_server.py (an endless SSE line, endless events with no
 [DONE], an endless 200 HTML body, an endless header), `attnload run --duration 5s` with a
 master and a worker must end within 20 s with results written and the failures under the
 mode's class, every client process below 300 MB RSS the whole time; `attnload check` must
@@ -18,11 +18,9 @@ import time
 from pathlib import Path
 
 import pytest
-
-from helpers import ROOT, Processes, attnload, free_port, http_json, latest_results, wait_http
 from runaway_server import EXPECTED, MODES
 
-pytestmark = pytest.mark.e2e
+from helpers import FAKES, Processes, attnload, free_port, http_json, latest_results, wait_http
 
 RSS_LIMIT_MB = 300.0
 LEAK_GUARD_MB = 150.0
@@ -34,7 +32,7 @@ TOTAL_TIMEOUT_S = 5.0
 def start_runaway(processes: Processes) -> str:
     port = free_port()
     process = processes.start(
-        [sys.executable, str(ROOT / "tests" / "runaway_server.py"), "--port", str(port), "--limit-s", "60"],
+        [sys.executable, str(FAKES / "runaway_server.py"), "--port", str(port), "--limit-s", "60"],
         name="runaway",
     )
     url = f"http://127.0.0.1:{port}"

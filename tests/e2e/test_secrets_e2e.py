@@ -12,11 +12,7 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
-
-from helpers import ROOT, Processes, attnload, free_port, http_text, start_sim, wait_http
-
-pytestmark = pytest.mark.e2e
+from helpers import FAKES, Processes, attnload, free_port, http_text, start_sim, wait_http
 
 KEY_ENV = "ATTNLOAD_SECRET_TEST_KEY"
 SENTINEL = "attnload-sentinel-Zq8xK3vP7mW2"
@@ -26,7 +22,7 @@ def test_sentinel_key_appears_in_no_output(processes: Processes, tmp_path: Path)
     sim = start_sim(processes, "--mode", "fixed", "--ttft-ms", "5", "--itl-ms", "2")
     hostile_port = free_port()
     hostile_process = processes.start(
-        [sys.executable, str(ROOT / "tests" / "hostile_server.py"), "--port", str(hostile_port)], name="hostile"
+        [sys.executable, str(FAKES / "hostile_server.py"), "--port", str(hostile_port)], name="hostile"
     )
     hostile = f"http://127.0.0.1:{hostile_port}"
     wait_http(hostile + "/health", hostile_process)

@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from attnload.scrape import ServerWindow, parse_exposition
 from helpers import (
@@ -36,8 +35,7 @@ from helpers import (
     serve_in_thread,
     start_sim,
 )
-
-pytestmark = [pytest.mark.e2e]
+from helpers.exposition import by_name_and_label
 
 DATA = ROOT / "tests" / "data" / "server_metrics"
 WARNING = "server metrics off"
@@ -48,12 +46,7 @@ def _read(name: str) -> str:
 
 
 def _sim_counters(text: str) -> dict[tuple[str, str], float]:
-    out = {}
-    for family in text_string_to_metric_families(text):
-        for s in family.samples:
-            if s.name.startswith("attnload_sim_") or s.name == "attnload_stage":
-                out[(s.name, s.labels.get("model", ""))] = s.value
-    return out
+    return by_name_and_label(text, "model", lambda name: name.startswith("attnload_sim_") or name == "attnload_stage")
 
 
 class GaugePoller(threading.Thread):

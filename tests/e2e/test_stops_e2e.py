@@ -18,8 +18,6 @@ import pytest
 
 from helpers import ROOT, Processes, attnload, http_json, latest_results, start_sim, write_config
 
-pytestmark = pytest.mark.e2e
-
 LOCUST = [sys.executable, "-m", "locust", "-f", str(ROOT / "locustfiles" / "chat.py")]
 FAULTS = ROOT / "tests" / "data" / "fault_inject"
 

@@ -10,15 +10,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pytest
 from test_traffic_e2e import MODELS, received, run, start_recorder
 
 from attnload.measure.tokens import text_tokens
 from attnload.workload.tokenizer import LocalTokenizer
 from helpers import Processes, write_config
 from test_workload_tokenizer import word_level
-
-pytestmark = pytest.mark.e2e
 
 TARGETS = {50: 46, 300: 296}
 """Profile ``prompt_tokens`` → content tokens of its user message (4 per message are the chat overhead)."""

@@ -1,5 +1,5 @@
 """Real chat traffic end to end (issue 17): conversations, dataset prompts and trace replay against a
-server that records what it receives (``tests/recording_server.py``), and the simulator's prefix cache.
+server that records what it receives (``tests/fakes/recording_server.py``), and the simulator's prefix cache.
 
 Every check is server side where it can be: the recording server logs each request body with the
 wall time it arrived and the time its answer ended, so what the client claims is never the evidence.
@@ -18,9 +18,7 @@ from typing import Any
 
 import pytest
 
-from helpers import ROOT, Processes, attnload, free_port, latest_results, start_sim, wait_http, write_config
-
-pytestmark = pytest.mark.e2e
+from helpers import FAKES, ROOT, Processes, attnload, free_port, latest_results, start_sim, wait_http, write_config
 
 SALT = re.compile(r"^\[[0-9a-f]{16}\] ")
 MODELS = {"gqa_model": ("llama-3-70b", "GQA"), "mla_model": ("deepseek-v3", "MLA")}
@@ -29,7 +27,7 @@ MODELS = {"gqa_model": ("llama-3-70b", "GQA"), "mla_model": ("deepseek-v3", "MLA
 def start_recorder(processes: Processes, tmp_path: Path, chunk_delay_ms: float = 1.0) -> tuple[str, Path]:
     port, log = free_port(), tmp_path / "received.jsonl"
     process = processes.start(
-        [sys.executable, str(ROOT / "tests" / "recording_server.py"), str(port), str(log), str(chunk_delay_ms)],
+        [sys.executable, str(FAKES / "recording_server.py"), str(port), str(log), str(chunk_delay_ms)],
         name="recorder",
     )
     url = f"http://127.0.0.1:{port}"

@@ -24,15 +24,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from attnload.client.classify import classify_status
 from attnload.engines import tiny_models
 from attnload.engines.vllm import INSTALL_HINT, ServerSpec, running, scrape, vllm_env
 from attnload.errors import ErrorClass
 from helpers import DIRECT, Processes, attnload, free_port, latest_results
+from helpers.exposition import sums_by_name
 
-pytestmark = [pytest.mark.vllm, pytest.mark.e2e, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.vllm, pytest.mark.timeout(900)]
 
 KV_BYTES = 8 * 2**20
 MAX_MODEL_LEN = 448
@@ -81,12 +81,7 @@ def vllm_pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pair]:
 
 def series(base_url: str) -> dict[str, float]:
     """``name`` -> value for every vLLM sample (labels dropped: one model per server), by our own parse."""
-    out: dict[str, float] = {}
-    for family in text_string_to_metric_families(scrape(base_url)):
-        for sample in family.samples:
-            if sample.name.startswith("vllm:") and "le" not in sample.labels:
-                out[sample.name] = out.get(sample.name, 0.0) + sample.value
-    return out
+    return sums_by_name(scrape(base_url), lambda s: s.name.startswith("vllm:") and "le" not in s.labels)
 
 
 def config(pair: Pair, directory: Path, workload: dict[str, Any], *, gqa_id: str | None = None) -> Path:

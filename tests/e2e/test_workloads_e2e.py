@@ -25,8 +25,6 @@ from helpers import (
     write_config,
 )
 
-pytestmark = pytest.mark.e2e
-
 
 def run(processes: Processes, config: Path, results: Path, *args: str, timeout_s: float = 120) -> dict[str, Any]:
     process = processes.start(

@@ -1,4 +1,9 @@
-"""Test helpers: free ports, real processes that are always stopped, configs pointing at them."""
+"""Test helpers: free ports, real processes that are always stopped, configs pointing at them.
+
+The package's modules hold the rest: :mod:`helpers.exposition` (reading Prometheus text),
+:mod:`helpers.results` (results built for the report tests), :mod:`helpers.observe` (a real
+Prometheus and the dashboards' queries). The fake servers the tests start live in ``tests/fakes/``.
+"""
 
 from __future__ import annotations
 
@@ -19,7 +24,9 @@ from typing import Any
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
+FAKES = ROOT / "tests" / "fakes"
+"""The fake servers, each runnable as ``python tests/fakes/NAME.py`` (and importable: on pytest's path)."""
 DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
@@ -53,11 +60,18 @@ def serve_in_thread(handler: type[http.server.BaseHTTPRequestHandler]) -> Iterat
         server.server_close()
 
 
-def wait_http(url: str, process: subprocess.Popen[bytes] | None = None, timeout_s: float = 30.0) -> None:
+def wait_http(
+    url: str,
+    process: subprocess.Popen[bytes] | Sequence[subprocess.Popen[bytes]] | None = None,
+    timeout_s: float = 30.0,
+) -> None:
+    """Until ``url`` answers (its body unread: a fake may never end it); fails as soon as a watched process exits."""
+    watched = [] if process is None else [process] if isinstance(process, subprocess.Popen) else list(process)
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        if process is not None and process.poll() is not None:
-            raise RuntimeError(f"process exited with {process.returncode} before {url} answered")
+        for item in watched:
+            if item.poll() is not None:
+                raise RuntimeError(f"{item.args} exited with {item.returncode} before {url} answered")
         try:
             DIRECT.open(url, timeout=1.0).close()
             return

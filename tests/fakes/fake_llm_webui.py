@@ -19,7 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/, for the 
 
 from attnload.report.live import webui  # noqa: E402
 from attnload.results.model import Results, Summary
-from test_report_factory import gqa_model, mla_model, results  # noqa: E402
+from helpers.results import gqa_model, mla_model, results  # noqa: E402
 
 TTFT_S = 0.050
 STAGE_S = 5.0

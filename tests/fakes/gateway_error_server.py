@@ -6,7 +6,7 @@ the bytes exactly as the gateway sends them. ``GET /health`` answers 200 so test
 ``GET /counts`` reports how many chat requests were refused; ``GET .../models`` lists one
 model (``--serves``, "gpt-4o") as a gateway's model list does.
 
-Run as ``python tests/gateway_error_server.py --port N --status 400 --body-file body.json``.
+Run as ``python tests/fakes/gateway_error_server.py --port N --status 400 --body-file body.json``.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ request it read, per mode, and serves the counts on ``GET /counts`` so a test ca
 that the client counted every request exactly once (server count = ok + failed + cancelled).
 
 Raw asyncio streams rather than a framework: resets, half-written chunks and malformed
-frames must be written byte for byte. Run it as ``python tests/hostile_server.py --port N``
+frames must be written byte for byte. Run it as ``python tests/fakes/hostile_server.py --port N``
 or in-process with :class:`HostileServer` (a thread with its own event loop).
 """
 

@@ -1,6 +1,6 @@
 """A chat server for end-to-end tests that records what it receives and streams a known reply.
 
-Run as a real process: ``python tests/recording_server.py PORT LOG.jsonl [CHUNK_DELAY_MS]``. Every
+Run as a real process: ``python tests/fakes/recording_server.py PORT LOG.jsonl [CHUNK_DELAY_MS]``. Every
 request body is appended to LOG with the wall time its body was read (``t_recv``) and the wall
 time its last byte was written (``t_end``), so a test can check, server side, what each
 conversation turn carried, when it arrived and how long the client thought between turns.

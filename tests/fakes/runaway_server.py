@@ -10,7 +10,7 @@ The request's ``model`` picks the mode (any other id gets ``endless_line``):
 
 Each answer is also bounded here (``--limit-s``, 60 s by default), so a client that fails to
 stop cannot keep this process busy for ever. ``GET /counts`` serves the requests seen per
-mode. Run it as ``python tests/runaway_server.py --port N`` or in-process with
+mode. Run it as ``python tests/fakes/runaway_server.py --port N`` or in-process with
 :class:`RunawayServer` (a thread with its own event loop).
 """
 

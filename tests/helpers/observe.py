@@ -1,4 +1,4 @@
-"""Helpers for the observability tests: a real Prometheus, PromQL over its HTTP API, dashboard exprs.
+"""Helpers for the Prometheus tests: a real Prometheus, PromQL over its HTTP API, dashboard exprs.
 
 Also a fixture exporter that serves every master and simulator series name from
 docs/design.md / docs/cost-model.md §4.6 with synthetic, moving values, so the dashboards'
@@ -13,7 +13,6 @@ import json
 import math
 import random
 import re
-import socket
 import subprocess
 import threading
 import time
@@ -28,59 +27,21 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest, start_http_server
 
 from attnload.dashboards.prometheus import start_local_prometheus, stop_prometheus
+from attnload.errors import ErrorClass
+from attnload.exporter.names import BUCKETS_S, LABELS  # the master's buckets (1 ms … 120 s) and labels
+from helpers import ROOT, free_port
 
-REPO = Path(__file__).resolve().parents[2]
-DASHBOARD_DIR = REPO / "grafana" / "dashboards"
-RULES = REPO / "grafana" / "prometheus" / "rules.yml"
+DASHBOARD_DIR = ROOT / "grafana" / "dashboards"
+RULES = ROOT / "grafana" / "prometheus" / "rules.yml"
 
-LABELS = ("model", "attention", "profile", "target")
-BUCKETS_S = tuple(round(0.001 * 1.25**i, 9) for i in range(54) if 0.001 * 1.25**i <= 120 * 1.25)
-"""1 ms … 120 s, factor 1.25 (docs/design.md; the master's buckets)."""
-ERROR_CLASSES = (
-    "auth",
-    "not_found",
-    "rate_limited",
-    "quota",
-    "context_length",
-    "bad_request",
-    "server",
-    "timeout",
-    "connection",
-    "proxy",
-    "bad_response",
-    "truncated",
-    "cancelled",
-)
+ERROR_CLASSES = tuple(error.label for error in ErrorClass)
 FIXTURE_MODELS = (("llama-3-70b", "GQA"), ("deepseek-v3", "MLA"), ("llama-3-8b", "GQA"))
 FIXTURE_PROFILES = ("short", "long", "shared")
-
-
-def free_port() -> int:
-    """A free TCP port on 127.0.0.1 (closed before use; the race is acceptable in tests)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def http_get(url: str, timeout_s: float = 5.0) -> bytes:
     with urllib.request.urlopen(url, timeout=timeout_s) as response:  # noqa: S310 (local test URL)
         return bytes(response.read())
-
-
-def wait_http(url: str, timeout_s: float, process: subprocess.Popen[bytes] | None = None) -> None:
-    """Poll until ``url`` answers 200; fail early if ``process`` died."""
-    deadline = time.monotonic() + timeout_s
-    last: Exception | None = None
-    while time.monotonic() < deadline:
-        if process is not None and process.poll() is not None:
-            raise AssertionError(f"process exited with {process.returncode} before {url} answered")
-        try:
-            http_get(url, timeout_s=1.0)
-            return
-        except OSError as exc:
-            last = exc
-        time.sleep(0.2)
-    raise AssertionError(f"{url} not ready after {timeout_s}s: {last}")
 
 
 def stop_process(process: subprocess.Popen[bytes], timeout_s: float = 10.0) -> None:
@@ -410,7 +371,7 @@ def fixture_exporter(errors: bool = True, period_s: float = 0.2) -> Iterator[Fix
 
 # -- a real engine's exposition ------------------------------------------------------------
 
-SERVER_METRICS_DATA = REPO / "tests" / "data" / "server_metrics"
+SERVER_METRICS_DATA = ROOT / "tests" / "data" / "server_metrics"
 _CUMULATIVE = re.compile(r"^(?P<name>[a-z_:]+?(?:_total|_bucket|_count|_sum))(?P<labels>\{[^}]*\})? (?P<value>\S+)$")
 
 
