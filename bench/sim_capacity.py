@@ -4,7 +4,7 @@ The simulator is pinned to one core, attnload's client (``client_proc.py``) to t
 after a warm-up the simulator's truth is read, and read again after a window. Two modes:
 
 - ``sim`` (``--mode fixed --itl-ms 10``): the schedule is 10 ms per token; the pass mark
-  (issue 4 / issue 10) is an *emitted* ITL p99 (server-side, ``GET /stats``) within 2 ms
+  is an *emitted* ITL p99 (server-side, ``GET /stats``) within 2 ms
   of it at 256 streams, on at most one core.
 - ``sim-roofline`` (the default roofline engine, llama-3-70b on 8×H200, 256 streams = one
   full batch, ~10 ms decode steps): the schedule is the engine's own per-token ITL

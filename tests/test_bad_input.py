@@ -1,4 +1,4 @@
-"""Every bad input of issue 15, as a real ``attnload run`` / ``attnload check`` process: one line, exit 2, nothing sent.
+"""Every bad input, as a real ``attnload run`` / ``attnload check`` process: one line, exit 2, nothing sent.
 
 Each row writes a config whose ``base_url`` (where it is not the bad value itself) points
 at a counting server on 127.0.0.1, runs the real command, and asserts exit status 2,

@@ -1,4 +1,4 @@
-"""Read budgets (issue 15): a server whose answer never ends costs bounded memory and time.
+"""Read budgets: a server whose answer never ends costs bounded memory and time.
 
 Unit level: the SSE splitter, the header cap and the events cap against scripted bytes;
 then the real client against :mod:`runaway_server` in-process, mode by mode, and the

@@ -1,4 +1,4 @@
-"""deploy/'s Prometheus discovers annotated model-server pods: scrape job, RBAC, egress (issue 16).
+"""deploy/'s Prometheus discovers annotated model-server pods: scrape job, RBAC, egress.
 
 Offline checks of the generated objects. What the relabel rules do to real scrapes is
 tested end to end in tests/e2e/test_deploy_discovery_e2e.py; the NetworkPolicy flows in

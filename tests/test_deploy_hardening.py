@@ -1,4 +1,4 @@
-"""deploy/'s answers to issue 19's Kubernetes findings that a schema cannot see.
+"""deploy/'s answers to the Kubernetes findings that a schema cannot see.
 
 No lifecycle API on Prometheus, no Grafana admin/admin, a master that outlives its
 final-counts wait on SIGTERM, and `kubectl apply -f deploy/` reading exactly the plain

@@ -1,4 +1,4 @@
-"""The repository explains itself (issue 24): no file cites a file a clone does not have.
+"""The repository explains itself: no file cites a file a clone does not have.
 
 The contract, the simulator's cost model and the seed's requirements live in docs/ (design.md,
 cost-model.md, seed.md). Two checks keep it so:

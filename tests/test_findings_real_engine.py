@@ -1,4 +1,4 @@
-"""Four things a real vLLM showed (issue 23), fixed in attnload's own code and checked here without one:
+"""Four things a real vLLM showed, fixed in attnload's own code and checked here without one:
 
 1. cached prompt tokens the server did not report are ``null``, never 0;
 2. ``stages[].users`` is each model's own concurrency (``users_total`` the stage's);

@@ -1,4 +1,4 @@
-"""The package layout of ``src/attnload`` (issue 14), checked by a static walk of its imports.
+"""The package layout of ``src/attnload``, checked by a static walk of its imports.
 
 Every ``import``/``from ... import`` is read from the AST, at module level and inside
 functions (lazy imports count too), so the rules hold whatever runs first.
@@ -26,7 +26,7 @@ LOAD_GENERATOR = (
     "scrape",
     "commands",
     "native",
-    # issue 23: real engines in the loop (tiny generated models, the vLLM launcher); the
+    # real engines in the loop (tiny generated models, the vLLM launcher); the
     # simulator stands apart from them too
     "engines",
 )

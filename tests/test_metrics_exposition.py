@@ -1,4 +1,4 @@
-"""Where the master's ``/metrics`` listens: loopback unless asked (issue 15), like Locust's web UI."""
+"""Where the master's ``/metrics`` listens: loopback unless asked, like Locust's web UI."""
 
 from __future__ import annotations
 

@@ -44,7 +44,7 @@ MASTER_METRICS = {
     "attnload_workers",
     "attnload_worker_cpu_ratio",
     "attnload_client_saturated",
-    # the master's per-model re-export of dcgm-exporter's fields (issue 26)
+    # the master's per-model re-export of dcgm-exporter's fields
     "attnload_gpu_dram_active",
     "attnload_gpu_tensor_active",
     "attnload_gpu_power_watts",

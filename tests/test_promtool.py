@@ -40,7 +40,7 @@ def test_check_config() -> None:
 def test_local_config_scrapes_master_and_sim() -> None:
     config = yaml.safe_load((PROM_DIR / "prometheus.yml").read_text(encoding="utf-8"))
     jobs = {job["job_name"]: job["static_configs"][0]["targets"] for job in config["scrape_configs"]}
-    # model-servers: the documented slot for real vLLM/SGLang servers (issue 16), empty by default.
+    # model-servers: the documented slot for real vLLM/SGLang servers, empty by default.
     assert jobs == {"attnload": ["127.0.0.1:9646"], "attnload-sim": ["127.0.0.1:8000"], "model-servers": []}
     assert config["rule_files"] == ["rules.yml"]
 

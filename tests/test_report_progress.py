@@ -1,4 +1,4 @@
-"""The progress line (issue 24): what it says, and when it is written on a terminal and in a log.
+"""The progress line: what it says, and when it is written on a terminal and in a log.
 
 A fake clock drives :class:`ProgressPrinter`, so the 30 s log cadence and the tok/s window are
 checked exactly, without waiting.

@@ -1,4 +1,4 @@
-"""``--requests-out`` pieces (issue 25): the record, the bounded worker buffer, the master's file, the
+"""``--requests-out`` pieces: the record, the bounded worker buffer, the master's file, the
 report's reading of it, and the flags (the end-to-end checks are tests/e2e/test_requests_out_e2e.py)."""
 
 from __future__ import annotations

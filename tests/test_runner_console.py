@@ -1,4 +1,4 @@
-"""How ``attnload run`` asks Locust for a quiet console (issue 24): the master's flags, the
+"""How ``attnload run`` asks Locust for a quiet console: the master's flags, the
 ``ATTNLOAD_LOCUST_STATS`` value handed to every process, and the logger Locust's tables use."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The CI exit policy (issue 19): results in, ``(code, reasons)`` out, called directly; plus the flag
+"""The CI exit policy: results in, ``(code, reasons)`` out, called directly; plus the flag
 spellings it shares with Locust and the ``--csv`` LLM file, all without processes."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Unit tests of real chat traffic in the run (issue 17): config keys, sessions (paired too), replay
+"""Unit tests of real chat traffic in the run: config keys, sessions (paired too), replay
 schedule and shape, the turn / prompt-length recorder and how results and reports show them."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The cost model's GEMM phase held against DeepGEMM's published kernel times (issue 18).
+"""The cost model's GEMM phase held against DeepGEMM's published kernel times.
 
 DeepGEMM's README (deepseek-ai/DeepGEMM, tables "Normal GEMMs for dense models" and "Grouped
 GEMMs for MoE models (masked layout)", H800 = H100 SXM compute and HBM) gives TFLOPS per FP8

@@ -1,4 +1,4 @@
-"""Simulator fidelity (issue 18): every published row of bench/fidelity.py within its tolerance,
+"""Simulator fidelity: every published row of bench/fidelity.py within its tolerance,
 through ``attnload sim --throughput --json`` (in-process; one row through a real subprocess)."""
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ def test_published_row_within_tolerance(row: object) -> None:
 
 def test_deepseek_r1_row_is_closer_than_before_calibration() -> None:
     """The R1 row is a known gap; the calibrated terms must still move it toward the published figure
-    (issue 18 measured 2.00 before calibration)."""
+    (2.00 before calibration)."""
     row = fidelity.ROWS[0]
     ratio = fidelity.measure(row, sensitivity=False).ratio
     assert 1.0 < ratio < 1.8, ratio

@@ -300,7 +300,7 @@ def test_term_gemm_knee() -> None:
     assert sharp.gemm_phase_s == max(sharp.c_lin_s, sharp.m_w_s)
 
 
-# ---------------------------------------------------------------- directions (issue 18)
+# ---------------------------------------------------------------- directions
 
 
 def test_direction_mla_family_holds_more_sequences_at_equal_kv_budget() -> None:

@@ -1,4 +1,4 @@
-"""A model's tokenizer sizes plain ``prompt_tokens`` prompts exactly (issue 17), shared prefixes included.
+"""A model's tokenizer sizes plain ``prompt_tokens`` prompts exactly, shared prefixes included.
 
 The truth is the tokenizer itself: every planned user message must encode to the profile's target
 minus the 4 tokens per message the estimator also charges, so the prompt tokens attnload records

@@ -1,4 +1,4 @@
-"""Bursty open loop and abandoned streams end to end (issue 25), judged server side.
+"""Bursty open loop and abandoned streams end to end, judged server side.
 
 - ``--shape rate:20 --burstiness B`` for 30 s on 2 workers against ``tests/fakes/recording_server.py``,
   which logs the wall time each request arrived: the coefficient of variation of the *merged*

@@ -1,4 +1,4 @@
-"""The console of ``attnload run`` (issue 24), with real processes against the fixed-mode simulator.
+"""The console of ``attnload run``, with real processes against the fixed-mode simulator.
 
 Piped (as in CI): no Locust request table from the master or the workers, and one progress line per
 stage (the 30 s cadence between stage changes is checked with a fake clock in

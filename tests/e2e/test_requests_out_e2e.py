@@ -1,4 +1,4 @@
-"""``--requests-out`` against server-side truth, with real processes (issue 25).
+"""``--requests-out`` against server-side truth, with real processes.
 
 The reference server (bench/reference_server.py, ``--keep-requests``) keeps one entry per stream: when it
 read the request, its own TTFT and the tokens it wrote. Each request gets its own TTFT (a base plus a

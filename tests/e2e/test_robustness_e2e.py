@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hostile_server import EXPECTED, MODES
 
 from helpers import (
     FAKES,
@@ -34,6 +33,7 @@ from helpers import (
     write_config,
 )
 from helpers.exposition import sums_by_label
+from hostile_server import EXPECTED, MODES
 
 LOCUST = [sys.executable, "-m", "locust", "-f", str(ROOT / "locustfiles" / "chat.py")]
 KEY_ENV = "ATTNLOAD_ROBUST_KEY"

@@ -1,4 +1,4 @@
-"""Runaway servers with real processes (issue 15): `attnload run` and `attnload check` stay bounded.
+"""Runaway servers with real processes: `attnload run` and `attnload check` stay bounded.
 
 Against each mode of tests/fakes/runaway_server.py (an endless SSE line, endless events with no
 [DONE], an endless 200 HTML body, an endless header), `attnload run --duration 5s` with a
@@ -18,9 +18,9 @@ import time
 from pathlib import Path
 
 import pytest
-from runaway_server import EXPECTED, MODES
 
 from helpers import FAKES, Processes, attnload, free_port, http_json, latest_results, wait_http
+from runaway_server import EXPECTED, MODES
 
 RSS_LIMIT_MB = 300.0
 LEAK_GUARD_MB = 150.0

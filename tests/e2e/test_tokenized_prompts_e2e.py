@@ -1,4 +1,4 @@
-"""Plain ``prompt_tokens`` profiles sized by a model's tokenizer, end to end (issue 17).
+"""Plain ``prompt_tokens`` profiles sized by a model's tokenizer, end to end.
 
 A real ``attnload run`` against the recording server: every user message the server receives
 must encode, with the model's own tokenizer.json, to exactly the profile's target minus the 4

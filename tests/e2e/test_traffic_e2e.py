@@ -1,4 +1,4 @@
-"""Real chat traffic end to end (issue 17): conversations, dataset prompts and trace replay against a
+"""Real chat traffic end to end: conversations, dataset prompts and trace replay against a
 server that records what it receives (``tests/fakes/recording_server.py``), and the simulator's prefix cache.
 
 Every check is server side where it can be: the recording server logs each request body with the

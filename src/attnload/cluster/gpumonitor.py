@@ -1,4 +1,4 @@
-"""deploy/'s Prometheus scrapes NVIDIA's dcgm-exporter where a cluster runs it (issue 26).
+"""deploy/'s Prometheus scrapes NVIDIA's dcgm-exporter where a cluster runs it.
 
 dcgm-exporter is a DaemonSet, one pod per GPU node, serving per-GPU gauges on :9400. deploy/'s
 Prometheus finds those pods by Kubernetes pod discovery in the listed namespaces (default

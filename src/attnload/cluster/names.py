@@ -25,7 +25,7 @@ GRAFANA_SECRET = "attnload-grafana"  # key admin-password; `cluster up` generate
 GRAFANA_SECRET_KEY = "admin-password"
 APISERVER_POLICY = "attnload-master-apiserver"  # the NetworkPolicy `cluster up` points at the API server
 APISERVER_PLACEHOLDER_CIDR = "192.0.2.1/32"  # TEST-NET-1: admits nobody until `cluster up` or you set it
-# Prometheus's pod discovery of model servers (issue 16): its ServiceAccount may get/list/watch pods
+# Prometheus's pod discovery of model servers: its ServiceAccount may get/list/watch pods
 # in these namespaces, its scrape job `model-servers` looks only there, and its NetworkPolicies let it
 # reach them. The slot for real vLLM/SGLang namespaces: `python -m attnload.cluster.generate
 # --model-server-namespace NS` (docs/kubernetes.md, "Model servers by pod discovery").
@@ -70,7 +70,7 @@ def labels(component: str, name: str = "attnload") -> dict[str, str]:
     }
 
 
-# dcgm-exporter (issue 26): where deploy/'s Prometheus looks for NVIDIA's GPU exporter. The GPU
+# dcgm-exporter: where deploy/'s Prometheus looks for NVIDIA's GPU exporter. The GPU
 # Operator runs it as the DaemonSet `nvidia-dcgm-exporter` (pod label app=nvidia-dcgm-exporter) in
 # `gpu-operator`; the standalone Helm chart labels it app.kubernetes.io/name=dcgm-exporter. Other
 # namespaces: `python -m attnload.cluster.generate --dcgm-namespace NS` (docs/gpu-metrics.md).
