@@ -310,14 +310,19 @@ def test_7_11_fixed_mode_is_identical_for_same_body_and_seed(monkeypatch: pytest
     from attnload.sim.api import GenerationRequest, GenerationState
 
     delays: list[float] = []
+    deadlines: list[float] = []
 
     async def fake_sleep(delay: float) -> None:
+        # The engine sleeps to absolute deadlines, so each delay also holds the real time spent so far; the
+        # deadlines themselves are the schedule (the first delay is the TTFT: nothing ran before it).
         delays.append(delay)
+        deadlines.append(asyncio.get_running_loop().time() + delay)
 
     monkeypatch.setattr(fixed.asyncio, "sleep", fake_sleep)
 
     def schedule(digest: bytes, seed: int) -> list[float]:
         delays.clear()
+        deadlines.clear()
         (engine,) = build_engines(
             resolve_models(["llama-3-70b"], EngineConfig(seed=seed)), mode="fixed", ttft_s=0.2, itl_s=0.02, jitter=0.5
         )
@@ -327,7 +332,7 @@ def test_7_11_fixed_mode_is_identical_for_same_body_and_seed(monkeypatch: pytest
                 pass
 
         asyncio.run(go())
-        return list(delays)
+        return [delays[0]] + [d - deadlines[0] for d in deadlines[1:]]
 
     first = schedule(b"body-a", 0)
     assert first == pytest.approx(schedule(b"body-a", 0), abs=2e-3)
