@@ -30,6 +30,7 @@ import gevent.ssl
 from gevent import GreenletExit
 from geventhttpclient.response import HTTPParseError
 
+from attnload.client.backoff import Backoff
 from attnload.client.budget import DRAIN_READS, MAX_HEADER_BYTES, YIELD_EVERY
 from attnload.client.checks import NEVER, header
 from attnload.client.classify import classify_exception, classify_status
@@ -88,8 +89,14 @@ class ChatClient:
         timeouts: Timeouts,
         ssl_context: gevent.ssl.SSLContext | None = None,
         retry_after_max_s: float = 0.0,
+        backoff: Backoff | None = None,
+        waits_backoff: bool = True,
     ) -> None:
         self.endpoint = Endpoint.from_url(url)
+        self.backoff = backoff
+        """Connection failures back off (``client/backoff.py``); shared by an open loop's clients of one model."""
+        self.waits_backoff = waits_backoff
+        """True: :meth:`send` sleeps out the backoff first (a closed-loop user); False: the caller drops instead."""
         self.timeouts = timeouts
         self.retry_after_max_s = retry_after_max_s
         """Above 0: after a 429 with Retry-After, wait that long (capped) before this user's next request."""
@@ -183,6 +190,8 @@ class ChatClient:
         """
         if self._resume_at:
             self._back_off()
+        if self.backoff is not None and self.waits_backoff and (wait := self.backoff.wait_s()) > 0:
+            gevent.sleep(wait)  # as for a 429: no request is in flight, and the wait is no one's latency
         started = time.perf_counter()
         origin = intended_start if intended_start is not None else started
         streaming = bool(body.get("stream", True))
@@ -230,7 +239,13 @@ class ChatClient:
             self.close()
             if error.retry_after_s and self.retry_after_max_s > 0:
                 self._resume_at = time.perf_counter() + min(error.retry_after_s, self.retry_after_max_s)
-        return self._record(body, stream, origin, outcome, error, model_key, profile, stage, intended_start, started)
+        record = self._record(body, stream, origin, outcome, error, model_key, profile, stage, intended_start, started)
+        if self.backoff is not None:
+            if error is not None and error.kind is ErrorClass.CONNECTION and record.http_status is None:
+                self.backoff.failed()  # refused, reset before a response, DNS: the server is not there
+            elif outcome == "ok" or record.http_status is not None:
+                self.backoff.succeeded()
+        return record
 
     def _read_buffered(self, stream: Stream, origin: float) -> None:
         """At a stop, take what already sits in the kernel's receive buffer, without waiting.

@@ -117,6 +117,8 @@ class _TomlRequest(StrictModel):
     ttft_timeout_s: float | None = Field(default=None, gt=0, le=limits.MAX_TIMEOUT_S)
     idle_timeout_s: float | None = Field(default=None, gt=0, le=limits.MAX_TIMEOUT_S)
     retry_after_max_s: float | None = Field(default=None, ge=0, le=limits.MAX_TIMEOUT_S)
+    connect_backoff_s: float | None = Field(default=None, ge=0, le=limits.MAX_TIMEOUT_S)
+    connect_backoff_max_s: float | None = Field(default=None, gt=0, le=limits.MAX_TIMEOUT_S)
     ignore_eos: bool = False
     unique_salt: bool = True
     stream: bool = True
@@ -285,7 +287,14 @@ def _from_toml(file: Path, raw_bytes: bytes, cfg: _TomlConfig) -> TestConfig:
         "unique_salt": req.unique_salt,
         "stream": req.stream,
     }
-    for name in ("connect_timeout_s", "ttft_timeout_s", "idle_timeout_s", "retry_after_max_s"):
+    for name in (
+        "connect_timeout_s",
+        "ttft_timeout_s",
+        "idle_timeout_s",
+        "retry_after_max_s",
+        "connect_backoff_s",
+        "connect_backoff_max_s",
+    ):
         if getattr(req, name) is not None:
             settings[name] = getattr(req, name)
     if req.timeout is not None:

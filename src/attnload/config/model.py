@@ -325,6 +325,11 @@ class RequestSettings(StrictModel):
     unique_salt: bool = True
     retry_after_max_s: float = Field(default=0.0, ge=0.0, le=limits.MAX_TIMEOUT_S)
     """After a 429/503 with Retry-After, that user waits up to this long before its next request (0 = off)."""
+    connect_backoff_s: float = Field(default=0.1, ge=0.0, le=limits.MAX_TIMEOUT_S)
+    """After a ``connection`` failure the next try waits this long, doubling per failure (with jitter) up to
+    ``connect_backoff_max_s``; the first success resets it. 0 turns the backoff off."""
+    connect_backoff_max_s: float = Field(default=5.0, gt=0.0, le=limits.MAX_TIMEOUT_S)
+    """The longest connection backoff."""
 
 
 class Slo(StrictModel):

@@ -27,8 +27,10 @@ COUNTERS = (
     "estimated",
     "good",
     "cached_reported",
+    "dropped",
 )
-"""``cached_reported``: requests whose server reported cached tokens (the sum counts only those)."""
+"""``cached_reported``: requests whose server reported cached tokens (the sum counts only those);
+``dropped``: open-loop arrivals not sent because their model's connection backoff was running."""
 
 
 @dataclass
@@ -128,6 +130,11 @@ class Recorder:
         key = (record.model_key, record.profile, record.stage)
         for series in self._both(key):
             _apply(series, record)
+
+    def count(self, model_key: str, profile: str, stage: int, counter: str, n: int = 1) -> None:
+        """Add to one counter without a request (an open-loop arrival ``dropped`` during a backoff)."""
+        for series in self._both((model_key, profile, stage)):
+            series.counts[counter] = series.counts.get(counter, 0) + n
 
     def take_delta(self) -> dict[str, Any]:
         """Serialisable changes since the previous call (then reset), for ``report_to_master``."""

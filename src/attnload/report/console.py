@@ -32,8 +32,10 @@ from attnload.results.model import Results, Totals
 
 
 def errors_text(totals: Totals, limit: int = 3) -> str:
-    """The most frequent error classes, e.g. ``timeout 4, server 1`` (and ``abandoned N``, not an error)."""
+    """The most frequent error classes, e.g. ``timeout 4, server 1`` (``abandoned N``, ``dropped N``: not errors)."""
     errors = {**totals.errors, **({"abandoned": totals.requests.abandoned} if totals.requests.abandoned else {})}
+    if totals.requests.dropped:  # open-loop arrivals not sent during a connection backoff
+        errors["dropped"] = totals.requests.dropped
     if not errors:
         return DASH
     ranked = sorted(errors.items(), key=lambda kv: (-kv[1], kv[0]))

@@ -43,6 +43,9 @@ class Requests(_Model):
     cancelled: int = 0
     abandoned: int = 0
     """Closed mid-stream by the client on purpose (``--abandon-rate``): neither failed nor cancelled."""
+    dropped: int = 0
+    """Open loop: arrivals not sent because the model's connection backoff was running (the server refused
+    or reset connections); never sent, so not in ``total``."""
 
     @property
     def total(self) -> int:

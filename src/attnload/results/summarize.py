@@ -82,6 +82,7 @@ def totals(series: Series, duration_s: float, slo_set: bool) -> dict[str, Any]:
             failed=counts.get("failed", 0),
             cancelled=counts.get("cancelled", 0),
             abandoned=counts.get("abandoned", 0),
+            dropped=counts.get("dropped", 0),
         ),
         "errors": dict(sorted(series.errors.items())),
         "ttft_s": summary(series.hists["ttft"]),

@@ -51,6 +51,8 @@ class ProgressState:
     completion_tokens: dict[str, int] = field(default_factory=dict)
     """Per model key: output tokens so far (cumulative; the line shows their rate)."""
     saturated: bool = False
+    unreachable: tuple[str, ...] = ()
+    """Model keys whose server refuses or resets connections now (their users back off)."""
 
 
 def clock_text(seconds: float) -> str:
@@ -78,6 +80,8 @@ def format_line(state: ProgressState, token_rates: dict[str, float | None]) -> s
         timing += f", {clock_text(max(0.0, state.total_s - state.elapsed_s))} left"
     parts = [where, load, timing, f"ok {state.ok:,} failed {state.failed:,}"]
     parts += [f"{key} {rate(value, 'tok/s')}" for key, value in token_rates.items()]
+    if state.unreachable:
+        parts.append(f"UNREACHABLE {', '.join(state.unreachable)}")
     if state.saturated:
         parts.append("CLIENT SATURATED")
     return " · ".join(parts)

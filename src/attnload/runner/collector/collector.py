@@ -25,6 +25,7 @@ from attnload.results.summarize import StageWindow, build_results, client_info
 from attnload.results.write import write_results
 from attnload.runner.collector.gpuview import GpuView, gpu_targets
 from attnload.runner.collector.health import FleetHealth
+from attnload.runner.collector.reach import Reachability
 from attnload.runner.collector.requestsfile import RequestsWriter
 from attnload.runner.collector.serverview import ServerView, scrape_targets
 from attnload.runner.sender.sender import Sender
@@ -68,6 +69,8 @@ class Collector:
         """The model servers' /metrics, unless --server-metrics off."""
         self.gpu_view: GpuView | None = None
         """dcgm-exporter's (or the simulator's) per-GPU gauges per model, unless --gpu-metrics off."""
+        self.reach = Reachability()
+        """Models whose server refuses connections now (the console says so while it lasts)."""
 
     def open_views(self) -> None:
         """Scrape the model servers and GPUs the options ask for (from the next test on)."""
@@ -88,6 +91,7 @@ class Collector:
     # ------------------------------------------------------------------ stages
 
     def begin_test(self) -> None:
+        self.reach.reset()
         if self.requests is not None:
             self.requests.restart()
         for view in self._views():

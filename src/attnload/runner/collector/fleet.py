@@ -80,11 +80,13 @@ def watch_workers(runner: MasterRunner, collector: MasterCollector) -> None:
 
 
 def watch_fleet(environment: Environment, collector: Collector) -> None:
-    """Every second: worker count, CPU per worker, workers that went missing."""
+    """Every second: worker count, CPU per worker, workers that went missing, models that do not answer."""
     runner = environment.runner
     while True:
         if isinstance(runner, MasterRunner) and isinstance(collector, MasterCollector):
             watch_workers(runner, collector)
         elif runner is not None and isinstance(collector, LocalCollector):
             collector.tick()
+        if collector.state.running:
+            collector.reach.tick(collector.state.recorder)
         gevent.sleep(1.0)

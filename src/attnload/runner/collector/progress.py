@@ -56,6 +56,7 @@ def progress_state(collector: Collector) -> ProgressState:
         failed=counts["failed"],
         completion_tokens=tokens,
         saturated=fleet.client_saturated,
+        unreachable=tuple(collector.reach.unreachable()),
     )
 
 

@@ -10,7 +10,8 @@ absolute deadline, never a chain of relative sleeps. A request takes a keep-aliv
 and that wait counts: ``ChatClient.send(intended_start=...)`` measures latency from the
 intended time and records ``dispatch_lag_s``. A stalled client therefore shows up as
 lag and latency, and the stage keeps its send count (it is flagged ``client_behind``
-in the results, not silently slowed).
+in the results, not silently slowed). While a model's server refuses connections its clients back off
+(``client/backoff.py``): arrivals due inside the backoff are counted ``dropped``, not sent.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import gevent.pool
 import gevent.queue
 from gevent import Greenlet
 
+from attnload.client.backoff import Backoff
 from attnload.client.chat import ChatClient
 from attnload.config.model import ModelTarget
 from attnload.workload.arrivals import gamma_offsets
@@ -155,6 +157,10 @@ class OpenLoop:
         """Conversations: ``(stream, intended, stage)`` runs what one arrival starts (all its turns)."""
         self.on_error: Callable[[BaseException | None], object] | None = None
         """Told when a schedule greenlet raises (every later arrival of the stage is lost)."""
+        self.backoffs: dict[str, Backoff] = {}
+        """Per model key: the connection backoff its pooled clients share (``client/backoff.py``)."""
+        self.on_dropped: Callable[[str, str, int], object] | None = None
+        """``(model key, profile, stage)``: an arrival fell inside its model's backoff and was not sent."""
 
     def start_stage(self, stage: OpenStage) -> None:
         """Replace the running schedule (requests in flight keep going, tagged with their stage)."""
@@ -222,7 +228,25 @@ class OpenLoop:
             self.scheduled += 1
             self._requests.spawn(self._one, stream, intended, tag, plan)
 
+    def _backing_off(self, stream: str) -> list[str]:
+        """The models of ``stream`` whose connection backoff is running now (empty: send)."""
+        keys = list(self.targets) if stream == PAIR_STREAM else [stream]
+        return [key for key in keys if key in self.backoffs and self.backoffs[key].wait_s() > 0]
+
+    def _drop(self, stream: str, stage: int, plan: PlannedRequest | None) -> None:
+        """Count an arrival the backoff stops as ``dropped`` on each of its models (never silently skipped)."""
+        if self.on_dropped is None:
+            return
+        if plan is None and self.arrival is None:
+            plan = self.next_plan(stream)  # the request it would have been: its profile carries the count
+        profile = plan.profile if plan is not None else ""
+        for key in list(self.targets) if stream == PAIR_STREAM else [stream]:
+            self.on_dropped(key, profile, stage)
+
     def _one(self, stream: str, intended: float, stage: int, plan: PlannedRequest | None = None) -> None:
+        if self._backing_off(stream):
+            self._drop(stream, stage, plan)
+            return
         if plan is None and self.arrival is not None:
             self.arrival(stream, intended, stage)
             return

@@ -14,6 +14,7 @@ from gevent import GreenletExit
 from locust import User, constant, task
 from locust.env import Environment
 
+from attnload.client.backoff import Backoff
 from attnload.client.chat import Cancelled, ChatClient, chat_body
 from attnload.config.model import ModelTarget
 from attnload.measure.paired import send_together
@@ -153,12 +154,17 @@ def converse_open(
             gevent.sleep(step.think_s)
 
 
-def chat_client(sender: Sender, target: ModelTarget) -> ChatClient:
+def chat_client(sender: Sender, target: ModelTarget, backoff: Backoff | None = None) -> ChatClient:
+    """A closed-loop user's client, with its own connection backoff; the open loop's clients share their model's
+    (``backoff``) and never sleep in it: an arrival inside it is dropped instead (``openloop.py``)."""
+    request = sender.state.config.request
     return ChatClient(
         target.chat_url,
         sender.api_keys[target.key],
         sender.timeouts,
-        retry_after_max_s=sender.state.config.request.retry_after_max_s,
+        retry_after_max_s=request.retry_after_max_s,
+        backoff=backoff or Backoff(request.connect_backoff_s, request.connect_backoff_max_s),
+        waits_backoff=backoff is None,
     )
 
 
@@ -269,7 +275,13 @@ def open_loop(environment: Environment, sender: Sender) -> OpenLoop:
     """This process's open-loop scheduler (idle until a rate stage begins)."""
     state = sender.state
     config = state.config
-    pool = ClientPool(list(config.models), lambda target: chat_client(sender, target), state.options.max_in_flight)
+    request = config.request
+    backoffs = {m.key: Backoff(request.connect_backoff_s, request.connect_backoff_max_s) for m in config.models}
+    pool = ClientPool(
+        list(config.models),
+        lambda target: chat_client(sender, target, backoffs[target.key]),
+        state.options.max_in_flight,
+    )
 
     def send(client: ChatClient, target: ModelTarget, plan: PlannedRequest, stage: int, intended: float) -> None:
         send_plan(environment, sender, client, target, plan, stage, intended)
@@ -293,6 +305,10 @@ def open_loop(environment: Environment, sender: Sender) -> OpenLoop:
         config.seed,
     )
     loop.burstiness = state.options.burstiness
+    loop.backoffs = backoffs
+    loop.on_dropped = lambda key, profile, stage: state.recorder.count(
+        key, profile or state.workload.profiles[0].name, stage, "dropped"
+    )
     shape = state.options.shape
     if isinstance(shape, ReplaySpec):
         first = config.models[0]

@@ -1,0 +1,152 @@
+"""Backoff on connection errors, open-loop drops, the console's "unreachable", results that cannot be lost
+to the disk and the words at the end of a run (unit level; the processes: tests/e2e/test_fleet_io_e2e.py)."""
+
+from __future__ import annotations
+
+import json
+import socket
+from pathlib import Path
+
+import pytest
+
+import attnload.client.chat as chat_module
+from attnload.client.backoff import Backoff
+from attnload.client.chat import ChatClient, chat_body
+from attnload.client.transport import Timeouts
+from attnload.config.load import load_config
+from attnload.measure.recorder import Recorder, RequestRecord
+from attnload.runner.collector.reach import Reachability
+from attnload.runner.sender.openloop import ClientPool, OpenLoop
+from attnload.workload.prompts import PlannedRequest
+from helpers import write_config
+
+
+def test_backoff_doubles_with_jitter_to_the_cap_and_resets_on_success() -> None:
+    low = Backoff(0.1, 5.0, rng=lambda: 0.0)
+    high = Backoff(0.1, 5.0, rng=lambda: 1.0)
+    lows = [low.failed(now=0.0) for _ in range(9)]
+    highs = [high.failed(now=0.0) for _ in range(9)]
+    assert highs == pytest.approx([0.1, 0.2, 0.4, 0.8, 1.6, 3.2, 5.0, 5.0, 5.0])
+    assert lows == pytest.approx([h / 2 for h in highs])  # "equal jitter": half to all of the step
+    assert high.wait_s(now=1.0) == pytest.approx(4.0)
+    high.succeeded()
+    assert (high.failures, high.wait_s(now=0.0)) == (0, 0.0)
+    assert high.failed(now=0.0) == pytest.approx(0.1)
+
+
+def test_backoff_zero_is_off() -> None:
+    off = Backoff(0.0, 5.0)
+    assert off.failed() == 0.0 and off.wait_s() == 0.0 and not off.enabled
+
+
+def test_ten_seconds_of_refusals_cost_a_user_few_tries() -> None:
+    """The outage arithmetic behind "at most 30 connection failures per user in 10 s": even with the
+    shortest jitter every time, a user tries about a dozen times."""
+    backoff, now, tries = Backoff(0.1, 5.0, rng=lambda: 0.0), 0.0, 0
+    while now < 10.0:
+        tries += 1
+        now += backoff.failed(now=now)
+    assert tries <= 12
+
+
+def refused_url() -> str:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    return f"http://127.0.0.1:{port}/v1/chat/completions"  # nothing listens: connection refused
+
+
+def send(client: ChatClient) -> RequestRecord:
+    body = chat_body("m", [{"role": "user", "content": "hi"}], max_tokens=4, temperature=0.0)
+    return client.send(body, model_key="m", profile="p", stage=0)
+
+
+def test_a_refused_connection_backs_off_the_users_next_try(monkeypatch: pytest.MonkeyPatch) -> None:
+    slept: list[float] = []
+    monkeypatch.setattr(chat_module.gevent, "sleep", lambda s=0: slept.append(s))
+    backoff = Backoff(0.1, 5.0, rng=lambda: 1.0)
+    client = ChatClient(refused_url(), None, Timeouts(connect_s=1, total_s=2), backoff=backoff)
+    first = send(client)
+    assert (first.outcome, first.error, backoff.failures) == ("failed", "connection", 1)
+    assert slept == []
+    send(client)
+    assert len(slept) == 1 and 0.05 < slept[0] <= 0.1  # the wait is slept before the try, not timed
+    assert backoff.failures == 2
+
+
+def test_an_open_loop_client_never_sleeps_in_the_backoff(monkeypatch: pytest.MonkeyPatch) -> None:
+    slept: list[float] = []
+    monkeypatch.setattr(chat_module.gevent, "sleep", lambda s=0: slept.append(s))
+    backoff = Backoff(0.1, 5.0)
+    client = ChatClient(refused_url(), None, Timeouts(connect_s=1, total_s=2), backoff=backoff, waits_backoff=False)
+    send(client)
+    send(client)
+    assert slept == [] and backoff.failures == 2
+
+
+def test_an_arrival_inside_the_backoff_is_counted_dropped_not_sent(tmp_path: Path) -> None:
+    config = load_config(write_config(tmp_path, "http://127.0.0.1:9"))
+    sent: list[str] = []
+    dropped: list[tuple[str, str, int]] = []
+    pool = ClientPool(list(config.models), lambda t: None, 4)  # type: ignore[arg-type,return-value]
+    plan = PlannedRequest(profile="short", messages=[], max_tokens=4)
+    loop = OpenLoop(
+        list(config.models), pool, lambda stream: plan, lambda c, t, p, s, i: sent.append(t.key), None, "poisson", 0
+    )
+    loop.backoffs = {m.key: Backoff(0.1, 5.0) for m in config.models}
+    loop.on_dropped = lambda key, profile, stage: dropped.append((key, profile, stage))
+    loop.backoffs["gqa_model"].failed()
+    loop._one("gqa_model", 0.0, 3)
+    loop._one("mla_model", 0.0, 3)
+    assert dropped == [("gqa_model", "short", 3)] and sent == ["mla_model"]
+
+
+def test_dropped_counts_reach_the_results_but_not_the_total() -> None:
+    from attnload.results.summarize import totals
+
+    recorder = Recorder()
+    recorder.count("m", "p", 0, "dropped", 3)
+    delta = recorder.take_delta()
+    master = Recorder()
+    master.merge_delta(json.loads(json.dumps(delta)))  # the worker -> master wire
+    requests = totals(master.combined(), 1.0, False)["requests"]
+    assert (requests.dropped, requests.total) == (3, 0)
+
+
+def record(key: str, outcome: str, error: str | None = None) -> RequestRecord:
+    return RequestRecord(key, "p", 0, outcome, error, None, (), 0.0, 0, 0, None, True)
+
+
+def test_unreachable_while_only_connections_fail(caplog: pytest.LogCaptureFixture) -> None:
+    recorder, reach = Recorder(), Reachability()
+    recorder.add(record("a", "ok"))
+    recorder.add(record("b", "ok"))
+    reach.tick(recorder, now=0.0)
+    recorder.add(record("a", "failed", "connection"))
+    recorder.add(record("b", "failed", "timeout"))
+    reach.tick(recorder, now=1.0)
+    assert reach.unreachable() == ["a"]
+    reach.tick(recorder, now=2.0)  # nothing new (workers report every 3 s): still unreachable
+    assert reach.unreachable() == ["a"]
+    recorder.add(record("a", "ok"))
+    reach.tick(recorder, now=5.0)
+    assert reach.unreachable() == []
+    lines = [r.getMessage() for r in caplog.records]
+    assert any("a: unreachable" in line for line in lines) and any(
+        "reachable again after 4 s" in line for line in lines
+    )
+
+
+def test_backoff_keys_in_both_config_formats(tmp_path: Path) -> None:
+    config = load_config(
+        write_config(tmp_path, "http://127.0.0.1:9", request={"connect_backoff_s": 0.5, "connect_backoff_max_s": 2})
+    )
+    assert (config.request.connect_backoff_s, config.request.connect_backoff_max_s) == (0.5, 2.0)
+    toml = tmp_path / "c.toml"
+    toml.write_text(
+        '[provider]\nbase_url = "http://127.0.0.1:9"\n[models.m]\nid = "x"\nattention = "GQA"\n'
+        "[request]\nconnect_backoff_s = 0\n",
+        encoding="utf-8",
+    )
+    assert load_config(toml).request.connect_backoff_s == 0.0
+    assert load_config(toml).request.connect_backoff_max_s == 5.0
