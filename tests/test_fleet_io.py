@@ -150,3 +150,92 @@ def test_backoff_keys_in_both_config_formats(tmp_path: Path) -> None:
     )
     assert load_config(toml).request.connect_backoff_s == 0.0
     assert load_config(toml).request.connect_backoff_max_s == 5.0
+
+
+def test_an_unwritable_output_is_one_line_before_anything_runs(tmp_path: Path) -> None:
+    from attnload.errors import UsageError
+    from attnload.plan.writable import check_outputs
+
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    with pytest.raises(UsageError) as error:
+        check_outputs(blocker, None, None)
+    message = str(error.value)
+    assert message.startswith(f"--results {blocker}: not writable (") and message.endswith(
+        "; choose a writable directory"
+    )
+    assert "\n" not in message
+    with pytest.raises(UsageError, match="^--requests-out "):
+        check_outputs(tmp_path / "ok", str(blocker / "requests.jsonl"), None)
+    with pytest.raises(UsageError, match="^--csv "):
+        check_outputs(tmp_path / "ok", None, str(blocker / "prefix"))
+    check_outputs(tmp_path / "new" / "results", str(tmp_path / "r.jsonl"), str(tmp_path / "csv" / "run"))
+    assert (tmp_path / "new" / "results").is_dir() and not list((tmp_path / "new" / "results").iterdir())
+
+
+def test_final_results_go_to_the_fallback_when_the_directory_refuses(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import tempfile
+
+    from attnload.plan.launch import _latest_results
+    from attnload.results.model import ModelSummary, Requests
+    from attnload.results.write import fallback_dir, write_final, write_snapshot
+    from helpers.results import envelope
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    results_dir = tmp_path / "results"
+    started = 1_767_225_600.0
+    import time as clock
+
+    now = clock.time()
+    snapshot_of = envelope(ModelSummary(key="m", model="x", attention="GQA", requests=Requests(ok=1)))
+    write_snapshot(snapshot_of, results_dir, started)
+    final = envelope(ModelSummary(key="m", model="x", attention="GQA", requests=Requests(ok=9)))
+    results_dir.rename(tmp_path / "moved")
+    results_dir.write_text("a file now")
+    path = write_final(final, results_dir, started)
+    assert path is not None and path.parent == fallback_dir(results_dir)
+    assert str(path.parent).startswith(str(tmp_path / "tmp"))
+    found = _latest_results(results_dir, now, snapshots=False)
+    assert found is not None and found[1] == path and found[0].models[0].requests.ok == 9
+
+
+def test_a_stale_snapshot_is_not_the_outcome_of_a_master_that_was_not_killed(tmp_path: Path) -> None:
+    import time as clock
+
+    from attnload.plan.launch import _latest_results
+    from attnload.results.model import ModelSummary
+    from attnload.results.write import write_snapshot
+    from helpers.results import envelope
+
+    now = clock.time()
+    write_snapshot(envelope(ModelSummary(key="m", model="x", attention="GQA")), tmp_path, now)
+    assert _latest_results(tmp_path, now, snapshots=False) is None
+    found = _latest_results(tmp_path, now, snapshots=True)
+    assert found is not None and found[0].snapshot is True
+
+
+class Ended:
+    def __init__(self, code: int | None) -> None:
+        self.code = code
+
+    def poll(self) -> int | None:
+        return self.code
+
+
+@pytest.mark.parametrize(
+    ("codes", "expected"),
+    [
+        ([143, 0], (15, "the Locust master")),
+        ([-15, None], (15, "the Locust master")),
+        ([0, 0, 130], (2, "Locust worker 2")),
+        ([0, -9], None),  # a SIGKILLed worker is lost, not stopped
+        ([1], None),
+    ],
+)
+def test_the_signal_that_stopped_one_of_the_runs_processes(codes: list[int | None], expected: object) -> None:
+    from attnload.plan.launch import stopped_by_signal
+
+    assert stopped_by_signal([Ended(c) for c in codes]) == expected  # type: ignore[misc]

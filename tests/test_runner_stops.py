@@ -37,12 +37,12 @@ def test_atomic_write_replaces_whole_and_leaves_no_temporary(tmp_path: Path) -> 
 def test_a_snapshot_is_marked_interrupted_until_the_final_write_replaces_it(tmp_path: Path) -> None:
     started = 1_767_225_600.0
     snapshot = write_snapshot(results(ok=2), tmp_path, started)
-    assert load_results(snapshot).interrupted is True
+    assert load_results(snapshot).interrupted is True and load_results(snapshot).snapshot is True
     assert not (tmp_path / "latest.txt").exists()  # the marker means "a run ended"
     final = write_results(results(ok=5), tmp_path, started, render_html=lambda r, p: Path(p).write_text("<html>"))
     assert final == snapshot
     data = json.loads(final.read_text())
-    assert data["interrupted"] is False and data["models"][0]["requests"]["ok"] == 5
+    assert data["interrupted"] is False and data["snapshot"] is False and data["models"][0]["requests"]["ok"] == 5
     assert final.with_suffix(".html").read_text() == "<html>"
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
         [final.name, final.with_suffix(".html").name, "latest.txt"]
@@ -65,13 +65,16 @@ def test_old_results_without_the_field_read_as_not_interrupted(tmp_path: Path) -
         ((results(), signal.SIGTERM), 143, "interrupted by SIGTERM: results so far written"),
         ((None, signal.SIGINT), 130, "interrupted by SIGINT: no results were written"),
         ((None, None), 1, "without writing results"),
-        ((results().model_copy(update={"interrupted": True}), None), 1, "last snapshot"),
+        ((results().model_copy(update={"interrupted": True, "snapshot": True}), None), 1, "last snapshot"),
+        ((results().model_copy(update={"interrupted": True}), None), 1, "complete up to the stop"),
+        ((results().model_copy(update={"interrupted": True}), signal.SIGTERM, "the Locust master"), 143, "complete"),
+        ((results().model_copy(update={"snapshot": True}), signal.SIGTERM), 143, "only its last snapshot"),
         ((results(ok=0, scheduler_error="OverflowError: x"), None), 1, "scheduler died (OverflowError: x)"),
         ((results(ok=0, users_started=4, users_crashed=4), None), 1, "every user crashed (4 of 4)"),
         ((results(ok=0), None), 1, "nothing was sent"),
     ],
 )
-def test_exit_status(given: tuple[Results | None, int | None], code: int, says: str | None) -> None:
+def test_exit_status(given: tuple[Results | None, int | None, str], code: int, says: str | None) -> None:
     got_code, message = exit_status(*given)
     assert got_code == code
     assert (message is None) if says is None else (says in (message or ""))

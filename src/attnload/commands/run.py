@@ -34,7 +34,7 @@ def run(args: argparse.Namespace) -> int:
     plan = plan_from_args(args, Path(args.config))
     policy = make_policy(args.exit_code_on_error, args.fail_on, plan.config.slo)
     outcome = execute_run(plan)
-    code, message = exit_status(outcome.results, outcome.signal_received)
+    code, message = exit_status(outcome.results, outcome.signal_received, outcome.signalled)
     if message is not None:
         print(f"attnload run: {'error: ' if outcome.signal_received is None else ''}{message}", file=sys.stderr)
     if code != 0 or outcome.results is None:

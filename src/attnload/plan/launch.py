@@ -26,7 +26,7 @@ from attnload.config.load import load_config
 from attnload.config.model import TestConfig
 from attnload.errors import UsageError
 from attnload.plan.arrivalflags import check_arrival_flags
-from attnload.plan.children import INTERRUPT_GRACE_S, PARENT_PID_ENV, die_with_parent
+from attnload.plan.children import INTERRUPT_GRACE_S, PARENT_PID_ENV, WORKER_DEATH_SIGNAL, die_with_parent
 from attnload.plan.flagcheck import check_flag_limits
 from attnload.plan.options import (
     OPTION,
@@ -37,8 +37,10 @@ from attnload.plan.options import (
     truthy,
 )
 from attnload.plan.traffic import check_traffic
+from attnload.plan.writable import check_outputs
 from attnload.results.model import Results, load_results
 from attnload.results.requests_file import requests_out_path
+from attnload.results.write import fallback_dir
 from attnload.workload.shapes import (
     ReplaySpec,
     ShapeSpec,
@@ -95,6 +97,8 @@ class RunOutcome:
 
     results: Results | None
     signal_received: int | None = None
+    signalled: str = ""
+    """Which process the signal stopped ("" : ``attnload run`` itself; else e.g. "the Locust master")."""
 
 
 def plan_from_args(args: argparse.Namespace, config_path: Path) -> LoadPlan:
@@ -139,6 +143,7 @@ def plan_from_args(args: argparse.Namespace, config_path: Path) -> LoadPlan:
         parse_start_spread(start_spread)
     else:
         parse_start_spread(os.environ.get(OPTION["start-spread"].env), OPTION["start-spread"].env)
+    check_outputs(Path(args.results), requests_out, getattr(args, "csv", None) or None)  # before any request
     check_reachable(config)
     return LoadPlan(
         config=config,
@@ -184,13 +189,14 @@ def execute_run(plan: LoadPlan, *, quiet: bool = False) -> RunOutcome:
     master_port = free_port()
     processes = [_spawn(_master_command(plan, master_port), env)]
     for _ in range(plan.workers):
-        processes.append(
-            _spawn([*_base_command(), "--worker", "--master-host", "127.0.0.1", "--master-port", str(master_port)], env)
-        )
+        worker = [*_base_command(), "--worker", "--master-host", "127.0.0.1", "--master-port", str(master_port)]
+        processes.append(_spawn(worker, env, WORKER_DEATH_SIGNAL))
     stop = _Forwarder(processes[0], plan.stop_timeout_s)
     previous = signal.signal(signal.SIGTERM, lambda *_: stop.received(signal.SIGTERM))
+    child_signal: tuple[int, str] | None = None
     try:
         stop.wait()
+        child_signal = stopped_by_signal(processes)
     finally:
         signal.signal(signal.SIGTERM, previous)
         _stop(processes[1:], 1.0 if stop.signal_received else 10.0)
@@ -198,10 +204,29 @@ def execute_run(plan: LoadPlan, *, quiet: bool = False) -> RunOutcome:
             from attnload.dashboards.prometheus import stop_prometheus
 
             stop_prometheus(prometheus)
-    results = _latest_results(plan.results_dir, started)
+    master_killed = (processes[0].returncode or 0) < 0  # SIGKILL (ours at the deadline, or the OOM killer's)
+    results = _latest_results(plan.results_dir, started, snapshots=master_killed)
     if results is not None and not quiet:
-        _print_summary(results[0], results[1])
+        _print_summary(results[0], results[1], plan.results_dir)
+    if stop.signal_received is None and child_signal is not None:
+        return RunOutcome(results[0] if results else None, child_signal[0], child_signal[1])
     return RunOutcome(results[0] if results else None, stop.signal_received)
+
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+def stopped_by_signal(processes: Sequence[subprocess.Popen[bytes]]) -> tuple[int, str] | None:
+    """The stop signal (SIGTERM, SIGINT) that ended one of the run's processes, as its exit status says
+    (Locust exits 128 + N after handling one; -N: it died of it), and which process: the master first."""
+    for position, process in enumerate(processes):
+        code = process.poll()
+        if code is None:
+            continue
+        for signum in STOP_SIGNALS:
+            if code in (128 + signum, -signum):
+                return int(signum), "the Locust master" if position == 0 else f"Locust worker {position}"
+    return None
 
 
 class _Forwarder:
@@ -340,8 +365,10 @@ def _master_command(plan: LoadPlan, master_port: int) -> list[str]:
     return command
 
 
-def _spawn(command: Sequence[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(list(command), env=env, start_new_session=True, preexec_fn=die_with_parent(os.getpid()))
+def _spawn(command: Sequence[str], env: dict[str, str], death_signal: int = signal.SIGTERM) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        list(command), env=env, start_new_session=True, preexec_fn=die_with_parent(os.getpid(), death_signal)
+    )
 
 
 def _stop(processes: Sequence[subprocess.Popen[bytes]], timeout_s: float = 10.0) -> None:
@@ -360,25 +387,33 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def _latest_results(directory: Path, not_before: float) -> tuple[Results, Path] | None:
-    """The results this run wrote: those ``latest.txt`` names, else (a master killed before its final
-    write) the newest snapshot written since the start, which says ``interrupted``."""
-    marker = directory / "latest.txt"
-    if marker.is_file() and marker.stat().st_mtime >= not_before - 1:
-        path = directory / marker.read_text(encoding="utf-8").strip()
-        return load_results(path), path
-    snapshots = (
-        [p for p in directory.glob("*.json") if p.stat().st_mtime >= not_before - 1] if directory.is_dir() else []
-    )
+def _latest_results(directory: Path, not_before: float, snapshots: bool = True) -> tuple[Results, Path] | None:
+    """The results this run wrote: those ``latest.txt`` names (in ``directory``, else in its fallback, where
+    a master writes when ``directory`` stopped taking files), else, only when the master was killed before its
+    final write (``snapshots``), the newest snapshot written since the start, which says ``snapshot``."""
+    for where in (directory, fallback_dir(directory)):
+        marker = where / "latest.txt"
+        if marker.is_file() and marker.stat().st_mtime >= not_before - 1:
+            path = where / marker.read_text(encoding="utf-8").strip()
+            return load_results(path), path
     if not snapshots:
+        return None  # the master ended on its own without final results: an older snapshot is not the outcome
+    found = [p for p in directory.glob("*.json") if p.stat().st_mtime >= not_before - 1] if directory.is_dir() else []
+    if not found:
         return None
-    path = max(snapshots, key=lambda p: p.stat().st_mtime)
+    path = max(found, key=lambda p: p.stat().st_mtime)
     return load_results(path), path
 
 
-def _print_summary(results: Results, path: Path) -> None:
+def _print_summary(results: Results, path: Path, results_dir: Path) -> None:
     from attnload.report.console import print_summary
 
     print_summary(results)
     html = path.with_suffix(".html")
     print(f"results: {path}" + (f"\nreport:  {html}" if html.exists() else ""))
+    if path.parent != results_dir and path.parent == fallback_dir(results_dir):
+        print(
+            f"attnload run: warning: {results_dir} stopped taking files during the run: the results were written "
+            f"to {path.parent} instead",
+            file=sys.stderr,
+        )

@@ -235,6 +235,9 @@ class Results(_Model):
     (``STAMP.json`` rewritten every ``--snapshot-interval``) left behind by a master that was killed."""
     requests_out: RequestsOut | None = None
     """The per-request JSONL of ``--requests-out``; None when not asked for."""
+    snapshot: bool = False
+    """True in a periodic snapshot (``--snapshot-interval``), which the final write replaces: a file still
+    marked so is what a killed master left. False in the final results, complete even when ``interrupted``."""
 
     model_config = ConfigDict(frozen=True, extra="ignore", populate_by_name=True)
 

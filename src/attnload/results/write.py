@@ -5,10 +5,15 @@ a reader, or a master killed mid-write, never sees half a file. The same ``STAMP
 written as a periodic snapshot during the run (marked ``interrupted``) and at the end replaced by
 the final results, so a SIGKILL loses at most one snapshot interval; only the final write (or the
 write at a signal) updates ``latest.txt``.
+
+A results directory that stops taking files mid-run (a volume gone read-only, a directory replaced)
+must not lose the run: :func:`write_final` then writes to :func:`fallback_dir`, a directory in the
+system's temporary directory named after the results directory, where ``attnload run`` looks next.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import tempfile
@@ -49,8 +54,39 @@ def write_snapshot(results: Results, directory: str | Path, started_at: float) -
     until the final write replaces it. ``latest.txt`` is left alone: it means "a run ended" (tests and
     scripts wait for it), and ``attnload run`` finds a killed master's snapshot by its start time."""
     path = results_path(directory, started_at)
-    atomic_write_text(path, results.model_copy(update={"interrupted": True}).to_json())
+    atomic_write_text(path, results.model_copy(update={"interrupted": True, "snapshot": True}).to_json())
     return path
+
+
+def fallback_dir(directory: str | Path) -> Path:
+    """Where results go when ``directory`` cannot take them: in the system's temporary directory, named by
+    ``directory``'s absolute path, so the writer and ``attnload run`` find the same one."""
+    digest = hashlib.sha256(str(Path(directory).resolve()).encode()).hexdigest()[:12]
+    return Path(tempfile.gettempdir()) / f"attnload-results-{digest}"
+
+
+def write_final(
+    results: Results,
+    directory: str | Path,
+    started_at: float,
+    render_html: Callable[[Results, Path], object] | None = None,
+) -> Path | None:
+    """:func:`write_results` into ``directory``, else into :func:`fallback_dir` (saying so); None: neither
+    took them (the caller still has ``results`` in memory)."""
+    try:
+        return write_results(results, directory, started_at, render_html)
+    except OSError as exc:
+        fallback = fallback_dir(directory)
+        log.warning("results: %s is not writable (%s): writing them to %s instead", directory, _why(exc), fallback)
+    try:
+        return write_results(results, fallback, started_at, render_html)
+    except OSError as exc:
+        log.error("results: %s is not writable either (%s): the results are not saved", fallback, _why(exc))
+        return None
+
+
+def _why(exc: OSError) -> str:
+    return exc.strerror or str(exc)
 
 
 def results_path(directory: str | Path, started_at: float) -> Path:

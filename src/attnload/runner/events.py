@@ -27,7 +27,13 @@ from attnload.runner.messages import setup_distributed_messages
 from attnload.runner.runtime import Runtime
 from attnload.runner.sender.sender import Sender
 from attnload.runner.sender.users import open_loop
-from attnload.runner.stops import install_stop_handlers, snapshot_interval, snapshot_loop, watch_parent_from_env
+from attnload.runner.stops import (
+    install_stop_handlers,
+    snapshot_interval,
+    snapshot_loop,
+    watch_parent_from_env,
+    worker_watch_parent_from_env,
+)
 
 log = logging.getLogger(__name__)
 
@@ -70,7 +76,10 @@ def _on_init(environment: Environment, attention_facts: FactsLookup, **_: Any) -
         else None,
     )
     events = environment.events
-    watch_parent_from_env()  # started by `attnload run`: stop when it is gone
+    if isinstance(runner, WorkerRunner):  # started by `attnload run`: stop when it is gone (a worker: when the
+        worker_watch_parent_from_env(environment)  # master has its final counts)
+    else:
+        watch_parent_from_env()
     # `attnload cluster run --requests-out` sets it per test through /swarm (Locust copies it to workers);
     # when that test stops the master forgets it, so a later test without it cannot truncate its file
     events.test_start.add_listener(lambda **_: _follow_requests_out(environment, runtime))

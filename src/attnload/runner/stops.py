@@ -11,7 +11,9 @@ snapshot survives a SIGKILL, and the death of ``attnload run`` ends the Locust p
 - A child of ``attnload run`` gets SIGTERM when its parent dies (``PR_SET_PDEATHSIG``, armed by the
   parent: ``plan/children.py``) and also polls
   ``os.getppid()`` (the death signal is lost if the parent dies before it is set): load never
-  outlives the command that started it.
+  outlives the command that started it. A worker gets SIGHUP instead and waits for the master, which
+  stops it and takes its final counts before writing (bounded: it ends on its own past the master's
+  deadline).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from typing import Any
 
 import gevent
 
-from attnload.plan.children import INTERRUPT_GRACE_S, PARENT_PID_ENV
+from attnload.plan.children import INTERRUPT_GRACE_S, PARENT_PID_ENV, WORKER_DEATH_SIGNAL
 from attnload.results.write import write_snapshot
 from attnload.runner.collector.collector import Collector
 
@@ -32,6 +34,8 @@ log = logging.getLogger(__name__)
 
 DEFAULT_SNAPSHOT_INTERVAL_S = 30.0
 PARENT_POLL_S = 0.5
+WORKER_LINGER_S = 5.0
+"""Beyond the master's own stop deadline: how long an orphaned worker waits to be stopped by the master."""
 
 
 def signal_exit_code(signum: int) -> int:
@@ -113,11 +117,42 @@ def watch_parent_from_env() -> None:
     """In a child of ``attnload run``: SIGTERM ourselves once that parent is gone (our normal stop path)."""
     expected = os.environ.get(PARENT_PID_ENV, "").strip()
     if expected.isdigit():
-        gevent.spawn(_watch_parent, int(expected), lambda: os.kill(os.getpid(), signal.SIGTERM))
+        gevent.spawn(_watch_parent, int(expected), lambda: _stop_orphaned(int(expected)))
+
+
+def _stop_orphaned(parent_pid: int) -> None:
+    log.warning("attnload run (pid %d) is gone: stopping", parent_pid)
+    os.kill(os.getpid(), signal.SIGTERM)
+
+
+def worker_watch_parent_from_env(environment: Any) -> None:
+    """In a worker of ``attnload run``: once that parent is gone, wait for the master (which heard of it
+    by SIGTERM) to stop this worker's users and take its final counts; end on our own only if it does not.
+
+    Locust would end a worker at its SIGTERM at once, its last counts unsent: so the death signal of a
+    worker is :data:`WORKER_DEATH_SIGNAL` (SIGHUP), and the getppid poll calls the same handler.
+    """
+    expected = os.environ.get(PARENT_PID_ENV, "").strip()
+    if not expected.isdigit():
+        return
+    orphaned = False
+
+    def on_orphaned() -> None:
+        nonlocal orphaned
+        if orphaned:
+            return
+        orphaned = True
+        limit_s = float(getattr(environment, "stop_timeout", 0) or 0) + INTERRUPT_GRACE_S + WORKER_LINGER_S
+        log.warning(
+            "attnload run is gone: waiting up to %.0f s for the master to collect this worker's counts", limit_s
+        )
+        gevent.spawn_later(limit_s, os.kill, os.getpid(), signal.SIGTERM)  # the master never came: Locust's stop
+
+    gevent.signal_handler(WORKER_DEATH_SIGNAL, on_orphaned)
+    gevent.spawn(_watch_parent, int(expected), on_orphaned)
 
 
 def _watch_parent(parent_pid: int, on_orphaned: Callable[[], None]) -> None:
     while os.getppid() == parent_pid:
         gevent.sleep(PARENT_POLL_S)
-    log.warning("attnload run (pid %d) is gone: stopping", parent_pid)
     on_orphaned()

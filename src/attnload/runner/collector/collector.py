@@ -8,6 +8,7 @@ write the results.
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from collections import Counter
@@ -22,7 +23,7 @@ from attnload.report.csvout import write_llm_csv
 from attnload.report.html import write_html
 from attnload.results.model import Results
 from attnload.results.summarize import StageWindow, build_results, client_info
-from attnload.results.write import write_results
+from attnload.results.write import write_final
 from attnload.runner.collector.gpuview import GpuView, gpu_targets
 from attnload.runner.collector.health import FleetHealth
 from attnload.runner.collector.reach import Reachability
@@ -32,6 +33,8 @@ from attnload.runner.sender.sender import Sender
 from attnload.runner.sender.startspread import PilotBoard
 from attnload.runner.state import RunState
 from attnload.workload.sweep import ModelStageStats
+
+log = logging.getLogger(__name__)
 
 USERS_REPORT_LAG_S = 3.5
 """Workers report their users every 3 s: a master's count is current this long after a stage starts."""
@@ -265,9 +268,16 @@ class Collector:
         if state.started_at is None:
             return None
         results = self.results()
-        path = write_results(results, state.options.results_dir, state.started_at, render_html=write_html)
+        path = write_final(results, state.options.results_dir, state.started_at, render_html=write_html)
+        if path is None:  # nowhere to write: the table at least reaches the console
+            from attnload.report.console import print_summary
+
+            print_summary(results)
         if state.options.csv_prefix:  # beside the CSVs Locust writes for its own --csv
-            write_llm_csv(results, state.options.csv_prefix)
+            try:
+                write_llm_csv(results, state.options.csv_prefix)
+            except OSError as exc:
+                log.warning("--csv %s: not written (%s)", state.options.csv_prefix, exc.strerror or exc)
         return path
 
 
