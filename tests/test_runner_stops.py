@@ -62,7 +62,8 @@ def test_old_results_without_the_field_read_as_not_interrupted(tmp_path: Path) -
     [
         ((results(), None), 0, None),
         ((results(ok=0, failed=4), None), 0, None),  # failed requests are the --fail-on policy's business
-        ((results(), signal.SIGTERM), 143, "interrupted by SIGTERM: results so far written"),
+        ((results().model_copy(update={"interrupted": True}), signal.SIGTERM), 143, "SIGTERM: results so far written"),
+        ((results(), signal.SIGTERM, "Locust worker 1"), 143, "SIGTERM of Locust worker 1: the run went on to its end"),
         ((None, signal.SIGINT), 130, "interrupted by SIGINT: no results were written"),
         ((None, None), 1, "without writing results"),
         ((results().model_copy(update={"interrupted": True, "snapshot": True}), None), 1, "last snapshot"),

@@ -124,7 +124,7 @@ def test_results_directory_unwritable_mid_run_go_to_a_named_fallback(
     fallback = fallback_dir(results)
     shutil.rmtree(fallback, ignore_errors=True)
     run = processes.start(
-        run_args(config, results, "--users", "2", "--duration", "8s", "--snapshot-interval", "1"), name="run"
+        run_args(config, results, "--users", "2", "--duration", "12s", "--snapshot-interval", "1"), name="run"
     )
     wait_until(lambda: served(url) > 5 and any(results.glob("*.json")), 60, "load running and a snapshot")
     undo: Callable[[], None] = lambda: None  # noqa: E731
@@ -167,22 +167,29 @@ def locust_processes(run_pid: int) -> tuple[int, list[int]]:
     return master, workers
 
 
-def test_sigterm_to_the_locust_master_exits_143_with_complete_results(processes: Processes, tmp_path: Path) -> None:
+@pytest.mark.parametrize("which", ["master", "worker"])
+def test_sigterm_to_a_locust_process_exits_143_with_complete_results(
+    processes: Processes, tmp_path: Path, which: str
+) -> None:
     url, config = one_model_sim(processes, tmp_path)
     results = tmp_path / "results"
-    run = processes.start(run_args(config, results, "--users", "4", "--duration", "60s", "--workers", "1"), name="run")
+    duration = "60s" if which == "master" else "12s"
+    run = processes.start(
+        run_args(config, results, "--users", "4", "--duration", duration, "--workers", "2"), name="run"
+    )
     wait_until(lambda: served(url) > 20, 60, "load running")
-    master, _ = locust_processes(run.pid)
-    assert master
-    os.kill(master, signal.SIGTERM)
+    master, workers = locust_processes(run.pid)
+    assert master and len(workers) == 2
+    os.kill(master if which == "master" else workers[0], signal.SIGTERM)
     code = run.wait(timeout=60)
     log = processes.log_of(run)
     assert code == 143, log[-3000:]
     data = latest_results(results)
-    assert data["interrupted"] is True and data["snapshot"] is False
+    assert data["interrupted"] is (which == "master") and data["snapshot"] is False
     requests = data["models"][0]["requests"]
     assert requests["ok"] + requests["failed"] + requests["cancelled"] == served(url), requests
-    assert "killed" not in log and "interrupted by SIGTERM of the Locust master" in log, log[-3000:]
+    said = "of the Locust master: results so far written" if which == "master" else "of Locust worker"
+    assert "killed" not in log and f"interrupted by SIGTERM {said}" in log, log[-3000:]
 
 
 def test_sigkill_of_attnload_run_still_collects_the_workers_final_counts(processes: Processes, tmp_path: Path) -> None:

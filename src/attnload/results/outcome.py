@@ -29,8 +29,10 @@ def exit_status(
             saved = "no results were written"
         elif results.snapshot:
             saved = "only its last snapshot was written (marked snapshot: the counts stop there)"
-        else:
+        elif results.interrupted:
             saved = "results so far written (complete up to the stop), marked interrupted"
+        else:
+            saved = "the run went on to its end and its results are complete"
         return 128 + signal_received, f"interrupted by {name}{by}: {saved}"
     if results is None:
         return 1, "the Locust master exited without writing results; see its log above"

@@ -32,6 +32,7 @@ from attnload.runner.stops import (
     snapshot_interval,
     snapshot_loop,
     watch_parent_from_env,
+    worker_exit_code_on_signal,
     worker_watch_parent_from_env,
 )
 
@@ -78,6 +79,7 @@ def _on_init(environment: Environment, attention_facts: FactsLookup, **_: Any) -
     events = environment.events
     if isinstance(runner, WorkerRunner):  # started by `attnload run`: stop when it is gone (a worker: when the
         worker_watch_parent_from_env(environment)  # master has its final counts)
+        worker_exit_code_on_signal(environment)
     else:
         watch_parent_from_env()
     # `attnload cluster run --requests-out` sets it per test through /swarm (Locust copies it to workers);

@@ -125,6 +125,17 @@ def _stop_orphaned(parent_pid: int) -> None:
     os.kill(os.getpid(), signal.SIGTERM)
 
 
+def worker_exit_code_on_signal(environment: Any) -> None:
+    """A worker that Locust stops at a SIGTERM (its final counts sent first) exits 143, not 0, so that
+    ``attnload run`` can say which of its processes a signal stopped."""
+
+    def on_signal() -> None:
+        if getattr(environment, "process_exit_code", None) is None:
+            environment.process_exit_code = signal_exit_code(signal.SIGTERM)
+
+    gevent.signal_handler(signal.SIGTERM, on_signal)
+
+
 def worker_watch_parent_from_env(environment: Any) -> None:
     """In a worker of ``attnload run``: once that parent is gone, wait for the master (which heard of it
     by SIGTERM) to stop this worker's users and take its final counts; end on our own only if it does not.
