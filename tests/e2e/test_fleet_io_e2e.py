@@ -206,3 +206,27 @@ def test_sigkill_of_attnload_run_still_collects_the_workers_final_counts(process
     requests = data["models"][0]["requests"]
     assert data["snapshot"] is False and data["client"]["workers"] == 2
     assert requests["ok"] + requests["failed"] + requests["cancelled"] == served(url), requests
+
+
+def test_open_loop_arrivals_inside_the_backoff_are_counted_dropped(processes: Processes, tmp_path: Path) -> None:
+    """rate:20 for 14 s (280 arrivals); the server is gone for 5 s of it. Without a backoff each of its ~100
+    arrivals would fail at once; with it a few probe, the rest are dropped, and none vanishes."""
+    port = free_port()
+    sim, url = sim_on(processes, port)
+    config = write_config(
+        tmp_path, url, models={"m": ("llama-3-70b", "GQA")}, benchmark={"max_tokens": 10, "temperature": 0}
+    )
+    results = tmp_path / "results"
+    extra = ("--shape", "rate:20", "--stage-duration", "14s", "--arrivals", "constant")
+    run = processes.start(run_args(config, results, *extra), name="run")
+    wait_until(lambda: served(url) > 20, 60, "load running")
+    sim.kill()
+    sim.wait()
+    time.sleep(5.0)
+    sim_on(processes, port)
+    assert run.wait(timeout=90) == 1, processes.log_of(run)[-3000:]  # the probes failed
+    requests = latest_results(results)["models"][0]["requests"]
+    errors = latest_results(results)["models"][0]["errors"]
+    assert requests["dropped"] >= 50 and errors.get("connection", 0) <= 30, (requests, errors)
+    arrivals = requests["ok"] + requests["failed"] + requests["cancelled"] + requests["dropped"]
+    assert arrivals == pytest.approx(280, abs=8), requests
