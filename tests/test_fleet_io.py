@@ -239,3 +239,27 @@ def test_the_signal_that_stopped_one_of_the_runs_processes(codes: list[int | Non
     from attnload.plan.launch import stopped_by_signal
 
     assert stopped_by_signal([Ended(c) for c in codes]) == expected  # type: ignore[misc]
+
+
+def test_a_requests_file_the_disk_refuses_counts_lines_dropped(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from attnload.results.requests_file import RequestsFile
+
+    file = RequestsFile(tmp_path / "r.jsonl")
+    file.write({"lines": ['{"a": 1}']})
+
+    class Full:
+        def write(self, data: bytes) -> int:
+            raise OSError(28, "No space left on device")
+
+        def close(self) -> None:
+            pass
+
+    file._handle = Full()  # type: ignore[assignment]
+    file.write({"lines": ['{"a": 2}', '{"a": 3}']})
+    file.write({"lines": ['{"a": 4}'], "dropped": 1})
+    file.sync()
+    summary = file.summary()
+    assert (summary.records, summary.dropped) == (1, 4)
+    assert "No space left on device" in capsys.readouterr().err

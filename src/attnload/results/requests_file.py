@@ -62,13 +62,19 @@ class RequestsFile:
             return
         lines = batch.get("lines") or []
         dropped = int(batch.get("dropped") or 0)
-        if lines and self._handle is not None:
+        if lines and self._handle is None:
+            dropped += len(lines)  # the file failed earlier: counted, never silently lost
+        elif lines and self._handle is not None:
             data = ("\n".join(lines) + "\n").encode("utf-8")
             if self.gzip:
                 data = gzip.compress(data, compresslevel=GZIP_LEVEL, mtime=0)
-            self._handle.write(data)
-            self._handle.flush()
-            self.records += len(lines)
+            try:
+                self._handle.write(data)
+                self._handle.flush()
+                self.records += len(lines)
+            except OSError as exc:
+                self._failed(exc)
+                dropped += len(lines)
         if dropped:
             self.dropped += dropped
             if not self._warned:
@@ -83,12 +89,28 @@ class RequestsFile:
     def sync(self) -> None:
         """Flush to the disk itself (the final write): the file survives the machine as well."""
         if self._handle is not None:
-            self._handle.flush()
-            os.fsync(self._handle.fileno())
+            try:
+                self._handle.flush()
+                os.fsync(self._handle.fileno())
+            except OSError as exc:
+                self._failed(exc)
+
+    def _failed(self, exc: OSError) -> None:
+        """The disk refused a write (full, gone read-only): say so once; later lines are counted dropped, and
+        the results, which do not depend on this file, are still written."""
+        print(
+            f"attnload: warning: --requests-out {self.path}: writing failed ({exc.strerror or exc}); "
+            "later request lines are counted in requests_out.dropped",
+            file=sys.stderr,
+        )
+        self.close()
 
     def close(self) -> None:
         if self._handle is not None:
-            self._handle.close()
+            try:
+                self._handle.close()
+            except OSError:
+                pass  # _failed already said why; what was flushed stays
             self._handle = None
 
     def summary(self) -> RequestsOut:
