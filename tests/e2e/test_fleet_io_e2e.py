@@ -8,6 +8,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -16,8 +17,9 @@ import pytest
 
 from attnload.results.model import load_results
 from attnload.results.write import fallback_dir
-from helpers import Processes, attnload, free_port, http_json, latest_results, wait_http, write_config
+from helpers import ROOT, Processes, attnload, free_port, http_json, latest_results, wait_http, write_config
 
+LOCUST = [sys.executable, "-m", "locust", "-f", str(ROOT / "locustfiles" / "chat.py")]
 MODELS = {"gqa_model": ("llama-3-70b", "GQA"), "mla_model": ("deepseek-chat", "MLA")}
 
 
@@ -230,3 +232,19 @@ def test_open_loop_arrivals_inside_the_backoff_are_counted_dropped(processes: Pr
     assert requests["dropped"] >= 50 and errors.get("connection", 0) <= 30, (requests, errors)
     arrivals = requests["ok"] + requests["failed"] + requests["cancelled"] + requests["dropped"]
     assert arrivals == pytest.approx(280, abs=8), requests
+
+
+def test_plain_locust_with_an_unwritable_results_directory_exits_2_at_start(
+    processes: Processes, tmp_path: Path
+) -> None:
+    url, config = one_model_sim(processes, tmp_path)
+    blocker = tmp_path / "results"
+    blocker.write_text("a file, not a directory")
+    env = {**os.environ, "ATTNLOAD_CONFIG": str(config), "ATTNLOAD_RESULTS": str(blocker), "ATTNLOAD_METRICS_PORT": "0"}
+    env.pop("ATTNLOAD_PARENT_PID", None)
+    done = subprocess.run(
+        [*LOCUST, "--headless", "-u", "2", "-r", "2", "-t", "5s"], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert f"--attnload-results {blocker}: not writable" in done.stderr and "Traceback" not in done.stderr
+    assert served(url) == 0

@@ -5,6 +5,8 @@ collector, a single local process both. The messages between them are ``messages
 from __future__ import annotations
 
 import logging
+import os
+from pathlib import Path
 from typing import Any
 
 import gevent
@@ -16,7 +18,9 @@ from attnload.config.load import load_config
 from attnload.config.model import TestConfig
 from attnload.errors import UsageError
 from attnload.exporter.exposition import serve_metrics
+from attnload.plan.children import PARENT_PID_ENV
 from attnload.plan.options import RunOptions, add_arguments, exit_usage, options_from, requests_out_option
+from attnload.plan.writable import check_writable_dir
 from attnload.report.live import webui
 from attnload.runner.collector.collector import Collector, LocalCollector, MasterCollector
 from attnload.runner.collector.fleet import stop_users, watch_fleet, write_after_final_counts
@@ -118,6 +122,11 @@ def _init_collector(environment: Environment, runtime: Runtime, collector: Colle
     runner = environment.runner
     events = environment.events
     options = runtime.state.options
+    if not os.environ.get(PARENT_PID_ENV):  # plain `locust -f` (`attnload run` checked it already): the results
+        try:  # directory must take files before the first request, not after the whole load
+            check_writable_dir("--attnload-results", Path(options.results_dir))
+        except UsageError as exc:
+            exit_usage(exc)
     collector.open_views()
     if options.metrics_port:
         try:
