@@ -263,3 +263,11 @@ def test_a_requests_file_the_disk_refuses_counts_lines_dropped(
     summary = file.summary()
     assert (summary.records, summary.dropped) == (1, 4)
     assert "No space left on device" in capsys.readouterr().err
+
+
+def test_the_progress_line_names_unreachable_models() -> None:
+    from attnload.report.live.progress import ProgressState, format_line
+
+    state = ProgressState(elapsed_s=12.0, stage=0, stages=1, total_s=30.0, users=16, unreachable=("gqa_model",))
+    assert "UNREACHABLE gqa_model" in format_line(state, {})
+    assert "UNREACHABLE" not in format_line(ProgressState(elapsed_s=1.0, stage=0, stages=1, total_s=30.0, users=1), {})
