@@ -101,8 +101,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("config", "test config (.json or .toml)", "examples/benchmark_config.json", run=None),
     Option(
         "users",
-        "closed-loop users (with -t/--run-time)",
-        run={"type": int, "default": None},
+        "closed-loop users (with -t/--run-time); with --shape context:LIST, one count or a list (1,8,32: a grid)",
+        run={"type": str, "default": None},
         locust=False,
         aliases=("-u",),
     ),
