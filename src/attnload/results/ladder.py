@@ -88,7 +88,7 @@ def _server_says(model: ModelSummary, context: int) -> str:
         return f"{model.key} preempted {server.preemptions} requests"
     bound = stage.gpu.bound if stage is not None and stage.gpu is not None else None
     if bound == "compute":
-        return f"no queue, full cache or preemption at {model.key}, and its GPUs were compute-bound: a compute-bound decode"
+        return f"no queue, full cache or preemption at {model.key}; its GPUs were compute-bound: a compute-bound decode"
     return f"no queue, full cache or preemption at {model.key}: its decode step itself grew with context"
 
 
