@@ -244,3 +244,40 @@ def test_the_verdict_says_what_is_missing(tmp_path: Path) -> None:
         [_model("gqa_model", "GQA", {}, [_stage(0, None, 4, 0.005, requests={"ok": 3, "failed": 2})])],
     )
     assert "gqa_model met the SLO in no stage (2 failed requests" in failing.text
+
+
+# ---------------------------------------------------------------------------- the HTML report and the console
+
+
+def test_the_report_opens_with_the_verdict_and_draws_decode_vs_context(tmp_path: Path) -> None:
+    from rich.console import Console
+
+    from attnload.report.console import render_table
+    from attnload.report.html import render_html
+    from attnload.results.model import Results
+
+    config = _config(tmp_path, slo={"ttft_p99_s": 0.5, "itl_p99_s": 0.05})
+    grid = [(1024, 1, 0.005), (1024, 8, 0.010), (16384, 1, 0.006), (16384, 8, 0.040)]
+    models = [
+        _model("gqa_model", "GQA", GQA_INFO, [_stage(i, c, u, t) for i, (c, u, t) in enumerate(grid)]),
+        _model("mla_model", "MLA", MLA_INFO, [_stage(i, c, u, t * 1.2) for i, (c, u, t) in enumerate(grid)]),
+    ]
+    results = Results(
+        started_at="2026-01-01T00:00:00Z",
+        ended_at="2026-01-01T00:01:00Z",
+        duration_s=60.0,
+        config_sha256="x",
+        config={"slo": config.slo.model_dump()},
+        models=models,
+        verdict=build_verdict(config, models),
+    )
+    html = render_html(results)
+    assert html.index('<section id="verdict">') < html.index('<section id="summary">')
+    assert "plot-decode-context" in html and html.index("plot-decode-context") < html.index("plot-throughput")
+    assert html.count('class="slo-grid"') == 2
+    assert html.count('class="slo-met"') == 6 and html.count('class="slo-missed"') == 2  # 16K × 8 users: ITL p99 over
+    console = Console(width=160, record=True)
+    console.print(render_table(results))
+    text = console.export_text()
+    assert text.lstrip().startswith("verdict\n") and text.index("verdict") < text.index("attnload results")
+    assert "context ladder" in text

@@ -253,6 +253,7 @@ class Collector:
             "paired": options.paired,
             "arrivals": state.arrivals,
             "burstiness": state.burstiness,
+            "slo": config.slo.model_dump(),
             "models": {m.key: {"id": m.id, "attention": m.attention, "url": m.chat_url} for m in config.models},
         }
 
