@@ -97,6 +97,7 @@ class Collector:
         fleet = self.fleet
         fleet.stage = self.state.stage.index
         fleet.target_users = users or 0
+        fleet.context = self.state.stage_context(fleet.stage)
         fleet.target_rate = rate if rate is not None else (sum(rates.values()) / len(rates) if rates else 0.0)
 
     def close_stage(self) -> None:
