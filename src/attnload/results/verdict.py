@@ -97,12 +97,13 @@ def _capacity_sentence(v: VerdictModel, target: ModelTarget, model: ModelSummary
         failed = sum(s.requests.failed for s in model.stages)
         why = f" ({failed:,} failed requests; a stage with failures never counts)" if failed else ""
         return f"{model.key} met the SLO in no stage{why}"
-    load = f"{v.slo_met_users} users" if v.slo_met_users is not None else f"{v.slo_met_rate:g} req/s"
+    users = v.slo_met_users
+    load = f"{users} user{'' if users == 1 else 's'}" if users is not None else f"{v.slo_met_rate:g} req/s"
     at = f" at {tokens_label(v.context)} context" if v.context else ""
     text = f"{model.key} held {load}{at}"
     if v.gpus:
         source = gpu_count(target, model)[1]
-        per_gpu = f"{v.users_per_gpu:.2f} users, " if v.users_per_gpu is not None else ""
+        per_gpu = f"{v.users_per_gpu:.2f} users per GPU, " if v.users_per_gpu is not None else ""
         text += f" on {v.gpus} GPUs ({source}): {per_gpu}{v.output_tokens_per_s_per_gpu:,.0f} output tok/s per GPU"
     else:
         text += " (GPU count unknown: set the model's gpus for per-GPU figures)"
@@ -126,20 +127,24 @@ def _missing(config: TestConfig, models: list[ModelSummary], ladder: bool) -> li
 
 
 def _comparison(models: list[VerdictModel]) -> str | None:
-    """Which model carries more users per GPU (or costs less), when two could both be measured."""
+    """Which model carries more users per GPU and which costs less, when two could both be measured."""
+    parts = []
     per_gpu = [m for m in models if m.users_per_gpu]
     if len(per_gpu) >= 2:
         best, worst = max(per_gpu, key=lambda m: m.users_per_gpu or 0), min(per_gpu, key=lambda m: m.users_per_gpu or 0)
         if best.users_per_gpu != worst.users_per_gpu:
             ratio = (best.users_per_gpu or 0) / (worst.users_per_gpu or 1)
-            return f"{best.target} carries {ratio:.1f}× the users per GPU of {worst.target} at the SLO"
+            parts.append(f"{best.target} carries {ratio:.1f}× the users per GPU of {worst.target} at the SLO")
     priced = [m for m in models if m.usd_per_mtok_output]
     if len(priced) >= 2:
         cheap = min(priced, key=lambda m: m.usd_per_mtok_output or 0)
         dear = max(priced, key=lambda m: m.usd_per_mtok_output or 0)
         if cheap.usd_per_mtok_output != dear.usd_per_mtok_output:
-            return f"{cheap.target} costs the least per million output tokens"
-    return None
+            parts.append(
+                f"{cheap.target} costs the least per million output tokens "
+                f"(${cheap.usd_per_mtok_output:,.2f} against {dear.target}'s ${dear.usd_per_mtok_output:,.2f})"
+            )
+    return "; ".join(parts) or None
 
 
 def build_verdict(config: TestConfig, models: list[ModelSummary]) -> Verdict:
