@@ -173,3 +173,67 @@ def test_a_rung_over_max_context_exits_2_before_any_request(ladder: tuple[Any, .
     assert "Traceback" not in result.stderr
     after = http_json(sim + "/stats")["models"]
     assert {m: s["received"] for m, s in after.items()} == {m: s["received"] for m, s in before.items()}
+
+
+def test_a_grid_with_an_slo_and_a_price_gives_the_largest_stage_that_met_it(
+    ladder: tuple[Any, ...], tmp_path: Path
+) -> None:
+    """`context:1k,4k --users 2,8` with an SLO and a GPU-hour price: each model's verdict users are a stage whose
+    p99s met the SLO with no failure, no larger stage of that model met it, and the cost is the price ÷ that
+    stage's output tokens per hour."""
+    sim = ladder[2]
+    path = tmp_path / "grid.json"
+    slo = {"ttft_p99_s": 0.4, "itl_p99_s": 0.05}
+    path.write_text(
+        json.dumps(
+            {
+                "base_url": sim,
+                "models": {
+                    "gqa_model": {"id": "llama-3-70b", "attention_type": "GQA", "gpus": 8, "gpu_hour_usd": 3.5},
+                    "mla_model": {"id": "deepseek-chat", "attention_type": "MLA", "gpus": 8, "gpu_hour_usd": 3.5},
+                },
+                "request": {"max_tokens": 64},
+                "workload": {"short": {"prompt_tokens": 64}},
+                "slo": slo,
+            }
+        ),
+        encoding="utf-8",
+    )
+    result = subprocess.run(
+        attnload(
+            "run", "-c", str(path), "--shape", "context:1k,4k", "--users", "2,8", "--stage-duration", "8s",
+            "--results", str(tmp_path / "results"), "--metrics-port", "0",
+        ),
+        capture_output=True,
+        text=True,
+        timeout=150,
+        cwd=ROOT,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    data = latest_results(tmp_path / "results")
+    for model, verdict in zip(data["models"], data["verdict"]["models"], strict=True):
+        stages = model["stages"]
+        assert [(s["context"], s["users_total"]) for s in stages] == [(1024, 2), (1024, 8), (4096, 2), (4096, 8)]
+
+        def met(stage: dict[str, Any]) -> bool:
+            return (
+                stage["requests"]["ok"] > 0
+                and stage["requests"]["failed"] == 0
+                and stage["ttft_s"]["p99"] <= slo["ttft_p99_s"]
+                and stage["itl_s"]["p99"] <= slo["itl_p99_s"]
+            )
+
+        passing = [s for s in stages if met(s)]
+        if not passing:
+            assert (
+                verdict["slo_met_users"] is None
+                and f"{model['key']} met the SLO in no stage" in data["verdict"]["text"]
+            )
+            continue
+        chosen = next(
+            s for s in stages if s["users"] == verdict["slo_met_users"] and s["context"] == verdict["context"]
+        )
+        assert met(chosen) and not any(s["users"] > chosen["users"] for s in passing), (verdict, stages)
+        assert verdict["users_per_gpu"] == chosen["users"] / 8
+        per_hour_mtok = chosen["output_tokens_per_s"] * 3600 / 1e6
+        assert verdict["usd_per_mtok_output"] == pytest.approx(8 * 3.5 / per_hour_mtok, rel=1e-9)
