@@ -281,3 +281,14 @@ def test_the_report_opens_with_the_verdict_and_draws_decode_vs_context(tmp_path:
     text = console.export_text()
     assert text.lstrip().startswith("verdict\n") and text.index("verdict") < text.index("attnload results")
     assert "context ladder" in text
+
+
+def test_without_preset_kv_facts_the_attention_types_set_the_expectation() -> None:
+    """Real servers (the tiny vLLM pair) match no simulator preset: GQA vs MLA still says whose KV is larger."""
+    gqa = _model("gqa_model", "GQA", {}, [_stage(0, 256, 1, 0.0196), _stage(1, 2048, 1, 0.0217, 1.94)])
+    mla = _model("mla_model", "MLA", {}, [_stage(0, 256, 1, 0.0161), _stage(1, 2048, 1, 0.0189, 3.73)])
+    text = pair_sentence(gqa, mla) or ""
+    assert "gqa_model (GQA) keeps more KV bytes per token than a latent cache, yet mla_model's decode fell more" in text
+    assert "no server view was read" in text and "mla_model's TTFT p50 is 3.73 s" in text
+    same = _model("other", "GQA", {}, [_stage(0, 256, 1, 0.01), _stage(1, 2048, 1, 0.011)])
+    assert "KV" not in (pair_sentence(gqa, same) or "")

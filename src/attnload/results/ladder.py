@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from attnload.results.model import ContextPoint, ModelSummary, StageSummary
 
-PREFILL_WORSE_RATIO = 2.0
+PREFILL_WORSE_RATIO = 1.5
 """At the longest rung, a TTFT p50 this many times the other model's is called out as a worse prefill."""
 
 
@@ -92,6 +92,23 @@ def _server_says(model: ModelSummary, context: int) -> str:
     return f"no queue, full cache or preemption at {model.key}: its decode step itself grew with context"
 
 
+_MANY_KV_HEADS = ("MHA", "GQA")
+_LATENT = ("MLA", "GLA")
+
+
+def _kv_order(a: ModelSummary, b: ModelSummary) -> tuple[ModelSummary, ModelSummary, str] | None:
+    """(more KV, less KV, the claim) from the simulator preset's KV bytes per token; without them, from the
+    attention types alone when one caches per-head keys and values and the other a latent (None: no claim)."""
+    kv_a, kv_b = _kv(a), _kv(b)
+    if kv_a and kv_b and kv_a != kv_b:
+        more, less = (a, b) if kv_a > kv_b else (b, a)
+        return more, less, f"{more.key} keeps {max(kv_a, kv_b) / min(kv_a, kv_b):.1f}× more KV bytes per token"
+    for more, less in ((a, b), (b, a)):
+        if more.attention.upper() in _MANY_KV_HEADS and less.attention.upper() in _LATENT:
+            return more, less, f"{more.key} ({more.attention}) keeps more KV bytes per token than a latent cache"
+    return None
+
+
 def pair_sentence(a: ModelSummary, b: ModelSummary) -> str | None:
     """One sentence on how two models' per-user decode speed fell with context (None: no ladder to read)."""
     ends_a, ends_b = _ends(a), _ends(b)
@@ -103,11 +120,10 @@ def pair_sentence(a: ModelSummary, b: ModelSummary) -> str | None:
         f"From {tokens_label(lo.context)} to {tokens_label(hi_a.context)} tokens of context{users}, "
         f"{a.key} ({a.attention})'s per-user decode speed {_fell(hi_a)} and {b.key} ({b.attention})'s {_fell(hi_b)}"
     )
-    kv_a, kv_b = _kv(a), _kv(b)
-    more_kv, less_kv = (a, b) if (kv_a or 0) >= (kv_b or 0) else (b, a)
-    if kv_a and kv_b and kv_a != kv_b:
-        ratio = max(kv_a, kv_b) / min(kv_a, kv_b)
-        text += f"; {more_kv.key} keeps {ratio:.1f}× more KV bytes per token"
+    kv = _kv_order(a, b)
+    if kv is not None:
+        more_kv, less_kv, claim = kv
+        text += f"; {claim}"
         falls = {a.key: 1.0 - (hi_a.relative or 1.0), b.key: 1.0 - (hi_b.relative or 1.0)}
         if falls[more_kv.key] < falls[less_kv.key]:
             text += (
