@@ -180,3 +180,23 @@ def _alive(pid: int) -> bool:
     except ProcessLookupError:
         return False
     return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"  # a zombie is gone, only unreaped
+
+
+def test_demo_vllm_ladder_config_loads_and_its_longest_rung_fits(tmp_path: Path) -> None:
+    """The vLLM demo's ladder: its rungs plus the answer fit the second pair's max_model_len, and the GQA
+    server's KV holds one whole sequence."""
+    from attnload.commands import demo_vllm
+    from attnload.config.load import load_config
+    from attnload.workload.ladder import check_ladder
+    from attnload.workload.shapes import ContextSpec, parse_shape
+
+    gqa, mla = demo_vllm.server_specs(tmp_path, demo_vllm.LADDER_KV_BYTES, demo_vllm.LADDER_MAX_MODEL_LEN)
+    assert gqa.max_model_len == mla.max_model_len == demo_vllm.LADDER_MAX_MODEL_LEN
+    path = tmp_path / "ladder.json"
+    path.write_text(json.dumps(demo_vllm.ladder_config(gqa, mla, tmp_path / "tokenizer.json")))
+    config = load_config(path)
+    shape = parse_shape(demo_vllm.LADDER, 30.0)
+    assert isinstance(shape, ContextSpec)
+    check_ladder(config, shape.contexts)  # raises if a rung + max_tokens exceeds max_context
+    assert max(shape.contexts) + demo_vllm.LADDER_MAX_TOKENS + 8 <= demo_vllm.LADDER_MAX_MODEL_LEN
+    assert demo_vllm.LADDER_KV_BYTES // (16 * 1024) >= demo_vllm.LADDER_MAX_MODEL_LEN + demo_vllm.GQA_BLOCK

@@ -147,7 +147,8 @@ def test_terminal_gets_one_line_redrawn_in_place(processes: Processes, tmp_path:
         text = read_pty(fd, pid, timeout_s=90).decode(errors="replace")
     finally:
         os.close(fd)
-    before_tables = text.split("attnload results")[0]
+    assert text.index("verdict") < text.index("attnload results")  # the answer first, then the tables
+    before_tables = text.split("verdict")[0]
     draws = [part.split("\x1b[K")[0] for part in before_tables.split("\r") if part.startswith("stage ")]
     assert len(draws) >= 4, text[:2000]  # redrawn every second over ~6 s
     assert {d.split(" · ")[0] for d in draws} == {"stage 1/2", "stage 2/2"}

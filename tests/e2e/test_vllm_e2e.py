@@ -293,3 +293,32 @@ def test_equal_kv_budget_queues_gqa_while_mla_admits(vllm_pair: Pair, processes:
     assert preempted[vllm_pair.mla.served_name] == 0
     assert mla["requests_running"]["max"] == 6
     assert mla["kv_cache_usage"]["max"] < gqa["kv_cache_usage"]["max"]
+
+
+def test_a_context_ladder_lands_on_its_rungs_and_scales_per_model(
+    vllm_pair: Pair, processes: Processes, tmp_path: Path
+) -> None:
+    """A two-rung ladder, one user per model, prompts sized exactly by the tiny models' tokenizer: each stage's
+    measured prompt p50 is within 5 % of its rung, the client's prompt tokens are vLLM's own counter delta
+    (so the requests' mean is vLLM's delta ÷ requests), and both models carry ``context_scaling``."""
+    rungs = (128, 384)  # 384 + 16 answer tokens + the template fit the pair's max_model_len of 448
+    path = config(vllm_pair, tmp_path, {"single": {"prompt_tokens": 32, "max_tokens": 16, "ignore_eos": True}})
+    urls = (vllm_pair.gqa.base_url, vllm_pair.mla.base_url)
+    before = {url: series(url) for url in urls}
+    data = run(processes, path, "--shape", "context:128,384", "--users", "2", "--stage-duration", "20s")
+    for key, url in zip(("gqa_model", "mla_model"), urls, strict=True):
+        summary = model(data, key)
+        stages = summary["stages"]
+        assert [s["context"] for s in stages] == list(rungs), stages
+        for stage, rung in zip(stages, rungs, strict=True):
+            assert stage["requests"]["ok"] > 0 and stage["requests"]["failed"] == 0, stage
+            assert abs(stage["prompt_tokens_p50"] - rung) <= 0.05 * rung, (key, stage["prompt_tokens_p50"], rung)
+        delta = series(url)["vllm:prompt_tokens_total"] - before[url]["vllm:prompt_tokens_total"]
+        assert summary["prompt_tokens"] == delta
+        ok = sum(s["requests"]["ok"] for s in stages)
+        weighted = sum(s["prompt_tokens_p50"] * s["requests"]["ok"] for s in stages) / ok
+        assert abs(weighted - delta / summary["requests"]["ok"]) <= 0.05 * weighted, (weighted, delta, ok)
+        points = summary["context_scaling"]
+        assert [p["context"] for p in points] == list(rungs) and points[0]["relative"] == 1.0, points
+        assert points[1]["relative"] is not None and points[1]["relative"] > 0, points
+    assert "From 128 to 384 tokens of context at 1 user per model" in data["verdict"]["text"]

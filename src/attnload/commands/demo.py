@@ -2,8 +2,10 @@
 
 Starts the simulator with the default pair (llama-3-70b GQA on 8×H200 TP8 vs deepseek-v3
 MLA with DP attention, docs/cost-model.md §4.6) scaled for a laptop, runs a short
-concurrency sweep through real Locust processes, prints the comparison and writes
-``results/`` (JSON + HTML). The config it writes uses the seed's model ids.
+concurrency sweep through real Locust processes, then a short context ladder (the seed's
+"push the prompt past 4K": how each model's per-user decode speed falls with context), prints
+each run's verdict and tables and writes ``results/`` (JSON + HTML). The config it writes uses the
+seed's model ids.
 """
 
 from __future__ import annotations
@@ -25,6 +27,15 @@ DEMO_SHAPE = "concurrency:16,64,144"
 DEMO_STAGE_S = "20s"
 DEMO_PROMPT_TOKENS = 2000
 DEMO_MAX_TOKENS = 256
+DEMO_SLO = {"ttft_p99_s": 0.5, "itl_p99_s": 0.2}
+"""The demo's SLO, so the verdict can name each model's users at it (docs/cost-model.md)."""
+DEMO_GPU_HOUR_USD = 3.5
+"""An illustrative H200 price per GPU-hour, so the verdict can price a million output tokens."""
+DEMO_LADDER = "context:1k,16k"
+DEMO_LADDER_USERS = "2"
+"""One user per model: the seed's single-stream decode criterion, with nothing else in the batch."""
+DEMO_LADDER_STAGE_S = "15s"
+DEMO_LADDER_MAX_CONTEXT = 32768
 _DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # loopback never goes through a proxy
 
 
@@ -60,6 +71,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
         default=8 * 2**20,
         help="--engine vllm: KV cache bytes per server, equal for both models (8 MiB)",
     )
+    parser.add_argument(
+        "--ladder",
+        default=None,
+        help=f"the context ladder run after the stages ({DEMO_LADDER} at one user per model, "
+        f"{DEMO_LADDER_STAGE_S} each; vllm: context:256,2k); off: none",
+    )
     parser.add_argument("--results", default="results", help="directory for results JSON + HTML")
     parser.add_argument("--metrics-port", type=int, default=9646, help="master's /metrics port (0 = off)")
     parser.add_argument(
@@ -75,12 +92,33 @@ def demo_config(base_url: str) -> dict[str, object]:
     return {
         "base_url": base_url,
         "models": {
-            "gqa_model": {"id": "llama-3-70b", "attention_type": "GQA", "max_context": 8192},
-            "mla_model": {"id": "deepseek-chat", "attention_type": "MLA", "max_context": 65536},
+            "gqa_model": {
+                "id": "llama-3-70b",
+                "attention_type": "GQA",
+                "max_context": 8192,
+                "gpu_hour_usd": DEMO_GPU_HOUR_USD,
+            },
+            "mla_model": {
+                "id": "deepseek-chat",
+                "attention_type": "MLA",
+                "max_context": 65536,
+                "gpu_hour_usd": DEMO_GPU_HOUR_USD,
+            },
         },
+        "slo": DEMO_SLO,
         "workload": {"prompt-2k": {"prompt_tokens": DEMO_PROMPT_TOKENS, "max_tokens": DEMO_MAX_TOKENS}},
         "benchmark": {"repeat": 1, "max_tokens": DEMO_MAX_TOKENS, "temperature": 0},
     }
+
+
+def ladder_config(base_url: str) -> dict[str, object]:
+    """The demo's config with both models' ``max_context`` room for the ladder's longest rung."""
+    config = demo_config(base_url)
+    models = config["models"]
+    assert isinstance(models, dict)
+    for entry in models.values():
+        entry["max_context"] = DEMO_LADDER_MAX_CONTEXT
+    return config
 
 
 def run(args: argparse.Namespace) -> int:
@@ -118,6 +156,15 @@ def run(args: argparse.Namespace) -> int:
             )
             load = run_arguments(args, args.shape, args.stage_duration, locust_stats=args.locust_stats)
             results = execute(plan_from_args(load, config_path))
+            ladder = args.ladder or DEMO_LADDER
+            if results is not None and ladder != "off":
+                ladder_path = Path(tmp) / "demo_ladder.json"
+                ladder_path.write_text(json.dumps(ladder_config(f"http://127.0.0.1:{port}/api"), indent=2), "utf-8")
+                print(f"context ladder: {ladder}, one user per model (the seed's decode criterion)")
+                load = run_arguments(
+                    args, ladder, DEMO_LADDER_STAGE_S, locust_stats=args.locust_stats, users=DEMO_LADDER_USERS
+                )
+                results = execute(plan_from_args(load, ladder_path))
         finally:
             sim.terminate()
             try:

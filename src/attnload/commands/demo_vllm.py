@@ -5,7 +5,9 @@ against DeepSeek-V3's latent), starts one vLLM server per model, each on its own
 equal KV budget small enough that GQA fills its cache within the sweep while MLA, holding 3.6×
 the tokens in the same bytes, does not; runs a short concurrency sweep of conversations
 (``ignore_eos``, because random weights may emit EOS at once), prints the tables, writes JSON +
-HTML, and stops the servers on exit, SIGINT and SIGTERM. Sized for 2 cores (docs/vllm.md).
+HTML, and stops the servers on exit, SIGINT and SIGTERM. Then a short context ladder on a second pair
+of servers with room for longer prompts (one user per model; CPU prefill is slow, so the rungs stay
+small). Sized for 2 cores (docs/vllm.md).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from attnload.commands.demoload import run_arguments
 from attnload.engines import tiny_models
 from attnload.engines.vllm import ServerSpec, VllmServer, complete, require_vllm_env, running
 from attnload.errors import UsageError
-from attnload.plan.launch import execute_run, free_port, plan_from_args
+from attnload.plan.launch import RunOutcome, execute_run, free_port, plan_from_args
 from attnload.results.model import Results
 from attnload.runner.stops import signal_exit_code
 
@@ -35,6 +37,40 @@ MAX_TOKENS = 48
 TURNS = 3
 GQA_BLOCK = 32
 """The CPU prefix cache's default block is 128 tokens; 32 lets short conversation turns hit it."""
+
+
+LADDER = "context:256,2k"
+LADDER_STAGE_S = "30s"
+LADDER_MAX_MODEL_LEN = 2304
+"""The longest rung (2,048) plus the answer and the chat template's few tokens."""
+LADDER_KV_BYTES = 48 * 2**20
+"""One 2,304-token GQA sequence (16 KiB a token) with room to spare, and the same bytes for MLA."""
+LADDER_MAX_TOKENS = 32
+
+
+def ladder_config(gqa: ServerSpec, mla: ServerSpec, tokenizer: Path) -> dict[str, object]:
+    """Single prompts sized exactly by the tiny models' tokenizer; the ladder sets their length per stage."""
+    config = demo_config(gqa, mla, tokenizer)
+    models = config["models"]
+    assert isinstance(models, dict)
+    for entry in models.values():
+        entry["max_context"] = LADDER_MAX_MODEL_LEN
+    config["workload"] = {"single": {"prompt_tokens": 256, "max_tokens": LADDER_MAX_TOKENS, "ignore_eos": True}}
+    config["request"] = {"max_tokens": LADDER_MAX_TOKENS, "total_timeout_s": 300, "idle_timeout_s": 120}
+    return config
+
+
+def run_ladder(args: argparse.Namespace, root: Path, log_dir: Path) -> RunOutcome:
+    """The context ladder on its own pair of servers (longer ``max_model_len``, more KV), one user per model."""
+    gqa, mla = server_specs(root / "models", LADDER_KV_BYTES, LADDER_MAX_MODEL_LEN)
+    path = root / "demo_vllm_ladder.json"
+    path.write_text(json.dumps(ladder_config(gqa, mla, gqa.model_dir / "tokenizer.json"), indent=2), "utf-8")
+    ladder = args.ladder or LADDER
+    print(f"context ladder: {ladder}, one user per model, on a second pair of servers (starting)", flush=True)
+    with running([gqa, mla], log_dir / "ladder") as servers:
+        warm_up(servers)
+        load = run_arguments(args, ladder, LADDER_STAGE_S, server_metrics_interval="1", users="2")
+        return execute_run(plan_from_args(load, path))
 
 
 def demo_config(gqa: ServerSpec, mla: ServerSpec, tokenizer: Path) -> dict[str, object]:
@@ -64,7 +100,9 @@ def demo_config(gqa: ServerSpec, mla: ServerSpec, tokenizer: Path) -> dict[str, 
     }
 
 
-def server_specs(model_root: Path, kv_cache_bytes: int) -> tuple[ServerSpec, ServerSpec]:
+def server_specs(
+    model_root: Path, kv_cache_bytes: int, max_model_len: int = MAX_MODEL_LEN
+) -> tuple[ServerSpec, ServerSpec]:
     """One server per model, each on its own core, the same KV bytes for both."""
 
     def spec(name: str, core: int, block_size: int | None = None) -> ServerSpec:
@@ -74,7 +112,7 @@ def server_specs(model_root: Path, kv_cache_bytes: int) -> tuple[ServerSpec, Ser
             free_port(),
             core=core,
             kv_cache_bytes=kv_cache_bytes,
-            max_model_len=MAX_MODEL_LEN,
+            max_model_len=max_model_len,
             block_size=block_size,
             max_num_seqs=16,
         )
@@ -115,8 +153,10 @@ def run(args: argparse.Namespace) -> int:
             warm_up(servers)
             load = run_arguments(args, shape, stage, server_metrics_interval="1")
             outcome = execute_run(plan_from_args(load, config_path))
-    if outcome.results is not None:
-        print(kv_line(outcome.results))
+        if outcome.results is not None:
+            print(kv_line(outcome.results))
+        if outcome.results is not None and outcome.signal_received is None and (args.ladder or LADDER) != "off":
+            outcome = run_ladder(args, root, log_dir)
     if outcome.signal_received is not None:
         return signal_exit_code(outcome.signal_received)
     return 0 if outcome.results is not None else 1

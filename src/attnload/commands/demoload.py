@@ -11,8 +11,8 @@ import argparse
 
 def run_arguments(args: argparse.Namespace, shape: str, stage_duration: str, **extra: object) -> argparse.Namespace:
     """The ``attnload run`` arguments of a demo's load test: headless, no warm-up, the demo's shape."""
+    fields: dict[str, object] = {"users": None, **extra}
     return argparse.Namespace(
-        users=None,
         spawn_rate=args.spawn_rate,
         duration=None,
         shape=shape,
@@ -24,5 +24,5 @@ def run_arguments(args: argparse.Namespace, shape: str, stage_duration: str, **e
         metrics_port=args.metrics_port,
         headless=True,
         web_port=8089,
-        **extra,
+        **fields,
     )

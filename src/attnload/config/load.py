@@ -23,6 +23,7 @@ from attnload.attention import parse_attention
 from attnload.config import limits
 from attnload.config.model import (
     ModelTarget,
+    Price,
     Profile,
     ProfileSpec,
     RequestSettings,
@@ -54,6 +55,9 @@ class _SeedModel(StrictModel):
     tokenizer: str | None = None
     gpu_metrics_url: str | None = None
     gpu_selector: dict[str, str] | None = None
+    gpus: int | None = Field(default=None, gt=0, le=1_000_000)
+    gpu_hour_usd: float | None = Field(default=None, ge=0, le=1e6)
+    price_per_mtok: Price | None = None
 
     _attention = field_validator("attention")(lambda v: parse_attention(v))
     _url = field_validator("base_url")(lambda v: v if v is None else check_url(v))
@@ -243,6 +247,9 @@ def _targets(models: Mapping[str, _SeedModel], base_url: str, api_key_env: str |
                 tokenizer=raw.tokenizer,
                 gpu_metrics_url=raw.gpu_metrics_url,
                 gpu_selector=raw.gpu_selector,
+                gpus=raw.gpus,
+                gpu_hour_usd=raw.gpu_hour_usd,
+                price_per_mtok=raw.price_per_mtok,
             )
         )
     return tuple(targets)

@@ -54,6 +54,13 @@ def env_name(value: str | None) -> str | None:
 # --------------------------------------------------------------------------- normalised model
 
 
+class Price(StrictModel):
+    """An API's price in USD per million tokens (``price_per_mtok``), like the seed's gateway charges."""
+
+    input: float = Field(default=0.0, ge=0, le=1e6)
+    output: float = Field(ge=0, le=1e6)
+
+
 class ModelTarget(StrictModel):
     """One model under test: where to send, what to call it, which attention it uses."""
 
@@ -74,6 +81,12 @@ class ModelTarget(StrictModel):
     """dcgm-exporter's ``/metrics`` for this model's GPUs (None: DCGM series on ``metrics_url``, if any)."""
     gpu_selector: dict[str, str] | None = None
     """Label -> regex (full match) on dcgm-exporter's labels, picking this model's GPUs (docs/gpu-metrics.md)."""
+    gpus: int | None = Field(default=None, gt=0, le=1_000_000)
+    """GPUs serving this model (the verdict's per-GPU figures; None: DCGM's count, else the simulator's)."""
+    gpu_hour_usd: float | None = Field(default=None, ge=0, le=1e6)
+    """Self-hosted: USD per GPU-hour; the verdict's cost per million output tokens comes from it."""
+    price_per_mtok: Price | None = None
+    """An API: USD per million input and output tokens."""
 
     def api_key(self) -> str | None:
         """The key from the environment (never from a file); registered for redaction."""

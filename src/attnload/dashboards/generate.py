@@ -520,7 +520,7 @@ def render(dashboard: Dashboard) -> dict[str, Any]:
             "step": "5s",
             "titleFormat": "stage {{stage}}",
             "textFormat": "stage {{stage}}: {{target_users}} users, {{target_rate}} req/s per model",
-            "tagKeys": "stage",
+            "tagKeys": "stage,context",  # a context ladder's rung becomes a tag (absent elsewhere)
             "useValueForTime": False,
         },
     ]

@@ -57,6 +57,8 @@ class FleetState:
     """model key -> running users across the fleet."""
     target_users: int = 0
     target_rate: float = 0.0
+    context: int | None = None
+    """A context ladder's rung (prompt tokens) of the current stage; None for other shapes."""
     stage: int = -1
     workers: int = 0
     worker_cpu_ratio: dict[str, float] = field(default_factory=dict)
@@ -133,13 +135,14 @@ class FleetCollector(Collector):
             names.TARGET_RATE, "Open-loop arrival rate (req/s per model) of the stage.", value=state.target_rate
         )
         yield GaugeMetricFamily(names.STAGE, "Current stage index (0-based; -1 before the test).", value=state.stage)
-        # The stage's number and load as labels, so a Grafana annotation can say "stage 3: 64 users".
+        # The stage's number, load and ladder context as labels, so a Grafana annotation can say "stage 3: 64 users".
         info = GaugeMetricFamily(
             names.STAGE_INFO,
             "1, labelled with the current stage number and its target load.",
-            labels=("stage", "target_users", "target_rate"),
+            labels=("stage", "target_users", "target_rate", "context"),
         )
-        info.add_metric([str(state.stage + 1), str(state.target_users), f"{state.target_rate:g}"], 1.0)
+        context = "" if state.context is None else str(state.context)  # empty: not a ladder (no label)
+        info.add_metric([str(state.stage + 1), str(state.target_users), f"{state.target_rate:g}", context], 1.0)
         yield info
         yield GaugeMetricFamily(names.WORKERS, "Connected load-generating workers.", value=state.workers)
         cpu = GaugeMetricFamily(names.WORKER_CPU_RATIO, "Worker CPU use, 1.0 = one core.", labels=("worker",))

@@ -15,7 +15,8 @@ from typing import Any
 from attnload import native
 from attnload.measure.histogram import LogHistogram
 
-HISTOGRAMS = ("ttft", "itl", "tpot", "e2e", "lag")
+HISTOGRAMS = ("ttft", "itl", "tpot", "e2e", "lag", "prompt")
+"""``prompt``: prompt tokens of each successful request (a context ladder's measured size per stage)."""
 COUNTERS = (
     "ok",
     "failed",
@@ -185,6 +186,8 @@ def _apply(series: Series, record: RequestRecord) -> None:
     if record.outcome != "ok":
         return  # e2e and TPOT describe successful requests only
     hists["e2e"].record(record.e2e_s)
+    if record.prompt_tokens > 0:
+        hists["prompt"].record(float(record.prompt_tokens))
     if record.ttft_s is not None:
         hists["ttft"].record(record.ttft_s)
     hists["itl"].record_pairs(record.itl_samples)

@@ -41,12 +41,15 @@ from attnload.plan.writable import check_outputs
 from attnload.results.model import Results, load_results
 from attnload.results.requests_file import requests_out_path
 from attnload.results.write import fallback_dir
+from attnload.workload.ladder import check_ladder
 from attnload.workload.shapes import (
+    ContextSpec,
     ReplaySpec,
     ShapeSpec,
     SweepSpec,
     parse_duration,
     parse_shape,
+    parse_users_list,
 )
 
 LOCUSTFILE = Path(__file__).parents[1] / "commands" / "locustfile.py"
@@ -107,22 +110,16 @@ def plan_from_args(args: argparse.Namespace, config_path: Path) -> LoadPlan:
         target.api_key()  # a missing env var fails now, not in every worker
     if args.workers < 0 or args.workers > 256:
         raise UsageError(f"--workers {args.workers} is out of range: use 0 (one process) to 256")
-    check_flag_limits(args)
-    stage_s = parse_duration(args.stage_duration or config.stage_duration_s or DEFAULT_DURATION, "--stage-duration")
-    shape_text = args.shape or config.shape
-    if shape_text and args.users is not None:
-        raise UsageError("--users and --shape both set the user count: pass one of them")
-    if shape_text:
-        shape = parse_shape(shape_text, stage_s, getattr(args, "replay_speed", None))
-    else:
-        duration = parse_duration(args.duration or DEFAULT_DURATION, "--duration")
-        shape = parse_shape(f"concurrency:{args.users or 8}", duration)
+    shape = _shape_from_args(args, config)
     if args.warmup not in ("0", ""):
         parse_duration(args.warmup, "--warmup")
     if args.profile:
         for name in args.profile.split(","):
             config.profile(name.strip())
-    check_traffic(config, [config.profile(n.strip()) for n in args.profile.split(",")] if args.profile else None)
+    chosen = [config.profile(n.strip()) for n in args.profile.split(",")] if args.profile else None
+    check_traffic(config, chosen)
+    if isinstance(shape, ContextSpec):
+        check_ladder(config, shape.contexts, chosen)
     paired = bool(getattr(args, "paired", False))
     if paired and len(config.models) < 2:
         raise UsageError("--paired compares models prompt by prompt: the config needs at least two models")
@@ -173,6 +170,34 @@ def plan_from_args(args: argparse.Namespace, config_path: Path) -> LoadPlan:
         requests_out=requests_out,
         start_spread=start_spread,
     )
+
+
+def _shape_from_args(args: argparse.Namespace, config: TestConfig) -> ShapeSpec:
+    """The run's shape from ``--shape`` (or the config's ``shape``) and ``--users`` (a list only for a ladder);
+    the numeric flags are bounds-checked here too."""
+    users_text = None if args.users is None else str(args.users).strip()
+    single = users_text is not None and "," not in users_text
+    if single:
+        try:
+            float(str(users_text))
+        except ValueError:
+            raise UsageError(f"--users {users_text!r} is not a number: give a whole number of users") from None
+    check_flag_limits(args if single else argparse.Namespace(**{**vars(args), "users": None}))
+    users = parse_users_list(users_text) if users_text is not None else None
+    stage_s = parse_duration(args.stage_duration or config.stage_duration_s or DEFAULT_DURATION, "--stage-duration")
+    shape_text = args.shape or config.shape
+    if shape_text:
+        shape = parse_shape(shape_text, stage_s, getattr(args, "replay_speed", None))
+        if users is not None and not isinstance(shape, ContextSpec):
+            raise UsageError("--users and --shape both set the user count: pass one of them")
+        if users is not None and isinstance(shape, ContextSpec):
+            shape = shape.with_users(users)
+    else:
+        if users is not None and len(users) > 1:
+            raise UsageError(f"--users {users_text}: a list of users needs --shape context:LIST (a grid); give one")
+        duration = parse_duration(args.duration or DEFAULT_DURATION, "--duration")
+        shape = parse_shape(f"concurrency:{users[0] if users else 8}", duration)
+    return shape
 
 
 def execute(plan: LoadPlan, *, quiet: bool = False) -> Results | None:

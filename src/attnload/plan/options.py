@@ -66,6 +66,14 @@ class RunOptions:
     (``runner/sender/startspread.py``)."""
 
 
+def users_arg(text: str) -> int | str:
+    """``--users``: a whole number, or (for a context ladder's grid) the list as given, checked by the planner."""
+    try:
+        return int(text)
+    except ValueError:
+        return text.strip()
+
+
 @dataclass(frozen=True)
 class Option:
     """One run option. ``run`` holds the argparse keywords of its ``attnload run`` flag (None: the
@@ -101,8 +109,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("config", "test config (.json or .toml)", "examples/benchmark_config.json", run=None),
     Option(
         "users",
-        "closed-loop users (with -t/--run-time)",
-        run={"type": int, "default": None},
+        "closed-loop users (with -t/--run-time); with --shape context:LIST, one count or a list (1,8,32: a grid)",
+        run={"type": users_arg, "default": None},
         locust=False,
         aliases=("-u",),
     ),

@@ -26,6 +26,7 @@ from attnload.report.fmt import (
     series_name,
     stage_label,
 )
+from attnload.report.ladder.console import ladder_table, render_verdict
 from attnload.report.paired import ci_ms, diff_ms, paired_rows
 from attnload.report.turns import cached_notes
 from attnload.results.model import Results, Totals
@@ -141,10 +142,14 @@ def _paired_table(results: Results) -> Table | None:
 
 def render_table(results: Results) -> RenderableType:
     """The whole terminal summary as one rich renderable (tables plus notes)."""
-    parts: list[RenderableType] = [_model_table(results)]
+    verdict = render_verdict(results)  # the answer first
+    parts: list[RenderableType] = [verdict] if verdict is not None else []
+    parts.append(_model_table(results))
     stages = _stage_table(results)
     if stages is not None:
         parts.append(stages)
+    if (ladder := ladder_table(results)) is not None:
+        parts.append(ladder)
     server = server_view.console_table(results)
     if server is not None:
         parts.append(server)

@@ -133,8 +133,8 @@ class _Knee:
 
 def _knee(model: ModelSummary) -> _Knee | None:
     loaded = [s for s in model.stages if s.ttft_s.count > 0 and s.ttft_s.p99 is not None]
-    if len(loaded) < 2:
-        return None
+    if len(loaded) < 2 or len({s.context for s in loaded}) > 1:
+        return None  # a context ladder's TTFT grows with the prompt, not the load: no knee to read
     first, last = loaded[0], loaded[-1]
     assert first.ttft_s.p99 is not None and last.ttft_s.p99 is not None
     if first.ttft_s.p99 <= 0:

@@ -82,9 +82,12 @@ def pct(delta: float | None) -> str:
 
 
 def stage_label(stage: StageSummary) -> str:
-    """``64 users`` for a closed-loop stage, ``2 req/s`` for an open-loop one."""
+    """``64 users`` for a closed-loop stage, ``2 req/s`` for an open-loop one, ``16K ctx, 8 users`` on a ladder."""
+    ctx = ""
+    if stage.context is not None:
+        ctx = (f"{stage.context // 1024}K" if stage.context % 1024 == 0 else f"{stage.context:,}") + " ctx, "
     if stage.users is not None:
-        return f"{stage.users} user" + ("" if stage.users == 1 else "s")
+        return ctx + f"{stage.users} user" + ("" if stage.users == 1 else "s")
     if stage.rate is not None:
         return f"{stage.rate:g} req/s"
     return f"stage {stage.index + 1}"

@@ -19,6 +19,7 @@ from attnload.report.compare import Comparison, compare_results
 from attnload.report.console import errors_text
 from attnload.report.explain import MIXED_MODELS_NOTE, attention_facts, explain, presets_differ
 from attnload.report.fmt import DASH, METRICS, count, error_total, pct, series_name, stage_label
+from attnload.report.ladder.html import ladder_charts, verdict_section
 from attnload.report.paired import ci_ms, diff_ms, paired_rows
 from attnload.report.requests import RUN_SCAN_LINES, find_requests_file, scatter_figure
 from attnload.report.turns import turn_table
@@ -225,9 +226,11 @@ def render_html(
     scatter = scatter_figure(requests, requests_lines)
     figures = "".join(
         f"<figure><figcaption><strong>{escape(title)}</strong><span>{escape(caption)}</span></figcaption>{svg}</figure>"
-        for title, caption, svg in [*charts(results, compare), *([scatter] if scatter else [])]
+        for title, caption, svg in [*ladder_charts(results), *charts(results, compare), *([scatter] if scatter else [])]
     )
+    opening = verdict_section(results)  # the answer first
     sections = [
+        *([("verdict", "Verdict", opening)] if opening else []),
         ("summary", "Summary", _banners(results) + _summary_table(results)),
         ("attention", "Attention", _attention_section(results)),
         (

@@ -163,6 +163,48 @@ class StageSummary(Totals):
     """Replay: the trace's own arrival rate at the replay speed."""
     achieved_rate_per_s: float | None = None
     """Replay: the arrival rate actually sent, ``(n − 1) / (last − first send)`` like the trace's."""
+    context: int | None = None
+    """A context ladder's rung: the prompt tokens every request of the stage asked for (None: not a ladder)."""
+    prompt_tokens_p50: float | None = None
+    """Measured prompt tokens per successful request, median (from ``usage``; beside ``context``)."""
+    decode_tokens_per_s_per_user: float | None = None
+    """Decode speed of one stream: 1 / TPOT p50 (output tokens/s per user)."""
+
+
+class ContextPoint(_Model):
+    """One rung of a model's ``context_scaling``: decode speed per user at ``context`` over the shortest rung's."""
+
+    context: int
+    users: int | None = None
+    decode_tokens_per_s_per_user: float | None = None
+    relative: float | None = None
+    """This rung's decode speed ÷ the shortest context's at the same users (1.0 there; None: no TPOT)."""
+    itl_p50_s: float | None = None
+    ttft_p50_s: float | None = None
+    prompt_tokens_p50: float | None = None
+
+
+class VerdictModel(_Model):
+    """The decision for one model: its capacity at the SLO, per GPU, and its cost."""
+
+    target: str
+    context: int | None = None
+    """The rung the capacity was found at (the longest one with a stage meeting the SLO; None: not a ladder)."""
+    slo_met_users: int | None = None
+    """Closed loop: the largest users of this model whose stage met the SLO at p99 with no failures."""
+    slo_met_rate: float | None = None
+    """Open loop: the largest rate (req/s) whose stage met the SLO at p99 with no failures."""
+    gpus: int | None = None
+    users_per_gpu: float | None = None
+    output_tokens_per_s_per_gpu: float | None = None
+    usd_per_mtok_output: float | None = None
+
+
+class Verdict(_Model):
+    """The answer first: what the run says, and for each model its capacity and cost (``results.verdict``)."""
+
+    text: str = ""
+    models: list[VerdictModel] = []
 
 
 class ModelSummary(Totals):
@@ -186,6 +228,8 @@ class ModelSummary(Totals):
     """Conversation runs: one row per turn index."""
     ttft_by_prompt_tokens: list[PromptLengthBucket] = []
     """TTFT against prompt length, in power-of-two token buckets."""
+    context_scaling: list[ContextPoint] = []
+    """A context ladder: each stage's per-user decode speed relative to the shortest context's (same users)."""
     target: str = ""
     """The config key again, named as the Prometheus ``target`` label: what tells apart two entries
     with one model id (e.g. the same model on vLLM and on SGLang)."""
@@ -238,6 +282,8 @@ class Results(_Model):
     snapshot: bool = False
     """True in a periodic snapshot (``--snapshot-interval``), which the final write replaces: a file still
     marked so is what a killed master left. False in the final results, complete even when ``interrupted``."""
+    verdict: Verdict | None = None
+    """The decision the run supports (or what is missing for one); written first by the console and HTML."""
 
     model_config = ConfigDict(frozen=True, extra="ignore", populate_by_name=True)
 

@@ -14,8 +14,10 @@ from attnload.measure.paired import PairedRecorder
 from attnload.measure.recorder import Recorder, Series
 from attnload.results.context import context_fields, with_replay_rates
 from attnload.results.gpu import GpuResults, per_token, with_gpu
+from attnload.results.ladder import context_scaling, decode_speed
 from attnload.results.model import ClientInfo, ModelSummary, Requests, Results, StageSummary, Summary, Totals
 from attnload.results.server import ServerResults, with_server
+from attnload.results.verdict import build_verdict
 
 SATURATION_CPU_RATIO = 0.9
 CLIENT_BEHIND_LAG_S = 0.1
@@ -39,6 +41,8 @@ class StageWindow:
     """Open-loop rate per model key (a sweep gives each model its own)."""
     model_users: dict[str, int] | None = None
     """Closed loop: the users each model had (sampled by the runner); None: split ``users`` by weight."""
+    context: int | None = None
+    """A context ladder's rung: the requested prompt tokens of every request in the stage."""
 
 
 def split_users(total: int, config: TestConfig, paired: bool) -> dict[str, int]:
@@ -146,6 +150,7 @@ def build_results(
                 server=server.total(target.key) if server is not None else None,
                 gpu=per_token(gpu.total(target.key), whole.counts.get("completion_tokens", 0)) if gpu else None,
                 **context_fields(context, target.key),
+                context_scaling=context_scaling(stage_summaries),
                 target=target.key,
             )
         )
@@ -159,6 +164,7 @@ def build_results(
             "config": run_info,
             "client": client,
             "models": models,
+            "verdict": build_verdict(config, models),
         }
     )
 
@@ -229,7 +235,8 @@ def _stage_summary(
         short = not replay and expected >= _MIN_EXPECTED_FOR_COUNT_CHECK and sent < CLIENT_BEHIND_SENT_RATIO * expected
         if (behind or short) and "client_behind" not in flags:
             flags.append("client_behind")
-    return StageSummary(
+    prompt_p50 = series.hists["prompt"].quantile(0.5)
+    stage = StageSummary(
         **fields,
         index=window.index,
         users=users if users is not None else window.users,
@@ -241,7 +248,10 @@ def _stage_summary(
         flags=flags,
         achieved_rate_rps=achieved,
         paired=paired.summary(model_key, window.index) if paired is not None else None,
+        context=window.context,
+        prompt_tokens_p50=round(prompt_p50, 1) if prompt_p50 is not None else None,
     )
+    return stage.model_copy(update={"decode_tokens_per_s_per_user": decode_speed(stage)})
 
 
 def with_arrivals(stage: StageSummary, run_info: dict[str, Any], replay: bool) -> StageSummary:

@@ -21,7 +21,7 @@ from attnload.results.summarize import StageWindow
 from attnload.workload.arrivals import stage_arrivals
 from attnload.workload.conversation import new_salt
 from attnload.workload.prompts import Workload
-from attnload.workload.shapes import ReplaySpec
+from attnload.workload.shapes import ContextSpec, ReplaySpec
 
 WARMUP_STAGE = -1
 """Stage tag of requests that started before the test or inside a stage's warm-up window."""
@@ -102,8 +102,20 @@ class RunState:
             rates = {m.key: rate for m in self.config.models}
         clock.index, clock.started, clock.rates = index, now, rates
         start_s = now - self.started_perf + self.options.warmup_s
-        clock.windows.append(StageWindow(index, start_s, -1.0, users, rate, rates=dict(rates) if rates else None))
+        context = self.stage_context(index)
+        self.workload.context = context
+        clock.windows.append(
+            StageWindow(index, start_s, -1.0, users, rate, rates=dict(rates) if rates else None, context=context)
+        )
         return rates
+
+    def stage_context(self, index: int) -> int | None:
+        """A context ladder's rung at stage ``index`` (None for other shapes)."""
+        shape = self.options.shape
+        if not isinstance(shape, ContextSpec):
+            return None
+        stages = shape.stages
+        return stages[index].context if 0 <= index < len(stages) else None
 
     def end(self) -> bool:
         """The test stopped: close the last stage's window; False when no test had begun."""

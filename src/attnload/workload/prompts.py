@@ -16,6 +16,7 @@ from typing import Protocol
 from attnload.config.model import Distribution, Profile, TestConfig, sample_count
 from attnload.errors import UsageError
 from attnload.measure.tokens import BYTES_PER_TOKEN, MESSAGE_OVERHEAD_TOKENS
+from attnload.workload.ladder import rung_profile
 
 _FILLER = (
     "attention",
@@ -88,6 +89,8 @@ class Workload:
         self.rng = random.Random(config.seed if seed is None else seed)
         self._prefixes: dict[str, list[str]] = {}
         self._token_prefixes: dict[tuple[str, str], list[str]] = {}
+        self.context: int | None = None
+        """A context ladder's current rung (set at each stage): every prompt has this many tokens."""
 
     def next(self, tokens: TextTokens | None = None) -> PlannedRequest:
         """The next single-turn request; ``tokens`` (a model's tokenizer, None: the estimator) sizes its prompt."""
@@ -99,6 +102,8 @@ class Workload:
 
     def plan(self, profile: Profile, tokens: TextTokens | None = None) -> PlannedRequest:
         """One single-turn request of ``profile``, sized by ``tokens`` when a model has a tokenizer."""
+        if self.context is not None:
+            profile = rung_profile(profile, self.context, self.default_max_tokens, tokens is not None)
         max_tokens = sample_count(profile.max_tokens, self.rng) if profile.max_tokens is not None else None
         ignore_eos = self.default_ignore_eos if profile.ignore_eos is None else profile.ignore_eos
         return PlannedRequest(

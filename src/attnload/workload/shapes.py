@@ -1,4 +1,5 @@
-"""Load shapes: ``concurrency:1,8,64`` (closed-loop users per stage), ``rate:0.5,1`` (open loop)
+"""Load shapes: ``concurrency:1,8,64`` (closed-loop users per stage), ``rate:0.5,1`` (open loop),
+``context:1k,16k`` (a context ladder: one prompt length per stage, optionally times a ``--users`` list)
 and ``sweep`` (an adaptive capacity study, planned stage by stage in ``sweep.py``).
 
 A shape is parsed once into :class:`ShapeSpec` (bad specs are one-line usage errors);
@@ -13,7 +14,7 @@ import re
 from dataclasses import dataclass, replace
 from typing import ClassVar, Self
 
-from attnload.config.limits import MAX_DURATION_S, MAX_RATE, MAX_USERS
+from attnload.config.limits import MAX_DURATION_S, MAX_PROMPT_TOKENS, MAX_RATE, MAX_USERS
 from attnload.errors import UsageError
 from attnload.workload.trace import load_trace
 
@@ -47,6 +48,8 @@ class Stage:
     end_s: float
     users: int | None = None
     rate: float | None = None
+    context: int | None = None
+    """A context ladder's rung: every prompt of the stage has this many tokens (None: the profiles decide)."""
 
 
 SWEEP_DEFAULT_MAX_USERS = 256
@@ -239,20 +242,101 @@ class ReplaySpec(StagedSpec):
         )
 
 
-ShapeSpec = ConcurrencySpec | RateSpec | SweepSpec | ReplaySpec
+DEFAULT_LADDER_USERS = 8
+"""Closed-loop users of a context ladder run without ``--users`` (the run's default)."""
+_USERS_SEP = ";users:"
+"""How ``to_text`` carries a ladder's ``--users`` list to every Locust process (``ATTNLOAD_SHAPE``)."""
+
+
+def parse_tokens(text: str) -> int:
+    """``1k`` → 1024, ``32K`` → 32768, ``1m`` → 1048576, ``1500`` → 1500; anything else raises ValueError."""
+    value = text.strip().lower()
+    scale = {"k": 1024, "m": 1024 * 1024}.get(value[-1:], 1)
+    number = float(value[:-1] if scale > 1 else value)
+    tokens = number * scale
+    if not math.isfinite(tokens) or tokens != int(tokens):
+        raise ValueError(text)
+    return int(tokens)
+
+
+def parse_users_list(text: str, what: str = "--users") -> tuple[int, ...]:
+    """``8`` or ``1,8,32``: closed-loop users (each from 1 to MAX_USERS)."""
+    users = []
+    for part in (p.strip() for p in str(text).split(",")):
+        if not part.isdigit() or not 1 <= int(part) <= MAX_USERS:
+            raise UsageError(f"{what} {text!r}: {part!r} must be a whole number of users from 1 to {MAX_USERS:,}")
+        users.append(int(part))
+    return tuple(users)
+
+
+@dataclass(frozen=True)
+class ContextSpec(StagedSpec):
+    """``context:1k,4k,16k``: a context ladder. Closed loop at the run's users; every request of a stage has a
+    prompt of that many tokens and a pinned output. With ``--users 1,8,32`` it is a grid: every (context, users)
+    pair is a stage, contexts outer, users inner (``levels`` holds the contexts)."""
+
+    kind: ClassVar[str] = "context"
+    users: tuple[int, ...] = (DEFAULT_LADDER_USERS,)
+
+    @property
+    def stages(self) -> tuple[Stage, ...]:
+        d = self.stage_duration_s
+        pairs = [(int(c), u) for c in self.levels for u in self.users]
+        return tuple(Stage(i, i * d, (i + 1) * d, users=u, context=c) for i, (c, u) in enumerate(pairs))
+
+    @property
+    def peak_users(self) -> int:
+        return max(self.users)
+
+    @property
+    def duration_s(self) -> float:
+        return self.stage_duration_s * len(self.levels) * len(self.users)
+
+    @property
+    def contexts(self) -> tuple[int, ...]:
+        return tuple(int(c) for c in self.levels)
+
+    def with_users(self, users: tuple[int, ...]) -> ContextSpec:
+        return replace(self, users=users)
+
+    def to_text(self) -> str:
+        return f"context:{','.join(str(c) for c in self.contexts)}{_USERS_SEP}{','.join(map(str, self.users))}"
+
+    @classmethod
+    def parse(cls, text: str, values: str, stage_duration_s: float) -> Self:
+        lengths, _sep, users_text = values.partition(_USERS_SEP)
+        parts = [p.strip() for p in lengths.split(",") if p.strip()]
+        if not parts:
+            raise UsageError(f"shape {text!r} lists no context lengths: e.g. context:1k,4k,16k")
+        contexts: list[float] = []
+        for part in parts:
+            try:
+                tokens = parse_tokens(part)
+            except (ValueError, IndexError):
+                raise UsageError(f"shape {text!r}: {part!r} is not a token count (e.g. 1024, 1k or 32k)") from None
+            if not 1 <= tokens <= MAX_PROMPT_TOKENS:
+                raise UsageError(f"shape {text!r}: {part!r} must be from 1 to {MAX_PROMPT_TOKENS:,} prompt tokens")
+            contexts.append(float(tokens))
+        users = parse_users_list(users_text, f"shape {text!r} users") if users_text.strip() else (DEFAULT_LADDER_USERS,)
+        return cls(levels=tuple(contexts), stage_duration_s=stage_duration_s, users=users)
+
+
+ShapeSpec = ConcurrencySpec | RateSpec | SweepSpec | ReplaySpec | ContextSpec
 """A parsed shape: one class per kind (``kind`` is the tag), each with the same protocol."""
-SHAPE_KINDS: dict[str, type[ShapeSpec]] = {cls.kind: cls for cls in (ConcurrencySpec, RateSpec, SweepSpec, ReplaySpec)}
+SHAPE_KINDS: dict[str, type[ShapeSpec]] = {
+    cls.kind: cls for cls in (ConcurrencySpec, RateSpec, SweepSpec, ReplaySpec, ContextSpec)
+}
 
 
 def parse_shape(text: str, stage_duration_s: float, replay_speed: str | float | None = None) -> ShapeSpec:
-    """Parse ``concurrency:1,8,64``, ``rate:0.5,1,2``, ``sweep[:CAP]`` or ``replay:PATH`` (at ``--replay-speed``);
-    errors say what a valid spec looks like."""
+    """Parse ``concurrency:1,8,64``, ``rate:0.5,1,2``, ``context:1k,16k``, ``sweep[:CAP]`` or ``replay:PATH``
+    (at ``--replay-speed``); errors say what a valid spec looks like."""
     kind, _colon, values = text.partition(":")
     spec_class = SHAPE_KINDS.get(kind.strip().lower())
     if spec_class is None:
         raise UsageError(
-            f"unknown shape {text!r}: use concurrency:1,8,64 (users), rate:0.5,1,2 (req/s per model) "
-            "sweep or replay:TRACE"
+            f"unknown shape {text!r}: use concurrency:1,8,64 (users), rate:0.5,1,2 (req/s per model), "
+            "context:1k,16k (prompt tokens), sweep or replay:TRACE"
         )
     return with_replay_speed(spec_class.parse(text, values, stage_duration_s), replay_speed)
 

@@ -104,6 +104,7 @@ class Collector:
         fleet = self.fleet
         fleet.stage = self.state.stage.index
         fleet.target_users = users or 0
+        fleet.context = self.state.stage_context(fleet.stage)
         fleet.target_rate = rate if rate is not None else (sum(rates.values()) / len(rates) if rates else 0.0)
 
     def close_stage(self) -> None:
@@ -260,6 +261,7 @@ class Collector:
             "paired": options.paired,
             "arrivals": state.arrivals,
             "burstiness": state.burstiness,
+            "slo": config.slo.model_dump(),
             "models": {m.key: {"id": m.id, "attention": m.attention, "url": m.chat_url} for m in config.models},
         }
 

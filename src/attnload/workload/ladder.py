@@ -1,0 +1,75 @@
+"""A context ladder's requests (``--shape context:1k,16k``): every prompt of a rung has the rung's length and
+every answer a pinned length, so the only thing that changes from stage to stage is the context.
+
+Why a module of its own: the rung's prompt size is decided in one function, :func:`rung_prompt_tokens`, so a
+calibration from the server's ``usage`` (prompt sizes that land on target without a tokenizer) plugs in there
+and nowhere else. Today a rung is built exactly with a model's ``tokenizer``, else by the shared estimator
+(which the simulator counts the same way; a real server's tokenizer may differ, so the sizes are *estimated*).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from attnload.config.model import Distribution, Profile, TestConfig
+from attnload.errors import UsageError
+
+
+def pinned_max_tokens(profile: Profile, default: int) -> int:
+    """The output length every request of a rung asks for: the profile's fixed ``max_tokens`` (a distribution's
+    nominal value), else the request setting."""
+    value = profile.max_tokens
+    if value is None:
+        return default
+    if isinstance(value, int):
+        return value
+    return _nominal(value)
+
+
+def _nominal(count: Distribution) -> int:
+    return int(count.value or count.mean or (count.min + count.max) / 2)
+
+
+def rung_prompt_tokens(context: int, exact: bool) -> int:
+    """The ``prompt_tokens`` to build for a rung of ``context`` tokens.
+
+    ``exact`` is True when a tokenizer sizes the prompt. The plug point of a server calibration: until one
+    exists the estimator's size is the target itself (the simulator counts as the estimator does).
+    """
+    del exact  # no calibration yet: both paths aim at the target
+    return context
+
+
+def prompt_sizes(config: TestConfig) -> str:
+    """``exact`` when every model names a tokenizer, else ``estimated`` (how the results flag a ladder's sizes)."""
+    return "exact" if all(m.tokenizer for m in config.models) else "estimated"
+
+
+def rung_profile(profile: Profile, context: int, default_max_tokens: int, exact: bool) -> Profile:
+    """``profile`` at a rung: prompt of ``context`` tokens, output pinned (``max_tokens`` + ``ignore_eos``)."""
+    return profile.model_copy(
+        update={
+            "prompt_tokens": rung_prompt_tokens(context, exact),
+            "max_tokens": pinned_max_tokens(profile, default_max_tokens),
+            "ignore_eos": True,
+        }
+    )
+
+
+def check_ladder(config: TestConfig, contexts: Sequence[int], profiles: Sequence[Profile] | None = None) -> None:
+    """Refuse, before anything is sent, a rung whose prompt plus answer cannot fit a model's ``max_context``."""
+    chosen = list(profiles) if profiles else list(config.profiles)
+    answer = max(pinned_max_tokens(p, config.request.max_tokens) for p in chosen)
+    longest = max(contexts)
+    for target in config.models:
+        if target.max_context is not None and longest + answer > target.max_context:
+            raise UsageError(
+                f"context ladder rung {longest:,} + max_tokens {answer:,} = {longest + answer:,} tokens exceeds "
+                f"model {target.key}'s max_context {target.max_context:,}: lower the rung or raise max_context"
+            )
+    for profile in chosen:
+        if profile.conversational:
+            raise UsageError(
+                f"profile {profile.name!r} is a conversation or dataset: a context ladder sizes single prompts; "
+                "pick another profile with --profile"
+            )
