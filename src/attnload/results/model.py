@@ -15,6 +15,7 @@ from typing import Final, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from attnload.errors import UsageError, validated
+from attnload.results.fleet import LostWorker, Partial, RefusedWorker, StalledWorker
 from attnload.scrape.summary import GaugeSummary as GaugeSummary  # the results' types, built by scrape/
 from attnload.scrape.summary import GpuSummary, ServerSummary
 
@@ -200,6 +201,12 @@ class ClientInfo(_Model):
     """Users that raised instead of sending (a bug or a config value no request can be built from)."""
     scheduler_error: str | None = None
     """Open loop: why a worker's arrival scheduler died (the first one seen); None when none did."""
+    lost_workers: list[LostWorker] = []
+    """Workers that went missing and never came back, each with the traffic it never reported."""
+    stalled_workers: list[StalledWorker] = []
+    """Workers that froze and came back (not lost; ``workers_lost`` does not count them)."""
+    refused_workers: list[RefusedWorker] = []
+    """Joining workers whose config hash or attnload version differed from the master's."""
 
 
 class RequestsOut(_Model):
@@ -232,6 +239,9 @@ class Results(_Model):
     (``STAMP.json`` rewritten every ``--snapshot-interval``) left behind by a master that was killed."""
     requests_out: RequestsOut | None = None
     """The per-request JSONL of ``--requests-out``; None when not asked for."""
+    partial: Partial | None = None
+    """Set when some worker's final counts never arrived (it was lost, or silent at the end): which
+    workers, and the window of each that is missing. None: every worker's counts are in."""
 
     model_config = ConfigDict(frozen=True, extra="ignore", populate_by_name=True)
 
