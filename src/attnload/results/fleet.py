@@ -4,18 +4,13 @@ incomplete (``partial``).
 
 A cluster loses pods and freezes them; a load generator that says nothing about it reports a gap as
 if the server had never seen that traffic, and a freeze as if the server had been slow. These types
-carry what the master saw, and :func:`with_fleet_faults` flags the stages it touched, so every reader
+carry what the master saw, and :func:`stage_flags` flags the stages it touched, so every reader
 (console, JSON, HTML, ``--fail-on worker-lost``) sees the same account.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from pydantic import BaseModel, ConfigDict
-
-if TYPE_CHECKING:
-    from attnload.results.model import Results
 
 WORKER_LOST_FLAG = "worker_lost"
 """Stage flag: a worker went missing during the stage and never came back."""
@@ -131,29 +126,3 @@ def stage_flags(
     if stalled and WORKER_STALLED_FLAG not in out:
         out.append(WORKER_STALLED_FLAG)
     return out
-
-
-def with_fleet_faults(results: Results, faults: FleetFaults) -> Results:
-    """``results`` with the faults in ``client``, ``partial`` and the flags of the stages they touched."""
-    models = []
-    for model in results.models:
-        stages = [
-            stage.model_copy(
-                update={
-                    "flags": stage_flags(
-                        stage.flags, stage.start_s, stage.end_s, stage.index, faults, i == len(model.stages) - 1
-                    )
-                }
-            )
-            for i, stage in enumerate(model.stages)
-        ]
-        models.append(model.model_copy(update={"stages": stages}))
-    client = results.client.model_copy(
-        update={
-            "workers_lost": len(faults.lost),
-            "lost_workers": faults.lost,
-            "stalled_workers": faults.stalled,
-            "refused_workers": faults.refused,
-        }
-    )
-    return results.model_copy(update={"models": models, "client": client, "partial": faults.partial})

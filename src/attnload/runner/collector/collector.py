@@ -20,7 +20,7 @@ from attnload.exporter.exposition import FleetState
 from attnload.measure.cgroup import throttled_reason
 from attnload.report.csvout import write_llm_csv
 from attnload.report.html import write_html
-from attnload.results.fleet import FleetFaults, LostWorker, UnreportedTraffic, with_fleet_faults
+from attnload.results.fleet import FleetFaults, LostWorker, UnreportedTraffic
 from attnload.results.model import Results
 from attnload.results.summarize import StageWindow, build_results, client_info
 from attnload.results.write import write_results
@@ -28,7 +28,7 @@ from attnload.runner.collector.gpuview import GpuView, gpu_targets
 from attnload.runner.collector.health import FleetHealth
 from attnload.runner.collector.requestsfile import RequestsWriter
 from attnload.runner.collector.serverview import ServerView, scrape_targets
-from attnload.runner.collector.workerloss import WorkerWatch
+from attnload.runner.collector.workerloss import WorkerWatch, with_fleet_faults
 from attnload.runner.sender.sender import Sender
 from attnload.runner.sender.startspread import PilotBoard
 from attnload.runner.state import RunState

@@ -25,7 +25,9 @@ from attnload.results.fleet import (
     RefusedWorker,
     StalledWorker,
     UnreportedTraffic,
+    stage_flags,
 )
+from attnload.results.model import Results
 
 REPORTS_KEPT = 4
 """Reports a worker's rates are taken over (~9 s at Locust's 3 s report interval)."""
@@ -253,3 +255,29 @@ def _overlaps(a: StalledWorker, b: StalledWorker) -> bool:
 
 def _by_model(users: dict[str, int]) -> str:
     return ", ".join(f"{key} {n}" for key, n in sorted(users.items())) or "none reported"
+
+
+def with_fleet_faults(results: Results, faults: FleetFaults) -> Results:
+    """``results`` with the faults in ``client``, ``partial`` and the flags of the stages they touched."""
+    models = []
+    for model in results.models:
+        stages = [
+            stage.model_copy(
+                update={
+                    "flags": stage_flags(
+                        stage.flags, stage.start_s, stage.end_s, stage.index, faults, i == len(model.stages) - 1
+                    )
+                }
+            )
+            for i, stage in enumerate(model.stages)
+        ]
+        models.append(model.model_copy(update={"stages": stages}))
+    client = results.client.model_copy(
+        update={
+            "workers_lost": len(faults.lost),
+            "lost_workers": faults.lost,
+            "stalled_workers": faults.stalled,
+            "refused_workers": faults.refused,
+        }
+    )
+    return results.model_copy(update={"models": models, "client": client, "partial": faults.partial})
