@@ -232,3 +232,24 @@ def test_stall_watch_sees_a_freeze_and_the_requests_across_it() -> None:
     clock.now += STALL_MIN_S / 2
     stall.tick()
     assert stall.take() is None  # a late tick under 2 s is load, not a freeze
+
+
+def test_console_summary_names_lost_and_stalled_workers_and_the_partial_window() -> None:
+    from attnload.report.console import fleet_notes
+    from attnload.results.fleet import MissingWindow, Partial, UnreportedTraffic
+
+    lost = LostWorker(
+        worker="w1",
+        lost_at_s=11.0,
+        detected_at_s=15.0,
+        users={"a": 4},
+        unreported={"a": UnreportedTraffic(requests=24)},
+    )
+    stall = StalledWorker(worker="w2", from_s=8.0, duration_s=4.0, requests=5)
+    partial = Partial(workers=["w1"], windows=[MissingWindow(worker="w1", from_s=9.0, to_s=20.0)])
+    results = _results(FleetFaults(lost=[lost], stalled=[stall], partial=partial))
+    assert fleet_notes(results) == [
+        "warning: lost worker w1 (11.0 s, 4 users): traffic it never reported, estimated: a ~24 requests",
+        "warning: worker w2 stalled 4.0 s from 8.0 s; 5 requests across it carry the freeze in their latency",
+        "warning: partial results: final counts missing from w1 9.0-20.0 s",
+    ]
