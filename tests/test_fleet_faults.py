@@ -253,3 +253,6 @@ def test_console_summary_names_lost_and_stalled_workers_and_the_partial_window()
         "warning: worker w2 stalled 4.0 s from 8.0 s; 5 requests across it carry the freeze in their latency",
         "warning: partial results: final counts missing from w1 9.0-20.0 s",
     ]
+    from attnload.report.html import _run_section
+
+    assert "<dt>fleet</dt><dd>partial results: final counts missing from w1 9.0-20.0 s</dd>" in _run_section(results)

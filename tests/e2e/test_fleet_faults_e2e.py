@@ -203,3 +203,20 @@ def test_worker_with_another_config_is_refused(processes: Processes, tmp_path: P
     stats = http_json(sim + "/stats")["models"]
     assert set(stats) >= {"llama-3-8b", *MODEL_IDS.values()}, stats  # the foreign model is served...
     assert stats["llama-3-8b"]["received"] == 0, stats  # ...and never asked
+
+
+def test_restart_lost_users_puts_them_back_on_the_worker_left(processes: Processes, tmp_path: Path) -> None:
+    """`--restart-lost-users`: after the loss the stage ends with all 16 users again, on one worker."""
+    sim, config = _sim_and_config(processes, tmp_path)
+    run, results = _start_run(processes, tmp_path, config, "--restart-lost-users")
+    _wait_for(lambda: sum(m.get("received", 0) for m in _received(sim).values()) > 0, 60, "first request")
+    time.sleep(4.0)
+    os.kill(_workers(run.pid)[0].pid, signal.SIGKILL)
+    assert run.wait(timeout=120) == 0, processes.log_of(run)[-3000:]
+    log = processes.log_of(run)
+    assert "restarting the lost users on the 1 workers left" in log, log[-3000:]
+    data = latest_results(results)
+    assert data["client"]["workers_lost"] == 1
+    for model in data["models"]:
+        stage = model["stages"][0]
+        assert "worker_lost" in stage["flags"] and stage["users"] == 8, stage
