@@ -218,6 +218,10 @@ def test_a_worker_that_never_says_hello_is_refused(monkeypatch: pytest.MonkeyPat
 def test_stall_watch_sees_a_freeze_and_the_requests_across_it() -> None:
     clock, wall = Clock(50.0), Clock(1000.0)
     stall = StallWatch(clock, wall)
+    clock.now = 60.0
+    assert stall.overlap(49.0) == 0.0  # not watched (no ticks): nothing is a freeze
+    clock.now = 50.0
+    stall.watching = True
     clock.now, wall.now = 50.25, 1000.25
     stall.tick()
     assert stall.take() is None

@@ -27,7 +27,6 @@ from attnload.runner import admission
 from attnload.runner.collector.collector import MasterCollector
 from attnload.runner.runtime import Runtime
 from attnload.runner.sender.sender import Sender, sample_cpu
-from attnload.runner.sender.stallwatch import watch as watch_stalls
 from attnload.runner.sender.startspread import PilotBoard, StartSpread
 
 REPORT_KEY = "attnload"
@@ -112,7 +111,6 @@ def report_exchange(runner: Any, sender: Sender | None, collector: MasterCollect
     if sender is not None:
         events.report_to_master.add_listener(lambda client_id, data: data.update({REPORT_KEY: worker_report(sender)}))
         gevent.spawn(sample_cpu, sender)
-        gevent.spawn(watch_stalls, sender.stall)
 
         def send_final(**_: Any) -> None:
             sender.stop()  # in-flight open-loop requests are recorded as cancelled first

@@ -38,6 +38,8 @@ class StallWatch:
         self.requests = 0
         """Requests marked so far (cumulative)."""
         self.requests_sent = 0
+        self.watching = False
+        """True once :func:`watch` ticks: without ticks every request would look frozen."""
 
     def tick(self) -> None:
         now = self.clock()
@@ -51,7 +53,7 @@ class StallWatch:
         """Seconds of freeze inside ``[start, end]`` (perf_counter; end: now), the one in progress included."""
         end = self.clock() if end is None else end
         spans = list(self.stalls)
-        if end - self.last_tick >= STALL_MIN_S:
+        if self.watching and end - self.last_tick >= STALL_MIN_S:
             spans.append((self.last_tick, end))
         return sum(max(0.0, min(b, end) - max(a, start)) for a, b in spans)
 
@@ -67,6 +69,7 @@ class StallWatch:
 
 def watch(stall: StallWatch) -> None:
     """Greenlet: tick until the process ends."""
+    stall.last_tick, stall.watching = stall.clock(), True
     while True:
         gevent.sleep(TICK_S)
         stall.tick()
