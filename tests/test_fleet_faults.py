@@ -139,6 +139,7 @@ def test_flags_land_on_the_stages_the_faults_touched() -> None:
     assert first.flags == [WORKER_STALLED_FLAG]
     assert second.flags == [WORKER_LOST_FLAG, WORKER_STALLED_FLAG]
     assert results.client.workers_lost == 1 and results.client.lost_workers == [lost]
+    assert results.client.workers_stalled == 1
 
 
 def test_fail_on_worker_lost_exits_1_only_when_asked() -> None:

@@ -152,7 +152,8 @@ def test_sigstop_worker_is_stalled_not_lost_and_counts_stay_exact(processes: Pro
     with gzip.open(out, "rt", encoding="utf-8") as lines:
         marked = [json.loads(line) for line in lines if "worker_stalled_s" in line]
     assert marked, "no request line carries the freeze"
-    assert all(5.0 <= line["worker_stalled_s"] <= 10.0 for line in marked), marked[:3]
+    assert all(line["worker_stalled"] and 5.0 <= line["worker_stalled_s"] <= 10.0 for line in marked), marked[:3]
+    assert client["workers_stalled"] == 1
     assert sum(s["requests"] for s in stalls) == len(marked)
 
 

@@ -203,8 +203,10 @@ class ClientInfo(_Model):
     """Open loop: why a worker's arrival scheduler died (the first one seen); None when none did."""
     lost_workers: list[LostWorker] = []
     """Workers that went missing and never came back, each with the traffic it never reported."""
+    workers_stalled: int = 0
+    """Workers that froze and came back (``stalled_workers`` has each freeze)."""
     stalled_workers: list[StalledWorker] = []
-    """Workers that froze and came back (not lost; ``workers_lost`` does not count them)."""
+    """Freezes of workers that came back (not lost; ``workers_lost`` does not count them)."""
     refused_workers: list[RefusedWorker] = []
     """Joining workers whose config hash or attnload version differed from the master's."""
 

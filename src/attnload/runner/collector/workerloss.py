@@ -277,6 +277,7 @@ def with_fleet_faults(results: Results, faults: FleetFaults) -> Results:
             "workers_lost": len(faults.lost),
             "lost_workers": faults.lost,
             "stalled_workers": faults.stalled,
+            "workers_stalled": len({s.worker for s in faults.stalled}),
             "refused_workers": faults.refused,
         }
     )

@@ -26,6 +26,7 @@ class RequestLines:
         facts = self.facts.get(record.model_key) or TargetFacts(record.model_key, record.model_key, "")
         line = request_line(record, facts, worker, who)
         if stalled_s:  # the worker froze while this request was in flight: its latency holds the freeze
+            line["worker_stalled"] = True
             line["worker_stalled_s"] = round(stalled_s, 3)
         self.buffer.add(encode(line))
 
