@@ -62,13 +62,14 @@ def test_missing_then_back_is_stalled_not_lost() -> None:
     clock = Clock()
     watch = WorkerWatch(clock)
     watch.started_at = 1000.0
+    watch.hello("w1", {"pid": "77"})
     clock.now = 1003.0
     watch.report("w1", delta(30), {"a": 4}, None)
     clock.now = 1005.0
     watch.heartbeat("w1")
     clock.now = 1009.0
     line = watch.went_missing("w1", stage=0)
-    assert line.startswith("worker w1 lost at 5.0 s with 4 users (a 4)")
+    assert line.startswith("worker w1 (pid 77) lost at 5.0 s with 4 users (a 4)")
     clock.now = 1013.0
     assert "back after 8.0 s: stalled, not lost" in watch.came_back("w1")
     faults = watch.faults(ended_at=1030.0)
@@ -187,13 +188,13 @@ def test_worker_with_the_masters_config_is_admitted_after_its_hello() -> None:
 def test_foreign_worker_is_refused_and_never_merged(caplog: pytest.LogCaptureFixture) -> None:
     master = FakeMaster()
     master.receive("w9", "client_ready", "2.47.0")
-    master.receive("w9", "attnload_hello", {"config_sha256": "sha-other-config", "version": "0.0.1"})
+    master.receive("w9", "attnload_hello", {"config_sha256": "sha-other-config", "version": "0.0.1", "pid": "4242"})
     for kind in ("stats", "attnload_final", "heartbeat", "client_ready"):
         master.receive("w9", kind, {})
     assert master.handled == []
     assert master.sent[-1] == ("quit", "w9", None)
     (line,) = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
-    assert "w9 refused" in line and "sha-other-co" in line and "sha-master" in line
+    assert "w9 (pid 4242) refused" in line and "sha-other-config" in line and "sha-master" in line
     assert master.refused[0].config_sha256 == "sha-other-config" and not master.refused[0].admitted
 
 

@@ -92,7 +92,9 @@ def test_sigkill_one_worker_states_the_loss_and_its_gap(processes: Processes, tm
     log = processes.log_of(run)
     assert code == 1, log[-3000:]  # --fail-on worker-lost; without it the run exits 0 (tests/test_fleet_faults.py)
     assert "Traceback" not in log
-    lost_lines = [line for line in log.splitlines() if re.search(r"worker \S+ lost at [\d.]+ s with \d+ users", line)]
+    lost_lines = [
+        line for line in log.splitlines() if re.search(r"worker \S+ \(pid \d+\) lost at [\d.]+ s with \d+ users", line)
+    ]
     assert len(lost_lines) == 1, log[-3000:]
     assert "worker lost:" in log  # the --fail-on reason
 
@@ -100,7 +102,8 @@ def test_sigkill_one_worker_states_the_loss_and_its_gap(processes: Processes, tm
     client = data["client"]
     assert client["workers"] == 2 and client["workers_lost"] == 1, client
     (lost,) = client["lost_workers"]
-    assert lost["worker"] in lost_lines[0]
+    assert lost["worker"] in lost_lines[0] and f"(pid {victim.pid})" in lost_lines[0]
+    assert lost["pid"] == victim.pid
     assert sum(lost["users"].values()) == 8, lost
     assert 8.0 <= lost["lost_at_s"] <= 14.0, lost
     assert data["partial"]["workers"] == [lost["worker"]]
@@ -134,7 +137,7 @@ def test_sigstop_worker_is_stalled_not_lost_and_counts_stay_exact(processes: Pro
     log = processes.log_of(run)
     assert code == 0, log[-3000:]
     assert "Traceback" not in log
-    assert re.search(r"worker \S+ is back after [\d.]+ s: stalled, not lost", log), log[-3000:]
+    assert re.search(rf"worker \S+ \(pid {victim.pid}\) is back after [\d.]+ s: stalled, not lost", log), log[-3000:]
 
     data = latest_results(results)
     client = data["client"]
@@ -192,9 +195,11 @@ def test_worker_with_another_config_is_refused(processes: Processes, tmp_path: P
     log = processes.log_of(run)
     refused = [line for line in log.splitlines() if "refused:" in line]
     assert len(refused) == 1, log[-3000:]
-    assert re.search(r"config sha256 [0-9a-f]{12} .* vs the master's [0-9a-f]{12}", refused[0]), refused[0]
+    assert re.search(r"config sha256 [0-9a-f]{64} .* vs the master's [0-9a-f]{64}", refused[0]), refused[0]
+    assert f"(pid {foreign.pid})" in refused[0]
 
     data = latest_results(results)
+    assert data["config_sha256"] in refused[0]
     assert data["client"]["workers"] == 2, data["client"]
     (entry,) = data["client"]["refused_workers"]
     assert entry["worker"] in refused[0] and entry["admitted"] is False

@@ -44,6 +44,8 @@ class LostWorker(_Model):
     """A worker that went missing (no heartbeat) and did not come back before the end."""
 
     worker: str
+    pid: int | None = None
+    """Its process id on its host (from its hello), to match it with ``ps`` or a pod's logs."""
     lost_at_s: float
     """Run time of its last heartbeat (when it was last heard from)."""
     detected_at_s: float
@@ -73,6 +75,7 @@ class RefusedWorker(_Model):
     """A joining worker whose config or attnload version differs from the master's: never merged."""
 
     worker: str
+    pid: int | None = None
     config_sha256: str | None = None
     """The worker's config hash (None: it sent none: not an attnload worker, or an older one)."""
     version: str | None = None

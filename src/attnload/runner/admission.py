@@ -17,6 +17,7 @@ admission waits for the hello.
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Callable
 from typing import Any
@@ -35,8 +36,8 @@ HELLO_WAIT_S = 60.0
 
 
 def hello(config_sha256: str) -> dict[str, str]:
-    """What a worker says of itself."""
-    return {"config_sha256": config_sha256, "version": __version__}
+    """What a worker says of itself (its pid names it on the console beside Locust's id)."""
+    return {"config_sha256": config_sha256, "version": __version__, "pid": str(os.getpid())}
 
 
 class Admission:
@@ -50,6 +51,7 @@ class Admission:
         config_sha256: str,
         accept_foreign: bool = False,
         on_refused: Callable[[RefusedWorker], None] | None = None,
+        on_hello: Callable[[str, dict[str, Any]], None] | None = None,
     ) -> None:
         self.locust_handle = handle
         self.send = send
@@ -57,9 +59,11 @@ class Admission:
         self.mine = hello(config_sha256)
         self.accept_foreign = accept_foreign
         self.on_refused = on_refused
+        self.on_hello = on_hello
         self.held: dict[str, tuple[str, Any, float]] = {}
         """node id -> (client id, its client_ready, when it arrived)."""
         self.admitted: set[str] = set()
+        self.pids: dict[str, int] = {}
         self.refused: set[str] = set()
 
     def handle(self, client_id: str, msg: Any) -> None:
@@ -78,8 +82,12 @@ class Admission:
         self.locust_handle(client_id, msg)
 
     def _hello(self, node: str, data: dict[str, Any]) -> None:
+        if self.on_hello is not None:
+            self.on_hello(node, data)
+        if str(data.get("pid") or "").isdigit():
+            self.pids[node] = int(data["pid"])
         theirs = {"config_sha256": str(data.get("config_sha256") or ""), "version": str(data.get("version") or "")}
-        if theirs == self.mine:
+        if theirs == {k: self.mine[k] for k in theirs}:
             self._admit(node)
         else:
             self._refuse(node, theirs.get("config_sha256") or None, theirs.get("version") or None)
@@ -91,7 +99,13 @@ class Admission:
             self.locust_handle(held[0], held[1])
 
     def _refuse(self, node: str, config_sha256: str | None, version: str | None) -> None:
-        record = RefusedWorker(worker=node, config_sha256=config_sha256, version=version, admitted=self.accept_foreign)
+        record = RefusedWorker(
+            worker=node,
+            pid=self.pids.get(node),
+            config_sha256=config_sha256,
+            version=version,
+            admitted=self.accept_foreign,
+        )
         what = (
             f"config sha256 {_short(config_sha256)} (attnload {version or '?'}) "
             f"vs the master's {_short(self.mine['config_sha256'])} (attnload {self.mine['version']})"
@@ -102,10 +116,11 @@ class Admission:
             log.warning("worker %s differs from the master, admitted (--accept-foreign-workers): %s", node, what)
             self._admit(node)
             return
+        label = f"{node} (pid {self.pids[node]})" if node in self.pids else node
         log.warning(
             "worker %s refused: %s; its reports are not merged (start it with the master's config, or pass "
             "--accept-foreign-workers)",
-            node,
+            label,
             what,
         )
         self.refused.add(node)
@@ -121,10 +136,16 @@ class Admission:
 
 
 def _short(sha: str | None) -> str:
-    return sha[:12] if sha else "none"
+    return sha or "none"
 
 
-def install(runner: Any, config_sha256: str, accept_foreign: bool, on_refused: Callable[[RefusedWorker], None]) -> None:
+def install(
+    runner: Any,
+    config_sha256: str,
+    accept_foreign: bool,
+    on_refused: Callable[[RefusedWorker], None],
+    on_hello: Callable[[str, dict[str, Any]], None] | None = None,
+) -> None:
     """Route a master runner's messages through an :class:`Admission` (see the module docstring)."""
     gate = Admission(
         runner.handle_message,
@@ -133,6 +154,7 @@ def install(runner: Any, config_sha256: str, accept_foreign: bool, on_refused: C
         config_sha256,
         accept_foreign=accept_foreign,
         on_refused=on_refused,
+        on_hello=on_hello,
     )
     runner.handle_message = gate.handle
 

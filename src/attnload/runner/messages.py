@@ -243,7 +243,11 @@ def setup_distributed_messages(runner: Any, worker: Runtime | None, master: Mast
     if master is not None:
         options = master.state.options
         admission.install(
-            runner, master.state.config.sha256, options.accept_foreign_workers, master.watch.refused.append
+            runner,
+            master.state.config.sha256,
+            options.accept_foreign_workers,
+            master.watch.refused.append,
+            master.watch.hello,
         )
     report_exchange(runner, sender, master)
     stage_exchange(runner, worker)

@@ -132,6 +132,8 @@ class WorkerWatch:
         """Connected workers whose final counts did not arrive in time."""
         self.started_at = 0.0
         """Wall time the test began (run times are relative to it)."""
+        self.pids: dict[str, int] = {}
+        """Each worker's process id, from its hello: what names it on its host."""
 
     def reset(self) -> None:
         """A new test: forget the previous test's faults (refused workers stay refused)."""
@@ -142,6 +144,16 @@ class WorkerWatch:
 
     def _worker(self, worker_id: str) -> _Worker:
         return self.workers.setdefault(worker_id, _Worker())
+
+    def hello(self, worker_id: str, data: dict[str, Any]) -> None:
+        pid = str(data.get("pid") or "")
+        if pid.isdigit():
+            self.pids[worker_id] = int(pid)
+
+    def label(self, worker_id: str) -> str:
+        """``ID (pid N)``, or the id alone when the worker never said its pid."""
+        pid = self.pids.get(worker_id)
+        return f"{worker_id} (pid {pid})" if pid is not None else worker_id
 
     def heartbeat(self, worker_id: str) -> None:
         self._worker(worker_id).heard_at = self.clock()
@@ -188,7 +200,7 @@ class WorkerWatch:
         )
         users = sum(worker.users.values())
         return (
-            f"worker {worker_id} lost at {heard - self.started_at:.1f} s with {users} users "
+            f"worker {self.label(worker_id)} lost at {heard - self.started_at:.1f} s with {users} users "
             f"({_by_model(worker.users)}): no heartbeat since; the run goes on with the workers left"
         )
 
@@ -204,7 +216,10 @@ class WorkerWatch:
         )
         if not any(s.worker == worker_id and _overlaps(s, seen) for s in self.stalled):
             self.stalled.append(seen)
-        return f"worker {worker_id} is back after {duration_s:.1f} s: stalled, not lost (requests across it are marked)"
+        return (
+            f"worker {self.label(worker_id)} is back after {duration_s:.1f} s: stalled, not lost "
+            "(requests across it are marked)"
+        )
 
     def faults(self, ended_at: float, finished: set[str] | frozenset[str] = frozenset()) -> FleetFaults:
         """The account for the results (``ended_at``: wall time the test ended). A missing worker whose
@@ -225,6 +240,7 @@ class WorkerWatch:
         lost = [
             LostWorker(
                 worker=worker_id,
+                pid=self.pids.get(worker_id),
                 lost_at_s=round(m.heard_at - started, 3),
                 detected_at_s=round(m.detected_at - started, 3),
                 last_report_s=round(m.last_report - started, 3) if m.last_report is not None else None,
