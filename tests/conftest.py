@@ -27,6 +27,7 @@ SERIAL = (
     "tests/e2e/test_fleet_io_e2e.py::test_results_directory_unwritable_mid_run_go_to_a_named_fallback",  # at 1 s
     "tests/e2e/test_fleet_io_e2e.py::test_open_loop_arrivals_inside_the_backoff_are_counted_dropped",
     "tests/e2e/test_ladder_e2e.py",  # ITL p50 per rung within 10 % of the simulator's step
+    "tests/e2e/test_fleet_faults_e2e.py",  # a kill at 10 s, a freeze of 8 s: the checks read those times
     "tests/e2e/test_observability_e2e.py::test_same_model_id_on_two_servers_stays_two_series",
     "tests/e2e/test_requests_out_e2e.py::test_one_line_per_request_matching_the_server",
     "tests/e2e/test_server_metrics_e2e.py::test_sim_counters_match_the_simulator_exactly",  # done by the last scrape

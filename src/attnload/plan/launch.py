@@ -92,6 +92,8 @@ class LoadPlan:
     """``--requests-out PATH`` (absolute): the master writes the per-request JSONL there."""
     start_spread: str | None = None
     """``--start-spread`` as given (None: ATTNLOAD_START_SPREAD from the environment, else auto)."""
+    fleet_flags: tuple[str, ...] = ()
+    """``--restart-lost-users``, ``--accept-foreign-workers`` when given (option names)."""
 
 
 @dataclass(frozen=True)
@@ -169,6 +171,11 @@ def plan_from_args(args: argparse.Namespace, config_path: Path) -> LoadPlan:
         locust_stats=bool(getattr(args, "locust_stats", None)) or truthy(os.environ.get(OPTION["locust-stats"].env)),
         requests_out=requests_out,
         start_spread=start_spread,
+        fleet_flags=tuple(
+            name
+            for name in ("restart-lost-users", "accept-foreign-workers")
+            if getattr(args, name.replace("-", "_"), None)
+        ),
     )
 
 
@@ -356,6 +363,7 @@ def _environment(plan: LoadPlan) -> dict[str, str]:
     if plan.requests_out:
         env.update(environment({"requests-out": plan.requests_out}))
     env.update(environment(plan.traffic_env or {}))
+    env.update(environment({name: "1" for name in plan.fleet_flags}))
     if plan.snapshot_interval_s is not None:
         env.update(environment({"snapshot-interval": f"{plan.snapshot_interval_s:g}"}))
     env[PARENT_PID_ENV] = str(os.getpid())  # the children stop when this process is gone

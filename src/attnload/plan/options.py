@@ -64,6 +64,10 @@ class RunOptions:
     start_spread: str | float = "auto"
     """``auto``, ``off`` or seconds: how new closed-loop users' first requests are spread
     (``runner/sender/startspread.py``)."""
+    restart_lost_users: bool = False
+    """``--restart-lost-users``: a lost worker's users start again on the workers left."""
+    accept_foreign_workers: bool = False
+    """``--accept-foreign-workers``: admit a joining worker whose config hash or version differs."""
 
 
 def users_arg(text: str) -> int | str:
@@ -221,7 +225,8 @@ OPTIONS: tuple[Option, ...] = (
     Option(
         "fail-on",
         "also exit 1 when, comma-separated: slo (a model's p99 over the config's slo), saturated "
-        "(client_saturated), server-gap (a stage flagged server_client_gap)",
+        "(client_saturated), server-gap (a stage flagged server_client_gap), worker-lost (a worker went "
+        "missing and never came back)",
         run={"default": "", "metavar": "REASONS"},
         locust=False,
     ),
@@ -244,6 +249,20 @@ OPTIONS: tuple[Option, ...] = (
         "also write one JSON line per request to PATH (gzip when it ends in .gz; schema in docs/requests.md)",
         "",
         run={"default": None, "metavar": "PATH"},
+    ),
+    Option(
+        "restart-lost-users",
+        "when a worker is lost, start its users again on the remaining workers (default off: the "
+        "stage runs on with the users that are left, and results say so)",
+        "0",
+        run={"action": "store_true", "default": None},
+    ),
+    Option(
+        "accept-foreign-workers",
+        "let a joining worker whose config hash or attnload version differs from the master's take part "
+        "(default: refused with a warning, its reports never merged)",
+        "0",
+        run={"action": "store_true", "default": None},
     ),
     Option(
         "snapshot-interval",
@@ -342,6 +361,8 @@ def options_from(parsed: Any) -> RunOptions:
         locust_stats=truthy(getattr(parsed, "attnload_locust_stats", "1")),
         requests_out=requests_out_option(parsed),
         start_spread=parse_start_spread(getattr(parsed, "attnload_start_spread", "auto")),
+        restart_lost_users=truthy(getattr(parsed, "attnload_restart_lost_users", "0")),
+        accept_foreign_workers=truthy(getattr(parsed, "attnload_accept_foreign_workers", "0")),
     )
 
 

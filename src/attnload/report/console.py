@@ -165,9 +165,31 @@ def render_table(results: Results) -> RenderableType:
     if results.client.client_saturated:
         reasons = "; ".join(results.client.saturation_reasons) or f"CPU {results.client.cpu_max_ratio:.0%}"
         notes.append(f"warning: client saturated ({reasons}): latencies include load-generator delay")
+    notes.extend(fleet_notes(results))
     for text in notes:
         parts.append(Text(text, style="bold yellow" if text.startswith("warning") else "italic"))
     return Group(*parts)
+
+
+def fleet_notes(results: Results) -> list[str]:
+    """Lost and stalled workers and missing final counts, one line each (docs/troubleshooting.md); a refused
+    worker was said once, when it was refused."""
+    client, notes = results.client, []
+    for lost in client.lost_workers:
+        gap = ", ".join(f"{key} ~{u.requests} requests" for key, u in sorted(lost.unreported.items()) if u.requests)
+        notes.append(
+            f"warning: lost worker {lost.worker} ({lost.lost_at_s:.1f} s, {sum(lost.users.values())} users): "
+            f"traffic it never reported, estimated: {gap or 'none'}"
+        )
+    for stall in client.stalled_workers:
+        notes.append(
+            f"warning: worker {stall.worker} stalled {stall.duration_s:.1f} s from {stall.from_s:.1f} s; "
+            f"{stall.requests} requests across it carry the freeze in their latency"
+        )
+    if results.partial is not None:
+        windows = ", ".join(f"{w.worker} {w.from_s:.1f}-{w.to_s:.1f} s" for w in results.partial.windows)
+        notes.append(f"warning: partial results: final counts missing from {windows}")
+    return notes
 
 
 def print_summary(results: Results, console: Console | None = None) -> None:

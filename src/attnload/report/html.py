@@ -16,7 +16,7 @@ from attnload.report import gpu as gpu_view
 from attnload.report import server as server_view
 from attnload.report.charts import charts
 from attnload.report.compare import Comparison, compare_results
-from attnload.report.console import errors_text
+from attnload.report.console import errors_text, fleet_notes
 from attnload.report.explain import MIXED_MODELS_NOTE, attention_facts, explain, presets_differ
 from attnload.report.fmt import DASH, METRICS, count, error_total, pct, series_name, stage_label
 from attnload.report.ladder.html import ladder_charts, verdict_section
@@ -172,6 +172,7 @@ def _run_section(results: Results) -> str:
         ("client saturated", "yes" if client.client_saturated else "no"),
         ("report by", f"attnload {__version__}"),
     ]
+    items += [("fleet", note.removeprefix("warning: ")) for note in fleet_notes(results)]
     for key, value in results.config.items():
         text = value if isinstance(value, str) else json.dumps(value, sort_keys=True)
         items.append((f"config: {key}", text))

@@ -25,7 +25,7 @@ from attnload.errors import UsageError
 from attnload.results.model import ModelSummary, Results
 from attnload.results.server import SERVER_GAP_FLAG
 
-FAIL_ON = ("slo", "saturated", "server-gap")
+FAIL_ON = ("slo", "saturated", "server-gap", "worker-lost")
 """The ``--fail-on`` reasons, each a reason to exit 1."""
 DEFAULT_EXIT_CODE_ON_ERROR = 1
 """Locust's default: any failed request makes the run exit 1."""
@@ -79,6 +79,8 @@ def run_status(results: Results, policy: ExitPolicy) -> tuple[int, list[str]]:
         watched.append(f"client saturated ({why}): the client, not the server, may have set the latencies")
     if "server-gap" in policy.fail_on:
         watched += server_gaps(results.models)
+    if "worker-lost" in policy.fail_on:
+        watched += workers_lost(results)
     if watched and not code:
         code = 1
     return code, reasons + watched
@@ -119,6 +121,17 @@ def server_gaps(models: Iterable[ModelSummary]) -> list[str]:
         for s in m.stages
         if SERVER_GAP_FLAG in s.flags
     ]
+
+
+def workers_lost(results: Results) -> list[str]:
+    """Each worker lost during the run (``--fail-on worker-lost``): the run measured less load than asked."""
+    lines = [
+        f"worker lost: {w.worker} at {w.lost_at_s:.1f} s with {sum(w.users.values())} users"
+        for w in results.client.lost_workers
+    ]
+    if results.client.workers_lost and not lines:
+        lines.append(f"workers lost: {results.client.workers_lost}")
+    return lines
 
 
 def _load(users: int | None, rate: float | None) -> str:

@@ -15,6 +15,7 @@ from typing import Final, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from attnload.errors import UsageError, validated
+from attnload.results.fleet import LostWorker, Partial, RefusedWorker, StalledWorker
 from attnload.scrape.summary import GaugeSummary as GaugeSummary  # the results' types, built by scrape/
 from attnload.scrape.summary import GpuSummary, ServerSummary
 
@@ -247,6 +248,14 @@ class ClientInfo(_Model):
     """Users that raised instead of sending (a bug or a config value no request can be built from)."""
     scheduler_error: str | None = None
     """Open loop: why a worker's arrival scheduler died (the first one seen); None when none did."""
+    lost_workers: list[LostWorker] = []
+    """Workers that went missing and never came back, each with the traffic it never reported."""
+    workers_stalled: int = 0
+    """Workers that froze and came back (``stalled_workers`` has each freeze)."""
+    stalled_workers: list[StalledWorker] = []
+    """Freezes of workers that came back (not lost; ``workers_lost`` does not count them)."""
+    refused_workers: list[RefusedWorker] = []
+    """Joining workers whose config hash or attnload version differed from the master's."""
 
 
 class RequestsOut(_Model):
@@ -284,6 +293,9 @@ class Results(_Model):
     marked so is what a killed master left. False in the final results, complete even when ``interrupted``."""
     verdict: Verdict | None = None
     """The decision the run supports (or what is missing for one); written first by the console and HTML."""
+    partial: Partial | None = None
+    """Set when some worker's final counts never arrived (it was lost, or silent at the end): which
+    workers, and the window of each that is missing. None: every worker's counts are in."""
 
     model_config = ConfigDict(frozen=True, extra="ignore", populate_by_name=True)
 

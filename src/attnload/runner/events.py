@@ -30,6 +30,7 @@ from attnload.runner.gcpolicy import quiet_full_collections
 from attnload.runner.messages import setup_distributed_messages
 from attnload.runner.runtime import Runtime
 from attnload.runner.sender.sender import Sender
+from attnload.runner.sender.stallwatch import watch as watch_stalls
 from attnload.runner.sender.users import open_loop
 from attnload.runner.stops import (
     install_stop_handlers,
@@ -113,6 +114,7 @@ def _init_sender(environment: Environment, sender: Sender) -> None:
     loop = open_loop(environment, sender)
     loop.on_error = sender.health.scheduler_died
     sender.open_loop = loop
+    gevent.spawn(watch_stalls, sender.stall)  # a frozen process's requests carry the freeze: mark them
     environment.events.user_error.add_listener(lambda user_instance, **_: sender.health.user_error(user_instance))
     quiet_full_collections()
 

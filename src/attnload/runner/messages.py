@@ -11,6 +11,7 @@ message                direction           payload
 ``attnload_final``     worker -> master    :class:`WorkerReport`, everything left, when its users stop
 ``attnload_stage``     master -> workers   :class:`StageMessage` at each new stage
 ``attnload_pace_*``    both ways           :class:`PaceClaim`, :class:`PaceClaimed`, :class:`PaceLearned`
+``attnload_hello``     worker -> master    config sha256 and attnload version, at init (``admission.py``)
 =====================  ==================  ==========================================================
 """
 
@@ -22,6 +23,7 @@ from typing import Any, TypedDict
 
 import gevent
 
+from attnload.runner import admission
 from attnload.runner.collector.collector import MasterCollector
 from attnload.runner.runtime import Runtime
 from attnload.runner.sender.sender import Sender, sample_cpu
@@ -57,6 +59,8 @@ class WorkerReport(TypedDict, total=False):
     paired: dict[str, Any]
     requests: dict[str, Any] | None
     """``--requests-out`` lines: one report's share, everything in the final one."""
+    stall: dict[str, Any]
+    """The worker's freezes since the last report and its requests marked across them."""
 
 
 def worker_report(sender: Sender, final: bool = False) -> WorkerReport:
@@ -74,6 +78,8 @@ def worker_report(sender: Sender, final: bool = False) -> WorkerReport:
         report["paired"] = state.paired.take_delta()
     if sender.lines is not None:
         report["requests"] = sender.lines.take(final)
+    if (stall := sender.stall.take()) is not None:
+        report["stall"] = stall
     return report
 
 
@@ -94,8 +100,9 @@ def merge_report(collector: MasterCollector, worker_id: str, report: WorkerRepor
         collector.note_cpu(worker_id, float(report["cpu"]))
     if "throttled" in report:
         collector.note_throttled(float(report["throttled"]))
-    if "users" in report:
+    if "users" in report and worker_id not in collector.workers_lost:
         collector.note_worker_users(worker_id, report["users"])
+    collector.watch.report(worker_id, report.get("delta") or {}, report.get("users"), report.get("stall"))
 
 
 def report_exchange(runner: Any, sender: Sender | None, collector: MasterCollector | None) -> None:
@@ -111,6 +118,7 @@ def report_exchange(runner: Any, sender: Sender | None, collector: MasterCollect
 
         events.test_stop.add_listener(send_final)
     if collector is not None:
+        events.heartbeat_sent.add_listener(lambda client_id, **_: collector.watch.heartbeat(client_id))
         events.worker_report.add_listener(
             lambda client_id, data: merge_report(collector, client_id, data.get(REPORT_KEY) or WorkerReport())
         )
@@ -230,6 +238,17 @@ def setup_distributed_messages(runner: Any, worker: Runtime | None, master: Mast
     sender = worker.sender if worker is not None else None
     if worker is not None:
         worker.state.worker_index = max(runner.worker_index, 0)
+    if worker is not None:
+        admission.say_hello(runner, worker.state.config.sha256)
+    if master is not None:
+        options = master.state.options
+        admission.install(
+            runner,
+            master.state.config.sha256,
+            options.accept_foreign_workers,
+            master.watch.refused.append,
+            master.watch.hello,
+        )
     report_exchange(runner, sender, master)
     stage_exchange(runner, worker)
     pace_exchange(runner, sender.start_spread if sender else None, master.pilots if master else None)

@@ -21,6 +21,7 @@ from attnload.exporter.exposition import FleetState
 from attnload.measure.cgroup import throttled_reason
 from attnload.report.csvout import write_llm_csv
 from attnload.report.html import write_html
+from attnload.results.fleet import FleetFaults, LostWorker, UnreportedTraffic
 from attnload.results.model import Results
 from attnload.results.summarize import StageWindow, build_results, client_info
 from attnload.results.write import write_final
@@ -29,6 +30,7 @@ from attnload.runner.collector.health import FleetHealth
 from attnload.runner.collector.reach import Reachability
 from attnload.runner.collector.requestsfile import RequestsWriter
 from attnload.runner.collector.serverview import ServerView, scrape_targets
+from attnload.runner.collector.workerloss import WorkerWatch, with_fleet_faults
 from attnload.runner.sender.sender import Sender
 from attnload.runner.sender.startspread import PilotBoard
 from attnload.runner.state import RunState
@@ -328,11 +330,38 @@ class MasterCollector(Collector):
         """Workers whose final counts (sent when their users stopped) reached this master."""
         self.merged_at: dict[str, float] = {}
         """perf_counter time of each worker's last merged report."""
+        self.watch = WorkerWatch()
+        """Workers lost, stalled and refused (``workerloss.py``)."""
 
     def begin_test(self) -> None:
         self.final_counts_from.clear()
         self.pilots.reset()
+        self.watch.reset()
+        self.watch.started_at = self.state.started_at or time.time()
         super().begin_test()
+
+    def worker_missing(self, worker_id: str) -> str:
+        """A worker was marked missing: its users leave the fleet's count; the line to print."""
+        state = self.state
+        line = self.watch.went_missing(worker_id, state.stage.index if state.running else None)
+        self.workers_lost.add(worker_id)
+        self.worker_users.pop(worker_id, None)
+        self.fleet.users = dict(sum((Counter(u) for u in self.worker_users.values()), Counter()))
+        return line
+
+    def worker_back(self, worker_id: str) -> str:
+        self.workers_lost.discard(worker_id)
+        return self.watch.came_back(worker_id)
+
+    def results(self) -> Results:
+        results = super().results()
+        ended = self.state.ended_at or time.time()
+        faults = self.watch.faults(ended, self.final_counts_from)
+        if faults.lost:
+            faults = faults.model_copy(update={"lost": [_with_server_gap(w, results) for w in faults.lost]})
+        if faults == FleetFaults():
+            return results
+        return with_fleet_faults(results, faults)
 
     def users_now(self) -> dict[str, int] | None:
         """The workers' report (every ~3 s): a sample closer than that to the stage start may still show
@@ -354,4 +383,20 @@ class MasterCollector(Collector):
         return {w for w, at in self.merged_at.items() if now - at < within_s and w not in self.workers_lost}
 
     def workers_counted(self) -> tuple[int, int]:
-        return len(self.workers_seen), len(self.workers_lost)
+        return len(self.workers_seen), len(self.watch.missing)
+
+
+def _with_server_gap(worker: LostWorker, results: Results) -> LostWorker:
+    """A lost worker's estimate beside the servers' own count over its stage: server generation tokens
+    minus the client's, per model (where the server view read them)."""
+    unreported = dict(worker.unreported)
+    for model in results.models:
+        stage = next((s for s in model.stages if s.index == worker.stage), None)
+        server = stage.server if stage is not None else model.server
+        client_tokens = stage.completion_tokens if stage is not None else model.completion_tokens
+        if server is None or server.generation_tokens is None:
+            continue
+        entry = unreported.get(model.key, UnreportedTraffic())
+        gap = round(server.generation_tokens - client_tokens)
+        unreported[model.key] = entry.model_copy(update={"server_minus_client_output_tokens": gap})
+    return worker.model_copy(update={"unreported": unreported})

@@ -59,6 +59,7 @@ def _await_final_counts(collector: MasterCollector, expected: set[str]) -> None:
     deadline = time.monotonic() + FINAL_COUNTS_WAIT_S
     while (missing := expected - collector.final_counts_from - collector.workers_lost) and time.monotonic() < deadline:
         gevent.sleep(0.05)
+    collector.watch.silent_at_end = set(missing)
     if missing:
         log.warning(
             "%d worker(s) sent no final counts within %.0f s; their last requests are missing from the results",
@@ -68,15 +69,30 @@ def _await_final_counts(collector: MasterCollector, expected: set[str]) -> None:
 
 
 def watch_workers(runner: MasterRunner, collector: MasterCollector) -> None:
-    """A master's second: worker count and workers that went missing."""
+    """A master's second: worker count, workers that went missing (said at once, one line) and those
+    that came back (stalled, not lost)."""
     connected = set()
     for client in list(runner.clients.values()):
         if client.state == "missing":
-            collector.workers_lost.add(client.id)
+            if client.id not in collector.workers_lost:
+                log.warning(collector.worker_missing(client.id))
+                _restart_lost_users(runner, collector)
         else:
+            if client.id in collector.workers_lost:
+                log.warning(collector.worker_back(client.id))
             connected.add(client.id)
     # Locust forgets a worker between "stopped" and "ready" (up to --stop-timeout); its reports go on.
     collector.fleet.workers = len(connected | collector.reporting_workers())
+
+
+def _restart_lost_users(runner: MasterRunner, collector: MasterCollector) -> None:
+    """``--restart-lost-users``: dispatch the stage's users again over the workers left (Locust has
+    already taken the missing one out of its dispatcher). Off by default: a benchmark should not change
+    its load per worker behind the reader's back."""
+    if not collector.state.options.restart_lost_users or runner.state not in ("spawning", "running"):
+        return
+    log.warning("restarting the lost users on the %d workers left (--restart-lost-users)", runner.worker_count)
+    runner.start(runner.target_user_count, runner.spawn_rate)
 
 
 def watch_fleet(environment: Environment, collector: Collector) -> None:

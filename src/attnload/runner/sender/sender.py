@@ -9,6 +9,7 @@ process's collector reads the same recorders.
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 
 import gevent
@@ -23,6 +24,7 @@ from attnload.runner.sender.dialogs import Traffic
 from attnload.runner.sender.health import RunHealth
 from attnload.runner.sender.openloop import PAIR_STREAM, OpenLoop, OpenStage
 from attnload.runner.sender.requestlines import RequestLines
+from attnload.runner.sender.stallwatch import StallWatch
 from attnload.runner.sender.startspread import StartSpread
 from attnload.runner.state import RunState
 from attnload.workload.abandon import Abandoner
@@ -64,6 +66,8 @@ class Sender:
             placement=lambda: state.placement,
         )
         """When each new closed-loop user sends its first request (``--start-spread``)."""
+        self.stall = StallWatch()
+        """This process's freezes (ticked on workers): requests in flight across one are marked."""
 
     # ------------------------------------------------------------------ users
 
@@ -89,8 +93,13 @@ class Sender:
         state = self.state
         state.recorder.add(record)
         state.context.add(record)
+        now = time.perf_counter()
+        start = record.started_perf if record.started_perf is not None else now - record.e2e_s
+        stalled_s = self.stall.overlap(start, now)
+        if stalled_s:
+            self.stall.requests += 1
         if self.lines is not None:
-            self.lines.observe(record, state.worker_index, who)
+            self.lines.observe(record, state.worker_index, who, stalled_s=stalled_s)
 
     def is_good(self, ttft_s: float | None, itl_gaps: tuple[tuple[float, int], ...], e2e_s: float) -> bool:
         """Whether one successful request met every configured SLO (goodput)."""
