@@ -14,8 +14,9 @@ prompts with the model's tokenizer) and the same chat endpoint. Three modes:
     (Poisson arrivals both), R = half the burst mode's request throughput.
 ``default``
     attnload's default closed loop (``--start-spread auto``) beside the burst mode's vllm bench: its users
-    start at spread offsets, so every decode step shares the engine with other users' prefills (lower
-    TTFT, higher ITL and TPOT). Different traffic, not a measuring error: no band applies.
+    start at spread offsets, so their prefills do not coincide and decode steps share the engine with
+    other users' prefills at other times (lower TTFT; ITL and TPOT shift, by how much depends on the
+    machine). Different traffic, not a measuring error: no band applies, ``reason`` says why.
 
 Latency p50s (TTFT, ITL, TPOT, E2E) are each tool's own; output tokens/s is computed the same way for
 both from their per-request records (``--requests-out``, ``--save-detailed``) over a common steady-state
@@ -26,7 +27,9 @@ bench (burst and poisson expected within 0.9–1.1).
 
 vllm bench runs from the vLLM env as ``vllm.benchmarks.serve``'s own ``add_cli_args`` + ``main``, which is
 what ``vllm bench serve`` calls (the CPU wheel's ``vllm`` CLI, console script or ``-m
-vllm.entrypoints.cli.main``, looks up a distribution named ``vllm`` and fails). ``--quick``
+vllm.entrypoints.cli.main``, looks up a distribution named ``vllm`` and fails). Without ``--quick``, vllm bench
+runs once more with the last burst round's ``--seed``: identical prompts, so its TTFT is then vLLM's prefix
+cache, not the model (attnload salts every prompt). ``--quick``
 (``make bench-vllm-quick``) keeps it short; ``--json PATH`` writes ``{"modes": {"burst": ...,
 "poisson": ..., "default": ...}}``, each with ``attnload``, ``vllm_bench`` and ``ratios``. Output in
 docs/vllm.md.
@@ -67,10 +70,10 @@ BAND = (0.9, 1.1)
 POISSON_LOAD = 0.5
 """The poisson mode's rate: this share of the burst mode's request throughput (a loaded, stable server)."""
 DEFAULT_REASON = (
-    "attnload's default --start-spread auto starts its users at spread offsets instead of together, so each "
-    "decode step shares the engine with other users' prefills: lower TTFT, higher ITL and TPOT than the "
-    "burst-started vllm bench (and output tokens/s from a phase-shifted loop). Both are honest measurements "
-    "of different traffic; compare burst with burst."
+    "attnload's default --start-spread auto starts its users at spread offsets instead of together, so their "
+    "prefills do not coincide: a prefill no longer waits behind the other users' (lower TTFT), and most decode "
+    "steps carry no prefill while a few carry one (ITL p50 and TPOT move apart: the median gap shrinks, the "
+    "slow steps go to the tail). Different traffic, not a measuring error: compare burst with burst."
 )
 VLLM_BENCH_SERVE = (
     "import sys; from vllm.utils.argparse_utils import FlexibleArgumentParser; "
@@ -250,12 +253,11 @@ def run_modes(env: Path, spec: ServerSpec, root: Path, lengths: Lengths, prompts
     closed = ["--users", str(n)]
     vllm_bench(env, spec, root / "warm", lengths, prompts=n, seed=rng.randrange(1, 2**31))  # the same warm server
     burst: tuple[list[dict[str, Any]], list[dict[str, Any]]] = ([], [])
-    for index in range(n_rounds):
+    seeds = [rng.randrange(1, 2**31) for _ in range(n_rounds)]
+    for index, seed in enumerate(seeds):
         first_theirs = index % 2 == 0
         if first_theirs:
-            burst[1].append(
-                vllm_bench(env, spec, root / "bench", lengths, prompts=prompts, seed=rng.randrange(1, 2**31))
-            )
+            burst[1].append(vllm_bench(env, spec, root / "bench", lengths, prompts=prompts, seed=seed))
         duration = burst[1][-1]["duration_s"]
         burst[0].append(
             attnload_run(
@@ -263,9 +265,7 @@ def run_modes(env: Path, spec: ServerSpec, root: Path, lengths: Lengths, prompts
             )
         )
         if not first_theirs:
-            burst[1].append(
-                vllm_bench(env, spec, root / "bench", lengths, prompts=prompts, seed=rng.randrange(1, 2**31))
-            )
+            burst[1].append(vllm_bench(env, spec, root / "bench", lengths, prompts=prompts, seed=seed))
     rate = round(POISSON_LOAD * statistics.median(r["request_throughput"] for r in burst[1]), 2)
     poisson: tuple[list[dict[str, Any]], list[dict[str, Any]]] = ([], [])
     for index in range(n_rounds):
@@ -291,11 +291,21 @@ def run_modes(env: Path, spec: ServerSpec, root: Path, lengths: Lengths, prompts
         "default": mode_result(default, burst[1], banded=False),
     }
     modes["burst"]["load"] = f"closed loop, {n} in flight, all started together (attnload --start-spread off)"
+    modes["burst"]["vllm_bench_seeds"] = seeds
     modes["poisson"]["load"] = f"open loop, Poisson arrivals at {rate} requests/s ({POISSON_LOAD} x burst throughput)"
     modes["poisson"]["rate_rps"] = rate
     modes["default"]["load"] = f"attnload closed loop, {n} users, --start-spread auto; vllm bench: the burst mode's"
     modes["default"]["reason"] = DEFAULT_REASON
     return modes
+
+
+def repeated_seed(
+    env: Path, spec: ServerSpec, root: Path, lengths: Lengths, prompts: int, burst: dict[str, Any]
+) -> dict[str, Any]:
+    """vllm bench again with the last burst seed: identical prompts, so its TTFT is the prefix cache's."""
+    seed = burst["vllm_bench_seeds"][-1]
+    again = vllm_bench(env, spec, root / "bench", lengths, prompts=prompts, seed=seed)
+    return {"seed": seed, "ttft_p50_fresh": burst["vllm_bench"]["ttft_p50"], "ttft_p50_again": again["ttft_p50"]}
 
 
 def table(modes: dict[str, Any]) -> list[str]:
@@ -355,8 +365,15 @@ def main(argv: list[str] | None = None) -> int:
         )
         with running([spec], root / "logs"):
             modes = run_modes(env, spec, root, lengths, prompts, n_rounds)
+            repeated = None if args.quick else repeated_seed(env, spec, root, lengths, prompts, modes["burst"])
     wall_s = time.monotonic() - started
     print("\n".join(table(modes)) + f"\n({wall_s:.0f} s wall)")
+    if repeated is not None:
+        print(
+            f"repeated seed (vllm bench --seed {repeated['seed']} again: the last burst round's prompts, identical): "
+            f"TTFT p50 {repeated['ttft_p50_fresh']:.1f} -> {repeated['ttft_p50_again']:.1f} ms (its prefix cache, "
+            "not the model); attnload salts every prompt, so its runs never hit it"
+        )
     if args.json:
         settings = {
             "input_len": lengths.input_len,
@@ -366,7 +383,8 @@ def main(argv: list[str] | None = None) -> int:
             "rounds": n_rounds,
             "wall_s": wall_s,
         }
-        args.json.write_text(json.dumps({"modes": modes, "settings": settings, "band": list(BAND)}, indent=2))
+        kept = {"modes": modes, "settings": settings, "band": list(BAND), "repeated_seed": repeated}
+        args.json.write_text(json.dumps(kept, indent=2))
     return 0
 
 
