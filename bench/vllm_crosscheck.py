@@ -149,6 +149,7 @@ def vllm_bench(
         "--save-result", "--save-detailed", "--result-dir", str(out), "--result-filename", name, "--disable-tqdm",
     ]  # fmt: skip
     env_vars = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    load_1m = os.getloadavg()[0]
     done = subprocess.run(command, env=env_vars, capture_output=True, text=True, timeout=1800, preexec_fn=_client_core)
     if done.returncode != 0:
         raise SystemExit(f"vllm bench serve failed ({done.returncode}): {done.stderr[-2000:]}")
@@ -168,6 +169,7 @@ def vllm_bench(
         duration_s=float(data["duration"]),
         request_throughput=float(data["request_throughput"]),
         input_len_mean=statistics.fmean(data["input_lens"]) if data.get("input_lens") else None,
+        load_1m=load_1m,
     )
     return rows
 
@@ -209,6 +211,7 @@ def attnload_run(
         *load, "--duration", seconds, "--stage-duration", seconds, "--spawn-rate", "100", "--workers", "1",
         "--stop-timeout", "600", "--metrics-port", "0", "--results", str(results), "--requests-out", str(requests),
     ]  # fmt: skip
+    load_1m = os.getloadavg()[0]
     done = subprocess.run(command, capture_output=True, text=True, timeout=1800, preexec_fn=_client_core)
     if done.returncode != 0:
         raise SystemExit(f"attnload run failed ({done.returncode}): {done.stderr[-2000:]}")
@@ -226,6 +229,7 @@ def attnload_run(
     rows: dict[str, Any] = {key: (model[ours]["p50"] or 0.0) * 1000 for key, ours in OURS.items()}
     rows.update(window_throughput(timed))
     rows["prompt_tokens_mean"] = statistics.fmean(line["prompt_tokens"] for line in ok) if ok else None
+    rows["load_1m"] = load_1m  # the machine's load when it started: a shared machine drifts between runs
     return rows
 
 
@@ -241,6 +245,7 @@ def mode_result(ours: list[dict[str, Any]], theirs: list[dict[str, Any]], banded
     attnload, bench = median_rows(ours), median_rows(theirs)
     ratios = {k: attnload[k] / bench[k] if bench.get(k) else None for k in METRICS}
     result: dict[str, Any] = {"attnload": attnload, "vllm_bench": bench, "ratios": ratios}
+    result["each_round"] = {"attnload": ours, "vllm_bench": theirs}  # the medians' inputs, load included
     if banded:
         result["within_band"] = all(r is not None and BAND[0] <= r <= BAND[1] for r in ratios.values())
     return result

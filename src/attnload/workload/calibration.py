@@ -1,7 +1,7 @@
 """Prompt sizes calibrated from the server: learn how a model's tokenizer counts attnload's prompts.
 
 Without a model ``tokenizer`` attnload sizes prompts with its estimator (4 bytes a token), which a
-real tokenizer counts differently (the tiny models' counted 16–27 % fewer; others count more). The
+real tokenizer counts differently (vLLM counted the tiny test models' 256 as ~150; others count more). The
 server says how many tokens it saw (``usage.prompt_tokens``), so each process learns, per model, how
 server counts follow its estimates and sizes later prompts to land on their target:
 
