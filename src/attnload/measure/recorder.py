@@ -29,9 +29,11 @@ COUNTERS = (
     "good",
     "cached_reported",
     "dropped",
+    "calibrated",
 )
 """``cached_reported``: requests whose server reported cached tokens (the sum counts only those);
-``dropped``: open-loop arrivals not sent because their model's connection backoff was running."""
+``dropped``: open-loop arrivals not sent because their model's connection backoff was running;
+``calibrated``: successful requests whose prompt was sized by a calibration learned from the server."""
 
 
 @dataclass
@@ -87,6 +89,8 @@ class RequestRecord:
     tokens_estimated: bool
     dispatch_lag_s: float | None = None
     good: bool = False
+    prompt_calibrated: bool = False
+    """The prompt was sized by a ratio learned from the server's usage (no tokenizer; ``workload.calibration``)."""
     reply_text: str | None = None
     """The assistant content exactly as streamed, kept only when a conversation resends it."""
     turn: int | None = None
@@ -176,6 +180,7 @@ def _apply(series: Series, record: RequestRecord) -> None:
         counts["cached_reported"] += 1
     counts["estimated"] += record.tokens_estimated and record.outcome == "ok"  # unfinished requests never have usage
     counts["good"] += record.good
+    counts["calibrated"] += record.prompt_calibrated and record.outcome == "ok"
     hists = series.hists
     if record.dispatch_lag_s is not None:
         hists["lag"].record(max(record.dispatch_lag_s, 0.0))

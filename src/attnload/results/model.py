@@ -234,6 +234,10 @@ class ModelSummary(Totals):
     target: str = ""
     """The config key again, named as the Prometheus ``target`` label: what tells apart two entries
     with one model id (e.g. the same model on vLLM and on SGLang)."""
+    prompt_sizes: Literal["exact", "calibrated", "estimated"] = "estimated"
+    """How sized prompts met their token targets: ``exact`` (the model's ``tokenizer``), ``calibrated``
+    (sized by the server-counted ÷ estimated ratio learned from its first answers' usage) or
+    ``estimated`` (the 4-bytes-a-token estimator alone: no tokenizer, no usage to learn from)."""
 
 
 class ClientInfo(_Model):

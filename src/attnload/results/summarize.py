@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from attnload.config.model import TestConfig
+from attnload.config.model import ModelTarget, TestConfig
 from attnload.measure.cgroup import throttled_reason
 from attnload.measure.context import ContextRecorder
 from attnload.measure.histogram import LogHistogram
@@ -74,6 +74,13 @@ def cached_total(counts: dict[str, int]) -> int | None:
     """Cached prompt tokens the server reported; None when no request of the scope reported any
     (absent is not zero: vLLM sends them only with ``--enable-prompt-tokens-details``)."""
     return counts.get("cached_prompt_tokens", 0) if counts.get("cached_reported", 0) else None
+
+
+def prompt_sizes(target: ModelTarget, whole: Series) -> str:
+    """``exact`` with a tokenizer; ``calibrated`` once prompts were sized from server usage; else ``estimated``."""
+    if target.tokenizer is not None:
+        return "exact"
+    return "calibrated" if whole.counts.get("calibrated", 0) else "estimated"
 
 
 def totals(series: Series, duration_s: float, slo_set: bool) -> dict[str, Any]:
@@ -152,6 +159,7 @@ def build_results(
                 **context_fields(context, target.key),
                 context_scaling=context_scaling(stage_summaries),
                 target=target.key,
+                prompt_sizes=prompt_sizes(target, whole),
             )
         )
     return Results.model_validate(

@@ -48,6 +48,8 @@ class PlannedRequest:
     ignore_eos: bool = False
     turn: int | None = None
     """1-based turn of a conversation request; None for a single-turn one (no reply text is kept)."""
+    calibrated: bool = False
+    """The prompt was sized by a ratio learned from the server's usage (``workload.calibration``)."""
 
 
 class TextTokens(Protocol):
@@ -111,6 +113,7 @@ class Workload:
             messages=[{"role": "user", "content": self._content(profile, tokens)}],
             max_tokens=max_tokens or self.default_max_tokens,
             ignore_eos=ignore_eos,
+            calibrated=bool(getattr(tokens, "calibrated", False)) and profile.prompt_tokens is not None,
         )
 
     def _content(self, profile: Profile, tokens: TextTokens | None = None) -> str:

@@ -19,6 +19,7 @@ from attnload.config.model import ModelTarget, Profile, TestConfig, sample_count
 from attnload.measure.recorder import RequestRecord
 from attnload.measure.tokens import MESSAGE_OVERHEAD_TOKENS
 from attnload.plan.traffic import open_datasets
+from attnload.workload.calibration import Calibrations
 from attnload.workload.conversation import (
     Conversation,
     ConversationScript,
@@ -47,6 +48,8 @@ class Traffic:
         self.workload = workload
         self.datasets = open_datasets(config, workload.profiles)
         self.tokens: dict[str, TextTokens] = {m.key: load_tokenizer(m.tokenizer) for m in config.models}
+        self.calibration = Calibrations()
+        """Models without a tokenizer: prompt sizes learned from the server's usage (``workload.calibration``)."""
         self.targets: dict[str, ModelTarget] = {m.key: m for m in config.models}
         self.rng = random.Random(f"attnload.traffic:{config.seed}")
         self._shard = shard
@@ -83,13 +86,25 @@ class Traffic:
         return lambda messages: sum(tokens.count(str(m.get("content", ""))) + MESSAGE_OVERHEAD_TOKENS for m in messages)
 
     def sizer(self, keys: Sequence[str]) -> TextTokens | None:
-        """What sizes a single-turn prompt for ``keys``: the first model's tokenizer (None: the estimator).
+        """What sizes a single-turn prompt for ``keys``: the first model's tokenizer, else its calibration
+        once learned (None: the estimator).
 
         Paired mode sends one text to every model, so it is sized by the first model's tokenizer and
         the others count it by theirs (their tokenizer's difference), as conversations and replay do.
         """
         tokens = self.tokens.get(keys[0]) if keys else None
-        return None if tokens is None or isinstance(tokens, EstimatorTokens) else tokens
+        if tokens is not None and isinstance(tokens, EstimatorTokens):
+            return self.calibration.sizer(keys[0])
+        return tokens
+
+    def learn(self, target: ModelTarget, plan: PlannedRequest, record: RequestRecord) -> None:
+        """A model without a tokenizer learns its prompt sizes from an answer's ``usage.prompt_tokens``.
+
+        Single-message prompts only: they are the ones sized (a conversation's history is not).
+        """
+        if target.tokenizer is None and record.outcome == "ok" and not record.tokens_estimated:
+            if len(plan.messages) == 1:
+                self.calibration.observe(target.key, plan.messages, record.prompt_tokens)
 
     def session(self, keys: Sequence[str]) -> Session:
         return Session(self, list(keys))

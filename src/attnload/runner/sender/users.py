@@ -62,7 +62,7 @@ class ChatUser(User):
             self.chat = chat_client(sender, self.target)
         keys = [t.key for t in self.targets] if paired else [self.target.key]
         self.session = sender.traffic.session(keys) if sender.traffic.conversational else None
-        self.sizer = sender.traffic.sizer(keys)
+        self.keys = keys
         # Users started together must not stay in phase: the first request waits its offset (startspread.py).
         pace = PAIR_STREAM if paired else self.target.key
         self._pilot = pace if sender.start_spread.first_request(pace, sender.state.stage.index, keys) else None
@@ -88,7 +88,7 @@ class ChatUser(User):
         if self.session is not None:
             self._converse(self.session)
             return
-        plan = state.workload.next(self.sizer)
+        plan = state.workload.next(sender.traffic.sizer(self.keys))  # per request: a calibration is learned
         stage = state.stage_for(time.perf_counter())
         if state.paired is not None:
             send_pair(self.environment, sender, self.chats, plan, stage, None, self.who)
@@ -203,6 +203,7 @@ def send_plan(
     except Cancelled as cancelled:
         _report(environment, sender, _annotated(sender, cancelled.record, plan, target, intended_start), who)
         raise GreenletExit() from None
+    sender.traffic.learn(target, plan, record)
     return _report(environment, sender, _annotated(sender, record, plan, target, intended_start), who)
 
 
@@ -210,13 +211,13 @@ def _annotated(
     sender: Sender, record: RequestRecord, plan: PlannedRequest, target: ModelTarget, intended_start: float | None
 ) -> RequestRecord:
     """Turn index, open-loop send time and tokenizer counts, only where they apply (the common case is as-is)."""
-    if plan.turn is None and intended_start is None and target.tokenizer is None:
+    if plan.turn is None and intended_start is None and target.tokenizer is None and not plan.calibrated:
         return record
     sent_at = None
     if intended_start is not None:
         started = intended_start + (record.dispatch_lag_s or 0.0)
         sent_at = time.time() - (time.perf_counter() - started)
-    record = replace(record, turn=plan.turn, sent_at=sent_at)
+    record = replace(record, turn=plan.turn, sent_at=sent_at, prompt_calibrated=plan.calibrated)
     if target.tokenizer is not None:
         record = with_reply_tokens(record, sender.traffic.tokens[target.key], plan.messages)
     return record
