@@ -152,8 +152,11 @@ def build_verdict(config: TestConfig, models: list[ModelSummary]) -> Verdict:
     targets = {t.key: t for t in config.models}
     ladder = any(s.context is not None for m in models for s in m.stages)
     sentences = pair_sentences(models) if ladder else []
-    if ladder and not all(t.tokenizer for t in config.models):
-        sentences.append("Prompt sizes are estimated (no tokenizer): the measured prompt tokens are in each stage.")
+    if ladder and (estimated := [m.key for m in models if m.prompt_sizes == "estimated"]):
+        sentences.append(
+            f"Prompt sizes of {', '.join(estimated)} are estimated (no tokenizer, no usage to calibrate from): "
+            "the measured prompt tokens are in each stage."
+        )
     verdicts = [model_verdict(targets[m.key], m, config.slo) for m in models if m.key in targets]
     if config.slo.is_set:
         capacity = "; ".join(_capacity_sentence(v, targets[v.target], m) for v, m in zip(verdicts, models, strict=True))

@@ -1,10 +1,9 @@
 """A context ladder's requests (``--shape context:1k,16k``): every prompt of a rung has the rung's length and
 every answer a pinned length, so the only thing that changes from stage to stage is the context.
 
-Why a module of its own: the rung's prompt size is decided in one function, :func:`rung_prompt_tokens`, so a
-calibration from the server's ``usage`` (prompt sizes that land on target without a tokenizer) plugs in there
-and nowhere else. Today a rung is built exactly with a model's ``tokenizer``, else by the shared estimator
-(which the simulator counts the same way; a real server's tokenizer may differ, so the sizes are *estimated*).
+A rung asks for ``context`` prompt tokens; whatever sizes single-turn prompts sizes it too: a model's
+``tokenizer`` (exact), else the ratio learned from the server's ``usage`` (``workload.calibration``), else
+the shared estimator (which the simulator counts the same way).
 """
 
 from __future__ import annotations
@@ -30,26 +29,11 @@ def _nominal(count: Distribution) -> int:
     return int(count.value or count.mean or (count.min + count.max) / 2)
 
 
-def rung_prompt_tokens(context: int, exact: bool) -> int:
-    """The ``prompt_tokens`` to build for a rung of ``context`` tokens.
-
-    ``exact`` is True when a tokenizer sizes the prompt. The plug point of a server calibration: until one
-    exists the estimator's size is the target itself (the simulator counts as the estimator does).
-    """
-    del exact  # no calibration yet: both paths aim at the target
-    return context
-
-
-def prompt_sizes(config: TestConfig) -> str:
-    """``exact`` when every model names a tokenizer, else ``estimated`` (how the results flag a ladder's sizes)."""
-    return "exact" if all(m.tokenizer for m in config.models) else "estimated"
-
-
-def rung_profile(profile: Profile, context: int, default_max_tokens: int, exact: bool) -> Profile:
+def rung_profile(profile: Profile, context: int, default_max_tokens: int) -> Profile:
     """``profile`` at a rung: prompt of ``context`` tokens, output pinned (``max_tokens`` + ``ignore_eos``)."""
     return profile.model_copy(
         update={
-            "prompt_tokens": rung_prompt_tokens(context, exact),
+            "prompt_tokens": context,
             "max_tokens": pinned_max_tokens(profile, default_max_tokens),
             "ignore_eos": True,
         }

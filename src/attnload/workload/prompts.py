@@ -105,7 +105,7 @@ class Workload:
     def plan(self, profile: Profile, tokens: TextTokens | None = None) -> PlannedRequest:
         """One single-turn request of ``profile``, sized by ``tokens`` when a model has a tokenizer."""
         if self.context is not None:
-            profile = rung_profile(profile, self.context, self.default_max_tokens, tokens is not None)
+            profile = rung_profile(profile, self.context, self.default_max_tokens)
         max_tokens = sample_count(profile.max_tokens, self.rng) if profile.max_tokens is not None else None
         ignore_eos = self.default_ignore_eos if profile.ignore_eos is None else profile.ignore_eos
         return PlannedRequest(
