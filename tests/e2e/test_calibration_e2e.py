@@ -63,3 +63,33 @@ def test_fixed_size_prompts_land_on_target_by_the_servers_count(
     assert sorted(line["prompt_tokens"] for line in lines) == sorted(counted)  # the per-request file agrees
     model = latest_results(tmp_path / "results")["models"][0]
     assert model["prompt_sizes"] == "calibrated"
+
+
+def test_ladder_rungs_land_on_their_length_by_the_servers_count(processes: Processes, tmp_path: Path) -> None:
+    """A context ladder sizes its rungs through the same calibration: the second rung, sized by the ratio the
+    first one learned, lands on its length by the server's count (the estimator alone sends 35 % more)."""
+    log = tmp_path / "counted.jsonl"
+    url = start_counting(processes, log, 1.35)
+    config = write_config(
+        tmp_path,
+        f"{url}/v1",
+        {"gqa_model": ("llama-3-70b", "GQA")},
+        workload={"fixed": {"prompt_tokens": 64, "max_tokens": 4}},
+    )
+    run = processes.start(
+        attnload(
+            "run", "-c", str(config), "--results", str(tmp_path / "results"), "--metrics-port", str(free_port()),
+            "--shape", "context:512,2048", "--users", "2", "--stage-duration", "3s", "--stop-timeout", "5",
+        ),
+        name="run",
+    )  # fmt: skip
+    assert run.wait(timeout=120) == 0, processes.log_of(run)[-3000:]
+
+    model = latest_results(tmp_path / "results")["models"][0]
+    assert model["prompt_sizes"] == "calibrated"
+    by_context = {stage["context"]: stage for stage in model["stages"]}
+    assert sorted(by_context) == [512, 2048]
+    measured = by_context[2048]["prompt_tokens_p50"]
+    assert abs(measured - 2048) <= 0.05 * 2048, measured
+    counted = [json.loads(line)["prompt_tokens"] for line in log.read_text().splitlines() if line.strip()]
+    assert counted[0] == round(1.35 * 512)  # the first rung's first prompts: the estimator, off by the tokenizer
