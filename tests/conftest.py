@@ -24,6 +24,7 @@ SERIAL = (
     "tests/e2e/test_core_e2e.py::test_plain_locust_master_two_workers_fixed_truth",
     "tests/e2e/test_core_e2e.py::test_attnload_run_counts_itl_per_token",
     "tests/e2e/test_observability_e2e.py::test_same_model_id_on_two_servers_stays_two_series",
+    "tests/e2e/test_reasoning_e2e.py",
     "tests/e2e/test_requests_out_e2e.py::test_one_line_per_request_matching_the_server",
     "tests/e2e/test_server_metrics_e2e.py::test_sim_counters_match_the_simulator_exactly",  # done by the last scrape
     "tests/e2e/test_server_metrics_e2e.py::test_gqa_queues_only_in_the_saturated_stage",  # (the same module run)
