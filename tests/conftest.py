@@ -29,6 +29,7 @@ SERIAL = (
     "tests/e2e/test_ladder_e2e.py",  # ITL p50 per rung within 10 % of the simulator's step
     "tests/e2e/test_fleet_faults_e2e.py",  # a kill at 10 s, a freeze of 8 s: the checks read those times
     "tests/e2e/test_observability_e2e.py::test_same_model_id_on_two_servers_stays_two_series",
+    "tests/e2e/test_reasoning_e2e.py",
     "tests/e2e/test_requests_out_e2e.py::test_one_line_per_request_matching_the_server",
     "tests/e2e/test_server_metrics_e2e.py::test_sim_counters_match_the_simulator_exactly",  # done by the last scrape
     "tests/e2e/test_server_metrics_e2e.py::test_gqa_queues_only_in_the_saturated_stage",  # (the same module run)

@@ -26,6 +26,8 @@ FILES = ("attnload-overview.json", "attnload-sweep.json", "attnload-health.json"
 
 MASTER_METRICS = {
     "attnload_time_to_first_token_seconds",
+    "attnload_ttfat_seconds",
+    "attnload_reasoning_tokens_total",
     "attnload_inter_token_latency_seconds",
     "attnload_time_per_output_token_seconds",
     "attnload_request_duration_seconds",
@@ -82,6 +84,7 @@ SERVER_METRICS = {
 """The server view's names (docs/server-metrics.md's table)."""
 HISTOGRAMS = {
     "attnload_time_to_first_token_seconds",
+    "attnload_ttfat_seconds",
     "attnload_inter_token_latency_seconds",
     "attnload_time_per_output_token_seconds",
     "attnload_request_duration_seconds",
@@ -361,6 +364,9 @@ def test_overview_covers_the_issue_panels() -> None:
         "histogram_quantile(0.5, sum by (le, target, model, attention) (rate(attnload_inter_token",
         "histogram_quantile(0.99, sum by (le, target, model, attention) (rate(attnload_inter_token",
         "attnload_time_per_output_token_seconds",
+        "histogram_quantile(0.5, sum by (le, target, model, attention) (rate(attnload_ttfat_seconds_bucket",
+        "histogram_quantile(0.99, sum by (le, target, model, attention) (rate(attnload_ttfat_seconds_bucket",
+        "rate(attnload_reasoning_tokens_total",
         "rate(attnload_completion_tokens_total",
         "rate(attnload_requests_total",
         "attnload_request_errors_total",

@@ -191,6 +191,7 @@ def _master_registry() -> tuple[CollectorRegistry, dict[str, Any]]:
         name: Histogram(name, doc, LABELS, registry=reg, buckets=BUCKETS_S)
         for name, doc in (
             ("attnload_time_to_first_token_seconds", "TTFT"),
+            ("attnload_ttfat_seconds", "TTFAT"),
             ("attnload_inter_token_latency_seconds", "ITL"),
             ("attnload_time_per_output_token_seconds", "TPOT"),
             ("attnload_request_duration_seconds", "e2e"),
@@ -204,6 +205,7 @@ def _master_registry() -> tuple[CollectorRegistry, dict[str, Any]]:
         "prompt": Counter("attnload_prompt_tokens", "prompt tokens", LABELS, registry=reg),
         "completion": Counter("attnload_completion_tokens", "completion tokens", LABELS, registry=reg),
         "cached": Counter("attnload_cached_prompt_tokens", "cached", LABELS, registry=reg),
+        "reasoning": Counter("attnload_reasoning_tokens", "reasoning tokens", LABELS, registry=reg),
         "goodput": Counter("attnload_goodput_requests", "goodput", LABELS, registry=reg),
         "users": Gauge("attnload_users", "users", LABELS, registry=reg),
     }
@@ -301,6 +303,10 @@ def _tick(master: dict[str, Any], sim: dict[str, Any], rng: random.Random, error
             master["hist"]["attnload_time_to_first_token_seconds"].labels(*key).observe(
                 0.05 * slow * rng.uniform(0.8, 1.5)
             )
+            # the MLA fixture reasons: its answer begins 8 decode steps after its first token
+            reasoning = 8 if attention == "MLA" else 0
+            master["hist"]["attnload_ttfat_seconds"].labels(*key).observe(0.05 * slow + reasoning * 0.01)
+            master["reasoning"].labels(*key).inc(reasoning)
             master["hist"]["attnload_request_duration_seconds"].labels(*key).observe(0.4 * slow)
             master["hist"]["attnload_time_per_output_token_seconds"].labels(*key).observe(0.01 * slow)
             master["hist"]["attnload_dispatch_lag_seconds"].labels(*key).observe(0.002 * rng.random())

@@ -34,6 +34,7 @@ from attnload.dashboards.panels import (
     SEL_USERS,
     SPLIT,
     TOKENS_PER_S,
+    TTFAT_NOTE,
     Dashboard,
     Panel,
     Target,
@@ -42,6 +43,7 @@ from attnload.dashboards.panels import (
     quantile,
     rate_sum,
     ratio_panels,
+    reasoning_share,
     server_view,
 )
 from attnload.exporter import names
@@ -68,6 +70,7 @@ DASHBOARD_FILES = {
 # -- dashboard 1: GQA vs MLA overview ------------------------------------------------------
 
 TTFT = names.TTFT_SECONDS
+TTFAT = names.TTFAT_SECONDS
 ITL = names.ITL_SECONDS
 TPOT = names.TPOT_SECONDS
 E2E = names.REQUEST_DURATION_SECONDS
@@ -96,6 +99,7 @@ def overview() -> Dashboard:
         *latency_pair(
             "TTFT", TTFT, "Request start to first content chunk (role-only chunks do not count). " + CLIENT_NOTE
         ),
+        *latency_pair("TTFAT", TTFAT, TTFAT_NOTE + CLIENT_NOTE),
         *latency_pair(
             "ITL",
             ITL,
@@ -112,6 +116,7 @@ def overview() -> Dashboard:
             (Target(rate_sum(f"{names.COMPLETION_TOKENS}_total")),),
             "Completion tokens per second (server usage when reported).",
         ),
+        reasoning_share(),
         Panel(
             "Prompt tokens/s",
             TOKENS_PER_S,

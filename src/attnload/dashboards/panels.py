@@ -269,6 +269,22 @@ def latency_pair(
     )
 
 
+TTFAT_NOTE = (
+    "Request start to the first answer (content) chunk after any reasoning; TTFT for a model that does not reason. "
+)
+
+
+def reasoning_share() -> Panel:
+    """Reasoning tokens over all output tokens per model (0 for a model that does not reason)."""
+    share = f"{rate_sum(f'{names.REASONING_TOKENS}_total')} / {rate_sum(f'{names.COMPLETION_TOKENS}_total')}"
+    return Panel(
+        "Reasoning share of output",
+        "percentunit",
+        (Target(share),),
+        "Output tokens streamed as reasoning deltas over all output tokens (client count; ITL and TPOT count both).",
+    )
+
+
 def expr_requirements(expr: str) -> frozenset[str]:
     """What a query needs before it can return data, for the non-empty test.
 

@@ -29,10 +29,12 @@ from attnload.exporter.names import (
     ITL_SECONDS,
     LABELS,
     PROMPT_TOKENS,
+    REASONING_TOKENS,
     REQUEST_DURATION_SECONDS,
     REQUEST_ERRORS,
     REQUESTS,
     TPOT_SECONDS,
+    TTFAT_SECONDS,
     TTFT_SECONDS,
 )
 from attnload.measure.histogram import LogHistogram
@@ -44,6 +46,7 @@ _HISTOGRAMS = (
     ("tpot", TPOT_SECONDS, "(e2e - TTFT) / (output tokens - 1) per request."),
     ("e2e", REQUEST_DURATION_SECONDS, "Request start to the end of the response."),
     ("lag", DISPATCH_LAG_SECONDS, "Open-loop lag between intended and actual send time."),
+    ("ttfat", TTFAT_SECONDS, "Request start to the first answer chunk (content after any reasoning)."),
 )
 
 
@@ -107,6 +110,9 @@ class FleetCollector(Collector):
             CounterMetricFamily(PROMPT_TOKENS, "Prompt tokens (server usage, else estimated).", labels=LABELS),
             CounterMetricFamily(COMPLETION_TOKENS, "Completion tokens; rate() is token throughput.", labels=LABELS),
             CounterMetricFamily(CACHED_PROMPT_TOKENS, "Prompt tokens served from the prefix cache.", labels=LABELS),
+            CounterMetricFamily(
+                REASONING_TOKENS, "Completion tokens streamed as reasoning deltas (client count).", labels=LABELS
+            ),
         ]
         good = CounterMetricFamily(GOODPUT_REQUESTS, "Requests that met every configured SLO.", labels=LABELS)
         for labels, series in merged.items():
@@ -118,6 +124,7 @@ class FleetCollector(Collector):
             tokens[0].add_metric(list(labels), counts.get("prompt_tokens", 0))
             tokens[1].add_metric(list(labels), counts.get("completion_tokens", 0))
             tokens[2].add_metric(list(labels), counts.get("cached_prompt_tokens", 0))
+            tokens[3].add_metric(list(labels), counts.get("reasoning_tokens", 0))
             good.add_metric(list(labels), counts.get("good", 0))
         yield requests
         yield errors

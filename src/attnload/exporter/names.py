@@ -8,6 +8,8 @@ SGLang, per-model ``base_url``) stay two series instead of merging."""
 BUCKETS_S = tuple(round(0.001 * 1.25**i, 6) for i in range(53)) + (120.0,)  # 1 ms … 120 s, log-spaced
 
 TTFT_SECONDS = "attnload_time_to_first_token_seconds"
+TTFAT_SECONDS = "attnload_ttfat_seconds"
+"""Time to the first answer token (content after any reasoning): TTFT's labels and buckets."""
 ITL_SECONDS = "attnload_inter_token_latency_seconds"
 TPOT_SECONDS = "attnload_time_per_output_token_seconds"
 REQUEST_DURATION_SECONDS = "attnload_request_duration_seconds"
@@ -17,6 +19,7 @@ REQUEST_ERRORS = "attnload_request_errors"
 PROMPT_TOKENS = "attnload_prompt_tokens"
 COMPLETION_TOKENS = "attnload_completion_tokens"
 CACHED_PROMPT_TOKENS = "attnload_cached_prompt_tokens"
+REASONING_TOKENS = "attnload_reasoning_tokens"  # exposed as attnload_reasoning_tokens_total
 GOODPUT_REQUESTS = "attnload_goodput_requests"
 USERS = "attnload_users"
 TARGET_USERS = "attnload_target_users"

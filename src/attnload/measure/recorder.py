@@ -15,7 +15,7 @@ from typing import Any
 from attnload import native
 from attnload.measure.histogram import LogHistogram
 
-HISTOGRAMS = ("ttft", "itl", "tpot", "e2e", "lag", "prompt")
+HISTOGRAMS = ("ttft", "itl", "tpot", "e2e", "lag", "prompt", "ttfat")
 """``prompt``: prompt tokens of each successful request (a context ladder's measured size per stage)."""
 COUNTERS = (
     "ok",
@@ -30,10 +30,17 @@ COUNTERS = (
     "cached_reported",
     "dropped",
     "calibrated",
+    "reasoning_tokens",
+    "server_reasoning_tokens",
+    "reasoning_reported",
+    "reasoning_tokens_reported",
 )
 """``cached_reported``: requests whose server reported cached tokens (the sum counts only those);
 ``dropped``: open-loop arrivals not sent because their model's connection backoff was running;
-``calibrated``: successful requests whose prompt was sized by a calibration learned from the server."""
+``calibrated``: successful requests whose prompt was sized by a calibration learned from the server;
+``reasoning_reported``: requests whose server reported its own reasoning count (summed in
+``server_reasoning_tokens``); ``reasoning_tokens_reported`` is the client's streamed count over those
+same requests, so the two are compared like for like."""
 
 
 @dataclass
@@ -46,7 +53,8 @@ class Series:
 
     def merge(self, other: Series) -> None:
         for name, hist in other.hists.items():
-            self.hists[name].merge(hist)
+            # setdefault: a histogram this process does not know yet (a newer worker) still merges
+            self.hists.setdefault(name, LogHistogram()).merge(hist)
         for name, n in other.counts.items():
             self.counts[name] = self.counts.get(name, 0) + n
         for name, n in other.errors.items():
@@ -101,6 +109,12 @@ class RequestRecord:
     """``perf_counter`` when the request went on the wire (the per-request log's ``start_s``)."""
     http_status: int | None = None
     """The response's HTTP status (None: no response head arrived)."""
+    ttfat_s: float | None = None
+    """Time to the first answer (content/text) token after any reasoning; None when the answer never began."""
+    reasoning_tokens: int = 0
+    """Output tokens that arrived as reasoning deltas (counted by the client)."""
+    server_reasoning_tokens: int | None = None
+    """The server's own reasoning count from usage (None: not reported)."""
 
     @property
     def tpot_s(self) -> float | None:
@@ -181,12 +195,15 @@ def _apply(series: Series, record: RequestRecord) -> None:
     counts["estimated"] += record.tokens_estimated and record.outcome == "ok"  # unfinished requests never have usage
     counts["good"] += record.good
     counts["calibrated"] += record.prompt_calibrated and record.outcome == "ok"
+    _apply_reasoning(counts, record)
     hists = series.hists
     if record.dispatch_lag_s is not None:
         hists["lag"].record(max(record.dispatch_lag_s, 0.0))
     if record.outcome == "abandoned":  # what it saw is real: TTFT and ITL count, e2e/TPOT (whole answers) do not
         if record.ttft_s is not None:
             hists["ttft"].record(record.ttft_s)
+        if (ttfat := answer_latency(record)) is not None:
+            hists["ttfat"].record(ttfat)
         hists["itl"].record_pairs(record.itl_samples)
     if record.outcome != "ok":
         return  # e2e and TPOT describe successful requests only
@@ -195,10 +212,31 @@ def _apply(series: Series, record: RequestRecord) -> None:
         hists["prompt"].record(float(record.prompt_tokens))
     if record.ttft_s is not None:
         hists["ttft"].record(record.ttft_s)
+    if (ttfat := answer_latency(record)) is not None:
+        hists["ttfat"].record(ttfat)
     hists["itl"].record_pairs(record.itl_samples)
     tpot = record.tpot_s
     if tpot is not None:
         hists["tpot"].record(tpot)
+
+
+def answer_latency(record: RequestRecord) -> float | None:
+    """TTFAT of a record: ``ttfat_s`` when the client set it; else, when no token arrived as reasoning,
+    the first token was an answer token, so TTFAT is TTFT (a path that does not tell reasoning apart
+    still gives TTFAT for plain answers); None when reasoning came and the answer never began."""
+    if record.ttfat_s is not None:
+        return record.ttfat_s
+    return record.ttft_s if record.reasoning_tokens == 0 else None
+
+
+def _apply_reasoning(counts: dict[str, int], record: RequestRecord) -> None:
+    """Reasoning tokens count like completion tokens (every outcome); the server's own count only where
+    it sent one, beside the client's count over the same requests."""
+    counts["reasoning_tokens"] += record.reasoning_tokens
+    if record.server_reasoning_tokens is not None:
+        counts["server_reasoning_tokens"] += record.server_reasoning_tokens
+        counts["reasoning_reported"] += 1
+        counts["reasoning_tokens_reported"] += record.reasoning_tokens
 
 
 def split_gaps(

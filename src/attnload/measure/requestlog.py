@@ -17,7 +17,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
-from attnload.measure.recorder import RequestRecord
+from attnload.measure.recorder import RequestRecord, answer_latency
 
 SCHEMA = "attnload.requests/v1"
 STATUSES = ("ok", "failed", "cancelled", "abandoned")
@@ -121,6 +121,7 @@ def request_line(
         "first_token_s": _us(origin + record.ttft_s) if record.ttft_s is not None else None,
         "end_s": _us(origin + record.e2e_s),
         "ttft_s": _us(record.ttft_s),
+        "ttfat_s": _us(answer_latency(record)),
         "tpot_s": _us(record.tpot_s),
         "e2e_s": _us(record.e2e_s),
         "itl_p50_s": _us(p50),
@@ -129,6 +130,8 @@ def request_line(
         "prompt_tokens": record.prompt_tokens,
         "completion_tokens": record.completion_tokens,
         "cached_tokens": record.cached_prompt_tokens,
+        "reasoning_tokens": record.reasoning_tokens,
+        "server_reasoning_tokens": record.server_reasoning_tokens,
         "tokens_estimated": record.tokens_estimated,
         "dispatch_lag_s": _us(lag),
         "status": status_of(record),

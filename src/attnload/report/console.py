@@ -28,6 +28,7 @@ from attnload.report.fmt import (
 )
 from attnload.report.ladder.console import ladder_table, render_verdict
 from attnload.report.paired import ci_ms, diff_ms, paired_rows
+from attnload.report.reasoning import view as reasoning_view
 from attnload.report.turns import cached_notes
 from attnload.results.model import Results, Totals
 
@@ -150,6 +151,8 @@ def render_table(results: Results) -> RenderableType:
         parts.append(stages)
     if (ladder := ladder_table(results)) is not None:
         parts.append(ladder)
+    if (reasoning := reasoning_view.console_table(results)) is not None:
+        parts.append(reasoning)
     server = server_view.console_table(results)
     if server is not None:
         parts.append(server)
@@ -162,6 +165,7 @@ def render_table(results: Results) -> RenderableType:
     if presets_differ(results):
         notes.append(f"note: {MIXED_MODELS_NOTE}")
     notes.extend(f"note: {text}" for text in cached_notes(results))
+    notes.extend(f"note: {text}" for text in reasoning_view.notes(results))
     if results.client.client_saturated:
         reasons = "; ".join(results.client.saturation_reasons) or f"CPU {results.client.cpu_max_ratio:.0%}"
         notes.append(f"warning: client saturated ({reasons}): latencies include load-generator delay")

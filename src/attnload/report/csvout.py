@@ -35,6 +35,11 @@ LLM_CSV_COLUMNS = (
     "Output Tokens/s",
     "Requests/s",
     "Goodput Requests/s",
+    "TTFAT p50 (ms)",
+    "TTFAT p99 (ms)",
+    "Reasoning Tokens",
+    "Reasoning Share",
+    "Server Reasoning Tokens",
 )
 AGGREGATED = "Aggregated"
 """Locust's name for the total row."""
@@ -84,6 +89,11 @@ def _row(model: ModelSummary, stage: str, users: int | None, rate: float | None,
         _num(t.output_tokens_per_s),
         _num(t.requests_per_s),
         _plain(t.goodput_rps),
+        _ms(t.ttfat_s.p50),
+        _ms(t.ttfat_s.p99),
+        str(t.reasoning_tokens),
+        NA if t.reasoning_share is None else f"{t.reasoning_share:.4f}",
+        NA if t.server_reasoning_tokens is None else str(t.server_reasoning_tokens),
     ]
 
 

@@ -21,6 +21,7 @@ from attnload.report.explain import MIXED_MODELS_NOTE, attention_facts, explain,
 from attnload.report.fmt import DASH, METRICS, count, error_total, pct, series_name, stage_label
 from attnload.report.ladder.html import ladder_charts, verdict_section
 from attnload.report.paired import ci_ms, diff_ms, paired_rows
+from attnload.report.reasoning import view as reasoning_view
 from attnload.report.requests import RUN_SCAN_LINES, find_requests_file, scatter_figure
 from attnload.report.turns import turn_table
 from attnload.results.model import ModelSummary, Results, Totals
@@ -198,6 +199,7 @@ def _banners(results: Results) -> str:
             )
     if presets_differ(results):
         out.append(f'<div class="callout note">Note: the {MIXED_MODELS_NOTE}.</div>')
+    out += [f'<div class="callout note reasoning-note">Note: {escape(t)}.</div>' for t in reasoning_view.notes(results)]
     return "".join(out)
 
 
@@ -241,6 +243,8 @@ def render_html(
         ),
         ("stages", "Per stage", _stage_table(results)),
     ]
+    if reasoning_view.has_reasoning(results):
+        sections.append(("reasoning", "Reasoning", reasoning_view.html_section(results)))
     if server_view.has_server(results):
         sections.append(("server", "Server view", server_view.html_section(results)))
     if gpu_view.has_gpu(results):

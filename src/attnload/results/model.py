@@ -73,6 +73,15 @@ class Totals(_Model):
     requests_per_s: float = 0.0
     goodput_rps: float | None = None
     """Requests/s that met every SLO in the config; None when the config sets no SLO."""
+    ttfat_s: Summary = Summary()
+    """Time to the first answer token (content after any reasoning); equal to TTFT without reasoning."""
+    reasoning_tokens: int = 0
+    """Output tokens streamed as reasoning deltas (a part of ``completion_tokens``), counted by the client."""
+    reasoning_share: float | None = None
+    """``reasoning_tokens / completion_tokens``; None when no output token was counted."""
+    server_reasoning_tokens: int | None = None
+    """The server's own ``reasoning_tokens`` (usage), summed over the requests that reported one; None
+    when none did. Shown beside ``reasoning_tokens``, never in its place."""
 
 
 class PairedDiff(_Model):
@@ -231,6 +240,8 @@ class ModelSummary(Totals):
     """TTFT against prompt length, in power-of-two token buckets."""
     context_scaling: list[ContextPoint] = []
     """A context ladder: each stage's per-user decode speed relative to the shortest context's (same users)."""
+    reasoning_note: str | None = None
+    """Set when the server's reasoning count disagrees with the streamed one: both numbers, in words."""
     target: str = ""
     """The config key again, named as the Prometheus ``target`` label: what tells apart two entries
     with one model id (e.g. the same model on vLLM and on SGLang)."""

@@ -16,6 +16,7 @@ from attnload.results.context import context_fields, with_replay_rates
 from attnload.results.gpu import GpuResults, per_token, with_gpu
 from attnload.results.ladder import context_scaling, decode_speed
 from attnload.results.model import ClientInfo, ModelSummary, Requests, Results, StageSummary, Summary, Totals
+from attnload.results.reasoning import reasoning_fields, reasoning_note
 from attnload.results.server import ServerResults, with_server
 from attnload.results.verdict import build_verdict
 
@@ -107,6 +108,8 @@ def totals(series: Series, duration_s: float, slo_set: bool) -> dict[str, Any]:
         "output_tokens_per_s": counts.get("completion_tokens", 0) / duration_s,
         "requests_per_s": counts.get("ok", 0) / duration_s,
         "goodput_rps": counts.get("good", 0) / duration_s if slo_set else None,
+        "ttfat_s": summary(series.hists["ttfat"]),
+        **reasoning_fields(counts),
     }
 
 
@@ -158,6 +161,7 @@ def build_results(
                 gpu=per_token(gpu.total(target.key), whole.counts.get("completion_tokens", 0)) if gpu else None,
                 **context_fields(context, target.key),
                 context_scaling=context_scaling(stage_summaries),
+                reasoning_note=reasoning_note(target.key, whole.counts),
                 target=target.key,
                 prompt_sizes=prompt_sizes(target, whole),
             )

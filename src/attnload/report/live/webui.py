@@ -23,6 +23,7 @@ from typing import Any
 
 from attnload.report import gpu as gpu_view
 from attnload.report.fmt import error_total, ms_bare, rate, series_name, stage_label
+from attnload.report.reasoning import view as reasoning_view
 from attnload.report.server import live_cells
 from attnload.results.model import ModelSummary, Results, Totals
 
@@ -45,6 +46,7 @@ COLUMNS: tuple[tuple[str, str], ...] = (
     ("ttft_p99_ms", "TTFT p99 (ms)"),
     ("itl_p50_ms", "ITL p50 (ms)"),
     ("itl_p99_ms", "ITL p99 (ms)"),
+    *reasoning_view.LIVE_COLUMNS,
     ("output_tok_s", "Output tok/s"),
     ("in_flight", "In flight"),
     ("kv_used_pct", "Server KV used"),
@@ -108,6 +110,7 @@ def llm_rows(results: Results) -> list[dict[str, Any]]:
                 "errors": error_total(totals),
                 **live_cells(totals),
                 **gpu_view.live_cells(totals),
+                **reasoning_view.live_cells(totals),
                 "prompt_tokens": "",
                 "cached_tokens": "",
             }
@@ -138,6 +141,7 @@ def turn_rows(model: ModelSummary) -> list[dict[str, Any]]:
             "preemptions": "",
             "server_ttft_p50_ms": "",
             **dict.fromkeys(gpu_view.LIVE_KEYS, ""),
+            **dict.fromkeys(reasoning_view.LIVE_KEYS, ""),
         }
         for row in model.turns
     ]
