@@ -7,6 +7,7 @@ import json
 import socket
 from pathlib import Path
 
+import gevent
 import pytest
 
 import attnload.client.chat as chat_module
@@ -19,6 +20,20 @@ from attnload.runner.collector.reach import Reachability
 from attnload.runner.sender.openloop import ClientPool, OpenLoop
 from attnload.workload.prompts import PlannedRequest
 from helpers import write_config
+
+
+class RecordedSleep:
+    """``gevent`` as the chat client sees it, with ``sleep`` recorded instead of slept: patched in that module
+    only, never in gevent itself (every other greenlet of the test process keeps sleeping for real)."""
+
+    def __init__(self, slept: list[float]) -> None:
+        self.slept = slept
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(gevent, name)
+
+    def sleep(self, seconds: float = 0) -> None:
+        self.slept.append(seconds)
 
 
 def test_backoff_doubles_with_jitter_to_the_cap_and_resets_on_success() -> None:
@@ -63,7 +78,7 @@ def send(client: ChatClient) -> RequestRecord:
 
 def test_a_refused_connection_backs_off_the_users_next_try(monkeypatch: pytest.MonkeyPatch) -> None:
     slept: list[float] = []
-    monkeypatch.setattr(chat_module.gevent, "sleep", lambda s=0: slept.append(s))
+    monkeypatch.setattr(chat_module, "gevent", RecordedSleep(slept))
     backoff = Backoff(0.1, 5.0, rng=lambda: 1.0)
     client = ChatClient(refused_url(), None, Timeouts(connect_s=1, total_s=2), backoff=backoff)
     first = send(client)
@@ -76,7 +91,7 @@ def test_a_refused_connection_backs_off_the_users_next_try(monkeypatch: pytest.M
 
 def test_an_open_loop_client_never_sleeps_in_the_backoff(monkeypatch: pytest.MonkeyPatch) -> None:
     slept: list[float] = []
-    monkeypatch.setattr(chat_module.gevent, "sleep", lambda s=0: slept.append(s))
+    monkeypatch.setattr(chat_module, "gevent", RecordedSleep(slept))
     backoff = Backoff(0.1, 5.0)
     client = ChatClient(refused_url(), None, Timeouts(connect_s=1, total_s=2), backoff=backoff, waits_backoff=False)
     send(client)
