@@ -60,6 +60,8 @@ class FleetState:
     stage: int = -1
     workers: int = 0
     worker_cpu_ratio: dict[str, float] = field(default_factory=dict)
+    worker_loop_lag: dict[str, tuple[float, float]] = field(default_factory=dict)
+    """worker -> (p50, p99) seconds its event loop ran a timer late, over its latest report."""
     client_saturated: bool = False
     gpu: GpuGauges = field(default_factory=GpuGauges)
     """The GPU poller's latest per-model readings (``attnload_gpu_*``, metrics/gpu.py)."""
@@ -146,6 +148,15 @@ class FleetCollector(Collector):
         for worker, ratio in state.worker_cpu_ratio.items():
             cpu.add_metric([worker], ratio)
         yield cpu
+        lag = GaugeMetricFamily(
+            names.WORKER_LOOP_LAG_SECONDS,
+            "How late the worker's event loop ran a 50 ms timer (p50, p99 over its latest report).",
+            labels=("worker", "quantile"),
+        )
+        for worker, (p50, p99) in list(state.worker_loop_lag.items()):
+            lag.add_metric([worker, "0.5"], p50)
+            lag.add_metric([worker, "0.99"], p99)
+        yield lag
         yield GaugeMetricFamily(
             names.CLIENT_SATURATED,
             "1 when a worker exceeded 90% CPU during the run.",

@@ -15,7 +15,8 @@ from typing import Any
 from attnload import native
 from attnload.measure.histogram import LogHistogram
 
-HISTOGRAMS = ("ttft", "itl", "tpot", "e2e", "lag")
+HISTOGRAMS = ("ttft", "itl", "tpot", "e2e", "lag", "read_tokens")
+"""``read_tokens``: tokens per read of a stream (one sample per read, :func:`read_sizes`)."""
 COUNTERS = (
     "ok",
     "failed",
@@ -126,8 +127,12 @@ class Recorder:
 
     def add(self, record: RequestRecord) -> None:
         key = (record.model_key, record.profile, record.stage)
+        streamed = record.ttft_s is not None and record.outcome in ("ok", "abandoned")
+        reads = read_sizes(record.itl_samples) if streamed else ()
         for series in self._both(key):
             _apply(series, record)
+            if reads:
+                series.hists["read_tokens"].record_pairs(reads)
 
     def take_delta(self) -> dict[str, Any]:
         """Serialisable changes since the previous call (then reset), for ``report_to_master``."""
@@ -184,6 +189,24 @@ def _apply(series: Series, record: RequestRecord) -> None:
     tpot = record.tpot_s
     if tpot is not None:
         hists["tpot"].record(tpot)
+
+
+def read_sizes(itl_samples: tuple[tuple[float, int], ...]) -> tuple[tuple[float, int], ...]:
+    """(tokens in one read, reads of that size) of a stream, from its ITL samples.
+
+    Chunks parsed from one ``recv`` share its time stamp, so a chunk after a zero gap came in the
+    read before it; a positive gap starts a new read. The first read holds the first chunk (the
+    one TTFT times, counted as one token) and any zero-gap chunks after it.
+    """
+    sizes: dict[int, int] = {}
+    tokens = 1
+    for gap, n in itl_samples:
+        if gap > 0.0:
+            sizes[tokens] = sizes.get(tokens, 0) + 1
+            tokens = 0
+        tokens += n
+    sizes[tokens] = sizes.get(tokens, 0) + 1
+    return tuple((float(size), count) for size, count in sizes.items())
 
 
 def split_gaps(

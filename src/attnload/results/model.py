@@ -69,6 +69,8 @@ class Totals(_Model):
     requests_per_s: float = 0.0
     goodput_rps: float | None = None
     """Requests/s that met every SLO in the config; None when the config sets no SLO."""
+    tokens_per_read_p50: float | None = None
+    """Median tokens the client found in one read of a stream (1: token by token); None: no stream read."""
 
 
 class PairedDiff(_Model):
@@ -128,6 +130,28 @@ class PromptLengthBucket(_Model):
     ttft_s: Summary = Summary()
 
 
+class ServerBursts(_Model):
+    """The server wrote several events per read while the client kept up (not client saturation)."""
+
+    tokens_per_read_p50: float
+    """The burst size: median tokens per read."""
+    note: str
+    """What it means for the numbers: ITL shows the server's flush cadence."""
+
+
+class StartSpreadInfo(_Model):
+    """Closed loop: how a stage's new users were started (``--start-spread``) and how spread out they were."""
+
+    mode: str
+    """``auto``, ``off`` or ``fixed`` (a fixed number of seconds, ``seconds``)."""
+    seconds: float | None = None
+    """``fixed``: the duration the users' first requests were spread over."""
+    users: int = 0
+    """Users of this model whose first request was in this stage."""
+    first_requests_spread_s: float | None = None
+    """Measured: from the stage's first to its last new user's first request (None: under two users)."""
+
+
 class StageSummary(Totals):
     """One stage of a shaped run: a closed-loop user count or an open-loop rate."""
 
@@ -160,6 +184,10 @@ class StageSummary(Totals):
     """Replay: the trace's own arrival rate at the replay speed."""
     achieved_rate_per_s: float | None = None
     """Replay: the arrival rate actually sent, ``(n − 1) / (last − first send)`` like the trace's."""
+    server_bursts: ServerBursts | None = None
+    """Set with the ``server_bursts`` flag: the server's burst size and what it means for ITL."""
+    start_spread: StartSpreadInfo | None = None
+    """Closed loop: how this stage's new users were started (None: open loop, or no user started here)."""
 
 
 class ModelSummary(Totals):
@@ -183,6 +211,10 @@ class ModelSummary(Totals):
     """Conversation runs: one row per turn index."""
     ttft_by_prompt_tokens: list[PromptLengthBucket] = []
     """TTFT against prompt length, in power-of-two token buckets."""
+    server_bursts: ServerBursts | None = None
+    """Over the whole run: the server wrote several events per read while the client kept up."""
+    start_spread: StartSpreadInfo | None = None
+    """An unstaged closed-loop run: how its users were started (a staged run says it per stage)."""
     target: str = ""
     """The config key again, named as the Prometheus ``target`` label: what tells apart two entries
     with one model id (e.g. the same model on vLLM and on SGLang)."""
@@ -200,6 +232,9 @@ class ClientInfo(_Model):
     """Users that raised instead of sending (a bug or a config value no request can be built from)."""
     scheduler_error: str | None = None
     """Open loop: why a worker's arrival scheduler died (the first one seen); None when none did."""
+    loop_lag_s: dict[str, Summary] = {}
+    """Per sending process (worker id; ``local`` for a single process): how late its event loop ran a
+    50 ms timer, seconds. A p50 of a few ms or a p99 near 100 ms: the client was behind."""
 
 
 class RequestsOut(_Model):

@@ -16,6 +16,7 @@ from attnload.config.load import load_config
 from attnload.config.model import TestConfig
 from attnload.errors import UsageError
 from attnload.exporter.exposition import serve_metrics
+from attnload.measure.looplag import watch_loop
 from attnload.plan.options import RunOptions, add_arguments, exit_usage, options_from, requests_out_option
 from attnload.report.live import webui
 from attnload.runner.collector.collector import Collector, LocalCollector, MasterCollector
@@ -100,6 +101,7 @@ def _init_sender(environment: Environment, sender: Sender) -> None:
     sender.open_loop = loop
     environment.events.user_error.add_listener(lambda user_instance, **_: sender.health.user_error(user_instance))
     quiet_full_collections()
+    gevent.spawn(watch_loop, sender.loop_lag)
 
 
 def _init_collector(environment: Environment, runtime: Runtime, collector: Collector) -> None:
