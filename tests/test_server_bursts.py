@@ -89,13 +89,23 @@ def test_bursts_with_a_client_that_was_behind_are_still_saturation(
 ) -> None:
     info = client_info(1, 0, cpu, _bursty(), loop_lag=lag)
     assert info.client_saturated, info
-    (reason,) = info.saturation_reasons
+    reason = info.saturation_reasons[-1]
     assert "ITL p50 collapsed" in reason and evidence in reason, reason
 
 
 def test_a_cpu_bound_client_is_flagged_whatever_the_loop_says() -> None:
     info = client_info(1, 0, 0.97, Recorder(), loop_lag=HEALTHY)
     assert info.client_saturated and info.saturation_reasons == ["worker CPU reached 97% (> 90%)"]
+
+
+def test_a_loop_late_most_of_the_time_is_saturation_on_its_own() -> None:
+    late = client_info(1, 0, 0.4, Recorder(), loop_lag={"worker-a": _lag(0.0066, 0.094)})
+    assert late.client_saturated
+    assert late.saturation_reasons == [
+        "event loop of worker-a late by 6.6 ms at p50 (> 5 ms): requests and reads waited on the client"
+    ]
+    # a late p99 alone (a GC pause, a spawn burst) only owns the chunks-per-read signature
+    assert not client_info(1, 0, 0.4, Recorder(), loop_lag={"worker-a": _lag(0.001, 0.25)}).client_saturated
 
 
 def test_behind_reason_needs_a_late_loop() -> None:

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from pathlib import Path
 
-from helpers import FAKES, Processes, attnload, free_port, latest_results, wait_http
+from helpers import FAKES, Processes, attnload, free_port, http_text, latest_results, wait_http
+from helpers.exposition import metric_sum
 
 PER_WRITE = 4
 INTERVAL_MS = 40
@@ -88,6 +90,11 @@ def test_server_bursts_are_not_client_saturation(processes: Processes, tmp_path:
     spread = stage["start_spread"]
     assert spread["mode"] == "fixed" and spread["seconds"] == SPREAD_S and spread["users"] == 4, spread
     assert abs(spread["first_requests_spread_s"] - (max(offsets) - min(offsets))) < 0.2, spread
+    print(
+        f"bursts: ITL p50 {stage['itl_s']['p50']} p99 {stage['itl_s']['p99']}, tokens/read "
+        f"{stage['tokens_per_read_p50']}, loop lag p50 {lag['p50']} p99 {lag['p99']}, CPU {client['cpu_max_ratio']}, "
+        f"first requests over {spread['first_requests_spread_s']} s"
+    )
     assert "server bursts" in log, log[-3000:]
     html = (results / data_html_name(results)).read_text(encoding="utf-8")
     assert "server_bursts" in html and "start spread" in html
@@ -95,3 +102,45 @@ def test_server_bursts_are_not_client_saturation(processes: Processes, tmp_path:
 
 def data_html_name(results: Path) -> str:
     return (results / "latest.txt").read_text().strip().replace(".json", ".html")
+
+
+def test_a_client_whose_loop_is_behind_is_still_saturated(processes: Processes, tmp_path: Path) -> None:
+    """One event per write every 10 ms, read by a client that spins 30 ms of every 35: its reads back up,
+    the same zero-gap shape appears, and this time it is the client's (flagged saturated, no server_bursts).
+    Its loop lag is on /metrics while it runs."""
+    port = free_port()
+    server = processes.start(
+        [sys.executable, str(FAKES / "burst_server.py"), str(port), "1", "10", "48"], name="steady"
+    )
+    url = f"http://127.0.0.1:{port}"
+    wait_http(url + "/v1/models", server)
+    results, metrics_port = tmp_path / "results", free_port()
+    env = {
+        "ATTNLOAD_CONFIG": str(_config(tmp_path, url)),
+        "ATTNLOAD_RESULTS": str(results),
+        "ATTNLOAD_METRICS_PORT": str(metrics_port),
+        "ATTNLOAD_SHAPE": "concurrency:4",
+        "ATTNLOAD_STAGE_DURATION": "8s",
+        "ATTNLOAD_SPAWN_RATE": "100",
+    }
+    run = processes.start(
+        [sys.executable, "-m", "locust", "-f", str(FAKES / "hog_locustfile.py"), "--headless"], env=env, name="hog"
+    )
+    wait_http(f"http://127.0.0.1:{metrics_port}/metrics", run)
+    deadline = time.monotonic() + 20
+    lag = None
+    while lag is None and time.monotonic() < deadline:
+        time.sleep(1.0)
+        text = http_text(f"http://127.0.0.1:{metrics_port}/metrics")
+        lag = metric_sum(text, "attnload_worker_loop_lag_seconds", worker="local", quantile="0.5") or None
+    assert lag is not None and lag > 0.005, lag
+    run.wait(timeout=90)
+    data = latest_results(results)
+    client = data["client"]
+    assert client["client_saturated"] is True, client
+    assert any("ITL p50 collapsed" in r and "the client is behind" in r for r in client["saturation_reasons"]), client
+    assert client["loop_lag_s"]["local"]["p50"] > 0.005, client["loop_lag_s"]
+    print(f"hog: {client['saturation_reasons']}, loop lag {client['loop_lag_s']['local']}")
+    (stage,) = data["models"][0]["stages"]
+    assert "server_bursts" not in stage["flags"] and stage["server_bursts"] is None, stage
+    assert stage["itl_s"]["p50"] < 0.0005, stage["itl_s"]

@@ -10,6 +10,7 @@ from attnload.config.model import TestConfig
 from attnload.measure.cgroup import throttled_reason
 from attnload.measure.context import ContextRecorder
 from attnload.measure.histogram import LogHistogram
+from attnload.measure.looplag import behind_reason
 from attnload.measure.paired import PairedRecorder
 from attnload.measure.recorder import Recorder, Series
 from attnload.results.bursts import MIN_ITL_SAMPLES_RUN, client_behind, itl_collapsed, tokens_per_read_p50
@@ -262,8 +263,9 @@ def client_info(
     throttled_ratio: float = 0.0,
     loop_lag: dict[str, Summary] | None = None,
 ) -> ClientInfo:
-    """Saturation is measured: CPU above 90 %, cgroup throttling, or the chunk-coalescing signature in ITL
-    when the client was behind (``results.bursts``: otherwise the signature is the server's bursts).
+    """Saturation is measured: CPU above 90 %, cgroup throttling, an event loop late most of the time, or
+    the chunk-coalescing signature in ITL when the client was behind (``results.bursts``: otherwise the
+    signature is the server's bursts).
 
     ``loop_lag``: each sending process's event-loop lateness (None: not measured)."""
     reasons = []
@@ -271,6 +273,8 @@ def client_info(
         reasons.append(throttled)
     if cpu_max_ratio > SATURATION_CPU_RATIO:
         reasons.append(f"worker CPU reached {cpu_max_ratio:.0%} (> {SATURATION_CPU_RATIO:.0%})")
+    if (late := behind_reason(loop_lag or {}, p99=False)) is not None:
+        reasons.append(f"{late}: requests and reads waited on the client")
     behind = client_behind(cpu_max_ratio, throttled_ratio, loop_lag)
     if behind is not None and itl_collapsed(recorder.combined().hists["itl"], MIN_ITL_SAMPLES_RUN):
         reasons.append(
