@@ -189,17 +189,19 @@ def test_loop_lag_meter_sees_a_blocked_hub() -> None:
     fleet.merge("w1", meter.take_delta())  # an empty window changes nothing
     fleet.merge("w1", "garbage")
     assert fleet.run["w1"].count == meter.run.count
-    p50, p99 = fleet.gauges()["w1"]
-    assert p99 >= 0.025 and p50 <= p99
+    p50, p99, count, total = fleet.gauges()["w1"]
+    assert p99 >= 0.025 and p50 <= p99 and count == meter.run.count and total == pytest.approx(meter.run.total)
 
 
 def test_loop_lag_is_exported_per_worker() -> None:
-    state = FleetState(worker_loop_lag={"worker-a": (0.0004, 0.003)})
+    state = FleetState(worker_loop_lag={"worker-a": (0.0004, 0.003, 160, 0.2)})
     registry = CollectorRegistry()
     registry.register(FleetCollector(Recorder(), state))
     name = "attnload_worker_loop_lag_seconds"
     assert registry.get_sample_value(name, {"worker": "worker-a", "quantile": "0.5"}) == 0.0004
     assert registry.get_sample_value(name, {"worker": "worker-a", "quantile": "0.99"}) == 0.003
+    assert registry.get_sample_value(name + "_count", {"worker": "worker-a"}) == 160
+    assert registry.get_sample_value(name + "_sum", {"worker": "worker-a"}) == 0.2
 
 
 def test_results_summary_of_loop_lag() -> None:

@@ -77,13 +77,15 @@ class FleetLoopLag:
         self.run.setdefault(worker, LogHistogram()).merge(window)
         self.latest[worker] = window
 
-    def gauges(self) -> dict[str, tuple[float, float]]:
-        """Worker -> (p50, p99) lateness of its latest report, for ``/metrics``."""
+    def gauges(self) -> dict[str, tuple[float, float, int, float]]:
+        """Worker -> (p50, p99 of its latest report, samples and their sum over the test), for ``/metrics``
+        (a summary: quantiles over a recent window, count and sum cumulative, as Prometheus clients do)."""
         out = {}
         for worker, hist in self.latest.items():
             p50, p99 = hist.quantile(0.5), hist.quantile(0.99)
+            run = self.run.get(worker, hist)
             if p50 is not None and p99 is not None:
-                out[worker] = (p50, p99)
+                out[worker] = (p50, p99, run.count, run.total)
         return out
 
 
