@@ -168,6 +168,8 @@ def test_reports_name_the_bursts_and_the_loop_lag() -> None:
     assert ("server_bursts", "Server bursts") in COLUMNS
     assert llm_rows(results)[0]["server_bursts"] == "4 tok/read"
     assert console_notes(envelope(_model())) == []
+    unstaged = with_server_bursts(envelope(ModelSummary(key="m", model="m", attention="gqa")), recorder, behind=None)
+    assert console_notes(unstaged)[0].startswith("note: server bursts (m, run): the server wrote 4 tokens")
 
 
 def test_loop_lag_meter_sees_a_blocked_hub() -> None:

@@ -100,11 +100,11 @@ def with_server_bursts(results: Results, recorder: Recorder, behind: str | None)
 
 
 def any_server_bursts(results: Results) -> list[tuple[str, str, ServerBursts]]:
-    """(model key, where, bursts) for every flagged stage, or the model itself when it has no stages."""
+    """(model key, where, bursts) for every flagged stage, or the model's whole run when no stage is."""
     out = []
     for model in results.models:
         flagged = [(f"stage {s.index + 1}", s.server_bursts) for s in model.stages if s.server_bursts is not None]
-        if not model.stages and model.server_bursts is not None:
+        if not flagged and model.server_bursts is not None:
             flagged = [("run", model.server_bursts)]
         out += [(model.key, where, bursts) for where, bursts in flagged if bursts is not None]
     return out
