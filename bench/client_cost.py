@@ -84,6 +84,9 @@ class Row:
     saturation_reasons: list[str]
     impl: str = ""
     """attnload's per-chunk path as the client process reported it: ``compiled`` or ``python``."""
+    loop_lag_p50_ms: float | None = None
+    loop_lag_p99_ms: float | None = None
+    """attnload: how late its event loop ran a 50 ms timer over the run (the client's own health)."""
 
     @property
     def ttft_err_ms(self) -> float | None:
@@ -288,6 +291,8 @@ def measure(
         saturated=client["saturated"] if client["saturated"] is not None else (cpu1 - cpu0) / wall > 0.9,
         saturation_reasons=list(client["saturation_reasons"]),
         impl=str(client.get("impl", "")),
+        loop_lag_p50_ms=client.get("loop_lag_p50_ms"),
+        loop_lag_p99_ms=client.get("loop_lag_p99_ms"),
     )
 
 
@@ -336,6 +341,10 @@ def table(rows: list[Row]) -> str:
         }
         if reasons:
             lines.append(f"attnload at {streams} streams flagged itself saturated: " + "; ".join(sorted(reasons)))
+        lags = [r for r in rows if r.kind == "attnload" and r.streams == streams and r.loop_lag_p50_ms is not None]
+        if lags:
+            shown = ", ".join(f"p50 {r.loop_lag_p50_ms:.1f} ms p99 {r.loop_lag_p99_ms or 0.0:.1f} ms" for r in lags)
+            lines.append(f"attnload event-loop lag at {streams} streams: {shown}")
     capacity = honest_capacity(rows)
     if capacity:
         lines.append("")

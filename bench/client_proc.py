@@ -188,6 +188,9 @@ def _attnload_env(env_users: int) -> tuple[type[User], Any]:
         observe(record, *args, **kwargs)
 
     sender.observe = observe_first_token  # type: ignore[method-assign]
+    from attnload.measure.looplag import watch_loop
+
+    gevent.spawn(watch_loop, sender.loop_lag)  # the event-loop lateness that attributes the ITL signature
     runtime.begin_test()
     runtime.enter_stage(0, env_users, None)
     quiet_full_collections()
@@ -301,12 +304,14 @@ def _run() -> int:
 
         out["impl"] = native.implementation()  # compiled, or python (ATTNLOAD_PURE_PYTHON=1 / not built)
     if runtime is not None:
-        from attnload.results.summarize import client_info
+        from attnload.results.summarize import client_info, summary
 
         runtime.test_stopped()
         cpu_max_ratio = runtime.collector.cpu_max_ratio if runtime.collector is not None else 0.0
         series = runtime.state.recorder.combined()
-        info = client_info(1, 0, cpu_max_ratio, runtime.state.recorder)
+        assert runtime.sender is not None
+        lag = runtime.sender.loop_lag.run
+        info = client_info(1, 0, cpu_max_ratio, runtime.state.recorder, loop_lag={"local": summary(lag)})
         out.update(
             ttft=series.hists["ttft"].to_wire(),
             itl=series.hists["itl"].to_wire(),
@@ -316,6 +321,8 @@ def _run() -> int:
             saturated=info.client_saturated,
             saturation_reasons=info.saturation_reasons,
             cpu_max_ratio=cpu_max_ratio,
+            loop_lag_p50_ms=(lag.quantile(0.5) or 0.0) * 1000,
+            loop_lag_p99_ms=(lag.quantile(0.99) or 0.0) * 1000,
         )
     else:
         out.update(

@@ -65,6 +65,9 @@ class FleetState:
     stage: int = -1
     workers: int = 0
     worker_cpu_ratio: dict[str, float] = field(default_factory=dict)
+    worker_loop_lag: dict[str, tuple[float, float, int, float]] = field(default_factory=dict)
+    """worker -> (p50, p99) seconds its event loop ran a timer late over its latest report, and the
+    test's sample count and sum (``measure.looplag.FleetLoopLag.gauges``)."""
     client_saturated: bool = False
     gpu: GpuGauges = field(default_factory=GpuGauges)
     """The GPU poller's latest per-model readings (``attnload_gpu_*``, metrics/gpu.py)."""
@@ -156,12 +159,25 @@ class FleetCollector(Collector):
         for worker, ratio in state.worker_cpu_ratio.items():
             cpu.add_metric([worker], ratio)
         yield cpu
+        yield _loop_lag(state.worker_loop_lag)
         yield GaugeMetricFamily(
             names.CLIENT_SATURATED,
             "1 when a worker exceeded 90% CPU during the run.",
             value=float(state.client_saturated),
         )
         yield from state.gpu.families(state.model_labels)
+
+
+def _loop_lag(lags: dict[str, tuple[float, float, int, float]]) -> Metric:
+    """A summary per worker: p50 and p99 over its latest report (~3 s), count and sum over the test."""
+    name = names.WORKER_LOOP_LAG_SECONDS
+    family = Metric(name, "How late each worker's event loop ran a 50 ms timer.", "summary")
+    for worker, (p50, p99, count, total) in list(lags.items()):
+        family.add_sample(name, {"worker": worker, "quantile": "0.5"}, p50)
+        family.add_sample(name, {"worker": worker, "quantile": "0.99"}, p99)
+        family.add_sample(name + "_count", {"worker": worker}, float(count))
+        family.add_sample(name + "_sum", {"worker": worker}, total)
+    return family
 
 
 def _buckets(hist: LogHistogram) -> list[tuple[str, float]]:

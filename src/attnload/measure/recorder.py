@@ -15,8 +15,9 @@ from typing import Any
 from attnload import native
 from attnload.measure.histogram import LogHistogram
 
-HISTOGRAMS = ("ttft", "itl", "tpot", "e2e", "lag", "prompt", "ttfat")
-"""``prompt``: prompt tokens of each successful request (a context ladder's measured size per stage)."""
+HISTOGRAMS = ("ttft", "itl", "tpot", "e2e", "lag", "prompt", "ttfat", "read_tokens")
+"""``prompt``: prompt tokens of each successful request (a context ladder's measured size per stage);
+``read_tokens``: tokens per read of a stream (one sample per read, :func:`read_sizes`)."""
 COUNTERS = (
     "ok",
     "failed",
@@ -147,8 +148,12 @@ class Recorder:
 
     def add(self, record: RequestRecord) -> None:
         key = (record.model_key, record.profile, record.stage)
+        streamed = record.ttft_s is not None and record.outcome in ("ok", "abandoned")
+        reads = read_sizes(record.itl_samples) if streamed else ()
         for series in self._both(key):
             _apply(series, record)
+            if reads:
+                series.hists["read_tokens"].record_pairs(reads)
 
     def count(self, model_key: str, profile: str, stage: int, counter: str, n: int = 1) -> None:
         """Add to one counter without a request (an open-loop arrival ``dropped`` during a backoff)."""
@@ -237,6 +242,24 @@ def _apply_reasoning(counts: dict[str, int], record: RequestRecord) -> None:
         counts["server_reasoning_tokens"] += record.server_reasoning_tokens
         counts["reasoning_reported"] += 1
         counts["reasoning_tokens_reported"] += record.reasoning_tokens
+
+
+def read_sizes(itl_samples: tuple[tuple[float, int], ...]) -> tuple[tuple[float, int], ...]:
+    """(tokens in one read, reads of that size) of a stream, from its ITL samples.
+
+    Chunks parsed from one ``recv`` share its time stamp, so a chunk after a zero gap came in the
+    read before it; a positive gap starts a new read. The first read holds the first chunk (the
+    one TTFT times, counted as one token) and any zero-gap chunks after it.
+    """
+    sizes: dict[int, int] = {}
+    tokens = 1
+    for gap, n in itl_samples:
+        if gap > 0.0:
+            sizes[tokens] = sizes.get(tokens, 0) + 1
+            tokens = 0
+        tokens += n
+    sizes[tokens] = sizes.get(tokens, 0) + 1
+    return tuple((float(size), count) for size, count in sizes.items())
 
 
 def split_gaps(

@@ -13,6 +13,7 @@ from rich.text import Text
 
 from attnload.report import gpu as gpu_view
 from attnload.report import server as server_view
+from attnload.report.clienthealth import render as client_health
 from attnload.report.compare import Comparison
 from attnload.report.explain import MIXED_MODELS_NOTE, presets_differ
 from attnload.report.fmt import (
@@ -166,6 +167,7 @@ def render_table(results: Results) -> RenderableType:
         notes.append(f"note: {MIXED_MODELS_NOTE}")
     notes.extend(f"note: {text}" for text in cached_notes(results))
     notes.extend(f"note: {text}" for text in reasoning_view.notes(results))
+    notes.extend(client_health.console_notes(results))
     if results.client.client_saturated:
         reasons = "; ".join(results.client.saturation_reasons) or f"CPU {results.client.cpu_max_ratio:.0%}"
         notes.append(f"warning: client saturated ({reasons}): latencies include load-generator delay")

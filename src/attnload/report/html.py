@@ -15,6 +15,7 @@ from attnload import __version__
 from attnload.report import gpu as gpu_view
 from attnload.report import server as server_view
 from attnload.report.charts import charts
+from attnload.report.clienthealth import render as client_health
 from attnload.report.compare import Comparison, compare_results
 from attnload.report.console import errors_text, fleet_notes
 from attnload.report.explain import MIXED_MODELS_NOTE, attention_facts, explain, presets_differ
@@ -249,6 +250,8 @@ def render_html(
         sections.append(("server", "Server view", server_view.html_section(results)))
     if gpu_view.has_gpu(results):
         sections.append(("gpu", "GPU view", gpu_view.html_section(results)))
+    if health := client_health.html_section(results):
+        sections.append(("client-health", "Client health and arrival phase", health))
     if any(m.turns for m in results.models):
         sections.append(("turns", "Per conversation turn", turn_table(results)))
     if paired_rows(results):

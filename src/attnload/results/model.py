@@ -82,6 +82,8 @@ class Totals(_Model):
     server_reasoning_tokens: int | None = None
     """The server's own ``reasoning_tokens`` (usage), summed over the requests that reported one; None
     when none did. Shown beside ``reasoning_tokens``, never in its place."""
+    tokens_per_read_p50: float | None = None
+    """Median tokens the client found in one read of a stream (1: token by token); None: no stream read."""
 
 
 class PairedDiff(_Model):
@@ -141,6 +143,28 @@ class PromptLengthBucket(_Model):
     ttft_s: Summary = Summary()
 
 
+class ServerBursts(_Model):
+    """The server wrote several events per read while the client kept up (not client saturation)."""
+
+    tokens_per_read_p50: float
+    """The burst size: median tokens per read."""
+    note: str
+    """What it means for the numbers: ITL shows the server's flush cadence."""
+
+
+class StartSpreadInfo(_Model):
+    """Closed loop: how a stage's new users were started (``--start-spread``) and how spread out they were."""
+
+    mode: str
+    """``auto``, ``off`` or ``fixed`` (a fixed number of seconds, ``seconds``)."""
+    seconds: float | None = None
+    """``fixed``: the duration the users' first requests were spread over."""
+    users: int = 0
+    """Users of this model whose first request was in this stage."""
+    first_requests_spread_s: float | None = None
+    """Measured: from the stage's first to its last new user's first request (None: under two users)."""
+
+
 class StageSummary(Totals):
     """One stage of a shaped run: a closed-loop user count or an open-loop rate."""
 
@@ -179,6 +203,10 @@ class StageSummary(Totals):
     """Measured prompt tokens per successful request, median (from ``usage``; beside ``context``)."""
     decode_tokens_per_s_per_user: float | None = None
     """Decode speed of one stream: 1 / TPOT p50 (output tokens/s per user)."""
+    server_bursts: ServerBursts | None = None
+    """Set with the ``server_bursts`` flag: the server's burst size and what it means for ITL."""
+    start_spread: StartSpreadInfo | None = None
+    """Closed loop: how this stage's new users were started (None: open loop, or no user started here)."""
 
 
 class ContextPoint(_Model):
@@ -242,6 +270,10 @@ class ModelSummary(Totals):
     """A context ladder: each stage's per-user decode speed relative to the shortest context's (same users)."""
     reasoning_note: str | None = None
     """Set when the server's reasoning count disagrees with the streamed one: both numbers, in words."""
+    server_bursts: ServerBursts | None = None
+    """Over the whole run: the server wrote several events per read while the client kept up."""
+    start_spread: StartSpreadInfo | None = None
+    """An unstaged closed-loop run: how its users were started (a staged run says it per stage)."""
     target: str = ""
     """The config key again, named as the Prometheus ``target`` label: what tells apart two entries
     with one model id (e.g. the same model on vLLM and on SGLang)."""
@@ -271,6 +303,9 @@ class ClientInfo(_Model):
     """Freezes of workers that came back (not lost; ``workers_lost`` does not count them)."""
     refused_workers: list[RefusedWorker] = []
     """Joining workers whose config hash or attnload version differed from the master's."""
+    loop_lag_s: dict[str, Summary] = {}
+    """Per sending process (worker id; ``local`` for a single process): how late its event loop ran a
+    50 ms timer, seconds. A p50 of a few ms or a p99 near 100 ms: the client was behind."""
 
 
 class RequestsOut(_Model):

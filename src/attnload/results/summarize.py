@@ -10,8 +10,10 @@ from attnload.config.model import ModelTarget, TestConfig
 from attnload.measure.cgroup import throttled_reason
 from attnload.measure.context import ContextRecorder
 from attnload.measure.histogram import LogHistogram
+from attnload.measure.looplag import behind_reason
 from attnload.measure.paired import PairedRecorder
 from attnload.measure.recorder import Recorder, Series
+from attnload.results.bursts import MIN_ITL_SAMPLES_RUN, client_behind, itl_collapsed, tokens_per_read_p50
 from attnload.results.context import context_fields, with_replay_rates
 from attnload.results.gpu import GpuResults, per_token, with_gpu
 from attnload.results.ladder import context_scaling, decode_speed
@@ -110,6 +112,7 @@ def totals(series: Series, duration_s: float, slo_set: bool) -> dict[str, Any]:
         "goodput_rps": counts.get("good", 0) / duration_s if slo_set else None,
         "ttfat_s": summary(series.hists["ttfat"]),
         **reasoning_fields(counts),
+        "tokens_per_read_p50": tokens_per_read_p50(series),
     }
 
 
@@ -276,19 +279,30 @@ def with_arrivals(stage: StageSummary, run_info: dict[str, Any], replay: bool) -
 
 
 def client_info(
-    workers: int, workers_lost: int, cpu_max_ratio: float, recorder: Recorder, throttled_ratio: float = 0.0
+    workers: int,
+    workers_lost: int,
+    cpu_max_ratio: float,
+    recorder: Recorder,
+    throttled_ratio: float = 0.0,
+    loop_lag: dict[str, Summary] | None = None,
 ) -> ClientInfo:
-    """Saturation is measured: CPU above 90 %, cgroup throttling, or the chunk-coalescing signature in ITL."""
+    """Saturation is measured: CPU above 90 %, cgroup throttling, an event loop late most of the time, or
+    the chunk-coalescing signature in ITL when the client was behind (``results.bursts``: otherwise the
+    signature is the server's bursts).
+
+    ``loop_lag``: each sending process's event-loop lateness (None: not measured)."""
     reasons = []
     if (throttled := throttled_reason(throttled_ratio)) is not None:
         reasons.append(throttled)
     if cpu_max_ratio > SATURATION_CPU_RATIO:
         reasons.append(f"worker CPU reached {cpu_max_ratio:.0%} (> {SATURATION_CPU_RATIO:.0%})")
-    itl = recorder.combined().hists["itl"]
-    p50, p99 = itl.quantile(0.5), itl.quantile(0.99)
-    if itl.count >= 1000 and p50 is not None and p99 is not None and p50 < 0.0005 < p99 and p99 > 50 * p50:
+    if (late := behind_reason(loop_lag or {}, p99=False)) is not None:
+        reasons.append(f"{late}: requests and reads waited on the client")
+    behind = client_behind(cpu_max_ratio, throttled_ratio, loop_lag)
+    if behind is not None and itl_collapsed(recorder.combined().hists["itl"], MIN_ITL_SAMPLES_RUN):
         reasons.append(
-            "ITL p50 collapsed toward 0 while p99 grew: several chunks arrive per read (the client is behind)"
+            "ITL p50 collapsed toward 0 while p99 grew: several chunks arrive per read "
+            f"(the client is behind: {behind})"
         )
     return ClientInfo(
         workers=workers,
@@ -296,6 +310,7 @@ def client_info(
         cpu_max_ratio=round(cpu_max_ratio, 3),
         client_saturated=bool(reasons),
         saturation_reasons=reasons,
+        loop_lag_s=dict(sorted((loop_lag or {}).items())),
     )
 
 

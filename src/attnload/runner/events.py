@@ -18,6 +18,7 @@ from attnload.config.load import load_config
 from attnload.config.model import TestConfig
 from attnload.errors import UsageError
 from attnload.exporter.exposition import serve_metrics
+from attnload.measure.looplag import watch_loop
 from attnload.plan.children import PARENT_PID_ENV
 from attnload.plan.options import RunOptions, add_arguments, exit_usage, options_from, requests_out_option
 from attnload.plan.writable import check_writable_dir
@@ -117,6 +118,7 @@ def _init_sender(environment: Environment, sender: Sender) -> None:
     gevent.spawn(watch_stalls, sender.stall)  # a frozen process's requests carry the freeze: mark them
     environment.events.user_error.add_listener(lambda user_instance, **_: sender.health.user_error(user_instance))
     quiet_full_collections()
+    gevent.spawn(watch_loop, sender.loop_lag)
 
 
 def _init_collector(environment: Environment, runtime: Runtime, collector: Collector) -> None:

@@ -61,6 +61,10 @@ class WorkerReport(TypedDict, total=False):
     """``--requests-out`` lines: one report's share, everything in the final one."""
     stall: dict[str, Any]
     """The worker's freezes since the last report and its requests marked across them."""
+    loop_lag: dict[str, Any]
+    """The event loop's lateness since the last report (a histogram, ``measure.looplag``)."""
+    first_requests: list[list[Any]]
+    """First-request stamps per (model, stage) (cumulative, ``sender.arrivalphase``)."""
 
 
 def worker_report(sender: Sender, final: bool = False) -> WorkerReport:
@@ -73,6 +77,8 @@ def worker_report(sender: Sender, final: bool = False) -> WorkerReport:
         "context": state.context.take_delta(),
         "health": sender.health.payload(sender.spawned),
         "throttled": sender.throttle.peak(),
+        "loop_lag": sender.loop_lag.take_delta(),
+        "first_requests": sender.first_requests.payload(),
     }
     if state.paired is not None:
         report["paired"] = state.paired.take_delta()
@@ -103,6 +109,10 @@ def merge_report(collector: MasterCollector, worker_id: str, report: WorkerRepor
     if "users" in report and worker_id not in collector.workers_lost:
         collector.note_worker_users(worker_id, report["users"])
     collector.watch.report(worker_id, report.get("delta") or {}, report.get("users"), report.get("stall"))
+    if "loop_lag" in report:
+        collector.note_loop_lag(worker_id, report["loop_lag"])
+    if "first_requests" in report:
+        collector.first_requests.merge(worker_id, report["first_requests"])
 
 
 def report_exchange(runner: Any, sender: Sender | None, collector: MasterCollector | None) -> None:

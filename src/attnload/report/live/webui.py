@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from attnload.report import gpu as gpu_view
+from attnload.report.clienthealth.render import llm_cell
 from attnload.report.fmt import error_total, ms_bare, rate, series_name, stage_label
 from attnload.report.reasoning import view as reasoning_view
 from attnload.report.server import live_cells
@@ -48,6 +49,7 @@ COLUMNS: tuple[tuple[str, str], ...] = (
     ("itl_p99_ms", "ITL p99 (ms)"),
     *reasoning_view.LIVE_COLUMNS,
     ("output_tok_s", "Output tok/s"),
+    ("server_bursts", "Server bursts"),
     ("in_flight", "In flight"),
     ("kv_used_pct", "Server KV used"),
     ("waiting_mean", "Server waiting"),
@@ -105,6 +107,7 @@ def llm_rows(results: Results) -> list[dict[str, Any]]:
                 "itl_p50_ms": _ms_cell(totals.itl_s.p50),
                 "itl_p99_ms": _ms_cell(totals.itl_s.p99),
                 "output_tok_s": _rate_cell(totals.output_tokens_per_s),
+                "server_bursts": llm_cell(totals),
                 "in_flight": in_flight if in_flight is not None else "",
                 "requests_ok": totals.requests.ok,
                 "errors": error_total(totals),
@@ -131,6 +134,7 @@ def turn_rows(model: ModelSummary) -> list[dict[str, Any]]:
             "itl_p50_ms": _ms_cell(row.itl_s.p50),
             "itl_p99_ms": _ms_cell(row.itl_s.p99),
             "output_tok_s": "",
+            "server_bursts": "",
             "in_flight": "",
             "requests_ok": row.requests - row.failed,
             "errors": row.failed,

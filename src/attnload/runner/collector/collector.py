@@ -19,11 +19,13 @@ from typing import Any, Protocol
 
 from attnload.exporter.exposition import FleetState
 from attnload.measure.cgroup import throttled_reason
+from attnload.measure.looplag import FleetLoopLag
 from attnload.report.csvout import write_llm_csv
 from attnload.report.html import write_html
+from attnload.results.bursts import client_behind, with_server_bursts
 from attnload.results.fleet import FleetFaults, LostWorker, UnreportedTraffic
 from attnload.results.model import Results
-from attnload.results.summarize import StageWindow, build_results, client_info
+from attnload.results.summarize import StageWindow, build_results, client_info, summary
 from attnload.results.write import write_final
 from attnload.runner.collector.gpuview import GpuView, gpu_targets
 from attnload.runner.collector.health import FleetHealth
@@ -31,6 +33,7 @@ from attnload.runner.collector.reach import Reachability
 from attnload.runner.collector.requestsfile import RequestsWriter
 from attnload.runner.collector.serverview import ServerView, scrape_targets
 from attnload.runner.collector.workerloss import WorkerWatch, with_fleet_faults
+from attnload.runner.sender.arrivalphase import FleetFirstRequests, with_start_spread
 from attnload.runner.sender.sender import Sender
 from attnload.runner.sender.startspread import PilotBoard
 from attnload.runner.state import RunState
@@ -76,6 +79,10 @@ class Collector:
         """dcgm-exporter's (or the simulator's) per-GPU gauges per model, unless --gpu-metrics off."""
         self.reach = Reachability()
         """Models whose server refuses connections now (the console says so while it lasts)."""
+        self.loop_lag = FleetLoopLag()
+        """Each sending process's event-loop lateness (``measure.looplag``)."""
+        self.first_requests = FleetFirstRequests()
+        """Each sending process's first-request stamps per (model, stage) (``sender.arrivalphase``)."""
 
     def open_views(self) -> None:
         """Scrape the model servers and GPUs the options ask for (from the next test on)."""
@@ -99,6 +106,9 @@ class Collector:
         self.reach.reset()
         if self.requests is not None:
             self.requests.restart()
+        self.loop_lag.reset()
+        self.first_requests.reset()
+        self.fleet.worker_loop_lag.clear()
         for view in self._views():
             view.start()
 
@@ -184,6 +194,11 @@ class Collector:
         self.throttled_max_ratio = max(self.throttled_max_ratio, ratio)
         self._flag_saturation()
 
+    def note_loop_lag(self, worker: str, wire: Any) -> None:
+        """One report's event-loop lateness of ``worker`` (a histogram on the wire)."""
+        self.loop_lag.merge(worker, wire)
+        self.fleet.worker_loop_lag = self.loop_lag.gauges()
+
     def _flag_saturation(self) -> None:
         saturated = self.cpu_max_ratio > SATURATED_CPU_RATIO
         self.fleet.client_saturated = saturated or throttled_reason(self.throttled_max_ratio) is not None
@@ -208,6 +223,9 @@ class Collector:
         """This process's own crash counts (a single process's users), beside the workers'."""
         return None
 
+    def pull_own(self) -> None:
+        """A single process: take its own sender's loop lateness and first-request stamps."""
+
     def results(self) -> Results:
         state = self.state
         started = state.started_at or time.time()
@@ -215,6 +233,8 @@ class Collector:
         workers, lost = self.workers_counted()
         sweep = self.sweep_final() if self.sweep_final is not None else None
         running_stage = state.stage.index if state.running else None
+        self.pull_own()
+        loop_lag = {worker: summary(hist) for worker, hist in self.loop_lag.run.items()}
         results = build_results(
             state.config,
             state.recorder,
@@ -222,7 +242,12 @@ class Collector:
             ended_at=ended,
             stages=self._windows(),
             client=client_info(
-                workers, lost, self.cpu_max_ratio, state.recorder, throttled_ratio=self.throttled_max_ratio
+                workers,
+                lost,
+                self.cpu_max_ratio,
+                state.recorder,
+                throttled_ratio=self.throttled_max_ratio,
+                loop_lag=loop_lag,
             ),
             run_info=self._run_info(),
             attention_info={m.key: facts for m in state.config.models if (facts := state.attention_facts(m.id))},
@@ -234,6 +259,10 @@ class Collector:
             server=self.server_view.results(running_stage) if self.server_view is not None else None,
             gpu=self.gpu_view.results(running_stage) if self.gpu_view is not None else None,
         )
+        results = with_server_bursts(
+            results, state.recorder, client_behind(self.cpu_max_ratio, self.throttled_max_ratio, loop_lag)
+        )
+        results = with_start_spread(results, state.options.start_spread, self.first_requests.combined())
         client = results.client.model_copy(update=self.health.client_fields(self.own_health()))
         update: dict[str, Any] = {"client": client, "interrupted": state.interrupted}
         if self.requests is not None:
@@ -262,6 +291,7 @@ class Collector:
             "role": self.process_role,
             "paired": options.paired,
             "arrivals": state.arrivals,
+            "start_spread": options.start_spread,
             "burstiness": state.burstiness,
             "slo": config.slo.model_dump(),
             "models": {m.key: {"id": m.id, "attention": m.attention, "url": m.chat_url} for m in config.models},
@@ -304,6 +334,11 @@ class LocalCollector(Collector):
         self.fleet.users = dict(self.sender.users_by_model)
         self.note_cpu("local", self.sender.cpu.sample())
         self.note_throttled(self.sender.throttle.sample())
+        self.pull_own()
+
+    def pull_own(self) -> None:
+        self.note_loop_lag("local", self.sender.loop_lag.take_delta())
+        self.first_requests.merge("local", self.sender.first_requests.payload())
 
     def drain_requests(self) -> None:
         lines = self.sender.lines

@@ -17,8 +17,10 @@ import gevent
 from attnload.client.transport import Timeouts
 from attnload.config.model import ModelTarget
 from attnload.measure.cgroup import ThrottleMeter
+from attnload.measure.looplag import LoopLagMeter
 from attnload.measure.recorder import RequestRecord
 from attnload.measure.requestlog import NOBODY, Who
+from attnload.runner.sender.arrivalphase import FirstRequests
 from attnload.runner.sender.cpumeter import CpuMeter
 from attnload.runner.sender.dialogs import Traffic
 from attnload.runner.sender.health import RunHealth
@@ -51,6 +53,10 @@ class Sender:
         self._assigned = 0
         self.cpu = CpuMeter()
         self.throttle = ThrottleMeter()
+        self.loop_lag = LoopLagMeter()
+        """How late this process's event loop runs a timer (``watch_loop`` feeds it)."""
+        self.first_requests = FirstRequests()
+        """When each closed-loop stage's new users sent their first request."""
         self.health = RunHealth()
         self.open_loop: OpenLoop | None = None
         """The rate stages' scheduler (set by the event wiring; idle until a rate stage begins)."""
@@ -122,6 +128,8 @@ class Sender:
 
     def begin_test(self) -> None:
         self.start_spread.reset()
+        self.loop_lag.reset()
+        self.first_requests.reset()
 
     def enter_stage(self, index: int, rates: dict[str, float] | None, started_perf: float) -> None:
         """A rate stage starts this process's share of its schedule; a closed-loop stage stops the schedule."""

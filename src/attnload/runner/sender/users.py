@@ -65,7 +65,9 @@ class ChatUser(User):
         self.keys = keys
         # Users started together must not stay in phase: the first request waits its offset (startspread.py).
         pace = PAIR_STREAM if paired else self.target.key
-        self._pilot = pace if sender.start_spread.first_request(pace, sender.state.stage.index, keys) else None
+        stage = sender.state.stage.index
+        self._pilot = pace if sender.start_spread.first_request(pace, stage, keys) else None
+        sender.first_requests.note(keys, stage, time.time())  # the task sends it next (wait_time 0)
 
     def on_stop(self) -> None:
         if self.sender.state.paired is not None:
