@@ -156,7 +156,8 @@ def test_servers_are_stopped_as_groups_on_sigterm(tmp_path: Path) -> None:
     python.chmod(0o755)
     script = (
         f"from pathlib import Path; import time; from attnload.engines.vllm import ServerSpec, running\n"
-        f"specs = [ServerSpec(Path('/m'), f'm{{i}}', {free_port()} + i, core=i, kv_cache_bytes=1) for i in (0, 1)]\n"
+        f"specs = [ServerSpec(Path('/m'), f'm{{i}}', port, core=i, kv_cache_bytes=1)"
+        f" for i, port in enumerate({[free_port(), free_port()]})]\n"
         f"with running(specs, Path({str(tmp_path)!r}) / 'logs', timeout_s=60):\n"
         f"    Path({str(tmp_path)!r}, 'ready').write_text('1'); time.sleep(120)\n"
     )

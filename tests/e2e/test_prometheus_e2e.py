@@ -77,6 +77,7 @@ ALLOWED_LABELS = {
     "stage",
     "target_users",
     "target_rate",
+    "context",  # a context ladder's rung on attnload_stage_info: one value per stage
 }
 RUN_TIMEOUT_S = 180
 

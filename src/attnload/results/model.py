@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Final, Literal
+from typing import Any, Final, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
 from attnload.errors import UsageError, validated
 from attnload.results.fleet import LostWorker, Partial, RefusedWorker, StalledWorker
@@ -47,6 +47,15 @@ class Requests(_Model):
     dropped: int = 0
     """Open loop: arrivals not sent because the model's connection backoff was running (the server refused
     or reset connections); never sent, so not in ``total``."""
+
+    @model_serializer(mode="wrap")
+    def _dropped_only_when_some(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """``dropped`` is written only when an arrival was dropped: the counts of a run whose server never went
+        away read exactly as they always have."""
+        data: dict[str, Any] = handler(self)
+        if not self.dropped:
+            data.pop("dropped", None)
+        return data
 
     @property
     def total(self) -> int:
