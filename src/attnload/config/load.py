@@ -31,7 +31,7 @@ from attnload.config.model import (
     TestConfig,
     env_name,
 )
-from attnload.config.urls import check_url, metrics_url, resolve_chat_url
+from attnload.config.urls import api_url, check_api, check_url, metrics_url, resolve_chat_url
 from attnload.errors import UsageError, describe_validation
 from attnload.scrape.dcgm import check_selector
 
@@ -54,8 +54,10 @@ class _SeedModel(StrictModel):
     tokenizer: str | None = None
     gpu_metrics_url: str | None = None
     gpu_selector: dict[str, str] | None = None
+    api: str = "chat"
 
     _attention = field_validator("attention")(lambda v: parse_attention(v))
+    _api = field_validator("api")(lambda v: check_api(v))
     _url = field_validator("base_url")(lambda v: v if v is None else check_url(v))
     _env = field_validator("api_key_env")(lambda v: env_name(v))
     _metrics = field_validator("metrics_url")(lambda v: metrics_url(v))
@@ -226,6 +228,14 @@ def _targets(models: Mapping[str, _SeedModel], base_url: str, api_key_env: str |
     targets = []
     for key, raw in models.items():
         root, chat_url, note = resolve_chat_url(raw.base_url or base_url)
+        if raw.api == "messages" and not (raw.api_key_env or api_key_env):
+            raise ValueError(
+                f"model {key}: api messages needs an API key (sent as x-api-key): add api_key_env naming "
+                "the environment variable that holds it"
+            )
+        if raw.api != "chat":
+            chat_url = api_url(chat_url, raw.api)
+            note = f"{note}; api {raw.api}: sent to {chat_url}"
         targets.append(
             ModelTarget(
                 key=key,
@@ -241,6 +251,7 @@ def _targets(models: Mapping[str, _SeedModel], base_url: str, api_key_env: str |
                 tokenizer=raw.tokenizer,
                 gpu_metrics_url=raw.gpu_metrics_url,
                 gpu_selector=raw.gpu_selector,
+                api=raw.api,
             )
         )
     return tuple(targets)

@@ -74,6 +74,9 @@ class ModelTarget(StrictModel):
     """dcgm-exporter's ``/metrics`` for this model's GPUs (None: DCGM series on ``metrics_url``, if any)."""
     gpu_selector: dict[str, str] | None = None
     """Label -> regex (full match) on dcgm-exporter's labels, picking this model's GPUs (docs/gpu-metrics.md)."""
+    api: str = "chat"
+    """The API requests go through: ``chat``, ``completions``, ``responses`` or ``messages``; ``chat_url``
+    is then that API's endpoint (``.../v1/completions``, ``.../v1/responses``, ``.../v1/messages``)."""
 
     def api_key(self) -> str | None:
         """The key from the environment (never from a file); registered for redaction."""

@@ -94,6 +94,12 @@ class RequestRecord:
     """``perf_counter`` when the request went on the wire (the per-request log's ``start_s``)."""
     http_status: int | None = None
     """The response's HTTP status (None: no response head arrived)."""
+    ttfat_s: float | None = None
+    """Time to the first answer (content/text) token after any reasoning; None when the answer never began."""
+    reasoning_tokens: int = 0
+    """Output tokens that arrived as reasoning deltas (counted by the client)."""
+    server_reasoning_tokens: int | None = None
+    """The server's own reasoning count from usage (None: not reported)."""
 
     @property
     def tpot_s(self) -> float | None:

@@ -14,7 +14,8 @@ from gevent import GreenletExit
 from locust import User, constant, task
 from locust.env import Environment
 
-from attnload.client.chat import Cancelled, ChatClient, chat_body
+from attnload.client.apis import request_body
+from attnload.client.chat import Cancelled, ChatClient
 from attnload.config.model import ModelTarget
 from attnload.measure.paired import send_together
 from attnload.measure.recorder import RequestRecord
@@ -159,6 +160,7 @@ def chat_client(sender: Sender, target: ModelTarget) -> ChatClient:
         sender.api_keys[target.key],
         sender.timeouts,
         retry_after_max_s=sender.state.config.request.retry_after_max_s,
+        api=target.api,
     )
 
 
@@ -174,7 +176,8 @@ def send_plan(
 ) -> RequestRecord:
     """Send one planned request and report it; a stop mid-request is recorded, then ends the greenlet."""
     request = sender.state.config.request
-    body = chat_body(
+    body = request_body(
+        target.api,
         target.id,
         plan.messages,
         max_tokens=plan.max_tokens,
