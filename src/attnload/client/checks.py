@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import re
 import time
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from geventhttpclient.response import HTTPResponse
 
@@ -22,8 +22,16 @@ from attnload.client.transport import Response
 from attnload.errors import ErrorClass, RequestFailed
 from attnload.measure.tokens import chunk_tokens
 
-if TYPE_CHECKING:
-    from attnload.client.grammar import Grammar
+
+class Grammar(Protocol):
+    """How an API other than chat streams its answer (client/grammar.py holds one per API)."""
+
+    end: str
+    """The event that ends a complete stream."""
+
+    def event(self, stream: Any, kind: bytes, data: bytes, at: float) -> None: ...
+
+    def unary(self, stream: Any, data: dict[str, Any]) -> None: ...
 
 
 class StreamState(Protocol):

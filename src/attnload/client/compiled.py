@@ -12,8 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from attnload.client.budget import max_events
-from attnload.client.checks import NEVER, StreamChecks
-from attnload.client.grammar import Grammar
+from attnload.client.checks import NEVER, Grammar, StreamChecks
 from attnload.client.sse import dataless_error, overflow_error
 from attnload.client.transport import Response
 from attnload.native._fastpath import Splitter, StreamBase

@@ -21,15 +21,15 @@ import json
 import re
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from attnload.client.checks import PLAIN_STRING, SCALAR_FIELD, cached_tokens
 from attnload.client.classify import classify_error_object
 from attnload.errors import ErrorClass, RequestFailed
 from attnload.measure.tokens import chunk_tokens
 
-if TYPE_CHECKING:
-    from attnload.client.stream import Stream
+Stream = Any
+"""A ``PyStream`` or ``CStream`` (client/stream.py, which imports this module)."""
 
 _PLAIN_TEXT = re.compile(
     rb"\{(?:" + SCALAR_FIELD + rb',)*"choices":\[\{"index":0,"text":"(' + PLAIN_STRING + rb')"'
@@ -42,8 +42,8 @@ _LENGTH_STOPS = ("length", "max_tokens", "max_output_tokens")
 """How each API says the output limit ended the answer (chat and completions, Messages, Responses)."""
 
 
-class Grammar:
-    """One API's stream grammar: its events, its non-streamed body, the event that ends it."""
+class ApiGrammar:
+    """One API's stream grammar (``checks.Grammar``): its events, its non-streamed body, the event that ends it."""
 
     __slots__ = ("api", "end", "event", "unary")
 
@@ -299,9 +299,9 @@ def _unary_parts(stream: Stream, reasoning: list[str], answer: list[str]) -> Non
             stream.texts.append(text)
 
 
-GRAMMARS: dict[str, Grammar] = {
-    "completions": Grammar("completions", "[DONE]", completions_event, completions_unary),
-    "responses": Grammar("responses", "response.completed", responses_event, responses_unary),
-    "messages": Grammar("messages", "message_stop", messages_event, messages_unary),
+GRAMMARS: dict[str, ApiGrammar] = {
+    "completions": ApiGrammar("completions", "[DONE]", completions_event, completions_unary),
+    "responses": ApiGrammar("responses", "response.completed", responses_event, responses_unary),
+    "messages": ApiGrammar("messages", "message_stop", messages_event, messages_unary),
 }
 """The grammar of each API but chat (chat's is ``StreamChecks._event``)."""

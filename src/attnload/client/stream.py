@@ -15,8 +15,8 @@ from geventhttpclient.response import HTTPParseError
 
 from attnload import native
 from attnload.client.budget import max_events
-from attnload.client.checks import NEVER, PLAIN_CONTENT, StreamChecks, cached_tokens
-from attnload.client.grammar import GRAMMARS, Grammar
+from attnload.client.checks import NEVER, PLAIN_CONTENT, Grammar, StreamChecks, cached_tokens
+from attnload.client.grammar import GRAMMARS
 from attnload.client.sse import EventSplitter, SseSplitter
 from attnload.client.transport import Response
 
