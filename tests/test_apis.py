@@ -19,10 +19,12 @@ from attnload.client.apis import auth_header, request_body
 from attnload.client.chat import ChatClient, chat_body
 from attnload.client.classify import classify_status
 from attnload.client.transport import Timeouts
+from attnload.commands.cli import main
 from attnload.config.load import load_config
 from attnload.config.urls import api_url
 from attnload.errors import ErrorClass, RequestFailed, UsageError
 from helpers import Processes, http_json, start_sim
+from hostile_server import HostileServer, Timing
 
 MESSAGES = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hello there"}]
 APIS = ("chat", "completions", "responses", "messages")
@@ -326,3 +328,49 @@ def test_simulator_errors_in_each_apis_words(processes: Processes, api: str) -> 
         stage=0,
     )
     assert big.error == ErrorClass.CONTEXT_LENGTH.label and big.http_status == 400
+
+
+# --------------------------------------------------------------------------- attnload check
+
+
+def _check_config(tmp_path: Path, base_url: str, api: str, model: str) -> Path:
+    path = tmp_path / f"check-{api}.json"
+    data = {
+        "base_url": base_url,
+        "api_key_env": "ATTNLOAD_CHECK_KEY",
+        "models": {"m": {"id": model, "attention_type": "GQA", "api": api}},
+        "request": {"total_timeout_s": 5.0},
+    }
+    path.write_text(json.dumps(data))
+    return path
+
+
+def test_check_says_which_api_it_probed(
+    processes: Processes, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ATTNLOAD_CHECK_KEY", "sk-check-000000000000")
+    sim = start_sim(processes, "--mode", "fixed", "--ttft-ms", "5", "--itl-ms", "1")
+    for api in ("completions", "responses", "messages"):
+        code = main(["check", "-c", str(_check_config(tmp_path, sim + "/v1", api, "llama-3-70b"))])
+        out = capsys.readouterr().out
+        assert code == 0, out
+        assert f"api:     {api} (probed: POST /v1/{api})" in out and "verdict: OK" in out
+
+
+def test_check_names_the_fix_for_a_wrong_api(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``messages`` against a server that speaks chat only: one line naming ``api = "chat"``."""
+    monkeypatch.setenv("ATTNLOAD_CHECK_KEY", "sk-check-000000000000")
+    for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+        monkeypatch.delenv(name.lower(), raising=False)
+    server = HostileServer(Timing(delay_s=0.0, slow_s=2.0, stall_s=5.0))
+    try:
+        code = main(["check", "-c", str(_check_config(tmp_path, server.url + "/api", "messages", "ok"))])
+    finally:
+        server.stop()
+    out = capsys.readouterr().out
+    assert code == 1, out
+    (fix,) = [line for line in out.splitlines() if line.strip().startswith("fix:")]
+    assert 'set api = "chat" for model m' in fix and "does not speak the messages API" in fix, out
