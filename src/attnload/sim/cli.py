@@ -365,7 +365,7 @@ def run(args: argparse.Namespace) -> int:
         tokens_per_event=args.tokens_per_event,
         default_output_tokens=args.output_tokens,
         max_waiting=args.max_waiting,
-        reasoning_ratio=args.reasoning_ratio,
+        **({"reasoning_ratio": args.reasoning_ratio} if args.reasoning_ratio else {}),
     )
     return 0
 
