@@ -320,9 +320,10 @@ def fix_for(check: ModelCheck, failure: RequestFailed, config: TestConfig, max_t
             f"ttft_timeout_s bounds the first token, idle_timeout_s the gap between chunks) or lower max_tokens"
         )
     if kind is ErrorClass.TRUNCATED:
-        if "[DONE]" in failure.detail:
+        if "stream ended without" in failure.detail:
+            end = failure.detail.rpartition("without ")[2]  # [DONE], or the API's end event
             return (
-                "the stream ended without [DONE]: the server or a proxy cut it; check for a gateway timeout "
+                f"the stream ended without {end}: the server or a proxy cut it; check for a gateway timeout "
                 "in front of the server, then raise max_tokens if replies are cut short"
             )
         return (
