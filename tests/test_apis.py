@@ -247,6 +247,21 @@ def test_each_api_reads_identically_compiled_and_pure(api: str, data: st.DataObj
     assert _run(True, api, stream, cuts) == _run(False, api, stream, cuts)
 
 
+VLLM_COMPLETION = (
+    b'{"id":"cmpl-9","object":"text_completion","created":1,"model":"tiny","choices":[{"index":0,"text":" the",'
+    b'"logprobs":null,"finish_reason":null,"stop_reason":null,"prompt_token_ids":null,"token_ids":null}]}'
+)
+"""A completions delta as vLLM 0.32 writes it (``model_dump_json(exclude_unset=True)``)."""
+
+
+def test_vllms_completion_delta_arms_the_same_bytes_check() -> None:
+    for compiled in (False, True):
+        if compiled and streams.COMPILED_STREAM is None:
+            continue
+        result = _run(compiled, "completions", b"data: " + VLLM_COMPLETION + b"\n\n", [])
+        assert result[0] is None and result[3] == [1] and result[4] == [" the"] and result[10] is not None
+
+
 def test_completions_plain_deltas_take_the_same_bytes_path() -> None:
     """After the first plain text delta, later ones are stamped without ``_event`` (in C on the compiled path)."""
     chunks = [
@@ -254,6 +269,8 @@ def test_completions_plain_deltas_take_the_same_bytes_path() -> None:
         for t in ("a ", "b ", "c ")
     ]
     for compiled in (False, True):
+        if compiled and streams.COMPILED_STREAM is None:
+            continue
         result = _run(
             compiled, "completions", b"".join(chunks) + b"data: [DONE]\n\n", [len(chunks[0]), 2 * len(chunks[0])]
         )

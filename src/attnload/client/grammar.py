@@ -33,7 +33,8 @@ Stream = Any
 
 _PLAIN_TEXT = re.compile(
     rb"\{(?:" + SCALAR_FIELD + rb',)*"choices":\[\{"index":0,"text":"(' + PLAIN_STRING + rb')"'
-    rb'(?:,"logprobs":null)?(?:,"finish_reason":null)?(?:,"stop_reason":null)?\}\]'
+    rb'(?:,"logprobs":null)?(?:,"finish_reason":null)?(?:,"stop_reason":null)?'
+    rb'(?:,"prompt_token_ids":null)?(?:,"token_ids":null)?\}\]'
     rb"(?:," + SCALAR_FIELD + rb")*\}"
 )
 """A plain completions delta: one choice, index 0, no finish, text without escapes; ``json.loads`` of
