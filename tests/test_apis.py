@@ -133,7 +133,36 @@ def _sse(kind: str | None, data: dict[str, Any] | str) -> bytes:
 
 TEXTS = ["the ", " quick", "", "a b  c", "é", "中文 ", 'q\\"uote', "word"]
 _CMPL = '{"id":"cmpl-1","object":"text_completion","created":1,"model":"m","choices":[{"index":0,"text":"'
+_CHAT = '{"id":"c","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{'
 POOLS: dict[str, st.SearchStrategy[bytes]] = {
+    "chat": st.one_of(
+        st.sampled_from(TEXTS).map(
+            lambda t: b"data: " + (_CHAT + '"content":"' + t + '"},"finish_reason":null}]}').encode() + b"\n\n"
+        ),
+        st.sampled_from(TEXTS).map(
+            lambda t: b"data: " + (_CHAT + '"reasoning":"' + t + '"},"finish_reason":null}]}').encode() + b"\n\n"
+        ),
+        st.sampled_from(TEXTS).map(
+            lambda t: (
+                b"data: " + (_CHAT + '"reasoning_content":"' + t + '"},"finish_reason":null}]}').encode() + b"\n\n"
+            )
+        ),
+        st.just(b"data: " + (_CHAT + '"role":"assistant","content":""},"finish_reason":null}]}').encode() + b"\n\n"),
+        st.just(
+            _sse(
+                None,
+                {
+                    "choices": [],
+                    "usage": {
+                        "prompt_tokens": 3,
+                        "completion_tokens": 9,
+                        "completion_tokens_details": {"reasoning_tokens": 0},
+                    },
+                },
+            )
+        ),
+        st.just(b"data: [DONE]\n\n"),
+    ),
     "completions": st.one_of(
         st.sampled_from(TEXTS).map(
             lambda t: (
@@ -238,7 +267,7 @@ def _run(compiled: bool, api: str, stream: bytes, cuts: list[int]) -> tuple[obje
 @pytest.mark.skipif(streams.COMPILED_STREAM is None, reason="attnload.native._fastpath is not built")
 @settings(max_examples=150, deadline=None)
 @given(
-    api=st.sampled_from(["completions", "responses", "messages"]),
+    api=st.sampled_from(APIS),
     data=st.data(),
     cuts=st.lists(st.integers(min_value=0, max_value=3000), max_size=20),
 )
@@ -391,3 +420,26 @@ def test_check_names_the_fix_for_a_wrong_api(
     assert code == 1, out
     (fix,) = [line for line in out.splitlines() if line.strip().startswith("fix:")]
     assert 'set api = "chat" for model m' in fix and "does not speak the messages API" in fix, out
+
+
+def test_chat_reasoning_then_content_on_both_paths() -> None:
+    """vLLM 0.32's ``reasoning`` and older ``reasoning_content`` deltas: timed as tokens, counted apart; the first
+    content delta (read at byte 300 here) is the answer's start, and later ones take the same-bytes path."""
+
+    def chunk(field: str, text: str) -> bytes:
+        return b"data: " + (_CHAT + f'"{field}":"{text}"' + '},"finish_reason":null}]}').encode() + b"\n\n"
+
+    parts = [
+        chunk("reasoning", "hmm "),
+        chunk("reasoning_content", "so "),
+        chunk("content", "yes "),
+        chunk("content", "ok "),
+    ]
+    stream = b"".join(parts)
+    cuts = [sum(len(p) for p in parts[: i + 1]) for i in range(len(parts))]
+    for compiled in (False, True):
+        if compiled and streams.COMPILED_STREAM is None:
+            continue
+        result = _run(compiled, "chat", stream + b"data: [DONE]\n\n", cuts)
+        assert result[0] is None and result[3] == [1, 1, 1, 1] and result[4] == ["yes ", "ok "]
+        assert result[8] == float(cuts[2]) and result[9] == 2 and result[1] == float(cuts[0])
