@@ -451,6 +451,9 @@ class ChatClient:
         reasoning_details = usage.get("completion_tokens_details")
         estimated = not isinstance(reported_prompt, int) or not isinstance(reported_completion, int)
         completion = reported_completion if isinstance(reported_completion, int) else sum(stream.chunk_tokens)
+        reasoning = stream.reasoning_tokens
+        if reasoning and stream.streaming and not estimated and completion == len(stream.chunk_tokens):
+            reasoning = stream.reasoning_chunks  # the server's count says one token per delta: count deltas
         return RequestRecord(
             model_key=model_key,
             profile=profile,
@@ -469,7 +472,7 @@ class ChatClient:
             started_perf=started,
             http_status=_status_code(stream),
             ttfat_s=None if stream.answer_at is None else stream.answer_at - origin,
-            reasoning_tokens=stream.reasoning_tokens,
+            reasoning_tokens=reasoning,
             server_reasoning_tokens=server_reasoning(reasoning_details),
         )
 

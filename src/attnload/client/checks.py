@@ -50,6 +50,7 @@ class StreamState(Protocol):
     grammar: Grammar | None
     answer_at: float | None
     reasoning_tokens: int
+    reasoning_chunks: int
 
     @property
     def sse(self) -> EventSplitter: ...
@@ -116,6 +117,7 @@ class StreamChecks:
     done: bool
     answer_at: float | None
     reasoning_tokens: int
+    reasoning_chunks: int
 
     def _answer(self: StreamState, at: float, tokens: int, text: str | None) -> None:
         """Time one answer (content) chunk: the first is the time to the first answer token."""
@@ -126,6 +128,7 @@ class StreamChecks:
     def _reasoning(self: StreamState, at: float, tokens: int) -> None:
         """Time one reasoning chunk: an output token like any other (TTFT, ITL), counted apart."""
         self.reasoning_tokens += tokens
+        self.reasoning_chunks += 1
         self._stamp(at, tokens, None)
 
     def _event(self: StreamState, kind: bytes, data: bytes, at: float) -> None:

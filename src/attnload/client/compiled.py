@@ -46,6 +46,7 @@ class CStream(StreamBase, StreamChecks):
         "grammar",
         "answer_at",
         "reasoning_tokens",
+        "reasoning_chunks",
     )
 
     def __init__(self, streaming: bool, max_tokens: int, grammar: Grammar | None = None) -> None:
@@ -62,3 +63,4 @@ class CStream(StreamBase, StreamChecks):
         self.grammar = grammar
         self.answer_at: float | None = None
         self.reasoning_tokens = 0
+        self.reasoning_chunks = 0

@@ -58,6 +58,7 @@ class PyStream(StreamChecks):
         "grammar",
         "answer_at",
         "reasoning_tokens",
+        "reasoning_chunks",
     )
 
     def __init__(self, streaming: bool, max_tokens: int, grammar: Grammar | None = None) -> None:
@@ -87,7 +88,9 @@ class PyStream(StreamChecks):
         self.answer_at: float | None = None
         """Arrival of the first answer (content) chunk, after any reasoning (None: no answer yet)."""
         self.reasoning_tokens = 0
-        """Output tokens that arrived as reasoning deltas."""
+        """Output tokens that arrived as reasoning deltas (estimated per delta, as content chunks are)."""
+        self.reasoning_chunks = 0
+        """Reasoning deltas: the reasoning's tokens when the server's count says one token came per delta."""
 
     def consume(self, at: float, origin: float) -> None:
         """Handle the events parsed so far; all of them arrived in the ``recv`` that returned at ``at``."""
