@@ -1,4 +1,4 @@
-"""The four APIs a model can be driven through (model key ``api``): where to send, what to send, how to authenticate.
+"""The four APIs a model can be driven through (model key ``api``): what to send and how to authenticate.
 
 Gateways speak more than chat completions: ``vllm bench serve`` and most published serving
 numbers use ``/v1/completions``, OpenAI's own clients default to the Responses API, and
