@@ -30,6 +30,7 @@ import gevent.ssl
 from gevent import GreenletExit
 from geventhttpclient.response import HTTPParseError
 
+from attnload.client.apis import auth_header, max_tokens_of
 from attnload.client.backoff import Backoff
 from attnload.client.budget import DRAIN_READS, MAX_HEADER_BYTES, YIELD_EVERY
 from attnload.client.checks import NEVER, header
@@ -48,7 +49,7 @@ from attnload.client.stream import (
 from attnload.client.transport import RECV_BYTES, Endpoint, Response, SocketReader, Timeouts, head_end
 from attnload.errors import ErrorClass, RequestFailed
 from attnload.measure.recorder import RequestRecord, split_gaps
-from attnload.measure.tokens import prompt_tokens
+from attnload.measure.tokens import body_messages, prompt_tokens
 
 if TYPE_CHECKING:
     from attnload.client.compiled import CStream
@@ -91,12 +92,15 @@ class ChatClient:
         retry_after_max_s: float = 0.0,
         backoff: Backoff | None = None,
         waits_backoff: bool = True,
+        api: str = "chat",
     ) -> None:
         self.endpoint = Endpoint.from_url(url)
         self.backoff = backoff
         """Connection failures back off (``client/backoff.py``); shared by an open loop's clients of one model."""
         self.waits_backoff = waits_backoff
         """True: :meth:`send` sleeps out the backoff first (a closed-loop user); False: the caller drops instead."""
+        self.api = api
+        """The API ``url`` speaks (client/apis.py): the body's caller builds, the stream's grammar reads."""
         self.timeouts = timeouts
         self.retry_after_max_s = retry_after_max_s
         """Above 0: after a 429 with Retry-After, wait that long (capped) before this user's next request."""
@@ -105,7 +109,7 @@ class ChatClient:
         self._resume_at = 0.0
         self._sock: Any = None
         self._ssl = ssl_context
-        auth = f"Authorization: Bearer {api_key}\r\n" if api_key else ""
+        auth = auth_header(api, api_key)
         target = self.endpoint.path
         if self.endpoint.proxy and not self.endpoint.tls:
             target = f"http://{self.endpoint.host_header}{self.endpoint.path}"  # absolute-form via a proxy
@@ -195,8 +199,7 @@ class ChatClient:
         started = time.perf_counter()
         origin = intended_start if intended_start is not None else started
         streaming = bool(body.get("stream", True))
-        max_tokens = int(body.get("max_tokens") or body.get("max_completion_tokens") or 0)
-        stream = new_stream(streaming, max_tokens)
+        stream = new_stream(streaming, max_tokens_of(body), self.api)
         if capture_text:
             stream.texts = []
         if abandon is not None:
@@ -460,8 +463,12 @@ class ChatClient:
         reported_prompt = usage.get("prompt_tokens")
         reported_completion = usage.get("completion_tokens")
         details = usage.get("prompt_tokens_details") or {}
+        reasoning_details = usage.get("completion_tokens_details")
         estimated = not isinstance(reported_prompt, int) or not isinstance(reported_completion, int)
         completion = reported_completion if isinstance(reported_completion, int) else sum(stream.chunk_tokens)
+        reasoning = stream.reasoning_tokens
+        if reasoning and stream.streaming and not estimated and completion == len(stream.chunk_tokens):
+            reasoning = stream.reasoning_chunks  # the server's count says one token per delta: count deltas
         return RequestRecord(
             model_key=model_key,
             profile=profile,
@@ -471,9 +478,7 @@ class ChatClient:
             ttft_s=None if stream.first_at is None else stream.first_at - origin,
             itl_samples=split_gaps(stream.gaps, stream.chunk_tokens, completion if not estimated else None),
             e2e_s=end - origin,
-            prompt_tokens=reported_prompt
-            if isinstance(reported_prompt, int)
-            else prompt_tokens(body.get("messages", ())),
+            prompt_tokens=reported_prompt if isinstance(reported_prompt, int) else prompt_tokens(body_messages(body)),
             completion_tokens=completion,
             cached_prompt_tokens=cached_tokens(details),
             tokens_estimated=estimated,
@@ -481,6 +486,9 @@ class ChatClient:
             reply_text=None if stream.texts is None else "".join(stream.texts),
             started_perf=started,
             http_status=_status_code(stream),
+            ttfat_s=None if stream.answer_at is None else stream.answer_at - origin,
+            reasoning_tokens=reasoning,
+            server_reasoning_tokens=server_reasoning(reasoning_details),
         )
 
 
@@ -509,6 +517,14 @@ def _status_code(stream: Stream) -> int | None:
 
 class Abandoned(Exception):
     """The client gives up on the stream on purpose (``--abandon-after``): not a failure."""
+
+
+def server_reasoning(details: object) -> int | None:
+    """``usage.completion_tokens_details.reasoning_tokens`` (Responses: ``output_tokens_details``, mapped to
+    it); None when the server did not report it. Never trusted alone: vLLM 0.32 reports 0 when the
+    template opens the think block in the prompt, while the reasoning streams."""
+    value = details.get("reasoning_tokens") if isinstance(details, dict) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
 
 
 def cached_tokens(details: object) -> int | None:

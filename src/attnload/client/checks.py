@@ -23,6 +23,17 @@ from attnload.errors import ErrorClass, RequestFailed
 from attnload.measure.tokens import chunk_tokens
 
 
+class Grammar(Protocol):
+    """How an API other than chat streams its answer (client/grammar.py holds one per API)."""
+
+    end: str
+    """The event that ends a complete stream."""
+
+    def event(self, stream: Any, kind: bytes, data: bytes, at: float) -> None: ...
+
+    def unary(self, stream: Any, data: dict[str, Any]) -> None: ...
+
+
 class StreamState(Protocol):
     """The state of one response being read, as ``StreamChecks`` sees it (``PyStream`` or ``CStream``)."""
 
@@ -36,6 +47,10 @@ class StreamState(Protocol):
     usage: dict[str, Any] | None
     finish_reason: str | None
     done: bool
+    grammar: Grammar | None
+    answer_at: float | None
+    reasoning_tokens: int
+    reasoning_chunks: int
 
     @property
     def sse(self) -> EventSplitter: ...
@@ -44,6 +59,10 @@ class StreamState(Protocol):
     def response(self) -> Response | None: ...
 
     def _stamp(self, at: float, tokens: int, text: str | None) -> None: ...
+
+    def _answer(self, at: float, tokens: int, text: str | None) -> None: ...
+
+    def _reasoning(self, at: float, tokens: int) -> None: ...
 
     def _finish_unary(self, raw: bytes, response: Response) -> None: ...
 
@@ -63,6 +82,8 @@ _PLAIN_DELTA = re.compile(
     rb'"content":"(' + _PLAIN_STRING + rb')"\}(?:,"logprobs":null)?,"finish_reason":null(?:,"stop_reason":null)?\}\]'
     rb"(?:," + _SCALAR_FIELD + rb")*\}"
 )
+PLAIN_STRING, SCALAR_FIELD = _PLAIN_STRING, _SCALAR_FIELD
+"""The pieces of ``_PLAIN_DELTA``, for the other APIs' plain deltas (client/grammar.py)."""
 PLAIN_CONTENT = re.compile(_PLAIN_STRING)
 """The content group of ``_PLAIN_DELTA`` alone: a chunk that repeats the previous match's bytes
 around its content matches the whole pattern exactly when its content matches this (``PyStream.consume``;
@@ -94,13 +115,31 @@ class StreamChecks:
     usage: dict[str, Any] | None
     finish_reason: str | None
     done: bool
+    answer_at: float | None
+    reasoning_tokens: int
+    reasoning_chunks: int
+
+    def _answer(self: StreamState, at: float, tokens: int, text: str | None) -> None:
+        """Time one answer (content) chunk: the first is the time to the first answer token."""
+        if self.answer_at is None:
+            self.answer_at = at
+        self._stamp(at, tokens, text)
+
+    def _reasoning(self: StreamState, at: float, tokens: int) -> None:
+        """Time one reasoning chunk: an output token like any other (TTFT, ITL), counted apart."""
+        self.reasoning_tokens += tokens
+        self.reasoning_chunks += 1
+        self._stamp(at, tokens, None)
 
     def _event(self: StreamState, kind: bytes, data: bytes, at: float) -> None:
         """One event the same-bytes check did not take: a first or changed plain delta, [DONE], JSON."""
+        grammar = self.grammar
+        if grammar is not None:  # an API other than chat (client/grammar.py)
+            grammar.event(self, kind, data, at)
+            return
         if kind == b"message":
             plain = _PLAIN_DELTA.fullmatch(data)
             if plain is not None:  # the bytes pin every field the slow path would read
-                self.plain_head, self.plain_tail = data[: plain.start(1)], data[plain.end(1) :]
                 raw = plain.group(1)
                 if not raw:
                     return  # empty content, finish_reason null: nothing to record
@@ -109,7 +148,10 @@ class StreamChecks:
                 except UnicodeDecodeError:
                     pass  # let json.loads report it exactly as it always has
                 else:
-                    self._stamp(at, cached_tokens(text), text)
+                    # Only a stamped answer chunk arms the same-bytes check, so the chunks it stamps
+                    # (in consume, without this method) always come after answer_at was set.
+                    self.plain_head, self.plain_tail = data[: plain.start(1)], data[plain.end(1) :]
+                    self._answer(at, cached_tokens(text), text)
                     return
         if data == b"[DONE]":
             self.done = True
@@ -138,14 +180,15 @@ class StreamChecks:
         if not isinstance(choice, dict):
             raise RequestFailed(ErrorClass.BAD_RESPONSE, "`choices[0]` is not an object")
         delta = choice.get("delta") or {}
-        text = (
-            delta.get("content") or delta.get("reasoning_content") or delta.get("reasoning")
-            if isinstance(delta, dict)
-            else None
-        )
-        if text and isinstance(text, str):
-            content = delta.get("content")  # a content (or reasoning) chunk: time it, count it, keep its content
-            self._stamp(at, chunk_tokens(text), content if isinstance(content, str) else None)
+        if isinstance(delta, dict):
+            content = delta.get("content")
+            reasoning = delta.get("reasoning_content") or delta.get("reasoning")  # older servers, vLLM 0.32
+            if content and isinstance(content, str):  # an answer chunk: time it, count it, keep its content
+                self._answer(at, chunk_tokens(content), content)
+            elif (
+                not content and reasoning and isinstance(reasoning, str)
+            ):  # a reasoning chunk: timed and counted, not kept
+                self._reasoning(at, chunk_tokens(reasoning))
         if choice.get("finish_reason"):
             self.finish_reason = choice["finish_reason"]
 
@@ -173,7 +216,8 @@ class StreamChecks:
         if not self.done:
             if not response.headers_complete:
                 raise RequestFailed(ErrorClass.CONNECTION, "connection closed before the response headers")
-            raise RequestFailed(ErrorClass.TRUNCATED, "stream ended without [DONE]")
+            end = "[DONE]" if self.grammar is None else self.grammar.end
+            raise RequestFailed(ErrorClass.TRUNCATED, f"stream ended without {end}")
         self._check_length()
 
     def _finish_unary(self: StreamState, raw: bytes, response: Response) -> None:
@@ -184,6 +228,12 @@ class StreamChecks:
             raise RequestFailed(ErrorClass.BAD_RESPONSE, f"response is not JSON: {snippet!r}") from None
         if not isinstance(data, dict):
             raise RequestFailed(ErrorClass.BAD_RESPONSE, "response is not a JSON object")
+        if self.grammar is not None:  # an API other than chat (client/grammar.py); Responses carry "error": null
+            if data.get("error") or data.get("type") == "error":
+                raise classify_error_object(data.get("error") or data, 200)
+            self.grammar.unary(self, data)
+            self._check_length()
+            return
         if "error" in data:
             raise classify_error_object(data["error"], 200)
         choices = data.get("choices")
@@ -194,6 +244,11 @@ class StreamChecks:
         self.first_at = time.perf_counter()
         self.chunk_tokens = [chunk_tokens(text)] if text else []
         content = message.get("content") if isinstance(message, dict) else None
+        if isinstance(content, str) and content:
+            self.answer_at = self.first_at
+        reasoning = message.get("reasoning_content") or message.get("reasoning") if isinstance(message, dict) else None
+        if isinstance(reasoning, str) and reasoning:
+            self.reasoning_tokens = chunk_tokens(reasoning)
         if self.texts is not None and isinstance(content, str):
             self.texts.append(content)
         self.finish_reason = choices[0].get("finish_reason")

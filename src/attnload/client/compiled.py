@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from attnload.client.budget import max_events
-from attnload.client.checks import NEVER, StreamChecks
+from attnload.client.checks import NEVER, Grammar, StreamChecks
 from attnload.client.sse import dataless_error, overflow_error
 from attnload.client.transport import Response
 from attnload.native._fastpath import Splitter, StreamBase
@@ -43,9 +43,13 @@ class CStream(StreamBase, StreamChecks):
         "eof",
         "abandon_chunks",
         "abandon_at",
+        "grammar",
+        "answer_at",
+        "reasoning_tokens",
+        "reasoning_chunks",
     )
 
-    def __init__(self, streaming: bool, max_tokens: int) -> None:
+    def __init__(self, streaming: bool, max_tokens: int, grammar: Grammar | None = None) -> None:
         self.streaming = streaming
         self.max_tokens = max_tokens
         self.sse = CompiledSseSplitter()
@@ -56,3 +60,7 @@ class CStream(StreamBase, StreamChecks):
         self.eof = False
         self.events_left = max_events(max_tokens)
         self.abandon_chunks = self.abandon_at = NEVER
+        self.grammar = grammar
+        self.answer_at: float | None = None
+        self.reasoning_tokens = 0
+        self.reasoning_chunks = 0

@@ -15,7 +15,8 @@ from geventhttpclient.response import HTTPParseError
 
 from attnload import native
 from attnload.client.budget import max_events
-from attnload.client.checks import NEVER, PLAIN_CONTENT, StreamChecks, cached_tokens
+from attnload.client.checks import NEVER, PLAIN_CONTENT, Grammar, StreamChecks, cached_tokens
+from attnload.client.grammar import GRAMMARS
 from attnload.client.sse import EventSplitter, SseSplitter
 from attnload.client.transport import Response
 
@@ -54,9 +55,13 @@ class PyStream(StreamChecks):
         "events_left",
         "abandon_chunks",
         "abandon_at",
+        "grammar",
+        "answer_at",
+        "reasoning_tokens",
+        "reasoning_chunks",
     )
 
-    def __init__(self, streaming: bool, max_tokens: int) -> None:
+    def __init__(self, streaming: bool, max_tokens: int, grammar: Grammar | None = None) -> None:
         self.streaming = streaming
         self.max_tokens = max_tokens
         self.sse: EventSplitter = SseSplitter()
@@ -78,6 +83,14 @@ class PyStream(StreamChecks):
         """Events this response may still carry before it counts as a stream that will not end."""
         self.abandon_chunks = self.abandon_at = NEVER
         """``--abandon-after``: content chunks read, or the perf_counter time, at which the client leaves."""
+        self.grammar = grammar
+        """How an API other than chat streams (client/grammar.py); None: chat."""
+        self.answer_at: float | None = None
+        """Arrival of the first answer (content) chunk, after any reasoning (None: no answer yet)."""
+        self.reasoning_tokens = 0
+        """Output tokens that arrived as reasoning deltas (estimated per delta, as content chunks are)."""
+        self.reasoning_chunks = 0
+        """Reasoning deltas: the reasoning's tokens when the server's count says one token came per delta."""
 
     def consume(self, at: float, origin: float) -> None:
         """Handle the events parsed so far; all of them arrived in the ``recv`` that returned at ``at``."""
@@ -162,8 +175,10 @@ def frames_chunked(response: Response) -> bool:
     )
 
 
-def new_stream(streaming: bool, max_tokens: int) -> Stream:
-    """A stream of the implementation ``attnload.native`` chose (the C one unless it is absent or turned off)."""
+def new_stream(streaming: bool, max_tokens: int, api: str = "chat") -> Stream:
+    """A stream of the implementation ``attnload.native`` chose (the C one unless it is absent or turned off),
+    reading the answer as ``api`` streams it (client/grammar.py; chat: ``StreamChecks._event``)."""
+    grammar = GRAMMARS.get(api)
     if COMPILED_STREAM is not None and native.active() is not None:
-        return COMPILED_STREAM(streaming, max_tokens)
-    return PyStream(streaming, max_tokens)
+        return COMPILED_STREAM(streaming, max_tokens, grammar)
+    return PyStream(streaming, max_tokens, grammar)

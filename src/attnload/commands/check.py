@@ -99,6 +99,9 @@ class ModelCheck:
     detail: str = ""
     fix: str = ""
     notes: list[str] = field(default_factory=list)
+    api: str = "chat"
+    """The API probed (the model key ``api``): chat through the openai SDK and the load path, others through the
+    load path alone (what ``attnload run`` sends)."""
 
     @property
     def ok(self) -> bool:
@@ -137,7 +140,7 @@ def run(args: argparse.Namespace) -> int:
 
 def check_model(config: TestConfig, target: ModelTarget, max_tokens: int, prompt: str) -> ModelCheck:
     """Everything ``attnload check`` knows about one model, with the verdict and fix filled in."""
-    sdk_base = target.chat_url.removesuffix("/chat/completions")
+    sdk_base = target.chat_url.removesuffix("/chat/completions" if target.api == "chat" else "/" + target.api)
     key_info, key = _key_info(target)
     check = ModelCheck(
         key=target.key,
@@ -148,6 +151,7 @@ def check_model(config: TestConfig, target: ModelTarget, max_tokens: int, prompt
         url_note=target.url_note,
         api_key=key_info,
         proxy=_proxy_info(target.chat_url),
+        api=target.api,
     )
     if "ends in /v1" in target.url_note:
         check.notes.append(
@@ -165,6 +169,8 @@ def check_model(config: TestConfig, target: ModelTarget, max_tokens: int, prompt
         total_s=config.request.total_timeout_s,
     )
     messages = [{"role": "user", "content": prompt}]
+    if target.api != "chat":
+        return _check_api(check, config, target, key, messages, max_tokens, timeouts)
     deadline = time.perf_counter() + timeouts.total_s
     check.sdk = within(
         deadline,
@@ -193,6 +199,38 @@ def check_model(config: TestConfig, target: ModelTarget, max_tokens: int, prompt
     _decide(
         check, RequestFailed(ErrorClass.from_label(failing.error or "bad_response"), failing.detail), config, max_tokens
     )
+    return check
+
+
+def _check_api(
+    check: ModelCheck,
+    config: TestConfig,
+    target: ModelTarget,
+    key: str | None,
+    messages: list[dict[str, str]],
+    max_tokens: int,
+    timeouts: Timeouts,
+) -> ModelCheck:
+    """Completions, Responses or Messages: the load path's request alone (the openai SDK probe speaks chat).
+
+    A server that does not speak the API answers 404/405 or a body that is not its stream; if chat
+    completions then work at the same base, the fix is the ``api`` key itself, said in one line.
+    """
+    check.raw = raw_probe(target.chat_url, key, target.id, messages, max_tokens, timeouts, target.api)
+    if check.raw.ok:
+        check.verdict = "ok"
+        return check
+    failure = RequestFailed(ErrorClass.from_label(check.raw.error or "bad_response"), check.raw.detail)
+    _decide(check, failure, config, max_tokens)
+    if failure.kind in (ErrorClass.NOT_FOUND, ErrorClass.BAD_REQUEST, ErrorClass.BAD_RESPONSE):
+        chat_url = check.sdk_base_url + "/chat/completions"
+        chat = raw_probe(chat_url, key, target.id, messages, max_tokens, replace(timeouts, total_s=CONFIRM_TIMEOUT_S))
+        if chat.ok:
+            check.fix = (
+                f"the server does not speak the {target.api} API at {target.chat_url} but answers chat completions "
+                f'at {chat_url}: set api = "chat" for model {target.key} (or point base_url at a gateway '
+                f"that serves /v1/{target.api})"
+            )
     return check
 
 
@@ -282,9 +320,10 @@ def fix_for(check: ModelCheck, failure: RequestFailed, config: TestConfig, max_t
             f"ttft_timeout_s bounds the first token, idle_timeout_s the gap between chunks) or lower max_tokens"
         )
     if kind is ErrorClass.TRUNCATED:
-        if "[DONE]" in failure.detail:
+        if "stream ended without" in failure.detail:
+            end = failure.detail.rpartition("without ")[2]  # [DONE], or the API's end event
             return (
-                "the stream ended without [DONE]: the server or a proxy cut it; check for a gateway timeout "
+                f"the stream ended without {end}: the server or a proxy cut it; check for a gateway timeout "
                 "in front of the server, then raise max_tokens if replies are cut short"
             )
         return (
@@ -413,8 +452,10 @@ def render(config_path: str, checks: list[ModelCheck]) -> str:
         lines += [
             "",
             f"[{check.key}] {check.model} ({check.attention})",
+            f"  api:     {check.api} (probed: POST {urlsplit(check.url).path})",
             f"  url:     {check.url}  ({check.url_note})",
-            f"  sdk:     base_url {check.sdk_base_url}",
+            f"  sdk:     base_url {check.sdk_base_url}"
+            + ("" if check.api == "chat" else f" (the openai SDK probe speaks chat: not run for api {check.api})"),
         ]
         key = check.api_key
         if key.env is None:

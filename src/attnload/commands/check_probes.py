@@ -13,8 +13,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
+from attnload.client.apis import request_body
 from attnload.client.budget import max_events
-from attnload.client.chat import ChatClient, chat_body
+from attnload.client.chat import ChatClient
 from attnload.client.classify import classify_status
 from attnload.client.transport import Timeouts
 from attnload.commands.check_budget import bounding_hook, max_probe_bytes
@@ -189,13 +190,19 @@ def _connection_failure(cause: BaseException, proxy: ProxyInfo) -> RequestFailed
 
 
 def raw_probe(
-    url: str, key: str | None, model: str, messages: list[dict[str, str]], max_tokens: int, timeouts: Timeouts
+    url: str,
+    key: str | None,
+    model: str,
+    messages: list[dict[str, str]],
+    max_tokens: int,
+    timeouts: Timeouts,
+    api: str = "chat",
 ) -> Probe:
-    """The same request through the load path's own client, so `attnload run` is known to work too."""
-    client = ChatClient(url, key, timeouts)
+    """The same request through the load path's own client (and ``api``), so `attnload run` is known to work too."""
+    client = ChatClient(url, key, timeouts, api=api)
     try:
         record = client.send(
-            chat_body(model, messages, max_tokens=max_tokens, temperature=0),
+            request_body(api, model, messages, max_tokens=max_tokens, temperature=0),
             model_key="check",
             profile="check",
             stage=0,

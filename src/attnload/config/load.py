@@ -32,7 +32,7 @@ from attnload.config.model import (
     TestConfig,
     env_name,
 )
-from attnload.config.urls import check_url, metrics_url, resolve_chat_url
+from attnload.config.urls import api_url, check_api, check_url, metrics_url, resolve_chat_url
 from attnload.errors import UsageError, describe_validation
 from attnload.scrape.dcgm import check_selector
 
@@ -58,8 +58,10 @@ class _SeedModel(StrictModel):
     gpus: int | None = Field(default=None, gt=0, le=1_000_000)
     gpu_hour_usd: float | None = Field(default=None, ge=0, le=1e6)
     price_per_mtok: Price | None = None
+    api: str = "chat"
 
     _attention = field_validator("attention")(lambda v: parse_attention(v))
+    _api = field_validator("api")(lambda v: check_api(v))
     _url = field_validator("base_url")(lambda v: v if v is None else check_url(v))
     _env = field_validator("api_key_env")(lambda v: env_name(v))
     _metrics = field_validator("metrics_url")(lambda v: metrics_url(v))
@@ -232,6 +234,14 @@ def _targets(models: Mapping[str, _SeedModel], base_url: str, api_key_env: str |
     targets = []
     for key, raw in models.items():
         root, chat_url, note = resolve_chat_url(raw.base_url or base_url)
+        if raw.api == "messages" and not (raw.api_key_env or api_key_env):
+            raise ValueError(
+                f"model {key}: api messages needs an API key (sent as x-api-key): add api_key_env naming "
+                "the environment variable that holds it"
+            )
+        if raw.api != "chat":
+            chat_url = api_url(chat_url, raw.api)
+            note = f"{note}; api {raw.api}: sent to {chat_url}"
         targets.append(
             ModelTarget(
                 key=key,
@@ -250,6 +260,7 @@ def _targets(models: Mapping[str, _SeedModel], base_url: str, api_key_env: str |
                 gpus=raw.gpus,
                 gpu_hour_usd=raw.gpu_hour_usd,
                 price_per_mtok=raw.price_per_mtok,
+                api=raw.api,
             )
         )
     return tuple(targets)

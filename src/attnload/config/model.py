@@ -87,6 +87,9 @@ class ModelTarget(StrictModel):
     """Self-hosted: USD per GPU-hour; the verdict's cost per million output tokens comes from it."""
     price_per_mtok: Price | None = None
     """An API: USD per million input and output tokens."""
+    api: str = "chat"
+    """The API requests go through: ``chat``, ``completions``, ``responses`` or ``messages``; ``chat_url``
+    is then that API's endpoint (``.../v1/completions``, ``.../v1/responses``, ``.../v1/messages``)."""
 
     def api_key(self) -> str | None:
         """The key from the environment (never from a file); registered for redaction."""

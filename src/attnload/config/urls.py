@@ -26,6 +26,25 @@ def resolve_chat_url(base_url: str) -> tuple[str, str, str]:
     return url, url + CHAT_PATH, f"appended {CHAT_PATH} to base_url"
 
 
+APIS = ("chat", "completions", "responses", "messages")
+"""The values of the model key ``api`` (client/apis.py builds their bodies, client/grammar.py reads their streams)."""
+API_PATHS = {"completions": "/completions", "responses": "/responses", "messages": "/messages"}
+
+
+def check_api(value: str) -> str:
+    """The model key ``api`` itself if it names one of ``APIS``; else a one-line ``ValueError``."""
+    if value not in APIS:
+        raise ValueError(f"api {value!r} is not an API attnload speaks: use one of {', '.join(APIS)} (default chat)")
+    return value
+
+
+def api_url(chat_url: str, api: str) -> str:
+    """The endpoint of ``api`` beside a resolved chat-completions URL (``.../v1/chat/completions``)."""
+    if api not in API_PATHS:
+        return chat_url
+    return chat_url.removesuffix("/chat/completions") + API_PATHS[api]
+
+
 _UNSAFE = re.compile(r"[\x00-\x20\x7f]")
 _USERINFO = re.compile(r"(?<=://)[^/?#]*@")
 

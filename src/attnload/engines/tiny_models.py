@@ -166,6 +166,30 @@ def write_model(folder: Path, config: dict[str, object], tokenizer: Tokenizer) -
     (folder / "generation_config.json").write_text(json.dumps(generation, indent=2) + "\n", encoding="utf-8")
 
 
+THINK_START, THINK_END = "<think>", "</think>"
+"""The think markers vLLM's ``deepseek_r1`` reasoning parser looks up as single tokens."""
+REASONING_NAME = "tiny-reasoning"
+REASONING_TEMPLATE = CHAT_TEMPLATE.replace("<|assistant|>\n{% endif %}", "<|assistant|>\n<think>\n{% endif %}")
+"""The template opens ``<think>`` in the prompt, as DeepSeek-R1's does: the output starts inside the reasoning."""
+
+
+def write_reasoning(out: Path) -> tuple[Path, int]:
+    """A tiny GQA model whose tokenizer holds the think markers (added tokens, ``vocab_size`` raised to cover
+    their ids) and whose template opens ``<think>``; returns its folder and the end marker's token id
+    (a ``logit_bias`` on it moves where the random-weight model ends its reasoning)."""
+    tokenizer = _train_tokenizer(VOCAB)
+    tokenizer.add_special_tokens([THINK_START, THINK_END])
+    folder = out / REASONING_NAME
+    write_model(folder, gqa_config(), tokenizer)
+    config_file = folder / "tokenizer_config.json"
+    config = json.loads(config_file.read_text(encoding="utf-8"))
+    config["chat_template"] = REASONING_TEMPLATE
+    config_file.write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
+    end_id = tokenizer.token_to_id(THINK_END)
+    assert end_id is not None
+    return folder, end_id
+
+
 def write_pair(out: Path) -> tuple[Path, Path]:
     """Both model folders under ``out`` (same tokenizer, so one prompt is the same tokens to both)."""
     tokenizer = _train_tokenizer(VOCAB)

@@ -8,6 +8,7 @@ so prompt-token targets, the simulator's ``usage`` and the client's estimates ag
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from typing import Any
 
 MESSAGE_OVERHEAD_TOKENS = 4
 BYTES_PER_TOKEN = 4
@@ -22,11 +23,33 @@ def prompt_tokens(messages: Iterable[Mapping[str, object]]) -> int:
     """Prompt tokens of a chat request, as the simulator reports them in ``usage``."""
     total = 0
     for message in messages:
-        content = message.get("content", "")
-        if isinstance(content, list):  # OpenAI content parts: count the text parts
-            content = "".join(str(part.get("text", "")) for part in content if isinstance(part, Mapping))
-        total += text_tokens(str(content)) + MESSAGE_OVERHEAD_TOKENS
+        total += text_tokens(message_text(message.get("content", ""))) + MESSAGE_OVERHEAD_TOKENS
     return total
+
+
+def message_text(content: object) -> str:
+    """A message's content as text (OpenAI or Anthropic content parts: their text parts joined)."""
+    if isinstance(content, list):
+        return "".join(str(part.get("text", "")) for part in content if isinstance(part, Mapping))
+    return str(content)
+
+
+def body_messages(body: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """The prompt of a body of any of the four APIs as chat messages (what the token estimator counts)."""
+    messages = body.get("messages")
+    found: list[Mapping[str, Any]] = []
+    system = body.get("system")
+    if isinstance(system, str | list):
+        found.append({"role": "system", "content": message_text(system)})
+    if isinstance(messages, list):
+        found += [m for m in messages if isinstance(m, Mapping)]
+        return found
+    prompt = body.get("prompt", body.get("input"))
+    if isinstance(prompt, str):
+        return [{"role": "user", "content": prompt}]
+    if isinstance(prompt, list):
+        return [m for m in prompt if isinstance(m, Mapping)]
+    return found
 
 
 def chunk_tokens(text: str) -> int:

@@ -135,6 +135,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="tokens per SSE event after the first (default 1; ≥ 4 cuts client CPU)",
     )
     serve.add_argument(
+        "--reasoning-ratio",
+        type=_float_range(0, 1),
+        default=0.0,
+        metavar="R",
+        help="share of each answer's tokens sent first as reasoning, in each API's reasoning field "
+        "(chat: delta.reasoning as vLLM 0.32; usage reports reasoning_tokens; default 0)",
+    )
+    serve.add_argument(
         "--max-waiting",
         type=_non_negative_int,
         default=None,
@@ -357,6 +365,7 @@ def run(args: argparse.Namespace) -> int:
         tokens_per_event=args.tokens_per_event,
         default_output_tokens=args.output_tokens,
         max_waiting=args.max_waiting,
+        **({"reasoning_ratio": args.reasoning_ratio} if args.reasoning_ratio else {}),
     )
     return 0
 

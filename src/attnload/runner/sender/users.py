@@ -14,8 +14,9 @@ from gevent import GreenletExit
 from locust import User, constant, task
 from locust.env import Environment
 
+from attnload.client.apis import request_body
 from attnload.client.backoff import Backoff
-from attnload.client.chat import Cancelled, ChatClient, chat_body
+from attnload.client.chat import Cancelled, ChatClient
 from attnload.config.model import ModelTarget
 from attnload.measure.paired import send_together
 from attnload.measure.recorder import RequestRecord
@@ -167,6 +168,7 @@ def chat_client(sender: Sender, target: ModelTarget, backoff: Backoff | None = N
         retry_after_max_s=request.retry_after_max_s,
         backoff=backoff or Backoff(request.connect_backoff_s, request.connect_backoff_max_s),
         waits_backoff=backoff is None,
+        api=target.api,
     )
 
 
@@ -182,7 +184,8 @@ def send_plan(
 ) -> RequestRecord:
     """Send one planned request and report it; a stop mid-request is recorded, then ends the greenlet."""
     request = sender.state.config.request
-    body = chat_body(
+    body = request_body(
+        target.api,
         target.id,
         plan.messages,
         max_tokens=plan.max_tokens,

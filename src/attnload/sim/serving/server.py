@@ -1,6 +1,7 @@
-"""The simulator's OpenAI-compatible HTTP server (aiohttp).
+"""The simulator's OpenAI- and Anthropic-compatible HTTP server (aiohttp).
 
-It owns the wire: request validation with OpenAI-shaped errors, SSE framing, seeded
+It owns the wire: request validation with each API's errors (sim/serving/dialects.py: chat,
+completions, Responses, Messages), SSE framing, reasoning first when asked, seeded
 filler text, ``usage`` (prompt tokens by the shared estimator, cached tokens from the
 engine), grouping tokens into events (``tokens_per_event``), and counting the server-side
 truth (``sim/serving/truth.py``: ``/stats``, ``/metrics``) that client measurements are checked
@@ -25,6 +26,7 @@ from attnload.measure.tokens import prompt_tokens
 from attnload.sim.api import Engine, EngineRejected, GenerationRequest, GenerationState
 from attnload.sim.fixed import FixedEngine
 from attnload.sim.gpu import GpuActivity, dcgm_text
+from attnload.sim.serving import dialects
 from attnload.sim.serving.truth import ModelTruth, StepTimes, exposition
 
 log = logging.getLogger(__name__)
@@ -54,6 +56,7 @@ _WORDS = (
 )
 _N_WORDS = len(_WORDS)  # the filler repeats after this many tokens (_filler)
 SIM_KEY: web.AppKey[SimServer] = web.AppKey("sim")
+_ID_PREFIX = {"chat": "chatcmpl-", "completions": "cmpl-", "responses": "resp", "messages": "msg_"}
 _SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
 ITL_BACKLOG_MAX = 4096
 WRITE_BUFFER_LIMIT = 0x10000  # bytes queued on a stream's socket before it waits for the client (as aiohttp)
@@ -70,9 +73,14 @@ class SimServer:
         tokens_per_event: int = 1,
         default_output_tokens: int = 256,
         max_waiting: int | None = None,
+        reasoning_ratio: float = 0.0,
     ) -> None:
         if tokens_per_event < 1:
             raise ValueError("tokens_per_event must be ≥ 1")
+        if not 0.0 <= reasoning_ratio <= 1.0:
+            raise ValueError("reasoning_ratio must be within [0, 1]")
+        self.reasoning_ratio = reasoning_ratio
+        """Share of each answer's tokens sent first, as reasoning (``--reasoning-ratio``)."""
         self.engines = list(engines)
         self.tokens_per_event = tokens_per_event
         self.default_output_tokens = default_output_tokens
@@ -94,6 +102,8 @@ class SimServer:
         # /api is the seed's gateway root: the openai SDK appends /chat/completions to it, curl adds /v1.
         for prefix in ("/v1", "/api/v1", "/api"):
             app.router.add_post(prefix + "/chat/completions", self.chat_completions)
+            for api in ("completions", "responses", "messages"):
+                app.router.add_post(f"{prefix}/{api}", functools.partial(self.serve_api, api=api))
             app.router.add_get(prefix + "/models", self.models)
         app.router.add_get("/metrics", self.metrics)
         app.router.add_get("/stats", self.stats)
@@ -143,15 +153,20 @@ class SimServer:
     # ------------------------------------------------------------------ completions
 
     async def chat_completions(self, request: web.Request) -> web.StreamResponse:
+        return await self.serve_api(request, "chat")
+
+    async def serve_api(self, request: web.Request, api: str) -> web.StreamResponse:
+        """One request of ``api`` (chat, completions, responses, messages): one timing model, its own wire."""
         received_at = time.perf_counter()
         raw = await request.read()
+        _error = functools.partial(dialects.error, api)
         try:
             body = json.loads(raw)
         except (json.JSONDecodeError, UnicodeDecodeError):
             return _error(400, "invalid_request_error", "invalid_json", "request body is not valid JSON")
         if not isinstance(body, dict):
             return _error(400, "invalid_request_error", "invalid_body", "request body must be a JSON object")
-        problem = _validate(body)
+        problem = dialects.validate(api, body)
         if problem:
             return _error(400, "invalid_request_error", problem[0], problem[1])
         model_name = str(body["model"])
@@ -165,11 +180,12 @@ class SimServer:
                 f"The model `{model_name}` does not exist (served: {served})",
             )
         truth = self.truth[engine.model.id]
-        max_tokens = body.get("max_completion_tokens") or body.get("max_tokens") or self.default_output_tokens
-        messages = body["messages"]
+        max_tokens = dialects.max_tokens(body) or self.default_output_tokens
+        messages = dialects.prompt_messages(body)
         n_prompt = prompt_tokens(messages)
         if n_prompt + max_tokens > engine.model.max_model_len:
             return self._reject(
+                api,
                 truth,
                 400,
                 "context_length_exceeded",
@@ -178,7 +194,12 @@ class SimServer:
             )
         if self.max_waiting is not None and engine.snapshot().waiting >= self.max_waiting:
             return self._reject(
-                truth, 429, "rate_limit_exceeded", "server overloaded: too many waiting requests", retry_after_s=1.0
+                api,
+                truth,
+                429,
+                "rate_limit_exceeded",
+                "server overloaded: too many waiting requests",
+                retry_after_s=1.0,
             )
         truth.received += 1
         truth.prompt_tokens += n_prompt
@@ -197,18 +218,20 @@ class SimServer:
             gen,
             model_name,
             received_at,
-            include_usage=bool((body.get("stream_options") or {}).get("include_usage")),
+            include_usage=api not in ("chat", "completions")
+            or bool((body.get("stream_options") or {}).get("include_usage")),
+            api=api,
         )
         if body.get("stream"):
             return await call.stream(request)
         return await call.complete()
 
     def _reject(
-        self, truth: ModelTruth, status: int, code: str, message: str, retry_after_s: float | None = None
+        self, api: str, truth: ModelTruth, status: int, code: str, message: str, retry_after_s: float | None = None
     ) -> web.Response:
         truth.rejected[status] = truth.rejected.get(status, 0) + 1
         kind = "rate_limit_error" if status == 429 else "invalid_request_error"
-        response = _error(status, kind, code, message)
+        response = dialects.error(api, status, kind, code, message)
         if retry_after_s is not None:
             response.headers["Retry-After"] = str(max(1, round(retry_after_s)))
         return response
@@ -226,6 +249,7 @@ class _Call:
         model_name: str,
         received_at: float,
         include_usage: bool,
+        api: str = "chat",
     ) -> None:
         self.server = server
         self.engine = engine
@@ -235,13 +259,15 @@ class _Call:
         self.model_name = model_name
         self.received_at = received_at
         self.include_usage = include_usage
-        self.chat_id = "chatcmpl-" + gen.request_id[:24]
+        self.chat_id = _ID_PREFIX[api] + gen.request_id[:24]
         self.created = int(time.time())
+        self.dialect = dialects.Dialect(api, self.chat_id, self.created, model_name)
+        self.reasoning = round(server.reasoning_ratio * gen.max_tokens)
+        """The first this many tokens are reasoning (``--reasoning-ratio``)."""
         self.emitted = 0
         self._words = _filler(gen.body_digest)
-        self._prefix = ""
         self._chunked = True
-        self._events: dict[int | tuple[int, int], bytes] = {}
+        self._events: dict[int | tuple[int, int, int], bytes] = {}
         self._k = 1
         self._pending = 0
         self._last_at: float | None = None
@@ -263,29 +289,50 @@ class _Call:
         self.truth.completion_tokens += n
 
     def _usage(self) -> dict[str, Any]:
-        return {
+        usage = {
             "prompt_tokens": self.gen.prompt_tokens,
             "completion_tokens": self.emitted,
             "total_tokens": self.gen.prompt_tokens + self.emitted,
             "prompt_tokens_details": {"cached_tokens": self.state.cached_tokens},
         }
+        if self.reasoning and self.dialect.api != "completions":  # completions stream reasoning as text
+            usage["completion_tokens_details"] = {"reasoning_tokens": self._reasoned()}
+        return usage
+
+    def _reasoned(self) -> int:
+        """Reasoning tokens sent so far."""
+        return min(self.emitted, self.reasoning)
 
     def _content_event(self, n: int) -> bytes:
-        """The next ``n`` filler tokens as one SSE event, HTTP-framed; encoded once per word
-        offset and ``n`` (keyed by the offset alone for one token, the hot path)."""
+        """The next ``n`` filler tokens as SSE events (reasoning first, then answer), HTTP-framed;
+        encoded once per word offset and ``n`` where the API's bytes allow (keyed by the offset
+        alone for one answer token, the hot path)."""
         offset = self.emitted % _N_WORDS
-        key: int | tuple[int, int] = offset if n == 1 else (offset, n)
+        thinking = max(0, min(n, self.reasoning - self.emitted))
+        key: int | tuple[int, int, int] = offset if n == 1 and not thinking else (offset, n, thinking)
         event = self._events.get(key)
         if event is None:
-            text = self._words[offset] if n == 1 else self._text(n)
-            data = (self._prefix + '{"content":"' + text + '"},"finish_reason":null}]}\n\n').encode()
-            event = self._events[key] = b"%x\r\n%s\r\n" % (len(data), data) if self._chunked else data
+            dialect = self.dialect
+            cacheable = dialect.stateless(thinking > 0) and (thinking in (0, n))
+            text = ""
+            if thinking:
+                text = dialect.delta(self._text(thinking), True)
+            if n > thinking:
+                self.emitted += thinking  # the answer's words follow the reasoning's
+                text += dialect.delta(self._text(n - thinking), False)
+                self.emitted -= thinking
+            data = text.encode()
+            event = b"%x\r\n%s\r\n" % (len(data), data) if self._chunked else data
+            if cacheable:
+                self._events[key] = event
         return event
 
     async def _start(self, request: web.Request, response: web.StreamResponse) -> None:
-        """Admitted: headers and the role-only chunk (never counts as TTFT), through aiohttp."""
+        """Admitted: headers and what the API sends before any token (never counts as TTFT), through aiohttp."""
         await response.prepare(request)
-        await response.write((self._prefix + '{"role":"assistant","content":""},"finish_reason":null}]}\n\n').encode())
+        start = self.dialect.start(self.gen.prompt_tokens, self.state.cached_tokens)
+        if start:
+            await response.write(start.encode())
         self._transport = request.transport
 
     def _deliver(self, n: int) -> bool:
@@ -303,7 +350,7 @@ class _Call:
             self._pending = pending
             return True
         now = time.perf_counter()
-        if pending == 1 and last_at is not None:  # the common case, inlined
+        if pending == 1 and last_at is not None and self.emitted >= self.reasoning:  # the common case, inlined
             event = self._events.get(self.emitted % _N_WORDS) or self._content_event(1)
             truth = self.truth
             backlog = truth.itl_backlog
@@ -325,10 +372,6 @@ class _Call:
 
     async def stream(self, request: web.Request) -> web.StreamResponse:
         response = web.StreamResponse(headers=_SSE_HEADERS)
-        self._prefix = (
-            f'data: {{"id":"{self.chat_id}","object":"chat.completion.chunk","created":{self.created},'
-            f'"model":{json.dumps(self.model_name)},"choices":[{{"index":0,"delta":'
-        )
         # aiohttp frames a body of unknown length as chunks from HTTP/1.1 on, as-is (then closes) before.
         self._chunked = request.version >= HttpVersion11
         self._k = self.server.tokens_per_event
@@ -349,16 +392,19 @@ class _Call:
             except EngineRejected as exc:
                 self.truth.received -= 1
                 self.truth.prompt_tokens -= self.gen.prompt_tokens
-                return self.server._reject(self.truth, exc.status, exc.code, str(exc), exc.retry_after_s)
+                return self.server._reject(
+                    self.dialect.api, self.truth, exc.status, exc.code, str(exc), exc.retry_after_s
+                )
             if not response.prepared:
                 await response.prepare(request)
-            tail = self._prefix + '{},"finish_reason":"length"}]}\n\n'
-            if self.include_usage:
-                tail += (
-                    f'data: {{"id":"{self.chat_id}","object":"chat.completion.chunk","created":{self.created},'
-                    f'"model":{json.dumps(self.model_name)},"choices":[],"usage":{json.dumps(self._usage())}}}\n\n'
-                )
-            await response.write_eof((tail + "data: [DONE]\n\n").encode())  # one send with the last chunk
+            tail = self.dialect.tail(
+                self._usage() if self.include_usage else None,
+                self.gen.prompt_tokens,
+                self.state.cached_tokens,
+                self.emitted,
+                self._reasoned(),
+            )
+            await response.write_eof(tail.encode())  # one send with the last chunk
         except ConnectionResetError:  # the client went away (a stopped test): count it, free the engine's slot
             self.truth.cancelled += 1
             await _aclose(generator)
@@ -370,6 +416,7 @@ class _Call:
         self.truth.completed += 1
         self.truth.completed_completion_tokens += self.emitted
         self.truth.cached_tokens += self.state.cached_tokens
+        self.truth.reasoning_tokens += self._reasoned()
         return response
 
     async def _stream_pushed(self, request: web.Request, response: web.StreamResponse, engine: FixedEngine) -> None:
@@ -399,25 +446,26 @@ class _Call:
         except EngineRejected as exc:
             self.truth.received -= 1
             self.truth.prompt_tokens -= self.gen.prompt_tokens
-            return self.server._reject(self.truth, exc.status, exc.code, str(exc), exc.retry_after_s)
+            return self.server._reject(self.dialect.api, self.truth, exc.status, exc.code, str(exc), exc.retry_after_s)
         except asyncio.CancelledError:
             self.truth.cancelled += 1
             await _aclose(generator)
             raise
-        text = "".join(self._words[i % len(self._words)] for i in range(self.emitted))
+        words = [self._words[i % len(self._words)] for i in range(self.emitted)]
+        reasoned = self._reasoned()
         self.truth.completed += 1
         self.truth.completed_completion_tokens += self.emitted
         self.truth.cached_tokens += self.state.cached_tokens
-        return web.json_response(
-            {
-                "id": self.chat_id,
-                "object": "chat.completion",
-                "created": self.created,
-                "model": self.model_name,
-                "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "length"}],
-                "usage": self._usage(),
-            }
+        self.truth.reasoning_tokens += reasoned
+        body = self.dialect.unary(
+            self._usage(),
+            "".join(words[:reasoned]),
+            "".join(words[reasoned:]),
+            self.gen.prompt_tokens,
+            self.state.cached_tokens,
+            reasoned,
         )
+        return web.json_response(body)
 
 
 async def _aclose(generator: AsyncIterator[int] | None) -> None:
@@ -437,23 +485,6 @@ async def _drain(transport: asyncio.Transport | None) -> None:
 
 def _route_key(name: str) -> str:
     return name.strip().lower().rsplit("/", 1)[-1]
-
-
-def _validate(body: Mapping[str, Any]) -> tuple[str, str] | None:
-    if not isinstance(body.get("model"), str) or not body["model"]:
-        return "missing_model", "`model` is required"
-    messages = body.get("messages")
-    if not isinstance(messages, list) or not messages or not all(isinstance(m, dict) for m in messages):
-        return "missing_messages", "`messages` must be a non-empty list of message objects"
-    for name in ("max_tokens", "max_completion_tokens"):
-        value = body.get(name)
-        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value <= 0):
-            return "invalid_max_tokens", f"`{name}` must be a positive integer"
-    return None
-
-
-def _error(status: int, kind: str, code: str, message: str) -> web.Response:
-    return web.json_response({"error": {"message": message, "type": kind, "param": None, "code": code}}, status=status)
 
 
 def _prompt_bytes(messages: Sequence[Mapping[str, Any]]) -> bytes:
@@ -487,10 +518,15 @@ def build_app(
     tokens_per_event: int = 1,
     default_output_tokens: int = 256,
     max_waiting: int | None = None,
+    reasoning_ratio: float = 0.0,
 ) -> web.Application:
     """The aiohttp application serving ``engines`` (for tests and ``serve``)."""
     server = SimServer(
-        engines, tokens_per_event=tokens_per_event, default_output_tokens=default_output_tokens, max_waiting=max_waiting
+        engines,
+        tokens_per_event=tokens_per_event,
+        default_output_tokens=default_output_tokens,
+        max_waiting=max_waiting,
+        reasoning_ratio=reasoning_ratio,
     )
     app = server.app()
     app[SIM_KEY] = server
@@ -505,10 +541,15 @@ def serve(
     tokens_per_event: int = 1,
     default_output_tokens: int = 256,
     max_waiting: int | None = None,
+    reasoning_ratio: float = 0.0,
 ) -> None:
     """Run the simulator until SIGINT/SIGTERM."""
     app = build_app(
-        engines, tokens_per_event=tokens_per_event, default_output_tokens=default_output_tokens, max_waiting=max_waiting
+        engines,
+        tokens_per_event=tokens_per_event,
+        default_output_tokens=default_output_tokens,
+        max_waiting=max_waiting,
+        reasoning_ratio=reasoning_ratio,
     )
     ids = ", ".join(f"{e.model.id} ({e.model.attention})" for e in engines)
     log.info("attnload sim serving %s on http://%s:%d/v1 (simulated timings)", ids, host, port)

@@ -35,6 +35,8 @@ class ModelTruth:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     completed_completion_tokens: int = 0
+    reasoning_tokens: int = 0
+    """Of the completed answers' tokens, those sent as reasoning (``--reasoning-ratio``)."""
     cached_tokens: int = 0
     ttft: LogHistogram = field(default_factory=LogHistogram)
     itl: LogHistogram = field(default_factory=LogHistogram)
@@ -59,6 +61,7 @@ class ModelTruth:
             "completion_tokens": self.completion_tokens,
             "completed_completion_tokens": self.completed_completion_tokens,
             "cached_tokens": self.cached_tokens,
+            "reasoning_tokens": self.reasoning_tokens,
             "ttft_s": self.ttft.summary(),
             "itl_s": self.itl.summary(),
         }

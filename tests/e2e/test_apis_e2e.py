@@ -1,0 +1,98 @@
+"""Each ``api`` through ``attnload run`` against the simulator in fixed mode: the same TTFT and ITL as chat, the
+simulator's token counts, and a bad ``api`` refused in one line before anything is sent."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from helpers import Processes, attnload, free_port, http_json, latest_results, start_sim
+
+APIS = ("chat", "completions", "responses", "messages")
+
+
+def _config(tmp_path: Path, base_url: str, api: str) -> Path:
+    data: dict[str, Any] = {
+        "base_url": base_url,
+        "api_key_env": "ATTNLOAD_TEST_KEY",
+        "models": {"m": {"id": "llama-3-70b", "attention_type": "GQA", "api": api}},
+        "test_prompts": {"short": "hello"},
+        "benchmark": {"max_tokens": 24, "repeat": 1, "temperature": 0},
+    }
+    path = tmp_path / f"{api}.json"
+    path.write_text(json.dumps(data))
+    return path
+
+
+def test_each_api_measures_as_chat_and_counts_as_the_simulator(processes: Processes, tmp_path: Path) -> None:
+    """TTFT 50 ms and ITL 10 ms, 4 users for 4 s per API, in-flight requests let finish at the end."""
+    p50: dict[str, tuple[float, float]] = {}
+    for api in APIS:
+        sim = start_sim(processes, "--mode", "fixed", "--ttft-ms", "50", "--itl-ms", "10")
+        results = tmp_path / f"results-{api}"
+        run = processes.start(
+            attnload(
+                "run",
+                "-c",
+                str(_config(tmp_path, sim + "/v1", api)),
+                "--users",
+                "4",
+                "--duration",
+                "4s",
+                "--workers",
+                "1",
+                "--stop-timeout",
+                "5",
+                "--results",
+                str(results),
+                "--metrics-port",
+                str(free_port()),
+            ),
+            env={"ATTNLOAD_TEST_KEY": "sk-test-1234567890"},
+            name=f"run-{api}",
+        )
+        assert run.wait(timeout=90) == 0, processes.log_of(run)
+        (summary,) = latest_results(results)["models"]
+        requests = summary["requests"]
+        assert requests["ok"] > 5 and requests["failed"] == requests["cancelled"] == 0, (api, summary["errors"])
+        assert not summary["estimated_tokens"]
+        truth = http_json(sim + "/stats")["models"]["llama-3-70b"]
+        assert truth["completed"] == requests["ok"] and truth["received"] == requests["ok"]
+        assert summary["prompt_tokens"] == truth["prompt_tokens"], api
+        assert summary["completion_tokens"] == truth["completion_tokens"] == 24 * requests["ok"], api
+        assert summary["itl_s"]["count"] == 23 * requests["ok"]
+        p50[api] = (summary["ttft_s"]["p50"], summary["itl_s"]["p50"])
+        assert abs(p50[api][0] - 0.050) <= 0.005 and abs(p50[api][1] - 0.010) <= 0.001, (api, p50[api])
+    # The same as chat: TTFT within 1 ms and ITL within 0.1 ms, or one bucket of the results' histogram
+    # (γ = 1.02: 1 ms at 50 ms, 0.2 ms at 10 ms; two runs straddling a bucket edge report neighbouring buckets).
+    chat_ttft, chat_itl = p50["chat"]
+    for api, (ttft, itl) in p50.items():
+        assert abs(ttft - chat_ttft) <= max(0.001, 0.021 * chat_ttft), (api, p50)
+        assert abs(itl - chat_itl) <= max(0.0001, 0.021 * chat_itl), (api, p50)
+
+
+def test_a_bad_api_is_one_line_and_nothing_is_sent(processes: Processes, tmp_path: Path) -> None:
+    sim = start_sim(processes, "--mode", "fixed", "--ttft-ms", "5", "--itl-ms", "1")
+    for api, env, needle in (
+        ("chatt", {"ATTNLOAD_TEST_KEY": "k"}, "api 'chatt' is not an API attnload speaks"),
+        ("messages", {}, "api messages needs an API key"),
+    ):
+        config = _config(tmp_path, sim + "/v1", api)
+        if not env:
+            data = json.loads(config.read_text())
+            del data["api_key_env"]
+            config.write_text(json.dumps(data))
+        done = subprocess.run(
+            attnload("run", "-c", str(config), "--users", "1", "--duration", "2s", "--results", str(tmp_path / "r")),
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={**os.environ, **env},
+        )
+        assert done.returncode == 2, done.stderr
+        lines = [line for line in done.stderr.splitlines() if line.strip()]
+        assert len(lines) == 1 and needle in lines[0], done.stderr
+    assert http_json(sim + "/stats")["models"]["llama-3-70b"]["received"] == 0
