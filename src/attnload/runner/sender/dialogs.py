@@ -12,13 +12,16 @@ the same turn of the same script.
 from __future__ import annotations
 
 import random
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 from attnload.config.model import ModelTarget, Profile, TestConfig, sample_count, sample_seconds
 from attnload.measure.recorder import RequestRecord
 from attnload.measure.tokens import MESSAGE_OVERHEAD_TOKENS
 from attnload.plan.traffic import open_datasets
+from attnload.workload.agent import AgentConversation, agent_script, tool_definitions
 from attnload.workload.conversation import (
     Conversation,
     ConversationScript,
@@ -51,6 +54,9 @@ class Traffic:
         self.rng = random.Random(f"attnload.traffic:{config.seed}")
         self._shard = shard
         self._samplers: dict[str, tuple[tuple[int, int], DatasetSampler]] = {}
+        self._tools: dict[str, list[dict[str, Any]]] = {}
+        self.session_ended: Callable[[str, SessionTally], None] | None = None
+        """Told each model's tally when an agent session ends (the sender files it with the context recorder)."""
 
     @property
     def conversational(self) -> bool:
@@ -65,6 +71,13 @@ class Traffic:
             held = (index, count), DatasetSampler(self.datasets[profile], self.config.seed, shard=index, shards=count)
             self._samplers[profile] = held
         return held[1]
+
+    def tools(self, profile: Profile, tokens: TextTokens) -> list[dict[str, Any]]:
+        """The agent profile's tool definitions, built once per process (every session sends the same)."""
+        assert profile.agent is not None
+        if profile.name not in self._tools:
+            self._tools[profile.name] = tool_definitions(profile.agent.tools, tokens)
+        return self._tools[profile.name]
 
     def script(self, profile: Profile, salt: str, tokens: TextTokens) -> ConversationScript:
         if profile.dataset is not None:
@@ -102,8 +115,10 @@ class Session:
         self.traffic = traffic
         self.keys = keys
         self.profile: Profile | None = None
-        self.dialog: dict[str, Conversation] | None = None
+        self.dialog: dict[str, Conversation | AgentConversation] | None = None
         self.conversations = 0
+        self.tallies: dict[str, SessionTally] = {}
+        """Agent sessions: what each model's session did so far (filed when it ends)."""
 
     def next(self) -> Step:
         """The next request(s): the current conversation's next turn, else a new conversation or request."""
@@ -111,9 +126,13 @@ class Session:
             plans = self._turn()
             if plans is not None:
                 profile = self.profile
-                think = profile.conversation.think_time_s if profile and profile.conversation else 0.0
+                think: Any = 0.0
+                if profile is not None and profile.agent is not None:
+                    think = profile.agent.tool_time_s  # the tool runs between an answer and the next step
+                elif profile is not None and profile.conversation is not None:
+                    think = profile.conversation.think_time_s
                 return Step(plans, sample_seconds(think, self.traffic.rng))
-            self.dialog = None
+            self.close()
         workload = self.traffic.workload
         profile = workload.choose()
         if not profile.conversational:
@@ -134,25 +153,58 @@ class Session:
             return
         for key, conversation in self.dialog.items():
             record = records.get(key)
+            tally = self.tallies.get(key)
             if isinstance(record, RequestRecord) and record.outcome == "ok" and record.reply_text is not None:
                 conversation.record_reply(record.reply_text)
+                if tally is not None:
+                    tally.add(record)
             else:
                 conversation.fail()
+            if tally is not None:
+                tally.ended_perf = time.perf_counter()
+
+    def close(self) -> None:
+        """The current conversation is over: each agent session's tally goes to the sender, once."""
+        dialog, self.dialog = self.dialog, None
+        ended = self.traffic.session_ended
+        if dialog is not None and ended is not None:
+            for key, tally in self.tallies.items():
+                conversation = dialog.get(key)
+                if isinstance(conversation, AgentConversation):
+                    if conversation.ended is None:
+                        conversation.peek()  # settles why it ended (steps or context)
+                    tally.ended = conversation.ended or "steps"
+                    ended(key, tally)
+        self.tallies = {}
 
     def _open(self, profile: Profile) -> None:
         traffic = self.traffic
         first = self.keys[0]
-        script = traffic.script(profile, new_salt(), traffic.tokens[first])
         default_max = profile.max_tokens if isinstance(profile.max_tokens, int) else traffic.config.request.max_tokens
         self.profile = profile
         self.dialog = {}
+        self.conversations += 1
+        if profile.agent is not None:
+            tokens = traffic.tokens[first]
+            agent = agent_script(profile.agent, new_salt(), traffic.rng, tokens, traffic.tools(profile, tokens))
+            for key in self.keys:
+                counter = traffic.counter(key)
+                extra = {"count_prompt": counter} if counter is not None else {}
+                self.dialog[key] = AgentConversation(
+                    agent,
+                    context_window_tokens=traffic.targets[key].max_context,
+                    default_max_tokens=default_max,
+                    **extra,
+                )
+                self.tallies[key] = SessionTally(started_perf=time.perf_counter())
+            return
+        script = traffic.script(profile, new_salt(), traffic.tokens[first])
         for key in self.keys:
             counter = traffic.counter(key)
             extra = {"count_prompt": counter} if counter is not None else {}
             self.dialog[key] = Conversation(
                 script, context_window_tokens=traffic.targets[key].max_context, default_max_tokens=default_max, **extra
             )
-        self.conversations += 1
 
     def _turn(self) -> dict[str, PlannedRequest] | None:
         dialog, profile = self.dialog, self.profile
@@ -167,14 +219,39 @@ class Session:
             taken = conversation.next_request()
             assert taken is not None
             messages, max_tokens, _tokens = taken
+            agent = conversation.script if isinstance(conversation, AgentConversation) else None
             plans[key] = PlannedRequest(
                 profile=profile.name,
                 messages=messages,
                 max_tokens=max_tokens or drawn or workload.default_max_tokens,
                 ignore_eos=ignore_eos,
-                turn=conversation.turn,
+                turn=None if agent is not None else conversation.turn,
+                step=conversation.turn if agent is not None else None,
+                tools=agent.tools if agent is not None else None,
+                tool_choice=agent.tool_choice if agent is not None else None,
             )
         return plans
+
+
+@dataclass
+class SessionTally:
+    """What one model's agent session did: steps answered, tokens in and out, when it began and ended."""
+
+    started_perf: float
+    ended_perf: float = 0.0
+    steps: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    ended: str = "steps"
+
+    def add(self, record: RequestRecord) -> None:
+        self.steps += 1
+        self.prompt_tokens += record.prompt_tokens
+        self.completion_tokens += record.completion_tokens
+
+    @property
+    def duration_s(self) -> float:
+        return max(0.0, self.ended_perf - self.started_perf)
 
 
 def with_reply_tokens(

@@ -19,7 +19,7 @@ from attnload.config.model import ModelTarget
 from attnload.measure.paired import send_together
 from attnload.measure.recorder import RequestRecord
 from attnload.measure.requestlog import NOBODY, Who
-from attnload.runner.sender.dialogs import Session, with_reply_tokens
+from attnload.runner.sender.dialogs import Session, Step, with_reply_tokens
 from attnload.runner.sender.openloop import PAIR_STREAM, ClientPool, OpenLoop
 from attnload.runner.sender.replay import ReplaySchedule
 from attnload.runner.sender.sender import Sender
@@ -125,11 +125,27 @@ def converse_open(
     environment: Environment, sender: Sender, pool: ClientPool, stream: str, intended: float, stage: int
 ) -> None:
     """Open loop: one arrival starts a conversation; each next turn is due its think time after the last answer."""
-    targets = {t.key: t for t in sender.state.config.models}
-    keys = list(targets) if stream == PAIR_STREAM else [stream]
+    keys = [t.key for t in sender.state.config.models] if stream == PAIR_STREAM else [stream]
     session = sender.traffic.session(keys)
     step = session.next()
     who = Who(conversation=f"w{sender.state.worker_index}o{next(_OPEN_CONVERSATIONS)}")
+    _converse_open(environment, sender, pool, session, step, who, (stream, intended, stage))
+    session.close()  # an agent session's tally is filed (a stop mid-session files nothing)
+
+
+def _converse_open(
+    environment: Environment,
+    sender: Sender,
+    pool: ClientPool,
+    session: Session,
+    step: Step,
+    who: Who,
+    where: tuple[str, float, int],
+) -> None:
+    """The arrival's steps, each after the previous answer and its think (or tool) time."""
+    stream, intended, stage = where
+    targets = {t.key: t for t in sender.state.config.models}
+    keys = list(targets) if stream == PAIR_STREAM else [stream]
     while True:
         clients = {key: pool.acquire(key) for key in keys}
         try:
@@ -181,8 +197,10 @@ def send_plan(
         temperature=request.temperature,
         stream=request.stream,
         ignore_eos=plan.ignore_eos,
+        tools=plan.tools,
+        tool_choice=plan.tool_choice,
     )
-    capture = plan.turn is not None or target.tokenizer is not None  # only then is the text kept
+    capture = plan.turn is not None or plan.step is not None or target.tokenizer is not None  # only then is text kept
     abandon = sender.abandoner.draw(sender.state.worker_index) if sender.abandoner is not None else None
     try:
         record = client.send(
@@ -204,13 +222,13 @@ def _annotated(
     sender: Sender, record: RequestRecord, plan: PlannedRequest, target: ModelTarget, intended_start: float | None
 ) -> RequestRecord:
     """Turn index, open-loop send time and tokenizer counts, only where they apply (the common case is as-is)."""
-    if plan.turn is None and intended_start is None and target.tokenizer is None:
+    if plan.turn is None and plan.step is None and intended_start is None and target.tokenizer is None:
         return record
     sent_at = None
     if intended_start is not None:
         started = intended_start + (record.dispatch_lag_s or 0.0)
         sent_at = time.time() - (time.perf_counter() - started)
-    record = replace(record, turn=plan.turn, sent_at=sent_at)
+    record = replace(record, turn=plan.turn, step=plan.step, sent_at=sent_at)
     if target.tokenizer is not None:
         record = with_reply_tokens(record, sender.traffic.tokens[target.key], plan.messages)
     return record
