@@ -1,0 +1,192 @@
+"""Agent sessions end to end: a recording server checks what each step carries and when it arrives, the
+simulator shows GQA's idle sessions evicted where MLA's stay resident, and a bad agent block sends nothing.
+
+Server-side evidence first: the recording server logs each body with the wall time it arrived and the time
+its answer ended, so the step structure, the tool times and the open sessions are never the client's word.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from helpers import FAKES, Processes, attnload, free_port, latest_results, start_sim, wait_http, write_config
+
+from attnload.measure.tokens import text_tokens
+
+MODELS = {"gqa_model": ("llama-3-70b", "GQA"), "mla_model": ("deepseek-v3", "MLA")}
+
+
+def start_recorder(processes: Processes, tmp_path: Path, chunk_delay_ms: float = 1.0) -> tuple[str, Path]:
+    port, log = free_port(), tmp_path / "received.jsonl"
+    process = processes.start(
+        [sys.executable, str(FAKES / "recording_server.py"), str(port), str(log), str(chunk_delay_ms)], name="rec"
+    )
+    url = f"http://127.0.0.1:{port}"
+    wait_http(url + "/health", process)
+    return url, log
+
+
+def received(log: Path) -> list[dict[str, Any]]:
+    if not log.exists():
+        return []
+    return [json.loads(line) for line in log.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def run(processes: Processes, config: Path, results: Path, *args: str, timeout_s: float = 120) -> dict[str, Any]:
+    process = processes.start(
+        attnload("run", "-c", str(config), "--results", str(results), "--metrics-port", str(free_port()), *args),
+        name="run",
+    )
+    assert process.wait(timeout=timeout_s) == 0, processes.log_of(process)[-3000:]
+    return latest_results(results)
+
+
+def sessions(entries: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """Requests grouped by session (its salted system prompt), in arrival order."""
+    grouped: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for entry in sorted(entries, key=lambda e: e["t_recv"]):
+        grouped[entry["body"]["model"] + "|" + entry["body"]["messages"][0]["content"]].append(entry)
+    return grouped
+
+
+def test_each_step_resends_history_reply_tool_call_and_result(processes: Processes, tmp_path: Path) -> None:
+    """Step k = step k−1's messages + the reply as streamed + a tool call + a `role: tool` result of the
+    drawn size, `tools` on every request, no `tool_choice`; the tool time separates an answer from the next
+    step (server side, p50 within 20 ms); as many sessions are open at once as there are users."""
+    url, log = start_recorder(processes, tmp_path)
+    tool_time, result_tokens, users = 0.3, 300, 3
+    agent = {
+        "steps": 4,
+        "system_tokens": 200,
+        "tools": {"count": 3, "tokens": 60},
+        "tool_result_tokens": result_tokens,
+        "tool_time_s": tool_time,
+    }
+    config = write_config(
+        tmp_path, url, {"gqa_model": MODELS["gqa_model"]}, workload={"agent": {"agent": agent, "max_tokens": 16}}
+    )
+    data = run(
+        processes,
+        config,
+        tmp_path / "r",
+        "--users",
+        str(users),
+        "--duration",
+        "5s",
+        "--spawn-rate",
+        "100",
+        "--requests-out",
+        str(tmp_path / "req.jsonl"),
+    )
+    groups = sessions(received(log))
+    complete = [g for g in groups.values() if len(g) == 4]
+    assert len(complete) >= users, {k[-20:]: len(v) for k, v in groups.items()}
+    gaps = []
+    for steps in groups.values():
+        assert len(steps) <= 4  # a session never runs past its steps
+        for entry in steps:
+            body = entry["body"]
+            assert len(body["tools"]) == 3 and "tool_choice" not in body
+        for previous, current in zip(steps, steps[1:], strict=False):
+            sent, before = current["body"]["messages"], previous["body"]["messages"]
+            assert sent[: len(before)] == before
+            assert sent[len(before)] == {"role": "assistant", "content": previous["reply"]}  # byte for byte
+            call, result = sent[len(before) + 1], sent[len(before) + 2]
+            assert call["role"] == "assistant" and len(call["tool_calls"]) == 1
+            assert result == {"role": "tool", "tool_call_id": call["tool_calls"][0]["id"], "content": result["content"]}
+            assert abs(text_tokens(result["content"]) - result_tokens) <= 4  # the estimator's tolerance
+            assert len(sent) == len(before) + 3
+            gaps.append(current["t_recv"] - previous["t_end"])
+    assert abs(statistics.median(gaps) - tool_time) <= 0.02, sorted(gaps)
+    # Sessions open at once: from a session's first arrival to its last answer, sampled mid-run.
+    spans = [(g[0]["t_recv"], g[-1]["t_end"]) for g in complete]
+    start, end = min(s for s, _ in spans), max(e for _, e in spans)
+    open_counts = [
+        sum(1 for g in groups.values() if g[0]["t_recv"] <= t <= g[-1]["t_end"])
+        for t in (start + (end - start) * k / 40 for k in range(8, 33))
+    ]
+    assert max(open_counts) == users and statistics.median(open_counts) == users, open_counts
+    rows = {row["step"]: row for row in data["models"][0]["steps"]}
+    assert set(rows) == {1, 2, 3, 4}
+    assert rows[1]["context_tokens"] < rows[2]["context_tokens"] < rows[3]["context_tokens"]
+    assert rows[2]["context_tokens"] - rows[1]["context_tokens"] >= result_tokens
+    assert rows[2]["cached_tokens_mean"] is None  # the recorder reports none
+    assert data["models"][0]["agent_sessions"]["ended_steps"] >= users
+    lines = [json.loads(line) for line in (tmp_path / "req.jsonl").read_text().splitlines()]
+    assert {line["step"] for line in lines} == {1, 2, 3, 4}
+    assert all(line["session"] for line in lines) and len({line["session"] for line in lines}) >= users
+
+
+def test_idle_gqa_sessions_are_evicted_where_mla_stays_resident(processes: Processes, tmp_path: Path) -> None:
+    """Equal KV bytes for both models (scales in the ratio of their KV bytes per token): GQA cannot hold
+    every idle session while its tool runs, MLA can; so MLA hits more, caches more per step, and GQA's
+    TTFT after step 1 is the higher one."""
+    models = tmp_path / "sim.json"
+    models.write_text(
+        json.dumps(
+            {
+                "models": [
+                    {"id": "llama-3-70b", "kv_capacity_scale": 0.0125},
+                    {"id": "deepseek-v3", "kv_capacity_scale": 0.0446},
+                ]
+            }
+        )
+    )
+    sim = start_sim(processes, "--config", str(models))
+    agent = {
+        "steps": 8,
+        "system_tokens": 1000,
+        "tools": {"count": 4, "tokens": 100},
+        "tool_result_tokens": 2000,
+        "tool_time_s": 0.5,
+    }
+    config = write_config(tmp_path, sim + "/api", MODELS, workload={"agent": {"agent": agent, "max_tokens": 32}})
+    data = run(processes, config, tmp_path / "r", "--users", "16", "--duration", "15s", "--spawn-rate", "100")
+    by_model = {m["key"]: m for m in data["models"]}
+    cached, ttft, hit = {}, {}, {}
+    for key, model in by_model.items():
+        rows = {row["step"]: row for row in model["steps"]}
+        assert {1, 2, 3, 4, 5} <= set(rows), sorted(rows)
+        later = [rows[s] for s in sorted(rows) if s >= 4 and rows[s]["requests"]]
+        cached[key] = statistics.mean(r["cached_tokens_mean"] for r in later)
+        hit[key] = sum(r["cached_tokens_mean"] * r["requests"] for r in later) / sum(
+            r["context_tokens"] * r["requests"] for r in later
+        )
+        ttft[key] = weighted_median([(rows[s]["ttft_s"]["p50"], rows[s]["requests"]) for s in rows if s >= 2])
+        print(key, [(s, rows[s]["requests"], rows[s]["cached_tokens_mean"], rows[s]["ttft_s"]["p50"]) for s in rows])
+    print(f"cached per step (4+): {cached}; hit ratio {hit}; step TTFT p50 after step 1 {ttft}")
+    assert hit["mla_model"] > hit["gqa_model"] and cached["mla_model"] > cached["gqa_model"]
+    assert ttft["gqa_model"] > ttft["mla_model"]
+
+
+def weighted_median(pairs: list[tuple[float, int]]) -> float:
+    """The median of per-step p50s, each counted as often as its step had requests."""
+    ordered = sorted(pairs)
+    half, seen = sum(n for _, n in ordered) / 2.0, 0
+    for value, n in ordered:
+        seen += n
+        if seen >= half:
+            return value
+    return ordered[-1][0]
+
+
+def test_a_bad_agent_block_exits_2_and_sends_nothing(processes: Processes, tmp_path: Path) -> None:
+    url, log = start_recorder(processes, tmp_path)
+    for agent, words in (
+        ({"steps": -1}, "steps"),
+        ({"steps": 3, "tool_result_tokens": -5}, "tool_result_tokens"),
+        ({"steps": 3, "tool_budget": 1}, "tool_budget"),
+        ({"steps": 100_000}, "steps"),
+        ({"steps": 3, "tools": -2}, "tools"),
+    ):
+        config = write_config(tmp_path, url, {"gqa_model": MODELS["gqa_model"]}, workload={"a": {"agent": agent}})
+        process = processes.start(attnload("run", "-c", str(config), "-u", "1", "-t", "2s"), name="bad")
+        assert process.wait(timeout=60) == 2
+        err = processes.log_of(process).strip()
+        assert len(err.splitlines()) == 1 and words in err and "Traceback" not in err, err
+    assert received(log) == []
