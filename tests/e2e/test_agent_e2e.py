@@ -14,9 +14,8 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from helpers import FAKES, Processes, attnload, free_port, latest_results, start_sim, wait_http, write_config
-
 from attnload.measure.tokens import text_tokens
+from helpers import FAKES, Processes, attnload, free_port, latest_results, start_sim, wait_http, write_config
 
 MODELS = {"gqa_model": ("llama-3-70b", "GQA"), "mla_model": ("deepseek-v3", "MLA")}
 

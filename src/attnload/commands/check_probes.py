@@ -189,13 +189,21 @@ def _connection_failure(cause: BaseException, proxy: ProxyInfo) -> RequestFailed
 
 
 def raw_probe(
-    url: str, key: str | None, model: str, messages: list[dict[str, str]], max_tokens: int, timeouts: Timeouts
+    url: str,
+    key: str | None,
+    model: str,
+    messages: list[dict[str, str]],
+    max_tokens: int,
+    timeouts: Timeouts,
+    tools: list[dict[str, Any]] | None = None,
+    tool_choice: str | None = None,
 ) -> Probe:
-    """The same request through the load path's own client, so `attnload run` is known to work too."""
+    """The same request through the load path's own client, so `attnload run` is known to work too
+    (with an agent profile's ``tools`` array and ``tool_choice`` when given)."""
     client = ChatClient(url, key, timeouts)
     try:
         record = client.send(
-            chat_body(model, messages, max_tokens=max_tokens, temperature=0),
+            chat_body(model, messages, max_tokens=max_tokens, temperature=0, tools=tools, tool_choice=tool_choice),
             model_key="check",
             profile="check",
             stage=0,

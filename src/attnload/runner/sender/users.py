@@ -15,6 +15,7 @@ from locust import User, constant, task
 from locust.env import Environment
 
 from attnload.client.chat import Cancelled, ChatClient, chat_body
+from attnload.client.classify import TOOL_CHOICE_FIX
 from attnload.config.model import ModelTarget
 from attnload.measure.paired import send_together
 from attnload.measure.recorder import RequestRecord
@@ -30,6 +31,8 @@ log = logging.getLogger(__name__)
 OPEN_LOOP_IDLE_S = 0.2
 _OPEN_CONVERSATIONS = itertools.count(1)
 """Open-loop conversations started by this process (their ids in ``--requests-out``)."""
+_TOLD_TOOL_CHOICE: set[str] = set()
+"""Models whose tool-choice refusal this process has already explained (once each)."""
 
 
 class ChatUser(User):
@@ -215,7 +218,18 @@ def send_plan(
     except Cancelled as cancelled:
         _report(environment, sender, _annotated(sender, cancelled.record, plan, target, intended_start), who)
         raise GreenletExit() from None
+    if plan.tools is not None and record.outcome == "failed":
+        _say_tool_choice(target, client)
     return _report(environment, sender, _annotated(sender, record, plan, target, intended_start), who)
+
+
+def _say_tool_choice(target: ModelTarget, client: ChatClient) -> None:
+    """vLLM refused ``tools`` for want of tool-call parsing: one line per model naming the server flags."""
+    failure = client.last_failure
+    if failure is None or TOOL_CHOICE_FIX not in failure.detail or target.key in _TOLD_TOOL_CHOICE:
+        return
+    _TOLD_TOOL_CHOICE.add(target.key)
+    log.error("model %s: agent steps are refused with HTTP 400: %s", target.key, TOOL_CHOICE_FIX)
 
 
 def _annotated(
