@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from attnload.measure.tokens import text_tokens
-from helpers import FAKES, Processes, attnload, free_port, latest_results, start_sim, wait_http, write_config
+from helpers import FAKES, ROOT, Processes, attnload, free_port, latest_results, start_sim, wait_http, write_config
 
 MODELS = {"gqa_model": ("llama-3-70b", "GQA"), "mla_model": ("deepseek-v3", "MLA")}
 
@@ -189,3 +189,47 @@ def test_a_bad_agent_block_exits_2_and_sends_nothing(processes: Processes, tmp_p
         err = processes.log_of(process).strip()
         assert len(err.splitlines()) == 1 and words in err and "Traceback" not in err, err
     assert received(log) == []
+
+
+def test_a_session_trace_replays_steps_in_order_after_each_answer(processes: Processes, tmp_path: Path) -> None:
+    """The 5-session sample trace: each session starts at its offset, each step goes its tool time (+ delay)
+    after the previous answer (server side, within 30 ms p99), resending the history with the streamed reply,
+    a tool call and a tool result that brings the prompt to the trace's input tokens."""
+    from attnload.measure.tokens import prompt_tokens
+    from attnload.workload.sessiontrace import load_sessions
+
+    trace = ROOT / "examples" / "traces" / "agent_sessions_sample.jsonl"
+    recorded = load_sessions(trace)
+    url, log = start_recorder(processes, tmp_path)
+    config = write_config(tmp_path, url, {"gqa_model": MODELS["gqa_model"]})
+    data = run(processes, config, tmp_path / "r", "--shape", f"replay:{trace}", "--stage-duration", "5s")
+    groups = sorted(
+        (sorted(g, key=lambda e: e["t_recv"]) for g in sessions_by_first_user(received(log)).values()),
+        key=lambda g: g[0]["t_recv"],
+    )
+    assert len(groups) == len(recorded) == 5
+    origin = groups[0][0]["t_recv"]
+    errors = []
+    for steps, session in zip(groups, recorded, strict=True):
+        assert len(steps) == len(session.steps), session.session_id
+        errors.append(abs((steps[0]["t_recv"] - origin) - session.start_s))
+        for k, (previous, current) in enumerate(zip(steps, steps[1:], strict=False), start=1):
+            sent, before = current["body"]["messages"], previous["body"]["messages"]
+            assert sent[: len(before)] == before and sent[len(before)]["content"] == previous["reply"]
+            assert sent[-1]["role"] == "tool" and "tool_calls" in sent[-2]
+            assert abs(prompt_tokens(sent) - session.steps[k].input_tokens) <= 4
+            gap = current["t_recv"] - previous["t_end"]
+            assert gap >= session.steps[k].wait_s - 0.005, (session.session_id, k, gap)
+            errors.append(gap - session.steps[k].wait_s)
+    print("errors", [round(e, 4) for e in errors])
+    errors.sort()
+    assert errors[int(0.99 * (len(errors) - 1))] <= 0.03, [round(e, 4) for e in errors]
+    rows = {row["step"]: row for row in data["models"][0]["steps"]}
+    assert rows[1]["requests"] == 5 and rows[4]["requests"] == 2
+
+
+def sessions_by_first_user(entries: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    grouped: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for entry in entries:
+        grouped[entry["body"]["messages"][0]["content"]].append(entry)
+    return grouped

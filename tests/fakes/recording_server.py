@@ -30,6 +30,7 @@ def reply_text(n: int) -> str:
 
 class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True  # each chunk leaves at once: t_end is when the client can have the answer
     log_path = ""
     chunk_delay_s = 0.0
 

@@ -24,7 +24,9 @@ from attnload.runner.sender.dialogs import Session, Step, with_reply_tokens
 from attnload.runner.sender.openloop import PAIR_STREAM, ClientPool, OpenLoop
 from attnload.runner.sender.replay import ReplaySchedule
 from attnload.runner.sender.sender import Sender
+from attnload.runner.sender.sessionreplay import SessionReplay
 from attnload.workload.prompts import PlannedRequest
+from attnload.workload.sessiontrace import is_session_trace
 from attnload.workload.shapes import ReplaySpec
 
 log = logging.getLogger(__name__)
@@ -326,7 +328,26 @@ def open_loop(environment: Environment, sender: Sender) -> OpenLoop:
     )
     loop.burstiness = state.options.burstiness
     shape = state.options.shape
-    if isinstance(shape, ReplaySpec):
+    if isinstance(shape, ReplaySpec) and is_session_trace(shape.path):
+        first = config.models[0]
+        sessions = SessionReplay(shape, keys, lambda: state.run_salt, sender.traffic.tokens[first.key])
+        targets = {m.key: m for m in config.models}
+
+        def play(stream: str, intended: float, stage: int) -> None:
+            def step(key: str, plan: PlannedRequest, due: float, session: str) -> RequestRecord:
+                client = pool.acquire(key)
+                try:
+                    return send_plan(
+                        environment, sender, client, targets[key], plan, stage, due, Who(conversation=session)
+                    )
+                finally:
+                    pool.release(key, client)
+
+            sessions.play(stream, intended, step)
+
+        loop.planned = sessions.schedule  # type: ignore[assignment]
+        loop.arrival = play
+    elif isinstance(shape, ReplaySpec):
         first = config.models[0]
         loop.planned = ReplaySchedule(
             shape, keys, state.paired is not None, lambda: state.run_salt, sender.traffic.tokens[first.key]
