@@ -162,3 +162,24 @@ def test_bad_session_traces_are_one_line_errors(tmp_path: Path, lines: list[dict
     path.write_text("".join(json.dumps(line) + "\n" for line in lines))
     with pytest.raises(UsageError, match=words):
         load_sessions(path)
+
+
+def test_a_fan_out_step_waits_for_its_children_answers() -> None:
+    agent = spec(steps=3, tool_result_tokens=20, sub_agents={"count": 3, "steps": 2, "every": 2})
+    script = agent_script(agent, SALT, random.Random(3))
+    assert script.fan_out == (2,) and script.children == 3
+    session = AgentConversation(script)
+    session.next_request()
+    session.record_reply("one")
+    assert session.children_pending == 0
+    session.next_request()
+    session.record_reply("two")
+    assert session.children_pending == 3
+    with pytest.raises(RuntimeError):
+        session.next_request()
+    session.children_done(["a", "b", "c"])
+    taken = session.next_request()
+    assert taken is not None
+    call, *results = taken[0][-4:]
+    assert [c["function"]["name"] for c in call["tool_calls"]] == ["sub_agent"] * 3
+    assert [r["content"] for r in results] == ["a", "b", "c"]

@@ -233,3 +233,39 @@ def sessions_by_first_user(entries: list[dict[str, Any]]) -> dict[str, list[dict
     for entry in entries:
         grouped[entry["body"]["messages"][0]["content"]].append(entry)
     return grouped
+
+
+def test_sub_agents_fan_out_and_return_as_tool_results(processes: Processes, tmp_path: Path) -> None:
+    """A fan-out step's `sub_agent` calls run child sessions at once; each child's last answer comes back
+    as the parent's tool result, and the parent's next step follows the last child's answer."""
+    url, log = start_recorder(processes, tmp_path)
+    agent = {
+        "steps": 2,
+        "system_tokens": 64,
+        "tools": 1,
+        "tool_result_tokens": 50,
+        "tool_time_s": 0.05,
+        "sub_agents": {"count": 2, "steps": 2, "every": 1},
+    }
+    config = write_config(
+        tmp_path, url, {"gqa_model": MODELS["gqa_model"]}, workload={"a": {"agent": agent, "max_tokens": 8}}
+    )
+    run(processes, config, tmp_path / "r", "--users", "1", "--duration", "3s", "--spawn-rate", "10")
+    entries = received(log)
+    by_reply = {e["reply"]: e for e in entries}
+    parents = [e for e in entries if any(m.get("tool_calls") for m in e["body"]["messages"])]
+    checked = 0
+    for entry in parents:
+        messages = entry["body"]["messages"]
+        call = next(m for m in messages if m.get("tool_calls"))
+        if call["tool_calls"][0]["function"]["name"] != "sub_agent":
+            continue  # a child's own step 2
+        results = [m for m in messages if m["role"] == "tool"]
+        assert len(call["tool_calls"]) == 2 and len(results) == 2
+        children = [by_reply[r["content"]] for r in results]  # each result is a child's answer
+        for child in children:
+            assert child["body"]["messages"][0]["content"] != messages[0]["content"]  # its own session
+            assert len(child["body"]["messages"]) > 2 and child["body"]["tools"]  # its last step
+            assert entry["t_recv"] >= child["t_end"] - 0.01  # after its answer (the server notes t_end last)
+        checked += 1
+    assert checked >= 1, len(entries)

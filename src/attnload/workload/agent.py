@@ -71,6 +71,10 @@ class AgentScript:
     results: tuple[tuple[str, ...], ...]
     session_id: str
     tool_choice: str | None = None
+    fan_out: tuple[int, ...] = ()
+    """Steps after which ``sub_agents.count`` child sessions run; their final answers are the tool results."""
+    children: int = 0
+    """Child sessions per fan-out step (``sub_agents.count``)."""
 
     @property
     def steps(self) -> int:
@@ -100,7 +104,16 @@ def agent_script(
     )
     defined = list(tools) if tools is not None else tool_definitions(spec.tools, tokens)
     session_id = salt.strip().strip("[]") or f"{rng.getrandbits(64):016x}"
-    return AgentScript(system, task, tuple(defined), results, session_id, spec.tool_choice)
+    sub = spec.sub_agents
+    fan_out = tuple(k for k in range(1, steps) if k % sub.every == 0) if sub is not None else ()
+    children = sub.count if sub is not None else 0
+    return AgentScript(system, task, tuple(defined), results, session_id, spec.tool_choice, fan_out, children)
+
+
+def child_spec(spec: AgentSpec) -> AgentSpec:
+    """A sub-agent: ``sub_agents.steps`` steps of the parent's kind, fanning out no further."""
+    assert spec.sub_agents is not None
+    return spec.model_copy(update={"steps": spec.sub_agents.steps, "sub_agents": None})
 
 
 class AgentConversation:
@@ -124,6 +137,8 @@ class AgentConversation:
         self.tools_tokens = tools_tokens(list(script.tools))
         self.turn = 0
         self.ended: EndReason | None = None
+        self.children_pending = 0
+        """Sub-agents the last step fanned out to, until :meth:`children_done` brings their answers."""
         self._messages: list[Message] = [
             {"role": "system", "content": script.system},
             {"role": "user", "content": script.task},
@@ -136,8 +151,8 @@ class AgentConversation:
 
     def peek(self) -> tuple[list[Message], int | None, int] | None:
         """The next request (messages, max_tokens, context tokens) without taking it; None if it ends here."""
-        if self._awaiting_reply:
-            raise RuntimeError("record_reply() (or fail()) must follow each next_request()")
+        if self._awaiting_reply or self.children_pending:
+            raise RuntimeError("record_reply() (or fail(), or children_done()) must come first")
         if self.ended is not None:
             return None
         if self.turn >= self.script.steps:
@@ -168,24 +183,41 @@ class AgentConversation:
         if self.turn >= self.script.steps:
             return
         results = self.script.results[self.turn - 1]
-        calls = [
-            {
-                "id": f"call_{self.script.session_id}_{self.turn}_{index}",
-                "type": "function",
-                "function": {
-                    "name": self._tool_name(index),
-                    "arguments": json.dumps({"query": f"step {self.turn} call {index}"}),
-                },
-            }
-            for index in range(len(results))
-        ]
+        if self.turn in self.script.fan_out:
+            self.children_pending = self.script.children
+            self._messages.append(
+                {"role": "assistant", "content": "", "tool_calls": self._calls(self.script.children, "sub_agent")}
+            )
+            return
+        calls = self._calls(len(results))
         self._messages.append({"role": "assistant", "content": "", "tool_calls": calls})
         for call, result in zip(calls, results, strict=True):
             self._messages.append({"role": "tool", "tool_call_id": call["id"], "content": result})
 
+    def children_done(self, answers: Sequence[str]) -> None:
+        """The sub-agents' final answers come back as the fan-out step's tool results, in call order."""
+        calls = self._messages[-1]["tool_calls"]
+        for call, answer in zip(calls, answers, strict=True):
+            self._messages.append({"role": "tool", "tool_call_id": call["id"], "content": answer})
+        self.children_pending = 0
+
+    def _calls(self, count: int, name: str | None = None) -> list[dict[str, Any]]:
+        return [
+            {
+                "id": f"call_{self.script.session_id}_{self.turn}_{index}",
+                "type": "function",
+                "function": {
+                    "name": name or self._tool_name(index),
+                    "arguments": json.dumps({"query": f"step {self.turn} call {index}"}),
+                },
+            }
+            for index in range(count)
+        ]
+
     def fail(self) -> None:
         """The step got no usable answer: the history is broken, so the session ends."""
         self._awaiting_reply = False
+        self.children_pending = 0
         self.ended = "failed"
 
     def _tool_name(self, index: int) -> str:

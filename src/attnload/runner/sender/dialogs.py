@@ -17,11 +17,13 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+import gevent
+
 from attnload.config.model import ModelTarget, Profile, TestConfig, sample_count, sample_seconds
 from attnload.measure.recorder import RequestRecord
 from attnload.measure.tokens import MESSAGE_OVERHEAD_TOKENS
 from attnload.plan.traffic import open_datasets
-from attnload.workload.agent import AgentConversation, agent_script, tool_definitions
+from attnload.workload.agent import AgentConversation, agent_script, child_spec, tool_definitions
 from attnload.workload.conversation import (
     Conversation,
     ConversationScript,
@@ -119,6 +121,7 @@ class Session:
         self.conversations = 0
         self.tallies: dict[str, SessionTally] = {}
         """Agent sessions: what each model's session did so far (filed when it ends)."""
+        self.fanned_out = False
 
     def next(self) -> Step:
         """The next request(s): the current conversation's next turn, else a new conversation or request."""
@@ -127,7 +130,9 @@ class Session:
             if plans is not None:
                 profile = self.profile
                 think: Any = 0.0
-                if profile is not None and profile.agent is not None:
+                if self.fanned_out:  # the sub-agents were the tool: it has run
+                    self.fanned_out = False
+                elif profile is not None and profile.agent is not None:
                     think = profile.agent.tool_time_s  # the tool runs between an answer and the next step
                 elif profile is not None and profile.conversation is not None:
                     think = profile.conversation.think_time_s
@@ -162,6 +167,58 @@ class Session:
                 conversation.fail()
             if tally is not None:
                 tally.ended_perf = time.perf_counter()
+
+    def run_children(self, send: Callable[[str, PlannedRequest], RequestRecord]) -> None:
+        """``sub_agents``: the step just answered fanned out; run its child sessions at once (each its steps in
+        order, tool time between), then hand their final answers back as the step's tool results."""
+        dialog, profile = self.dialog, self.profile
+        if dialog is None or profile is None or profile.agent is None or profile.agent.sub_agents is None:
+            return
+        agent, traffic = profile.agent, self.traffic
+        jobs: list[tuple[str, AgentConversation]] = []
+        for key, conversation in dialog.items():
+            if isinstance(conversation, AgentConversation) and conversation.children_pending:
+                for _ in range(conversation.children_pending):
+                    tokens = traffic.tokens[key]
+                    script = agent_script(
+                        child_spec(agent), new_salt(), traffic.rng, tokens, traffic.tools(profile, tokens)
+                    )
+                    jobs.append((key, AgentConversation(script, default_max_tokens=conversation.default_max_tokens)))
+        if not jobs:
+            return
+        answers = [gevent.spawn(self._child, key, child, send) for key, child in jobs]
+        gevent.joinall(answers)
+        for key, conversation in dialog.items():
+            if isinstance(conversation, AgentConversation) and conversation.children_pending:
+                conversation.children_done(
+                    [str(g.value or "") for (k, _), g in zip(jobs, answers, strict=True) if k == key]
+                )
+        self.fanned_out = True
+
+    def _child(self, key: str, child: AgentConversation, send: Callable[[str, PlannedRequest], RequestRecord]) -> str:
+        """One sub-agent's steps; its last answer (empty when a step failed)."""
+        profile = self.profile
+        assert profile is not None and profile.agent is not None
+        workload, answer = self.traffic.workload, ""
+        while (taken := child.next_request()) is not None:
+            if child.turn > 1:
+                gevent.sleep(sample_seconds(profile.agent.tool_time_s, self.traffic.rng))
+            drawn = sample_count(profile.max_tokens, workload.rng) if profile.max_tokens is not None else None
+            plan = PlannedRequest(
+                profile=profile.name,
+                messages=taken[0],
+                max_tokens=drawn or workload.default_max_tokens,
+                ignore_eos=workload.default_ignore_eos if profile.ignore_eos is None else profile.ignore_eos,
+                tools=child.script.tools,
+                tool_choice=child.script.tool_choice,
+            )
+            record = send(key, plan)
+            if record.outcome != "ok" or record.reply_text is None:
+                child.fail()
+                return ""
+            answer = record.reply_text
+            child.record_reply(answer)
+        return answer
 
     def close(self) -> None:
         """The current conversation is over: each agent session's tally goes to the sender, once."""

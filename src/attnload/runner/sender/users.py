@@ -119,11 +119,13 @@ class ChatUser(User):
         who = Who(self.user_no, f"w{state.worker_index}u{self.user_no}c{session.conversations}")
         if state.paired is not None:
             session.replied(send_pair(self.environment, sender, self.chats, step.plans, stage, None, who))
+            session.run_children(lambda key, plan: send_child(self.environment, sender, key, plan, stage, None))
             return
         key = self.target.key
         session.replied(
             {key: send_plan(self.environment, sender, self.chat, self.target, step.plans[key], stage, None, who)}
         )
+        session.run_children(lambda key, plan: send_child(self.environment, sender, key, plan, stage, None))
 
 
 def converse_open(
@@ -166,12 +168,34 @@ def _converse_open(
             for key, client in clients.items():
                 pool.release(key, client)
         session.replied(records)
+        session.run_children(lambda key, plan: send_child(environment, sender, key, plan, stage, None, pool))
         if not session.continues():
             return
         step = session.next()
         intended = time.perf_counter() + step.think_s  # due after the answer + think time; lateness counts
         if step.think_s > 0:
             gevent.sleep(step.think_s)
+
+
+def send_child(
+    environment: Environment,
+    sender: Sender,
+    key: str,
+    plan: PlannedRequest,
+    stage: int,
+    intended: float | None,
+    pool: ClientPool | None = None,
+) -> RequestRecord:
+    """One sub-agent request on its own connection (children run at once, beside their waiting parent)."""
+    target = next(t for t in sender.state.config.models if t.key == key)
+    client = pool.acquire(key) if pool is not None else chat_client(sender, target)
+    try:
+        return send_plan(environment, sender, client, target, plan, stage, intended)
+    finally:
+        if pool is not None:
+            pool.release(key, client)
+        else:
+            client.close()
 
 
 def chat_client(sender: Sender, target: ModelTarget) -> ChatClient:
@@ -205,7 +229,8 @@ def send_plan(
         tools=plan.tools,
         tool_choice=plan.tool_choice,
     )
-    capture = plan.turn is not None or plan.step is not None or target.tokenizer is not None  # only then is text kept
+    # the text is kept only where it is resent (conversations, agent steps and sub-agents) or counted
+    capture = plan.turn is not None or plan.step is not None or plan.tools is not None or target.tokenizer is not None
     abandon = sender.abandoner.draw(sender.state.worker_index) if sender.abandoner is not None else None
     try:
         record = client.send(
