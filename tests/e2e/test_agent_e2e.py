@@ -23,7 +23,8 @@ MODELS = {"gqa_model": ("llama-3-70b", "GQA"), "mla_model": ("deepseek-v3", "MLA
 def start_recorder(processes: Processes, tmp_path: Path, chunk_delay_ms: float = 1.0) -> tuple[str, Path]:
     port, log = free_port(), tmp_path / "received.jsonl"
     process = processes.start(
-        [sys.executable, str(FAKES / "recording_server.py"), str(port), str(log), str(chunk_delay_ms)], name="rec"
+        [sys.executable, str(FAKES / "recording_server.py"), str(port), str(log), str(chunk_delay_ms), "nodelay"],
+        name="rec",
     )
     url = f"http://127.0.0.1:{port}"
     wait_http(url + "/health", process)

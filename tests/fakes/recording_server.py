@@ -1,6 +1,6 @@
 """A chat server for end-to-end tests that records what it receives and streams a known reply.
 
-Run as a real process: ``python tests/fakes/recording_server.py PORT LOG.jsonl [CHUNK_DELAY_MS]``. Every
+Run as a real process: ``python tests/fakes/recording_server.py PORT LOG.jsonl [CHUNK_DELAY_MS [nodelay]]``. Every
 request body is appended to LOG with the wall time its body was read (``t_recv``) and the wall
 time its last byte was written (``t_end``), so a test can check, server side, what each
 conversation turn carried, when it arrived and how long the client thought between turns.
@@ -30,7 +30,6 @@ def reply_text(n: int) -> str:
 
 class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
-    disable_nagle_algorithm = True  # each chunk leaves at once: t_end is when the client can have the answer
     log_path = ""
     chunk_delay_s = 0.0
 
@@ -87,6 +86,9 @@ def main() -> None:
     port, log_path = int(sys.argv[1]), sys.argv[2]
     Handler.log_path = log_path
     Handler.chunk_delay_s = float(sys.argv[3]) / 1000.0 if len(sys.argv) > 3 else 0.0
+    # "nodelay": each chunk leaves at once (no Nagle wait for the client's delayed ACK, up to 40 ms), so t_end
+    # is when the client can have the answer; tests that time the client's next request to a few ms ask for it
+    Handler.disable_nagle_algorithm = len(sys.argv) > 4 and sys.argv[4] == "nodelay"
     ThreadingHTTPServer.request_queue_size = 256  # bursty open loop: a burst of new connections must not hit SYN drops
     server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
     server.daemon_threads = True
