@@ -20,10 +20,10 @@ from helpers import FAKES, ROOT, Processes, attnload, free_port, latest_results,
 MODELS = {"gqa_model": ("llama-3-70b", "GQA"), "mla_model": ("deepseek-v3", "MLA")}
 
 
-def start_recorder(processes: Processes, tmp_path: Path, chunk_delay_ms: float = 1.0) -> tuple[str, Path]:
+def start_recorder(processes: Processes, tmp_path: Path, *flags: str) -> tuple[str, Path]:
     port, log = free_port(), tmp_path / "received.jsonl"
     process = processes.start(
-        [sys.executable, str(FAKES / "recording_server.py"), str(port), str(log), str(chunk_delay_ms), "nodelay"],
+        [sys.executable, str(FAKES / "recording_server.py"), str(port), str(log), "1", "nodelay", *flags],
         name="rec",
     )
     url = f"http://127.0.0.1:{port}"
@@ -270,3 +270,27 @@ def test_sub_agents_fan_out_and_return_as_tool_results(processes: Processes, tmp
             assert entry["t_recv"] >= child["t_end"] - 0.01  # after its answer (the server notes t_end last)
         checked += 1
     assert checked >= 1, len(entries)
+
+
+def test_vllms_tool_choice_refusal_is_one_line_naming_the_server_flags(processes: Processes, tmp_path: Path) -> None:
+    """A server that refuses `tools` with the default tool choice (vLLM 0.32 without tool-call parsing):
+    `run` says once which server flags to set, `check` gives it as the fix; `tool_choice: none` is served."""
+    url, log = start_recorder(processes, tmp_path, "refuse-auto-tools")
+    agent: dict[str, Any] = {"steps": 2, "system_tokens": 64, "tools": 1, "tool_time_s": 0.05}
+    config = write_config(tmp_path, url, {"gqa_model": MODELS["gqa_model"]}, workload={"a": {"agent": agent}})
+    check = processes.start(attnload("check", "-c", str(config)), name="check")
+    assert check.wait(timeout=120) == 1
+    said = processes.log_of(check)
+    assert "--enable-auto-tool-choice" in said and "tool_choice" in said, said[-2000:]
+    process = processes.start(
+        attnload("run", "-c", str(config), "-u", "1", "-t", "2s", "--results", str(tmp_path / "r")), name="run"
+    )
+    process.wait(timeout=120)
+    lines = [line for line in processes.log_of(process).splitlines() if "--enable-auto-tool-choice" in line]
+    assert len(lines) == 1 and "gqa_model" in lines[0], lines
+    agent["tool_choice"] = "none"
+    config = write_config(tmp_path, url, {"gqa_model": MODELS["gqa_model"]}, workload={"a": {"agent": agent}})
+    data = run(processes, config, tmp_path / "r2", "-u", "1", "-t", "2s")
+    assert data["models"][0]["requests"]["failed"] == 0 and data["models"][0]["steps"]
+    agent_requests = [entry for entry in received(log) if entry["body"].get("tools")]
+    assert agent_requests and all(entry["body"]["tool_choice"] == "none" for entry in agent_requests)
