@@ -2,8 +2,9 @@
 
 Run as a real process: ``python tests/fakes/recording_server.py PORT LOG.jsonl [CHUNK_DELAY_MS [FLAG…]]``
 (flags ``nodelay``, ``refuse-auto-tools``). Every request body is appended to LOG with the wall time
-its body was read (``t_recv``) and the wall time its last byte was written (``t_end``), so a test can check, server side, what each
-conversation turn carried, when it arrived and how long the client thought between turns.
+its body was read (``t_recv``) and the wall time its last byte was written (``t_end``), so a test can
+check, server side, what each conversation turn carried, when it arrived and how long the client
+thought between turns.
 
 The reply of request *n* is ``REPLY.format(n=n)``, streamed in pieces, with characters a sloppy
 client would mangle (non-ASCII, quotes, a backslash, trailing whitespace): a conversation must
