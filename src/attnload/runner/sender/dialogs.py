@@ -187,7 +187,10 @@ class Session:
         if not jobs:
             return
         answers = [gevent.spawn(self._child, key, child, send) for key, child in jobs]
-        gevent.joinall(answers)
+        try:
+            gevent.joinall(answers)
+        finally:  # the parent stopped (the test ended): its children stop with it
+            gevent.killall(answers, block=False)
         for key, conversation in dialog.items():
             if isinstance(conversation, AgentConversation) and conversation.children_pending:
                 conversation.children_done(
