@@ -18,6 +18,9 @@ SERIAL = (
     # seconds, or that says it was measured on a loaded machine, runs on the workers)
     "tests/e2e/test_acceptance_7_13.py",
     "tests/e2e/test_arrivals_e2e.py",
+    "tests/e2e/test_agent_e2e.py::test_each_step_resends_history_reply_tool_call_and_result",  # tool time, 20 ms
+    "tests/e2e/test_agent_e2e.py::test_idle_gqa_sessions_are_evicted_where_mla_stays_resident",
+    "tests/e2e/test_agent_e2e.py::test_a_session_trace_replays_steps_in_order_after_each_answer",
     "tests/browser/test_locust_llm_tab.py",
     "tests/e2e/test_ci_e2e.py::test_slo_breach_with_fail_on_slo_exits_1",
     "tests/e2e/test_ci_e2e.py::test_locust_flags_and_csv_files",

@@ -345,3 +345,25 @@ def test_a_context_ladder_lands_on_its_rungs_and_scales_per_model(
         assert [p["context"] for p in points] == list(rungs) and points[0]["relative"] == 1.0, points
         assert points[1]["relative"] is not None and points[1]["relative"] > 0, points
     assert "From 128 to 384 tokens of context at 1 user per model" in data["verdict"]["text"]
+
+
+def test_gqa_agent_steps_hit_the_prefix_cache(vllm_pair: Pair, processes: Processes, tmp_path: Path) -> None:
+    """An agent profile on the tiny GQA model (prefix caching, --enable-prompt-tokens-details, block 32),
+    ``tool_choice: none`` because the server runs without tool-call parsing: every step carries the
+    ``tools`` array, tool calls and ``role: tool`` results, and cached tokens are > 0 from step 2."""
+    agent = {
+        "steps": 3,
+        "system_tokens": 96,
+        "tools": {"count": 1, "tokens": 32},
+        "tool_choice": "none",
+        "tool_result_tokens": 40,
+        "tool_time_s": 0.2,
+    }
+    path = config(vllm_pair, tmp_path, {"agent": {"agent": agent, "max_tokens": 16, "ignore_eos": True}})
+    data = run(processes, path, "--users", "2", "--duration", "25s")
+    steps = {row["step"]: row for row in model(data, "gqa_model")["steps"]}
+    assert {1, 2, 3} <= set(steps), steps
+    assert steps[2]["requests"] > steps[2]["failed"] and not model(data, "gqa_model")["errors"]
+    assert steps[2]["cached_tokens_mean"] > 0 and steps[3]["cached_tokens_mean"] > 0
+    assert steps[3]["context_tokens"] > steps[2]["context_tokens"] > steps[1]["context_tokens"]
+    assert all(row["cached_tokens_mean"] is None for row in model(data, "mla_model")["steps"])  # not reported

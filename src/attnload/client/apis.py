@@ -37,8 +37,12 @@ def request_body(
     temperature: float,
     stream: bool = True,
     ignore_eos: bool = False,
+    tools: Sequence[dict[str, Any]] | None = None,
+    tool_choice: str | None = None,
 ) -> dict[str, Any]:
-    """The body of one request of ``api`` asking for the same work as the chat body of ``messages``."""
+    """The body of one request of ``api`` asking for the same work as the chat body of ``messages``.
+
+    An agent step adds its ``tools`` array; ``tool_choice`` only when set (omitted, as an agent sends it)."""
     body: dict[str, Any] = {"model": model_id}
     if api == "completions":
         body.update(prompt=completion_prompt(messages), max_tokens=max_tokens)
@@ -59,6 +63,10 @@ def request_body(
     if ignore_eos and api != "messages":  # vLLM/SGLang extensions; the Messages API has no such field
         body["ignore_eos"] = True
         body["min_tokens"] = max_tokens
+    if tools is not None:
+        body["tools"] = list(tools)
+        if tool_choice is not None:
+            body["tool_choice"] = tool_choice
     return body
 
 

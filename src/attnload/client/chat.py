@@ -49,7 +49,7 @@ from attnload.client.stream import (
 from attnload.client.transport import RECV_BYTES, Endpoint, Response, SocketReader, Timeouts, head_end
 from attnload.errors import ErrorClass, RequestFailed
 from attnload.measure.recorder import RequestRecord, split_gaps
-from attnload.measure.tokens import body_messages, prompt_tokens
+from attnload.measure.tokens import body_messages, prompt_tokens, tools_tokens
 
 if TYPE_CHECKING:
     from attnload.client.compiled import CStream
@@ -478,7 +478,9 @@ class ChatClient:
             ttft_s=None if stream.first_at is None else stream.first_at - origin,
             itl_samples=split_gaps(stream.gaps, stream.chunk_tokens, completion if not estimated else None),
             e2e_s=end - origin,
-            prompt_tokens=reported_prompt if isinstance(reported_prompt, int) else prompt_tokens(body_messages(body)),
+            prompt_tokens=reported_prompt
+            if isinstance(reported_prompt, int)
+            else prompt_tokens(body_messages(body)) + tools_tokens(body.get("tools")),
             completion_tokens=completion,
             cached_prompt_tokens=cached_tokens(details),
             tokens_estimated=estimated,
@@ -561,8 +563,12 @@ def chat_body(
     temperature: float,
     stream: bool = True,
     ignore_eos: bool = False,
+    tools: Sequence[dict[str, Any]] | None = None,
+    tool_choice: str | None = None,
 ) -> dict[str, Any]:
-    """The request body: streaming with usage by default (docs/design.md, measurement rules)."""
+    """The request body: streaming with usage by default (docs/design.md, measurement rules).
+
+    An agent step adds its ``tools`` array; ``tool_choice`` only when set (omitted, as an agent sends it)."""
     body: dict[str, Any] = {
         "model": model_id,
         "messages": list(messages),
@@ -575,4 +581,8 @@ def chat_body(
     if ignore_eos:
         body["ignore_eos"] = True
         body["min_tokens"] = max_tokens
+    if tools is not None:
+        body["tools"] = list(tools)
+        if tool_choice is not None:
+            body["tool_choice"] = tool_choice
     return body

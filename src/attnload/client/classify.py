@@ -107,6 +107,14 @@ _NOT_FOUND_WORDS = (
 """A wrong model id, however the server words it: OpenAI and vLLM ("does not exist"), LiteLLM's proxy
 (HTTP 400, "Invalid model name passed in model=..."), OpenRouter-style ("is not a valid model ID")."""
 _RATE_WORDS = ("rate_limit", "rate limit", "too many requests")
+_TOOL_CHOICE_WORDS = ("enable-auto-tool-choice", "tool-call-parser", '"auto" tool choice requires')
+"""vLLM's 400 to a request that carries ``tools`` with the default (auto) tool choice when the server was
+started without tool-call parsing: ``"auto" tool choice requires --enable-auto-tool-choice and
+--tool-call-parser to be set``."""
+TOOL_CHOICE_FIX = (
+    "the server does not parse tool calls: start vLLM with --enable-auto-tool-choice --tool-call-parser "
+    "<parser for the model, e.g. hermes or llama3_json>, or set the profile's agent.tool_choice to none"
+)
 
 
 def _by_status(status: int, message: str, code: str, retry_after: str | None) -> RequestFailed:
@@ -133,6 +141,8 @@ def _by_status(status: int, message: str, code: str, retry_after: str | None) ->
     if 300 <= status < 400:  # a redirect is never a chat completion: usually http vs https or a wrong path
         return RequestFailed(ErrorClass.BAD_RESPONSE, detail + " (redirect: check the scheme and path of base_url)")
     if 400 <= status < 500:
+        if any(w in text for w in _TOOL_CHOICE_WORDS):
+            detail += f" ({TOOL_CHOICE_FIX})"
         return RequestFailed(ErrorClass.BAD_REQUEST, detail)
     return RequestFailed(ErrorClass.SERVER, detail)  # 5xx, or an error object inside a 200 stream
 

@@ -27,7 +27,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from attnload.client.budget import MAX_BODY_BYTES
-from attnload.client.classify import printable
+from attnload.client.classify import TOOL_CHOICE_FIX, printable
 from attnload.client.transport import Timeouts, proxy_for
 from attnload.commands.check_budget import bounding_hook, within
 from attnload.commands.check_probes import Probe, ProxyInfo, raw_probe, sdk_client, sdk_probe
@@ -35,6 +35,7 @@ from attnload.config.limits import MAX_OUTPUT_TOKENS
 from attnload.config.load import load_config
 from attnload.config.model import ModelTarget, TestConfig
 from attnload.errors import ErrorClass, RequestFailed, UsageError, redact, register_secret
+from attnload.workload.agent import tool_definitions
 
 PROXY_VARS = ("HTTPS_PROXY", "HTTP_PROXY", "ALL_PROXY", "NO_PROXY")
 LEFTOVER_CREDENTIALS = (
@@ -190,6 +191,8 @@ def check_model(config: TestConfig, target: ModelTarget, max_tokens: int, prompt
     if failing is check.sdk and check.raw.error == check.sdk.error and not confirm:
         failing = check.raw  # same class: the load path's detail is the more specific one
     if failing is None:
+        failing = _agent_probe(config, target, key, messages, max_tokens, timeouts)
+    if failing is None:
         check.verdict = "ok"
         return check
     if check.sdk.ok and not check.raw.ok:
@@ -232,6 +235,26 @@ def _check_api(
                 f"that serves /v1/{target.api})"
             )
     return check
+
+
+def _agent_probe(
+    config: TestConfig,
+    target: ModelTarget,
+    key: str | None,
+    messages: list[dict[str, str]],
+    max_tokens: int,
+    timeouts: Timeouts,
+) -> Probe | None:
+    """An agent profile sends ``tools`` on every step: one request with them (and its ``tool_choice``), so a
+    server without tool-call parsing is found here; None when it answers or no profile is an agent."""
+    agent = next((p.agent for p in config.profiles if p.agent is not None), None)
+    if agent is None:
+        return None
+    tools = tool_definitions(agent.tools.model_copy(update={"count": max(agent.tools.count, 1)}))
+    probe = raw_probe(
+        target.chat_url, key, target.id, messages, max_tokens, timeouts, target.api, tools, agent.tool_choice
+    )
+    return None if probe.ok else probe
 
 
 # ---------------------------------------------------------------------------- environment
@@ -355,6 +378,8 @@ def fix_for(check: ModelCheck, failure: RequestFailed, config: TestConfig, max_t
         )
     if kind is ErrorClass.RATE_LIMITED:
         return "the provider rate-limited even one request: wait and retry, then lower --users or --shape rate"
+    if kind is ErrorClass.BAD_REQUEST and TOOL_CHOICE_FIX in failure.detail:
+        return TOOL_CHOICE_FIX
     return kind.value
 
 

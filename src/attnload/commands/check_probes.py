@@ -197,12 +197,17 @@ def raw_probe(
     max_tokens: int,
     timeouts: Timeouts,
     api: str = "chat",
+    tools: list[dict[str, Any]] | None = None,
+    tool_choice: str | None = None,
 ) -> Probe:
-    """The same request through the load path's own client (and ``api``), so `attnload run` is known to work too."""
+    """The same request through the load path's own client (and ``api``), so `attnload run` is known to work too
+    (with an agent profile's ``tools`` array and ``tool_choice`` when given)."""
     client = ChatClient(url, key, timeouts, api=api)
     try:
         record = client.send(
-            request_body(api, model, messages, max_tokens=max_tokens, temperature=0),
+            request_body(
+                api, model, messages, max_tokens=max_tokens, temperature=0, tools=tools, tool_choice=tool_choice
+            ),
             model_key="check",
             profile="check",
             stage=0,

@@ -245,6 +245,77 @@ class ConversationSpec(StrictModel):
         return self
 
 
+MAX_AGENT_STEPS = 1_000
+"""Steps one agent session may take (a fixed count, or the largest a distribution can draw)."""
+MAX_AGENT_TOOLS = 256
+MAX_PARALLEL_CALLS = 64
+MAX_SUB_AGENTS = 64
+
+
+class ToolsSpec(StrictModel):
+    """``agent.tools``: how many tool definitions ride on every request, and each one's size in tokens."""
+
+    count: int = Field(default=4, ge=0, le=MAX_AGENT_TOOLS)
+    tokens: int = Field(default=120, ge=16, le=limits.MAX_PROMPT_TOKENS)
+
+
+class SubAgentsSpec(StrictModel):
+    """``agent.sub_agents``: every ``every``-th step fans out to ``count`` short child sessions of ``steps``
+    steps each, run at once; their final answers come back to the parent as its tool results."""
+
+    count: int = Field(default=2, ge=1, le=MAX_SUB_AGENTS)
+    steps: int = Field(default=2, ge=1, le=MAX_AGENT_STEPS)
+    every: int = Field(default=4, ge=1, le=MAX_AGENT_STEPS)
+
+
+def _tools_spec(value: object) -> object:
+    """``tools: 6`` is shorthand for six definitions of the default size."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        if value < 0:
+            raise ValueError(f"agent.tools must be at least 0, not {value}")
+        return {"count": value}
+    return value
+
+
+class AgentSpec(StrictModel):
+    """The profile key ``agent``: a tool-calling loop whose history grows by a tool result every step.
+
+    Each step resends the whole history (system prompt, the ``tools`` array, every earlier reply,
+    tool call and tool result), keeps the streamed reply verbatim, appends a client-made tool call
+    and a ``role: tool`` result of ``tool_result_tokens``, then waits ``tool_time_s`` (the tool runs).
+    ``tool_choice`` is omitted unless set (``none`` drives a server without tool-call parsing).
+    """
+
+    steps: TokenCount
+    system_tokens: int = Field(default=1_000, ge=8, le=limits.MAX_PROMPT_TOKENS)
+    tools: Annotated[ToolsSpec, BeforeValidator(_tools_spec)] = ToolsSpec()
+    tool_choice: Literal["auto", "none", "required"] | None = None
+    tool_result_tokens: TokenCount = 500
+    tool_time_s: NonNegativeFloat | DurationDistribution = 1.0
+    parallel_calls: int = Field(default=1, ge=1, le=MAX_PARALLEL_CALLS)
+    sub_agents: SubAgentsSpec | None = None
+
+    @model_validator(mode="after")
+    def _bounded(self) -> AgentSpec:
+        for name in ("steps", "tool_result_tokens"):
+            value = getattr(self, name)
+            if isinstance(value, int) and value < 1:
+                raise ValueError(f"agent.{name} must be at least 1, not {value}")
+        steps = self.steps if isinstance(self.steps, int) else (self.steps.value or self.steps.max)
+        if steps > MAX_AGENT_STEPS:
+            raise ValueError(
+                f"agent.steps {steps} is out of range: at most {MAX_AGENT_STEPS:,} steps per session "
+                "(lower it, or set a distribution's max)"
+            )
+        result = self.tool_result_tokens
+        largest = result if isinstance(result, int) else (result.value or result.max)
+        if largest > limits.MAX_PROMPT_TOKENS:
+            raise ValueError(
+                f"agent.tool_result_tokens {largest} is out of range: at most {limits.MAX_PROMPT_TOKENS:,}"
+            )
+        return self
+
+
 class DatasetSpec(StrictModel):
     """The profile key ``dataset``: where the prompts come from and how long the answers are."""
 
@@ -270,6 +341,8 @@ class ProfileSpec(StrictModel):
     """Multi-turn chat: each request resends the history plus the streamed answer (workloads.md)."""
     dataset: DatasetSpec | None = None
     """Prompts from a local ShareGPT/JSONL file instead of built text."""
+    agent: AgentSpec | None = None
+    """Agent sessions: tool-calling loops, the history growing by a tool result a step (workloads.md)."""
 
     @model_validator(mode="after")
     def _bounded(self) -> ProfileSpec:
@@ -292,12 +365,14 @@ class Profile(ProfileSpec):
     @property
     def conversational(self) -> bool:
         """Whether requests come from conversations (a dataset's records are conversations too)."""
-        return self.conversation is not None or self.dataset is not None
+        return self.conversation is not None or self.dataset is not None or self.agent is not None
 
     @model_validator(mode="after")
     def _has_prompt(self) -> Profile:
         if self.conversation is not None and self.dataset is None and self.conversation.user_tokens is None:
             raise ValueError(f"profile {self.name!r}: conversation needs user_tokens (or a dataset for the messages)")
+        if self.agent is not None and (self.conversation is not None or self.dataset is not None):
+            raise ValueError(f"profile {self.name!r}: agent takes no conversation or dataset (pick one)")
         if self.prompt is None and self.prompt_tokens is None and not self.conversational:
             raise ValueError(f"profile {self.name!r} needs `prompt` (text) or `prompt_tokens` (a count)")
         for name in ("prompt_tokens", "max_tokens"):
@@ -377,6 +452,18 @@ class TestConfig(StrictModel):
     """Open-loop (``rate:``) inter-arrival law; ``--arrivals`` overrides it."""
     seed: int = 0
     """Seeds arrival schedules and profile draws, so two runs send the same sequence."""
+
+    @model_validator(mode="after")
+    def _agents_speak_chat(self) -> TestConfig:
+        """An agent's history (assistant ``tool_calls``, ``role: tool`` results, the ``tools`` array) is chat's."""
+        agents = [p.name for p in self.profiles if p.agent is not None]
+        others = [f"{m.key} ({m.api})" for m in self.models if m.api != "chat"]
+        if agents and others:
+            raise ValueError(
+                f"agent profile {agents[0]} sends chat tool calls, but model {others[0]} speaks another API: "
+                'set api = "chat" for it, or run the agent profile against chat models only'
+            )
+        return self
 
     def model(self, key: str) -> ModelTarget:
         for target in self.models:

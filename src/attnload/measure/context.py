@@ -15,8 +15,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from attnload.measure.recorder import Recorder, RequestRecord, Series
+from attnload.measure.sessions import SessionRecorder
 
 TURN = "turn"
+STEP = "step"
+"""Agent sessions: series per step index, as conversations have per turn."""
 PROMPT = "prompt"
 SMALLEST_BUCKET_TOKENS = 128
 """Prompts up to this many tokens share the first bucket; each later bucket doubles."""
@@ -57,9 +60,12 @@ class ContextRecorder:
         self.series = Recorder()
         self.sends: dict[tuple[str, int], Sends] = {}
         self._sends_delta: dict[tuple[str, int], Sends] = {}
+        self.sessions = SessionRecorder()
+        """Ended agent sessions (duration, steps, tokens) per model and end reason."""
 
     def reset(self) -> None:
         self.series.reset()
+        self.sessions.reset()
         self.sends.clear()
         self._sends_delta.clear()
 
@@ -67,6 +73,8 @@ class ContextRecorder:
         if record.outcome != "cancelled":
             if record.turn is not None:
                 self.series.add(_rekeyed(record, TURN, record.turn))
+            if record.step is not None:
+                self.series.add(_rekeyed(record, STEP, record.step))
             if record.outcome == "ok":
                 self.series.add(_rekeyed(record, PROMPT, prompt_bucket(record.prompt_tokens)[1]))
         if record.sent_at is not None:
@@ -75,19 +83,24 @@ class ContextRecorder:
 
     def take_delta(self) -> dict[str, Any]:
         sends, self._sends_delta = self._sends_delta, {}
-        return {
+        delta: dict[str, Any] = {
             "series": self.series.take_delta(),
             "sends": [[model, stage, s.count, s.first, s.last] for (model, stage), s in sends.items()],
         }
+        sessions = self.sessions.take_delta()
+        if sessions:
+            delta["agent_sessions"] = sessions
+        return delta
 
     def merge_delta(self, delta: dict[str, Any]) -> None:
         self.series.merge_delta(delta.get("series") or {})
+        self.sessions.merge_delta(delta.get("agent_sessions") or [])
         for model, stage, count, first, last in delta.get("sends") or ():
             for store in (self.sends, self._sends_delta):
                 store.setdefault((model, int(stage)), Sends()).add(int(count), float(first), float(last))
 
     def by(self, model_key: str, kind: str) -> dict[int, Series]:
-        """This model's series of one kind, by turn index or bucket high bound, ascending."""
+        """This model's series of one kind, by turn or step index or bucket high bound, ascending."""
         found = {
             stage: series
             for (model, profile, stage), series in self.series.series.items()

@@ -104,6 +104,8 @@ class RequestRecord:
     """The assistant content exactly as streamed, kept only when a conversation resends it."""
     turn: int | None = None
     """1-based turn of a conversation request (None: a single-turn request)."""
+    step: int | None = None
+    """1-based step of an agent session's request (None: not an agent step)."""
     sent_at: float | None = None
     """Wall-clock send time (epoch s) of open-loop requests: the achieved arrival rate is measured on it."""
     started_perf: float | None = None

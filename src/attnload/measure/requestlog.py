@@ -116,6 +116,8 @@ def request_line(
         "user": who.user,
         "conversation": who.conversation if record.turn is not None else None,
         "turn": record.turn,
+        "session": who.conversation if record.step is not None else None,
+        "step": record.step,
         "intended_s": _us(origin) if lag is not None else None,
         "start_s": _us(started),
         "first_token_s": _us(origin + record.ttft_s) if record.ttft_s is not None else None,

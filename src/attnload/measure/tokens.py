@@ -7,6 +7,7 @@ so prompt-token targets, the simulator's ``usage`` and the client's estimates ag
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -23,8 +24,32 @@ def prompt_tokens(messages: Iterable[Mapping[str, object]]) -> int:
     """Prompt tokens of a chat request, as the simulator reports them in ``usage``."""
     total = 0
     for message in messages:
-        total += text_tokens(message_text(message.get("content", ""))) + MESSAGE_OVERHEAD_TOKENS
+        content = message.get("content", "")
+        if content is None:  # an assistant message that only calls tools
+            content = ""
+        total += text_tokens(message_text(content)) + MESSAGE_OVERHEAD_TOKENS
+        calls = message.get("tool_calls")
+        if isinstance(calls, list):  # an agent's tool calls: each call's name and arguments
+            total += sum(_call_tokens(call) for call in calls if isinstance(call, Mapping))
     return total
+
+
+def _call_tokens(call: Mapping[str, object]) -> int:
+    function = call.get("function")
+    if not isinstance(function, Mapping):
+        return 0
+    return text_tokens(str(function.get("name", "")) + str(function.get("arguments", "")))
+
+
+def tools_tokens(tools: object) -> int:
+    """Prompt tokens of a request's ``tools`` array: its compact JSON by bytes/4 (0 without tools).
+
+    Agents send the tool definitions on every request; the simulator adds this to ``usage`` and the
+    client to a step's context, by the same formula.
+    """
+    if not isinstance(tools, list) or not tools:
+        return 0
+    return text_tokens(json.dumps(tools, separators=(",", ":"), ensure_ascii=False))
 
 
 def message_text(content: object) -> str:

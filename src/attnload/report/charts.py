@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from attnload.report.agent.steps import step_charts
 from attnload.report.fmt import load_axis_name, series_name, stage_label, stage_x
 from attnload.report.svg import PALETTE, Series, line_chart, stacked_bars
 from attnload.results.model import ModelSummary, Results, StageSummary
@@ -174,6 +175,7 @@ def charts(results: Results, baseline: Results | None = None) -> list[tuple[str,
                 context_chart(results),
             )
         )
+    out += step_charts(results)
     if any(failures(m) for m in results.models):
         out.append(
             (

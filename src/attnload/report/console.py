@@ -13,6 +13,7 @@ from rich.text import Text
 
 from attnload.report import gpu as gpu_view
 from attnload.report import server as server_view
+from attnload.report.agent import steps as agent_steps
 from attnload.report.clienthealth import render as client_health
 from attnload.report.compare import Comparison
 from attnload.report.explain import MIXED_MODELS_NOTE, presets_differ
@@ -162,12 +163,15 @@ def render_table(results: Results) -> RenderableType:
     paired = _paired_table(results)
     if paired is not None:
         parts.append(paired)
+    if (steps := agent_steps.console_table(results)) is not None:
+        parts.append(steps)
     notes: list[str] = []
     if presets_differ(results):
         notes.append(f"note: {MIXED_MODELS_NOTE}")
     notes.extend(f"note: {text}" for text in cached_notes(results))
     notes.extend(f"note: {text}" for text in reasoning_view.notes(results))
     notes.extend(client_health.console_notes(results))
+    notes.extend(f"note: {text}" for text in agent_steps.step_notes(results))
     if results.client.client_saturated:
         reasons = "; ".join(results.client.saturation_reasons) or f"CPU {results.client.cpu_max_ratio:.0%}"
         notes.append(f"warning: client saturated ({reasons}): latencies include load-generator delay")

@@ -14,6 +14,7 @@ from pathlib import Path
 from attnload import __version__
 from attnload.report import gpu as gpu_view
 from attnload.report import server as server_view
+from attnload.report.agent import steps as agent_steps
 from attnload.report.charts import charts
 from attnload.report.clienthealth import render as client_health
 from attnload.report.compare import Comparison, compare_results
@@ -254,6 +255,8 @@ def render_html(
         sections.append(("client-health", "Client health and arrival phase", health))
     if any(m.turns for m in results.models):
         sections.append(("turns", "Per conversation turn", turn_table(results)))
+    if agent_steps.has_steps(results):
+        sections.append(("steps", "Per agent step", agent_steps.html_section(results)))
     if paired_rows(results):
         sections.append(("paired", "Paired differences", _paired_section(results)))
     if compare is not None:

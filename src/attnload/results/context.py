@@ -4,9 +4,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from attnload.measure.context import PROMPT, TURN, ContextRecorder, prompt_bucket
+from attnload.measure.context import PROMPT, STEP, TURN, ContextRecorder, prompt_bucket
+from attnload.measure.histogram import LogHistogram
 from attnload.measure.recorder import Series
-from attnload.results.model import PromptLengthBucket, StageSummary, Summary, TurnSummary
+from attnload.results.model import (
+    AgentSessionsSummary,
+    PromptLengthBucket,
+    StageSummary,
+    StepSummary,
+    Summary,
+    TurnSummary,
+)
 
 
 def _summary(series: Series, name: str) -> Summary:
@@ -48,7 +56,44 @@ def context_fields(context: ContextRecorder | None, model_key: str) -> dict[str,
                 ttft_s=_summary(series, "ttft"),
             )
         )
-    return {"turns": turns, "ttft_by_prompt_tokens": buckets}
+    return {"turns": turns, "ttft_by_prompt_tokens": buckets, **agent_fields(context, model_key)}
+
+
+def agent_fields(context: ContextRecorder, model_key: str) -> dict[str, Any]:
+    """``steps`` and ``agent_sessions`` of one model (empty and None without agent sessions)."""
+    steps = []
+    for step, series in context.by(model_key, STEP).items():
+        counts = series.counts
+        ok = counts.get("ok", 0)
+        steps.append(
+            StepSummary(
+                step=step,
+                requests=ok + counts.get("failed", 0),
+                failed=counts.get("failed", 0),
+                context_tokens=_mean(counts.get("prompt_tokens", 0), ok),
+                ttft_s=_summary(series, "ttft"),
+                cached_tokens_mean=_mean(counts.get("cached_prompt_tokens", 0), counts.get("cached_reported", 0)),
+                step_time_s=_summary(series, "e2e"),
+            )
+        )
+    ended = context.sessions.of(model_key)
+    sessions = None
+    if ended:
+        total = sum(s.count for s in ended.values())
+        duration = LogHistogram()
+        for kind in ended.values():
+            duration.merge(kind.duration)
+        sessions = AgentSessionsSummary(
+            sessions=total,
+            ended_steps=ended["steps"].count if "steps" in ended else 0,
+            ended_context=ended["context"].count if "context" in ended else 0,
+            ended_failed=ended["failed"].count if "failed" in ended else 0,
+            steps_completed_mean=_mean(sum(s.steps for s in ended.values()), total),
+            prompt_tokens_mean=_mean(sum(s.prompt_tokens for s in ended.values()), total),
+            completion_tokens_mean=_mean(sum(s.completion_tokens for s in ended.values()), total),
+            duration_s=Summary.model_validate(duration.summary()),
+        )
+    return {"steps": steps, "agent_sessions": sessions}
 
 
 def with_replay_rates(

@@ -142,6 +142,43 @@ class TurnSummary(_Model):
     itl_s: Summary = Summary()
 
 
+class StepSummary(_Model):
+    """Agent sessions: what step ``step`` (1-based) of every session did; the context grows by a tool
+    result a step, and the cached tokens say whether the session's prefix stayed resident while its tool ran.
+
+    ``requests`` counts successful and failed ones; the means are over successful requests."""
+
+    step: int
+    requests: int = 0
+    failed: int = 0
+    context_tokens: float | None = None
+    """Mean prompt tokens of the step (messages and the ``tools`` array, as the server counted them)."""
+    ttft_s: Summary = Summary()
+    cached_tokens_mean: float | None = None
+    """Mean over the successful requests whose server reported cached tokens; None when none did."""
+    step_time_s: Summary = Summary()
+    """The step's request, sent to last token (the tool time that follows is not in it)."""
+
+
+class AgentSessionsSummary(_Model):
+    """Agent sessions that ended during the run (one in flight at the stop is not counted)."""
+
+    sessions: int = 0
+    ended_steps: int = 0
+    """Sessions that ran all their steps."""
+    ended_context: int = 0
+    """Sessions ended because the next step would not fit the model's ``max_context`` (counted, not failed)."""
+    ended_failed: int = 0
+    """Sessions ended by a failed step."""
+    steps_completed_mean: float | None = None
+    prompt_tokens_mean: float | None = None
+    """Tokens in per session: the sum of its steps' prompts."""
+    completion_tokens_mean: float | None = None
+    """Tokens out per session."""
+    duration_s: Summary = Summary()
+    """First step sent to last answer."""
+
+
 class PromptLengthBucket(_Model):
     """Successful requests whose prompt had more than ``min_tokens`` and at most ``max_tokens`` tokens."""
 
@@ -273,6 +310,10 @@ class ModelSummary(Totals):
     """The model's GPUs over the whole run; None: not read."""
     turns: list[TurnSummary] = []
     """Conversation runs: one row per turn index."""
+    steps: list[StepSummary] = []
+    """Agent runs: one row per step index."""
+    agent_sessions: AgentSessionsSummary | None = None
+    """Agent runs: per-session duration, steps and tokens; None without agent sessions."""
     ttft_by_prompt_tokens: list[PromptLengthBucket] = []
     """TTFT against prompt length, in power-of-two token buckets."""
     context_scaling: list[ContextPoint] = []

@@ -21,6 +21,12 @@ from attnload.sim.api import EngineRejected, GenerationState
 from attnload.sim.costmodel import Deployment, GroupLoad, StepBreakdown
 
 PREFIX_BLOCK_TOKENS = 16  # one 64-byte prompt block (§4.5)
+AFFINITY_IMBALANCE_SEQS = 32
+"""Cache-aware DP routing (as SGLang's router ``cache_aware`` policy, with its ``balance_abs_threshold``):
+a request of which one attention group alone holds a cached quarter of the prompt or more (beyond what
+the next best group holds) goes there, unless that group runs this many more sequences than the least
+busy one. Without it an agent session's next step would land on whichever group has the most free
+blocks and miss the history its previous step left in another."""
 
 
 class SimSequence:
@@ -456,18 +462,33 @@ class Scheduler:
         max_seqs = self.dep.max_seqs_per_group
         blocks = -(-(seq.target if self.recompute else seq.prompt_tokens + seq.max_tokens) // self.block_size)
         best: tuple[int, _Group, int, int] | None = None
+        held: tuple[int, int, _Group, int] | None = None  # (matched, room left, group, blocks): cache affinity
+        limit = min(seq.hashable_blocks, (seq.target - 1) // PREFIX_BLOCK_TOKENS) if seq.hashable_blocks else 0
+        least_running = min(len(g.running) for g in self.groups)
+        matches = []
         for g in self.groups:
+            matched = evictable = 0
+            if limit:
+                matched, evictable = g.leading_hits(seq.hashes, limit)
+            matches.append(matched)
             if len(g.running) >= max_seqs:
                 continue
-            matched = evictable = 0
-            if seq.hashable_blocks:
-                limit = min(seq.hashable_blocks, (seq.target - 1) // PREFIX_BLOCK_TOKENS)
-                matched, evictable = g.leading_hits(seq.hashes, limit)
             needed = blocks - matched
             room = g.available_blocks - evictable
             watermark = 1 if self.recompute and needed < g.total_blocks else 0
-            if room >= needed + watermark and (best is None or room - needed > best[0]):
+            if room < needed + watermark:
+                continue
+            if best is None or room - needed > best[0]:
                 best = (room - needed, g, matched, blocks)
+            if len(g.running) - least_running <= AFFINITY_IMBALANCE_SEQS and (
+                held is None or (matched, room - needed) > held[:2]
+            ):
+                held = (matched, room - needed, g, blocks)
+        if held is None or len(self.groups) < 2:
+            return best
+        runner_up = sorted(matches)[-2]
+        if 4 * (held[0] - runner_up) >= limit > 0:  # this group alone holds a quarter of the prompt or more
+            return held[1], held[2], held[0], held[3]
         return best
 
     def _admit(self) -> None:

@@ -11,7 +11,7 @@ import random
 import uuid
 import zlib
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from attnload.config.model import Distribution, Profile, TestConfig, sample_count
 from attnload.errors import UsageError
@@ -43,13 +43,19 @@ class PlannedRequest:
     """One request's content, decided before any model is chosen (paired mode sends it to all)."""
 
     profile: str
-    messages: list[dict[str, str]]
+    messages: list[dict[str, Any]]
     max_tokens: int
     ignore_eos: bool = False
     turn: int | None = None
     """1-based turn of a conversation request; None for a single-turn one (no reply text is kept)."""
     calibrated: bool = False
     """The prompt was sized by a ratio learned from the server's usage (``workload.calibration``)."""
+    step: int | None = None
+    """1-based step of an agent session's request (its reply text is kept); None otherwise."""
+    tools: tuple[dict[str, Any], ...] | None = None
+    """An agent's tool definitions, sent as the ``tools`` array on every step."""
+    tool_choice: str | None = None
+    """``tool_choice`` to send with ``tools`` (None: omitted, the server's default)."""
 
 
 class TextTokens(Protocol):

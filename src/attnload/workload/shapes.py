@@ -16,6 +16,7 @@ from typing import ClassVar, Self
 
 from attnload.config.limits import MAX_DURATION_S, MAX_PROMPT_TOKENS, MAX_RATE, MAX_USERS
 from attnload.errors import UsageError
+from attnload.workload.sessiontrace import is_session_trace, load_sessions
 from attnload.workload.trace import load_trace
 
 _DURATION = re.compile(r"^\s*(?:(\d+(?:\.\d+)?)h)?\s*(?:(\d+(?:\.\d+)?)m(?!s))?\s*(?:(\d+(?:\.\d+)?)s?)?\s*$")
@@ -231,6 +232,18 @@ class ReplaySpec(StagedSpec):
         path = values.strip()
         if not path:
             raise UsageError(f"shape {text!r} names no trace: use replay:PATH (a Mooncake .jsonl or Azure .csv)")
+        if is_session_trace(path):  # agent sessions: steps follow answers, so the span is a lower bound
+            sessions = load_sessions(path)
+            steps = sum(len(session.steps) for session in sessions)
+            span = max(session.span_s for session in sessions)
+            return cls(
+                levels=(1.0,),
+                stage_duration_s=stage_duration_s,
+                path=path,
+                span_s=span,
+                requests=steps,
+                arrival_rate_per_s=(steps - 1) / span if steps > 1 and span > 0 else 0.0,
+            )
         trace = load_trace(path)
         return cls(
             levels=(1.0,),

@@ -12,13 +12,18 @@ the same turn of the same script.
 from __future__ import annotations
 
 import random
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from typing import Any
+
+import gevent
 
 from attnload.config.model import ModelTarget, Profile, TestConfig, sample_count, sample_seconds
 from attnload.measure.recorder import RequestRecord
 from attnload.measure.tokens import MESSAGE_OVERHEAD_TOKENS
 from attnload.plan.traffic import open_datasets
+from attnload.workload.agent import AgentConversation, agent_script, child_spec, tool_definitions
 from attnload.workload.calibration import Calibrations
 from attnload.workload.conversation import (
     Conversation,
@@ -54,6 +59,9 @@ class Traffic:
         self.rng = random.Random(f"attnload.traffic:{config.seed}")
         self._shard = shard
         self._samplers: dict[str, tuple[tuple[int, int], DatasetSampler]] = {}
+        self._tools: dict[str, list[dict[str, Any]]] = {}
+        self.session_ended: Callable[[str, SessionTally], None] | None = None
+        """Told each model's tally when an agent session ends (the sender files it with the context recorder)."""
 
     @property
     def conversational(self) -> bool:
@@ -68,6 +76,13 @@ class Traffic:
             held = (index, count), DatasetSampler(self.datasets[profile], self.config.seed, shard=index, shards=count)
             self._samplers[profile] = held
         return held[1]
+
+    def tools(self, profile: Profile, tokens: TextTokens) -> list[dict[str, Any]]:
+        """The agent profile's tool definitions, built once per process (every session sends the same)."""
+        assert profile.agent is not None
+        if profile.name not in self._tools:
+            self._tools[profile.name] = tool_definitions(profile.agent.tools, tokens)
+        return self._tools[profile.name]
 
     def script(self, profile: Profile, salt: str, tokens: TextTokens) -> ConversationScript:
         if profile.dataset is not None:
@@ -117,8 +132,11 @@ class Session:
         self.traffic = traffic
         self.keys = keys
         self.profile: Profile | None = None
-        self.dialog: dict[str, Conversation] | None = None
+        self.dialog: dict[str, Conversation | AgentConversation] | None = None
         self.conversations = 0
+        self.tallies: dict[str, SessionTally] = {}
+        """Agent sessions: what each model's session did so far (filed when it ends)."""
+        self.fanned_out = False
 
     def next(self) -> Step:
         """The next request(s): the current conversation's next turn, else a new conversation or request."""
@@ -126,9 +144,15 @@ class Session:
             plans = self._turn()
             if plans is not None:
                 profile = self.profile
-                think = profile.conversation.think_time_s if profile and profile.conversation else 0.0
+                think: Any = 0.0
+                if self.fanned_out:  # the sub-agents were the tool: it has run
+                    self.fanned_out = False
+                elif profile is not None and profile.agent is not None:
+                    think = profile.agent.tool_time_s  # the tool runs between an answer and the next step
+                elif profile is not None and profile.conversation is not None:
+                    think = profile.conversation.think_time_s
                 return Step(plans, sample_seconds(think, self.traffic.rng))
-            self.dialog = None
+            self.close()
         workload = self.traffic.workload
         profile = workload.choose()
         if not profile.conversational:
@@ -149,25 +173,113 @@ class Session:
             return
         for key, conversation in self.dialog.items():
             record = records.get(key)
+            tally = self.tallies.get(key)
             if isinstance(record, RequestRecord) and record.outcome == "ok" and record.reply_text is not None:
                 conversation.record_reply(record.reply_text)
+                if tally is not None:
+                    tally.add(record)
             else:
                 conversation.fail()
+            if tally is not None:
+                tally.ended_perf = time.perf_counter()
+
+    def run_children(self, send: Callable[[str, PlannedRequest], RequestRecord]) -> None:
+        """``sub_agents``: the step just answered fanned out; run its child sessions at once (each its steps in
+        order, tool time between), then hand their final answers back as the step's tool results."""
+        dialog, profile = self.dialog, self.profile
+        if dialog is None or profile is None or profile.agent is None or profile.agent.sub_agents is None:
+            return
+        agent, traffic = profile.agent, self.traffic
+        jobs: list[tuple[str, AgentConversation]] = []
+        for key, conversation in dialog.items():
+            if isinstance(conversation, AgentConversation) and conversation.children_pending:
+                for _ in range(conversation.children_pending):
+                    tokens = traffic.tokens[key]
+                    script = agent_script(
+                        child_spec(agent), new_salt(), traffic.rng, tokens, traffic.tools(profile, tokens)
+                    )
+                    jobs.append((key, AgentConversation(script, default_max_tokens=conversation.default_max_tokens)))
+        if not jobs:
+            return
+        answers = [gevent.spawn(self._child, key, child, send) for key, child in jobs]
+        try:
+            gevent.joinall(answers)
+        finally:  # the parent stopped (the test ended): its children stop with it
+            gevent.killall(answers, block=False)
+        for key, conversation in dialog.items():
+            if isinstance(conversation, AgentConversation) and conversation.children_pending:
+                conversation.children_done(
+                    [str(g.value or "") for (k, _), g in zip(jobs, answers, strict=True) if k == key]
+                )
+        self.fanned_out = True
+
+    def _child(self, key: str, child: AgentConversation, send: Callable[[str, PlannedRequest], RequestRecord]) -> str:
+        """One sub-agent's steps; its last answer (empty when a step failed)."""
+        profile = self.profile
+        assert profile is not None and profile.agent is not None
+        workload, answer = self.traffic.workload, ""
+        while (taken := child.next_request()) is not None:
+            if child.turn > 1:
+                gevent.sleep(sample_seconds(profile.agent.tool_time_s, self.traffic.rng))
+            drawn = sample_count(profile.max_tokens, workload.rng) if profile.max_tokens is not None else None
+            plan = PlannedRequest(
+                profile=profile.name,
+                messages=taken[0],
+                max_tokens=drawn or workload.default_max_tokens,
+                ignore_eos=workload.default_ignore_eos if profile.ignore_eos is None else profile.ignore_eos,
+                tools=child.script.tools,
+                tool_choice=child.script.tool_choice,
+            )
+            record = send(key, plan)
+            if record.outcome != "ok" or record.reply_text is None:
+                child.fail()
+                return ""
+            answer = record.reply_text
+            child.record_reply(answer)
+        return answer
+
+    def close(self) -> None:
+        """The current conversation is over: each agent session's tally goes to the sender, once."""
+        dialog, self.dialog = self.dialog, None
+        ended = self.traffic.session_ended
+        if dialog is not None and ended is not None:
+            for key, tally in self.tallies.items():
+                conversation = dialog.get(key)
+                if isinstance(conversation, AgentConversation):
+                    if conversation.ended is None:
+                        conversation.peek()  # settles why it ended (steps or context)
+                    tally.ended = conversation.ended or "steps"
+                    ended(key, tally)
+        self.tallies = {}
 
     def _open(self, profile: Profile) -> None:
         traffic = self.traffic
         first = self.keys[0]
-        script = traffic.script(profile, new_salt(), traffic.tokens[first])
         default_max = profile.max_tokens if isinstance(profile.max_tokens, int) else traffic.config.request.max_tokens
         self.profile = profile
         self.dialog = {}
+        self.conversations += 1
+        if profile.agent is not None:
+            tokens = traffic.tokens[first]
+            agent = agent_script(profile.agent, new_salt(), traffic.rng, tokens, traffic.tools(profile, tokens))
+            for key in self.keys:
+                counter = traffic.counter(key)
+                extra = {"count_prompt": counter} if counter is not None else {}
+                self.dialog[key] = AgentConversation(
+                    agent,
+                    context_window_tokens=traffic.targets[key].max_context,
+                    default_max_tokens=default_max,
+                    **extra,
+                )
+                self.tallies[key] = SessionTally(started_perf=time.perf_counter())
+            return
+        script = traffic.script(profile, new_salt(), traffic.tokens[first])
         for key in self.keys:
             counter = traffic.counter(key)
             extra = {"count_prompt": counter} if counter is not None else {}
             self.dialog[key] = Conversation(
                 script, context_window_tokens=traffic.targets[key].max_context, default_max_tokens=default_max, **extra
             )
-        self.conversations += 1
 
     def _turn(self) -> dict[str, PlannedRequest] | None:
         dialog, profile = self.dialog, self.profile
@@ -182,14 +294,39 @@ class Session:
             taken = conversation.next_request()
             assert taken is not None
             messages, max_tokens, _tokens = taken
+            agent = conversation.script if isinstance(conversation, AgentConversation) else None
             plans[key] = PlannedRequest(
                 profile=profile.name,
                 messages=messages,
                 max_tokens=max_tokens or drawn or workload.default_max_tokens,
                 ignore_eos=ignore_eos,
-                turn=conversation.turn,
+                turn=None if agent is not None else conversation.turn,
+                step=conversation.turn if agent is not None else None,
+                tools=agent.tools if agent is not None else None,
+                tool_choice=agent.tool_choice if agent is not None else None,
             )
         return plans
+
+
+@dataclass
+class SessionTally:
+    """What one model's agent session did: steps answered, tokens in and out, when it began and ended."""
+
+    started_perf: float
+    ended_perf: float = 0.0
+    steps: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    ended: str = "steps"
+
+    def add(self, record: RequestRecord) -> None:
+        self.steps += 1
+        self.prompt_tokens += record.prompt_tokens
+        self.completion_tokens += record.completion_tokens
+
+    @property
+    def duration_s(self) -> float:
+        return max(0.0, self.ended_perf - self.started_perf)
 
 
 def with_reply_tokens(

@@ -40,6 +40,9 @@ class Sender:
         config, options = state.config, state.options
         self.traffic = Traffic(config, state.workload, lambda: state.placement)
         """Conversations and dataset prompts (datasets are opened and checked here, before any load)."""
+        self.traffic.session_ended = lambda key, tally: state.context.sessions.add(
+            key, tally.ended, tally.steps, tally.duration_s, tally.prompt_tokens, tally.completion_tokens
+        )
         self.api_keys = {m.key: m.api_key() for m in config.models}
         request = config.request
         self.timeouts = Timeouts(

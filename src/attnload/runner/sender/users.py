@@ -17,21 +17,26 @@ from locust.env import Environment
 from attnload.client.apis import request_body
 from attnload.client.backoff import Backoff
 from attnload.client.chat import Cancelled, ChatClient
+from attnload.client.classify import TOOL_CHOICE_FIX
 from attnload.config.model import ModelTarget
 from attnload.measure.paired import send_together
 from attnload.measure.recorder import RequestRecord
 from attnload.measure.requestlog import NOBODY, Who
-from attnload.runner.sender.dialogs import Session, with_reply_tokens
+from attnload.runner.sender.dialogs import Session, Step, with_reply_tokens
 from attnload.runner.sender.openloop import PAIR_STREAM, ClientPool, OpenLoop
 from attnload.runner.sender.replay import ReplaySchedule
 from attnload.runner.sender.sender import Sender
+from attnload.runner.sender.sessionreplay import SessionReplay
 from attnload.workload.prompts import PlannedRequest
+from attnload.workload.sessiontrace import is_session_trace
 from attnload.workload.shapes import ReplaySpec
 
 log = logging.getLogger(__name__)
 OPEN_LOOP_IDLE_S = 0.2
 _OPEN_CONVERSATIONS = itertools.count(1)
 """Open-loop conversations started by this process (their ids in ``--requests-out``)."""
+_TOLD_TOOL_CHOICE: set[str] = set()
+"""Models whose tool-choice refusal this process has already explained (once each)."""
 
 
 class ChatUser(User):
@@ -118,22 +123,40 @@ class ChatUser(User):
         who = Who(self.user_no, f"w{state.worker_index}u{self.user_no}c{session.conversations}")
         if state.paired is not None:
             session.replied(send_pair(self.environment, sender, self.chats, step.plans, stage, None, who))
+            session.run_children(lambda key, plan: send_child(self.environment, sender, key, plan, stage, None))
             return
         key = self.target.key
         session.replied(
             {key: send_plan(self.environment, sender, self.chat, self.target, step.plans[key], stage, None, who)}
         )
+        session.run_children(lambda key, plan: send_child(self.environment, sender, key, plan, stage, None))
 
 
 def converse_open(
     environment: Environment, sender: Sender, pool: ClientPool, stream: str, intended: float, stage: int
 ) -> None:
     """Open loop: one arrival starts a conversation; each next turn is due its think time after the last answer."""
-    targets = {t.key: t for t in sender.state.config.models}
-    keys = list(targets) if stream == PAIR_STREAM else [stream]
+    keys = [t.key for t in sender.state.config.models] if stream == PAIR_STREAM else [stream]
     session = sender.traffic.session(keys)
     step = session.next()
     who = Who(conversation=f"w{sender.state.worker_index}o{next(_OPEN_CONVERSATIONS)}")
+    _converse_open(environment, sender, pool, session, step, who, (stream, intended, stage))
+    session.close()  # an agent session's tally is filed (a stop mid-session files nothing)
+
+
+def _converse_open(
+    environment: Environment,
+    sender: Sender,
+    pool: ClientPool,
+    session: Session,
+    step: Step,
+    who: Who,
+    where: tuple[str, float, int],
+) -> None:
+    """The arrival's steps, each after the previous answer and its think (or tool) time."""
+    stream, intended, stage = where
+    targets = {t.key: t for t in sender.state.config.models}
+    keys = list(targets) if stream == PAIR_STREAM else [stream]
     while True:
         clients = {key: pool.acquire(key) for key in keys}
         try:
@@ -149,12 +172,34 @@ def converse_open(
             for key, client in clients.items():
                 pool.release(key, client)
         session.replied(records)
+        session.run_children(lambda key, plan: send_child(environment, sender, key, plan, stage, None, pool))
         if not session.continues():
             return
         step = session.next()
         intended = time.perf_counter() + step.think_s  # due after the answer + think time; lateness counts
         if step.think_s > 0:
             gevent.sleep(step.think_s)
+
+
+def send_child(
+    environment: Environment,
+    sender: Sender,
+    key: str,
+    plan: PlannedRequest,
+    stage: int,
+    intended: float | None,
+    pool: ClientPool | None = None,
+) -> RequestRecord:
+    """One sub-agent request on its own connection (children run at once, beside their waiting parent)."""
+    target = next(t for t in sender.state.config.models if t.key == key)
+    client = pool.acquire(key) if pool is not None else chat_client(sender, target)
+    try:
+        return send_plan(environment, sender, client, target, plan, stage, intended)
+    finally:
+        if pool is not None:
+            pool.release(key, client)
+        else:
+            client.close()
 
 
 def chat_client(sender: Sender, target: ModelTarget, backoff: Backoff | None = None) -> ChatClient:
@@ -192,8 +237,11 @@ def send_plan(
         temperature=request.temperature,
         stream=request.stream,
         ignore_eos=plan.ignore_eos,
+        tools=plan.tools,
+        tool_choice=plan.tool_choice,
     )
-    capture = plan.turn is not None or target.tokenizer is not None  # only then is the text kept
+    # the text is kept only where it is resent (conversations, agent steps and sub-agents) or counted
+    capture = plan.turn is not None or plan.step is not None or plan.tools is not None or target.tokenizer is not None
     abandon = sender.abandoner.draw(sender.state.worker_index) if sender.abandoner is not None else None
     try:
         record = client.send(
@@ -209,20 +257,37 @@ def send_plan(
         _report(environment, sender, _annotated(sender, cancelled.record, plan, target, intended_start), who)
         raise GreenletExit() from None
     sender.traffic.learn(target, plan, record)
+    if plan.tools is not None and record.outcome == "failed":
+        _say_tool_choice(target, client)
     return _report(environment, sender, _annotated(sender, record, plan, target, intended_start), who)
+
+
+def _say_tool_choice(target: ModelTarget, client: ChatClient) -> None:
+    """vLLM refused ``tools`` for want of tool-call parsing: one line per model naming the server flags."""
+    failure = client.last_failure
+    if failure is None or TOOL_CHOICE_FIX not in failure.detail or target.key in _TOLD_TOOL_CHOICE:
+        return
+    _TOLD_TOOL_CHOICE.add(target.key)
+    log.error("model %s: agent steps are refused with HTTP 400: %s", target.key, TOOL_CHOICE_FIX)
 
 
 def _annotated(
     sender: Sender, record: RequestRecord, plan: PlannedRequest, target: ModelTarget, intended_start: float | None
 ) -> RequestRecord:
     """Turn index, open-loop send time and tokenizer counts, only where they apply (the common case is as-is)."""
-    if plan.turn is None and intended_start is None and target.tokenizer is None and not plan.calibrated:
+    if (
+        plan.turn is None
+        and plan.step is None
+        and intended_start is None
+        and target.tokenizer is None
+        and not plan.calibrated
+    ):
         return record
     sent_at = None
     if intended_start is not None:
         started = intended_start + (record.dispatch_lag_s or 0.0)
         sent_at = time.time() - (time.perf_counter() - started)
-    record = replace(record, turn=plan.turn, sent_at=sent_at, prompt_calibrated=plan.calibrated)
+    record = replace(record, turn=plan.turn, step=plan.step, sent_at=sent_at, prompt_calibrated=plan.calibrated)
     if target.tokenizer is not None:
         record = with_reply_tokens(record, sender.traffic.tokens[target.key], plan.messages)
     return record
@@ -316,7 +381,26 @@ def open_loop(environment: Environment, sender: Sender) -> OpenLoop:
         key, profile or state.workload.profiles[0].name, stage, "dropped"
     )
     shape = state.options.shape
-    if isinstance(shape, ReplaySpec):
+    if isinstance(shape, ReplaySpec) and is_session_trace(shape.path):
+        first = config.models[0]
+        sessions = SessionReplay(shape, keys, lambda: state.run_salt, sender.traffic.tokens[first.key])
+        targets = {m.key: m for m in config.models}
+
+        def play(stream: str, intended: float, stage: int) -> None:
+            def step(key: str, plan: PlannedRequest, due: float, session: str) -> RequestRecord:
+                client = pool.acquire(key)
+                try:
+                    return send_plan(
+                        environment, sender, client, targets[key], plan, stage, due, Who(conversation=session)
+                    )
+                finally:
+                    pool.release(key, client)
+
+            sessions.play(stream, intended, step)
+
+        loop.planned = sessions.schedule  # type: ignore[assignment]
+        loop.arrival = play
+    elif isinstance(shape, ReplaySpec):
         first = config.models[0]
         loop.planned = ReplaySchedule(
             shape, keys, state.paired is not None, lambda: state.run_salt, sender.traffic.tokens[first.key]

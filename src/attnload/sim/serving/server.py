@@ -22,7 +22,7 @@ from typing import Any
 
 from aiohttp import HttpVersion11, web
 
-from attnload.measure.tokens import prompt_tokens
+from attnload.measure.tokens import prompt_tokens, tools_tokens
 from attnload.sim.api import Engine, EngineRejected, GenerationRequest, GenerationState
 from attnload.sim.fixed import FixedEngine
 from attnload.sim.gpu import GpuActivity, dcgm_text
@@ -182,7 +182,8 @@ class SimServer:
         truth = self.truth[engine.model.id]
         max_tokens = dialects.max_tokens(body) or self.default_output_tokens
         messages = dialects.prompt_messages(body)
-        n_prompt = prompt_tokens(messages)
+        tools = body.get("tools")
+        n_prompt = prompt_tokens(messages) + tools_tokens(tools)
         if n_prompt + max_tokens > engine.model.max_model_len:
             return self._reject(
                 api,
@@ -208,7 +209,7 @@ class SimServer:
             request_id=uuid.uuid4().hex,
             prompt_tokens=n_prompt,
             max_tokens=int(max_tokens),
-            prompt_blocks=_prompt_blocks(engine.model.id, messages),
+            prompt_blocks=_prompt_blocks(engine.model.id, messages, tools),
             body_digest=hashlib.sha256(raw).digest(),
         )
         call = _Call(
@@ -491,9 +492,27 @@ def _prompt_bytes(messages: Sequence[Mapping[str, Any]]) -> bytes:
     return b"".join(str(m.get("role", "")).encode() + str(m.get("content", "")).encode() for m in messages)
 
 
-def _prompt_blocks(model_id: str, messages: Sequence[Mapping[str, Any]]) -> tuple[int, ...]:
+def _agent_bytes(messages: Sequence[Mapping[str, Any]], tools: object) -> bytes:
+    """An agent's prompt as a chat template (Qwen2.5's, for one) lays it out: the system message, the tool
+    definitions after it, then each message with its tool calls, so a session's next step extends its
+    previous prompt byte for byte and the salted system prompt keeps sessions apart from the first block."""
+    tools_bytes = json.dumps(tools, separators=(",", ":"), ensure_ascii=False).encode() if tools else b""
+    parts = []
+    for index, m in enumerate(messages):
+        content = m.get("content")
+        parts.append(str(m.get("role", "")).encode() + ("" if content is None else str(content)).encode())
+        calls = m.get("tool_calls")
+        if calls:
+            parts.append(json.dumps(calls, separators=(",", ":"), ensure_ascii=False).encode())
+        if index == 0:
+            parts.append(tools_bytes)
+    return b"".join(parts)
+
+
+def _prompt_blocks(model_id: str, messages: Sequence[Mapping[str, Any]], tools: object = None) -> tuple[int, ...]:
     """Chained hashes of the prompt's full 64-byte blocks: h_i = H(h_{i−1}, model_id, block_i) (§4.5)."""
-    data = _prompt_bytes(messages)
+    agent = bool(tools) or any(m.get("tool_calls") for m in messages)
+    data = _agent_bytes(messages, tools) if agent else _prompt_bytes(messages)
     previous = hashlib.blake2b(model_id.encode(), digest_size=8).digest()
     blocks = []
     for start in range(0, len(data) - PREFIX_BLOCK_BYTES + 1, PREFIX_BLOCK_BYTES):
