@@ -443,3 +443,23 @@ def test_chat_reasoning_then_content_on_both_paths() -> None:
         result = _run(compiled, "chat", stream + b"data: [DONE]\n\n", cuts)
         assert result[0] is None and result[3] == [1, 1, 1, 1] and result[4] == ["yes ", "ok "]
         assert result[8] == float(cuts[2]) and result[9] == 2 and result[1] == float(cuts[0])
+
+
+def test_an_agent_profile_against_a_non_chat_api_is_refused_in_one_line(tmp_path: Path) -> None:
+    path = tmp_path / "agent.json"
+    path.write_text(
+        json.dumps(
+            {
+                "base_url": "http://127.0.0.1:9/v1",
+                "api_key_env": "ATTNLOAD_TEST_KEY",
+                "models": {"gqa_model": {"id": "m", "attention_type": "GQA", "api": "responses"}},
+                "workload": {"ag": {"agent": {"steps": 3}}},
+            }
+        )
+    )
+    with pytest.raises(UsageError) as info:
+        load_config(path)
+    assert str(info.value) == (
+        f"{path}: agent profile ag sends chat tool calls, but model gqa_model (responses) speaks another API: "
+        'set api = "chat" for it, or run the agent profile against chat models only'
+    )

@@ -220,7 +220,9 @@ def _describe_validation(file: Path, text: str, exc: ValidationError) -> str:
         message = "required field is missing; add it"
     line = _line_of(text, str(error["loc"][-1])) if error["loc"] else None
     where = f"{file}:{line}" if line else str(file)
-    return f"{where}: {loc}: {limits.with_value(message, error)}"
+    if loc:
+        where += f": {loc}"  # a whole-config check (e.g. agents with a non-chat API) has no field to name
+    return f"{where}: {limits.with_value(message, error)}"
 
 
 def _line_of(text: str, key: str) -> int | None:
