@@ -16,7 +16,7 @@ VLLM_TORCH ?= torch==2.13.0
 VLLM_PIP_ARGS ?=
 VLLM_STAMP := $(VLLM_ENV)/.installed
 
-.PHONY: vllm-env demo-vllm test-vllm bench-vllm bench-vllm-quick tiny-models demo test test-pure test-acceptance test-bimodal test-fast lint fmt typecheck gates bench bench-quick deploy-gen dashboards test-image observe clean
+.PHONY: vllm-env demo-vllm test-vllm bench-vllm bench-vllm-quick tiny-models demo test test-pure test-acceptance test-scenarios test-bimodal test-fast lint fmt typecheck gates bench bench-quick deploy-gen dashboards test-image observe clean
 
 $(STAMP): pyproject.toml setup.py $(wildcard src/attnload/native/*.c src/attnload/native/*.h)  # a changed C file rebuilds the extension
 	$(PYTHON) -m venv $(VENV)
@@ -62,7 +62,7 @@ bench-vllm-quick: $(STAMP) $(VLLM_STAMP)
 # end-to-end tests mostly wait on their stage timers (two workers kept 0.84 of 2 cores busy).
 PYTEST_WORKERS ?= $(shell n=$$(( 2 * $$(nproc) )); echo $$(( n < 8 ? n : 8 )))
 PARALLEL := -n $(PYTEST_WORKERS) --dist loadfile
-SUITE := not acceptance and not bimodal and not vllm
+SUITE := not acceptance and not bimodal and not vllm and not scenario
 FAST := not e2e and not browser and not slow
 
 test: gates
@@ -81,6 +81,11 @@ test-pure: $(STAMP)
 
 test-acceptance: $(STAMP)
 	$(BIN)/pytest -q -rfEs -m "acceptance and not bimodal"
+
+# faults played out on real processes (a worker killed or frozen, a server down for 10 s, a disk that goes
+# read-only, SIGTERM/SIGKILL of each process) and the context ladder: minutes of wall clock, run alone
+test-scenarios: $(STAMP)
+	$(BIN)/pytest -q -rfEs -m "scenario and not vllm"
 
 # the §7.13 ratio on the model's own preemption knife edge: a finding to look at, not a gate
 test-bimodal: $(STAMP)

@@ -21,6 +21,8 @@ import pytest
 
 from helpers import ROOT, Processes, attnload, free_port, http_json, latest_results, start_sim, write_config
 
+pytestmark = pytest.mark.scenario  # minutes of wall clock: `make test-scenarios`, a CI step of its own
+
 LOCUST = [sys.executable, "-m", "locust", "-f", str(ROOT / "locustfiles" / "chat.py")]
 MODEL_IDS = {"gqa_model": "llama-3-70b", "mla_model": "deepseek-v3"}
 """The simulator's /stats keys (it serves deepseek-chat, the config's id, as the deepseek-v3 preset)."""

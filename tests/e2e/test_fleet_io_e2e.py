@@ -47,6 +47,7 @@ def run_args(config: Path, results: Path, *extra: str) -> list[str]:
     return attnload("run", "-c", str(config), "--results", str(results), "--metrics-port", "0", *extra)
 
 
+@pytest.mark.scenario
 def test_a_dead_server_is_backed_off_and_answered_again_soon_after_it_returns(
     processes: Processes, tmp_path: Path
 ) -> None:
@@ -117,6 +118,7 @@ def test_results_in_a_read_only_directory_exit_2_before_any_request(processes: P
     assert served(url) == 0
 
 
+@pytest.mark.scenario
 @pytest.mark.parametrize("how", ["read-only", "replaced by a file"])
 def test_results_directory_unwritable_mid_run_go_to_a_named_fallback(
     processes: Processes, tmp_path: Path, how: str
@@ -169,6 +171,7 @@ def locust_processes(run_pid: int) -> tuple[int, list[int]]:
     return master, workers
 
 
+@pytest.mark.scenario
 @pytest.mark.parametrize("which", ["master", "worker"])
 def test_sigterm_to_a_locust_process_exits_143_with_complete_results(
     processes: Processes, tmp_path: Path, which: str
@@ -194,6 +197,7 @@ def test_sigterm_to_a_locust_process_exits_143_with_complete_results(
     assert "killed" not in log and f"interrupted by SIGTERM {said}" in log, log[-3000:]
 
 
+@pytest.mark.scenario
 def test_sigkill_of_attnload_run_still_collects_the_workers_final_counts(processes: Processes, tmp_path: Path) -> None:
     url, config = one_model_sim(processes, tmp_path)
     results = tmp_path / "results"
@@ -210,6 +214,7 @@ def test_sigkill_of_attnload_run_still_collects_the_workers_final_counts(process
     assert requests["ok"] + requests["failed"] + requests["cancelled"] == served(url), requests
 
 
+@pytest.mark.scenario
 def test_open_loop_arrivals_inside_the_backoff_are_counted_dropped(processes: Processes, tmp_path: Path) -> None:
     """rate:20 for 14 s (280 arrivals); the server is gone for 5 s of it. Without a backoff each of its ~100
     arrivals would fail at once; with it a few probe, the rest are dropped, and none vanishes."""
