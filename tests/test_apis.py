@@ -34,11 +34,23 @@ APIS = ("chat", "completions", "responses", "messages")
 
 
 def test_chat_body_is_unchanged_by_the_api_key() -> None:
+    """The chat body as it always was, byte for byte: model, messages, max_tokens, temperature, stream, usage."""
     for ignore_eos in (False, True):
         for stream in (False, True):
             kwargs: dict[str, Any] = {"max_tokens": 7, "temperature": 0.5, "stream": stream, "ignore_eos": ignore_eos}
-            built = request_body("chat", "m", MESSAGES, **kwargs)
-            assert json.dumps(built) == json.dumps(chat_body("m", MESSAGES, **kwargs))
+            expected: dict[str, Any] = {
+                "model": "m",
+                "messages": MESSAGES,
+                "max_tokens": 7,
+                "temperature": 0.5,
+                "stream": stream,
+            }
+            if stream:
+                expected["stream_options"] = {"include_usage": True}
+            if ignore_eos:
+                expected |= {"ignore_eos": True, "min_tokens": 7}
+            assert json.dumps(request_body("chat", "m", MESSAGES, **kwargs)) == json.dumps(expected)
+            assert json.dumps(chat_body("m", MESSAGES, **kwargs)) == json.dumps(expected)
 
 
 def test_each_api_names_its_prompt_and_limit() -> None:

@@ -30,7 +30,7 @@ import gevent.ssl
 from gevent import GreenletExit
 from geventhttpclient.response import HTTPParseError
 
-from attnload.client.apis import auth_header, max_tokens_of
+from attnload.client.apis import auth_header, max_tokens_of, request_body
 from attnload.client.backoff import Backoff
 from attnload.client.budget import DRAIN_READS, MAX_HEADER_BYTES, YIELD_EVERY
 from attnload.client.checks import NEVER, header
@@ -555,34 +555,6 @@ def _timeout_detail(stream: Stream, timeouts: Timeouts) -> str:
     return f"stream stalled (idle {timeouts.idle_s:g} s or total {timeouts.total_s:g} s exceeded)"
 
 
-def chat_body(
-    model_id: str,
-    messages: Sequence[dict[str, Any]],
-    *,
-    max_tokens: int,
-    temperature: float,
-    stream: bool = True,
-    ignore_eos: bool = False,
-    tools: Sequence[dict[str, Any]] | None = None,
-    tool_choice: str | None = None,
-) -> dict[str, Any]:
-    """The request body: streaming with usage by default (docs/design.md, measurement rules).
-
-    An agent step adds its ``tools`` array; ``tool_choice`` only when set (omitted, as an agent sends it)."""
-    body: dict[str, Any] = {
-        "model": model_id,
-        "messages": list(messages),
-        "max_tokens": max_tokens,
-        "temperature": temperature,
-        "stream": stream,
-    }
-    if stream:
-        body["stream_options"] = {"include_usage": True}
-    if ignore_eos:
-        body["ignore_eos"] = True
-        body["min_tokens"] = max_tokens
-    if tools is not None:
-        body["tools"] = list(tools)
-        if tool_choice is not None:
-            body["tool_choice"] = tool_choice
-    return body
+def chat_body(model_id: str, messages: Sequence[dict[str, Any]], **settings: Any) -> dict[str, Any]:
+    """A chat completions body (``request_body`` for ``api = "chat"``): streaming with usage by default."""
+    return request_body("chat", model_id, messages, **settings)
