@@ -166,19 +166,9 @@ class StreamChecks:
             raise RequestFailed(ErrorClass.BAD_RESPONSE, f"stream chunk is not an object: {data[:80]!r}")
         if kind == b"error" or "error" in chunk:
             raise classify_error_object(chunk.get("error", chunk), 200)
-        usage = chunk.get("usage")
-        if isinstance(usage, dict):
-            self.usage = usage
-        choices = chunk.get("choices")
-        if not isinstance(choices, list):
-            if usage is None:
-                raise RequestFailed(ErrorClass.BAD_RESPONSE, "stream chunk without `choices`")
+        choice = first_choice(self, chunk)
+        if choice is None:
             return
-        if not choices:
-            return
-        choice = choices[0]
-        if not isinstance(choice, dict):
-            raise RequestFailed(ErrorClass.BAD_RESPONSE, "`choices[0]` is not an object")
         delta = choice.get("delta") or {}
         if isinstance(delta, dict):
             content = delta.get("content")
@@ -264,6 +254,24 @@ class StreamChecks:
                 raise RequestFailed(
                     ErrorClass.TRUNCATED, f"finish_reason length after {produced} of max_tokens {self.max_tokens}"
                 )
+
+
+def first_choice(stream: StreamState, chunk: dict[str, Any]) -> dict[str, Any] | None:
+    """A chat or completions chunk's ``choices[0]`` (None: a usage-only or empty chunk), its usage kept."""
+    usage = chunk.get("usage")
+    if isinstance(usage, dict):
+        stream.usage = usage
+    choices = chunk.get("choices")
+    if not isinstance(choices, list):
+        if usage is None:
+            raise RequestFailed(ErrorClass.BAD_RESPONSE, "stream chunk without `choices`")
+        return None
+    if not choices:
+        return None
+    choice = choices[0]
+    if not isinstance(choice, dict):
+        raise RequestFailed(ErrorClass.BAD_RESPONSE, "`choices[0]` is not an object")
+    return choice
 
 
 def cached_tokens(text: str) -> int:

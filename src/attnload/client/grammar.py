@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from attnload.client.checks import PLAIN_STRING, SCALAR_FIELD, cached_tokens
+from attnload.client.checks import PLAIN_STRING, SCALAR_FIELD, cached_tokens, first_choice
 from attnload.client.classify import classify_error_object
 from attnload.errors import ErrorClass, RequestFailed
 from attnload.measure.tokens import chunk_tokens
@@ -104,20 +104,9 @@ def completions_event(stream: Stream, kind: bytes, data: bytes, at: float) -> No
     if data == b"[DONE]":
         stream.done = True
         return
-    chunk = _load(kind, data)
-    usage = chunk.get("usage")
-    if isinstance(usage, dict):
-        stream.usage = usage
-    choices = chunk.get("choices")
-    if not isinstance(choices, list):
-        if usage is None:
-            raise RequestFailed(ErrorClass.BAD_RESPONSE, "stream chunk without `choices`")
+    choice = first_choice(stream, _load(kind, data))
+    if choice is None:
         return
-    if not choices:
-        return
-    choice = choices[0]
-    if not isinstance(choice, dict):
-        raise RequestFailed(ErrorClass.BAD_RESPONSE, "`choices[0]` is not an object")
     text = _text_of(choice.get("text"))
     if text is not None:
         stream._answer(at, chunk_tokens(text), text)
