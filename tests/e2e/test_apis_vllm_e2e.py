@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from attnload.client.apis import request_body
+from attnload.apis import request_body
 from attnload.client.chat import ChatClient
 from attnload.client.transport import Timeouts
 from attnload.config.urls import api_url
@@ -51,7 +51,7 @@ def _counters(base_url: str) -> tuple[float, float]:
 
 @pytest.mark.parametrize("api", APIS)
 def test_each_api_counts_as_vllm(gqa: ServerSpec, api: str) -> None:
-    url = api_url(f"{gqa.base_url}/v1/chat/completions", api)
+    url = api_url(f"{gqa.base_url}/v1/chat/completions", api, gqa.served_name)
     client = ChatClient(url, "sk-unused-by-vllm", Timeouts(connect_s=10, ttft_s=None, idle_s=120, total_s=300), api=api)
     before = _counters(gqa.base_url)
     records = []

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from attnload.client.apis import request_body
+from attnload.apis import request_body
 from attnload.client.chat import ChatClient
 from attnload.client.transport import Timeouts
 from attnload.config.urls import api_url
@@ -100,7 +100,7 @@ def test_responses_and_messages_stream_the_reasoning_apart(reasoning: tuple[Serv
     spec, _ = reasoning
     chat = request_body("chat", spec.served_name, MESSAGES, max_tokens=24, temperature=0)
     streamed, answered = _reasoning_deltas(spec, chat)
-    url = api_url(f"{spec.base_url}/v1/chat/completions", api)
+    url = api_url(f"{spec.base_url}/v1/chat/completions", api, spec.served_name)
     client = ChatClient(url, "sk-unused", Timeouts(10, None, 120, 300), api=api)
     record = client.send(
         request_body(api, spec.served_name, MESSAGES, max_tokens=24, temperature=0), model_key="m", profile="p", stage=0

@@ -30,7 +30,7 @@ import gevent.ssl
 from gevent import GreenletExit
 from geventhttpclient.response import HTTPParseError
 
-from attnload.client.apis import auth_header, max_tokens_of, request_body
+from attnload.apis import api_of, request_body
 from attnload.client.backoff import Backoff
 from attnload.client.budget import DRAIN_READS, MAX_HEADER_BYTES, YIELD_EVERY
 from attnload.client.checks import NEVER, header
@@ -49,7 +49,7 @@ from attnload.client.stream import (
 from attnload.client.transport import RECV_BYTES, Endpoint, Response, SocketReader, Timeouts, head_end
 from attnload.errors import ErrorClass, RequestFailed
 from attnload.measure.recorder import RequestRecord, split_gaps
-from attnload.measure.tokens import body_messages, prompt_tokens, tools_tokens
+from attnload.measure.tokens import prompt_tokens, tools_tokens
 
 if TYPE_CHECKING:
     from attnload.client.compiled import CStream
@@ -99,8 +99,8 @@ class ChatClient:
         """Connection failures back off (``client/backoff.py``); shared by an open loop's clients of one model."""
         self.waits_backoff = waits_backoff
         """True: :meth:`send` sleeps out the backoff first (a closed-loop user); False: the caller drops instead."""
-        self.api = api
-        """The API ``url`` speaks (client/apis.py): the body's caller builds, the stream's grammar reads."""
+        self.api = api_of(api)
+        """The API ``url`` speaks (attnload.apis): its headers, the stream reader; the caller builds the body."""
         self.timeouts = timeouts
         self.retry_after_max_s = retry_after_max_s
         """Above 0: after a 429 with Retry-After, wait that long (capped) before this user's next request."""
@@ -109,7 +109,7 @@ class ChatClient:
         self._resume_at = 0.0
         self._sock: Any = None
         self._ssl = ssl_context
-        auth = auth_header(api, api_key)
+        auth = self.api.headers(api_key)
         target = self.endpoint.path
         if self.endpoint.proxy and not self.endpoint.tls:
             target = f"http://{self.endpoint.host_header}{self.endpoint.path}"  # absolute-form via a proxy
@@ -198,8 +198,8 @@ class ChatClient:
             gevent.sleep(wait)  # as for a 429: no request is in flight, and the wait is no one's latency
         started = time.perf_counter()
         origin = intended_start if intended_start is not None else started
-        streaming = bool(body.get("stream", True))
-        stream = new_stream(streaming, max_tokens_of(body), self.api)
+        streaming = self.api.streams(body)
+        stream = new_stream(streaming, self.api.max_tokens(body), self.api.name)
         if capture_text:
             stream.texts = []
         if abandon is not None:
@@ -359,7 +359,9 @@ class ChatClient:
             ended = response.message_complete or after_end  # after_end: the connection carries junk, it goes
             if response.headers_complete and response.get_code() != 200:
                 if ended:
-                    raise classify_status(response.get_code(), bytes(response.body), header(response, "retry-after"))
+                    raise classify_status(
+                        response.get_code(), bytes(response.body), header(response, "retry-after"), self.api
+                    )
                 continue
             if ended:
                 if after_end or response.should_close():
@@ -480,7 +482,7 @@ class ChatClient:
             e2e_s=end - origin,
             prompt_tokens=reported_prompt
             if isinstance(reported_prompt, int)
-            else prompt_tokens(body_messages(body)) + tools_tokens(body.get("tools")),
+            else prompt_tokens(self.api.prompt_messages(body)) + tools_tokens(body.get("tools")),
             completion_tokens=completion,
             cached_prompt_tokens=cached_tokens(details),
             tokens_estimated=estimated,

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
-from attnload.client.apis import request_body
+from attnload.apis import request_body
 from attnload.client.budget import max_events
 from attnload.client.chat import ChatClient
 from attnload.client.classify import classify_status

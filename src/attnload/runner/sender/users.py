@@ -14,7 +14,7 @@ from gevent import GreenletExit
 from locust import User, constant, task
 from locust.env import Environment
 
-from attnload.client.apis import request_body
+from attnload.apis import request_body
 from attnload.client.backoff import Backoff
 from attnload.client.chat import Cancelled, ChatClient
 from attnload.client.classify import TOOL_CHOICE_FIX
