@@ -14,8 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from attnload import native
-from attnload.client import stream as streams
 from attnload.apis import api_of, request_body
+from attnload.client import stream as streams
 from attnload.client.chat import ChatClient, chat_body
 from attnload.client.classify import classify_status
 from attnload.client.transport import Timeouts
@@ -415,7 +415,9 @@ def test_reasoning_first_then_answer_exact_in_fixed_mode(processes: Processes, a
 @pytest.mark.parametrize("api", UNARY_APIS)
 def test_unary_answers_of_each_api(processes: Processes, api: str) -> None:
     sim = start_sim(processes, "--mode", "fixed", "--ttft-ms", "5", "--itl-ms", "1", "--reasoning-ratio", "0.25")
-    client = ChatClient(api_url(sim + "/v1/chat/completions", api, "llama-3-70b"), "k", Timeouts(5, None, 10, 30), api=api)
+    client = ChatClient(
+        api_url(sim + "/v1/chat/completions", api, "llama-3-70b"), "k", Timeouts(5, None, 10, 30), api=api
+    )
     body = request_body(api, "llama-3-70b", MESSAGES, max_tokens=8, temperature=0, stream=False)
     started = time.perf_counter()
     record = client.send(body, model_key="m", profile="p", stage=0, capture_text=True)
@@ -428,7 +430,9 @@ def test_unary_answers_of_each_api(processes: Processes, api: str) -> None:
 def test_simulator_errors_in_each_apis_words(processes: Processes, api: str) -> None:
     """A wrong model is not_found and an oversized request context_length, whichever API carries it."""
     sim = start_sim(processes, "--mode", "fixed", "--ttft-ms", "5", "--itl-ms", "1")
-    client = ChatClient(api_url(sim + "/v1/chat/completions", api, "llama-3-70b"), "k", Timeouts(5, None, 10, 30), api=api)
+    client = ChatClient(
+        api_url(sim + "/v1/chat/completions", api, "llama-3-70b"), "k", Timeouts(5, None, 10, 30), api=api
+    )
     stray = ChatClient(api_url(sim + "/v1/chat/completions", api, "nope"), "k", Timeouts(5, None, 10, 30), api=api)
     wrong = stray.send(
         request_body(api, "nope", MESSAGES, max_tokens=8, temperature=0), model_key="m", profile="p", stage=0

@@ -31,6 +31,7 @@ from gevent import GreenletExit
 from geventhttpclient.response import HTTPParseError
 
 from attnload.apis import api_of, request_body
+from attnload.apis.base import Api
 from attnload.client.backoff import Backoff
 from attnload.client.budget import DRAIN_READS, MAX_HEADER_BYTES, YIELD_EVERY
 from attnload.client.checks import NEVER, header
@@ -359,9 +360,7 @@ class ChatClient:
             ended = response.message_complete or after_end  # after_end: the connection carries junk, it goes
             if response.headers_complete and response.get_code() != 200:
                 if ended:
-                    raise classify_status(
-                        response.get_code(), bytes(response.body), header(response, "retry-after"), self.api
-                    )
+                    raise _refused(response, self.api)
                 continue
             if ended:
                 if after_end or response.should_close():
@@ -511,6 +510,11 @@ def _feed_head(response: Response, stream: CStream, data: bytes, seen: bytes) ->
     if cut < len(data):  # llhttp reads an empty feed as the peer's close
         response.feed(data[cut:])
     return None, False
+
+
+def _refused(response: Response, api: Api) -> RequestFailed:
+    """A complete non-200 response as its error class, in the API's own words."""
+    return classify_status(response.get_code(), bytes(response.body), header(response, "retry-after"), api)
 
 
 def _status_code(stream: Stream) -> int | None:

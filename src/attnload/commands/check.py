@@ -234,7 +234,7 @@ def _check_api(
         if chat.ok:
             check.fix = (
                 f"the server does not speak the {target.api} API at {target.chat_url} but answers chat completions "
-                f"at {chat_url}: set api = {DEFAULT_API.name!r} for model {target.key} (or point base_url at a gateway "
+                f'at {chat_url}: set api = "{DEFAULT_API.name}" for model {target.key} (or point base_url at a gateway '
                 f"that serves {api_of(target.api).path(target.id)})"
             )
     return check
