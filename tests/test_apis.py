@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from attnload import native
 from attnload.apis import api_of, request_body
 from attnload.client import stream as streams
-from attnload.client.chat import ChatClient, chat_body
+from attnload.client.chat import ApiClient, chat_body
 from attnload.client.classify import classify_status
 from attnload.client.transport import Timeouts
 from attnload.commands.cli import main
@@ -160,9 +160,9 @@ def _config(tmp_path: Path, api: str, key: bool = True, toml: bool = False) -> P
 def test_the_api_key_in_both_formats(tmp_path: Path, toml: bool) -> None:
     for api in UNARY_APIS:
         target = load_config(_config(tmp_path, api, toml=toml)).models[0]
-        assert target.api == api and target.chat_url.endswith("/v1/chat/completions" if api == "chat" else f"/{api}")
+        assert target.api == api and target.url.endswith("/v1/chat/completions" if api == "chat" else f"/{api}")
     gemini = load_config(_config(tmp_path, "gemini", toml=toml)).models[0]
-    assert gemini.chat_url.endswith("/v1beta/models/m:streamGenerateContent?alt=sse") and "/v1/" not in gemini.chat_url
+    assert gemini.url.endswith("/v1beta/models/m:streamGenerateContent?alt=sse") and "/v1/" not in gemini.url
     with pytest.raises(UsageError, match=r"api 'chatt' is not an API attnload speaks: use one of chat, completions"):
         load_config(_config(tmp_path, "chatt", toml=toml))
     with pytest.raises(UsageError, match="api messages needs an API key") as info:
@@ -381,7 +381,7 @@ def test_reasoning_first_then_answer_exact_in_fixed_mode(processes: Processes, a
     """``--reasoning-ratio 0.5``: half of 20 tokens are reasoning, so TTFAT − TTFT = 10 × ITL (completions has
     no reasoning field: the reasoning is text there, and TTFAT is TTFT)."""
     sim = start_sim(processes, "--mode", "fixed", "--ttft-ms", "30", "--itl-ms", "10", "--reasoning-ratio", "0.5")
-    client = ChatClient(
+    client = ApiClient(
         api_url(sim + "/v1/chat/completions", api, "llama-3-70b"),
         "k",
         Timeouts(connect_s=5, ttft_s=None, idle_s=10, total_s=30),
@@ -415,7 +415,7 @@ def test_reasoning_first_then_answer_exact_in_fixed_mode(processes: Processes, a
 @pytest.mark.parametrize("api", UNARY_APIS)
 def test_unary_answers_of_each_api(processes: Processes, api: str) -> None:
     sim = start_sim(processes, "--mode", "fixed", "--ttft-ms", "5", "--itl-ms", "1", "--reasoning-ratio", "0.25")
-    client = ChatClient(
+    client = ApiClient(
         api_url(sim + "/v1/chat/completions", api, "llama-3-70b"), "k", Timeouts(5, None, 10, 30), api=api
     )
     body = request_body(api, "llama-3-70b", MESSAGES, max_tokens=8, temperature=0, stream=False)
@@ -430,10 +430,10 @@ def test_unary_answers_of_each_api(processes: Processes, api: str) -> None:
 def test_simulator_errors_in_each_apis_words(processes: Processes, api: str) -> None:
     """A wrong model is not_found and an oversized request context_length, whichever API carries it."""
     sim = start_sim(processes, "--mode", "fixed", "--ttft-ms", "5", "--itl-ms", "1")
-    client = ChatClient(
+    client = ApiClient(
         api_url(sim + "/v1/chat/completions", api, "llama-3-70b"), "k", Timeouts(5, None, 10, 30), api=api
     )
-    stray = ChatClient(api_url(sim + "/v1/chat/completions", api, "nope"), "k", Timeouts(5, None, 10, 30), api=api)
+    stray = ApiClient(api_url(sim + "/v1/chat/completions", api, "nope"), "k", Timeouts(5, None, 10, 30), api=api)
     wrong = stray.send(
         request_body(api, "nope", MESSAGES, max_tokens=8, temperature=0), model_key="m", profile="p", stage=0
     )

@@ -1,4 +1,4 @@
-"""The hot path: one keep-alive HTTP/1.1 connection per user, streaming chat completions.
+"""The hot path: one keep-alive HTTP/1.1 connection per user, streaming answers of any API (attnload.apis).
 
 Why not Locust's ``FastHttpSession`` or the openai SDK: ``iter_lines()`` waits for 1024
 bytes before yielding and the SDK costs ~0.3 ms CPU per chunk (docs/design.md, pitfalls), both
@@ -12,7 +12,7 @@ chooses, and both give the same records (docs/performance.md, "The compiled path
 
 Failures become :class:`RequestFailed` with a docs/design.md :class:`ErrorClass` in one place
 (``classify_status``, ``classify_exception``); a hostile server can only produce a
-classified failure, never an exception out of :meth:`ChatClient.send`.
+classified failure, never an exception out of :meth:`ApiClient.send`.
 """
 
 from __future__ import annotations
@@ -60,8 +60,8 @@ DRAIN_STOPS: tuple[type[Exception], ...] = (BlockingIOError, OSError, RequestFai
 """What ends ``_read_buffered`` quietly: nothing more buffered, or bytes that would not make a complete answer."""
 
 
-class ChatClient:
-    """Sends chat completions to one endpoint over one keep-alive connection (one user)."""
+class ApiClient:
+    """Sends one API's requests (attnload.apis) to one endpoint over one keep-alive connection (one user)."""
 
     _reader: SocketReader | None = None
     """Timer-free reader of the current plain-TCP socket (rebuilt when the socket changes)."""

@@ -144,22 +144,22 @@ def run(args: argparse.Namespace) -> int:
 def check_model(config: TestConfig, target: ModelTarget, max_tokens: int, prompt: str) -> ModelCheck:
     """Everything ``attnload check`` knows about one model, with the verdict and fix filled in."""
     api = api_of(target.api)
-    sdk_base = sdk_base_url(target.chat_url, target.base_url, target.api, target.id)
+    sdk_base = sdk_base_url(target.url, target.base_url, target.api, target.id)
     key_info, key = _key_info(target)
     check = ModelCheck(
         key=target.key,
         model=target.id,
         attention=target.attention,
-        url=target.chat_url,
+        url=target.url,
         sdk_base_url=sdk_base,
         url_note=target.url_note,
         api_key=key_info,
-        proxy=_proxy_info(target.chat_url),
+        proxy=_proxy_info(target.url),
         api=target.api,
     )
     if "ends in /v1" in target.url_note:
         check.notes.append(
-            f"base_url ends in /v1: used {target.chat_url} (not /v1/v1); you may drop the trailing /v1 from base_url"
+            f"base_url ends in /v1: used {target.url} (not /v1/v1); you may drop the trailing /v1 from base_url"
         )
     if key_info.env and not key_info.set:
         _decide(
@@ -189,7 +189,7 @@ def check_model(config: TestConfig, target: ModelTarget, max_tokens: int, prompt
         and timeouts.total_s > CONFIRM_TIMEOUT_S
     )
     raw_timeouts = replace(timeouts, total_s=CONFIRM_TIMEOUT_S) if confirm else timeouts
-    check.raw = raw_probe(target.chat_url, key, target.id, messages, max_tokens, raw_timeouts)
+    check.raw = raw_probe(target.url, key, target.id, messages, max_tokens, raw_timeouts)
     failing = next((p for p in (check.sdk, check.raw) if not p.ok), None)
     if failing is check.sdk and check.raw.error == check.sdk.error and not confirm:
         failing = check.raw  # same class: the load path's detail is the more specific one
@@ -222,7 +222,7 @@ def _check_api(
     A server that does not speak the API answers 404/405 or a body that is not its stream; if chat
     completions then work at the same base, the fix is the ``api`` key itself, said in one line.
     """
-    check.raw = raw_probe(target.chat_url, key, target.id, messages, max_tokens, timeouts, target.api)
+    check.raw = raw_probe(target.url, key, target.id, messages, max_tokens, timeouts, target.api)
     if check.raw.ok:
         check.verdict = "ok"
         return check
@@ -233,7 +233,7 @@ def _check_api(
         chat = raw_probe(chat_url, key, target.id, messages, max_tokens, replace(timeouts, total_s=CONFIRM_TIMEOUT_S))
         if chat.ok:
             check.fix = (
-                f"the server does not speak the {target.api} API at {target.chat_url} but answers chat completions "
+                f"the server does not speak the {target.api} API at {target.url} but answers chat completions "
                 f'at {chat_url}: set api = "{DEFAULT_API.name}" for model {target.key} (or point base_url at a gateway '
                 f"that serves {api_of(target.api).path(target.id)})"
             )
@@ -254,9 +254,7 @@ def _agent_probe(
     if agent is None:
         return None
     tools = tool_definitions(agent.tools.model_copy(update={"count": max(agent.tools.count, 1)}))
-    probe = raw_probe(
-        target.chat_url, key, target.id, messages, max_tokens, timeouts, target.api, tools, agent.tool_choice
-    )
+    probe = raw_probe(target.url, key, target.id, messages, max_tokens, timeouts, target.api, tools, agent.tool_choice)
     return None if probe.ok else probe
 
 

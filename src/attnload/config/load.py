@@ -253,7 +253,7 @@ def _targets(models: Mapping[str, _SeedModel], base_url: str, api_key_env: str |
                 attention=raw.attention,
                 max_context=raw.context_window,
                 base_url=root,
-                chat_url=chat_url,
+                url=chat_url,
                 url_note=note,
                 api_key_env=raw.api_key_env or api_key_env,
                 weight=raw.weight,
