@@ -137,7 +137,7 @@ class ResultsPart:
     """One collected feature's share of the results (the collector's channels give them).
 
     Each hook returns its input unchanged unless the feature adds to it: ``stage`` adds to a model's
-    stage summary, ``fields`` gives a model summary's fields (before the verdict, which may read them),
+    stage summary, ``fields`` gives model summary fields over the recorder's (before the verdict reads them),
     ``finish`` adds to the whole document (after the verdict)."""
 
     def stage(self, key: str, stage: StageSummary) -> StageSummary:
@@ -164,24 +164,21 @@ def build_results(run: RunFacts, parts: Sequence[ResultsPart] = ()) -> Results:
             if any(k[0] == target.key and k[1] == p.name for k in recorder.series)
         }
         stage_summaries = _stage_summaries(run, target.key, slo_set, parts)
-        extra: dict[str, Any] = {}
+        fields = {
+            **totals(whole, duration_s, slo_set),
+            "key": target.key,
+            "model": target.id,
+            "attention": target.attention,
+            "stages": stage_summaries,
+            "profiles": profiles,
+            "context_scaling": context_scaling(stage_summaries),
+            "reasoning_note": reasoning_note(target.key, whole.counts),
+            "target": target.key,
+            "prompt_sizes": prompt_sizes(target, whole),
+        }
         for part in parts:
-            extra.update(part.fields(target.key, whole))
-        models.append(
-            ModelSummary(
-                **totals(whole, duration_s, slo_set),
-                key=target.key,
-                model=target.id,
-                attention=target.attention,
-                stages=stage_summaries,
-                profiles=profiles,
-                **extra,
-                context_scaling=context_scaling(stage_summaries),
-                reasoning_note=reasoning_note(target.key, whole.counts),
-                target=target.key,
-                prompt_sizes=prompt_sizes(target, whole),
-            )
-        )
+            fields.update(part.fields(target.key, whole))
+        models.append(ModelSummary(**fields))
     results = Results.model_validate(
         {
             "schema": "attnload.results/v1",

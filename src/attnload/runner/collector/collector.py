@@ -3,7 +3,8 @@
 Locust's habit, one class per role: a :class:`MasterCollector` merges the deltas its workers send
 (``runner/messages.py``) and watches them come and go; a :class:`LocalCollector` reads the sender of
 its own process. Both scrape the model servers and GPUs, keep the fleet's gauges, and build and
-write the results.
+write the results. What each feature adds (its merge, its reset, its part of the results) is its
+:class:`Channel`, registered once in ``channels.py``; the collector only runs them in order.
 """
 
 from __future__ import annotations
