@@ -8,7 +8,6 @@ the ``--requests-out`` line, the console and HTML summaries, ``compare`` and the
 from __future__ import annotations
 
 import csv
-import io
 from collections.abc import Iterator
 from pathlib import Path
 
