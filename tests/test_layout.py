@@ -267,3 +267,19 @@ def test_few_type_ignores() -> None:
     """mypy runs in ``make test`` with ``warn_unused_ignores``; each ignore left is a library without types."""
     count = sum(p.read_text(encoding="utf-8").count("type: ignore") for p in SOURCES.values())
     assert count <= MAX_TYPE_IGNORES
+
+
+def test_per_request_metrics_are_one_table() -> None:
+    """Adding a per-request metric is one entry in ``measure.metrics.METRICS``: no other module spells an
+    exported histogram's name (a second spelling would be a second place to edit)."""
+    from attnload.measure.metrics import METRICS
+
+    spelled = [m.prometheus for m in METRICS if m.prometheus is not None]
+    offenders = [
+        f"{name}: {series}"
+        for name, path in SOURCES.items()
+        if name != "attnload.measure.metrics"
+        for series in spelled
+        if f'"{series}' in path.read_text(encoding="utf-8")
+    ]
+    assert offenders == []

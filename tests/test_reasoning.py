@@ -20,7 +20,8 @@ from rich.console import Console
 
 from attnload.config.load import load_config
 from attnload.exporter.exposition import FleetCollector, FleetState
-from attnload.measure.recorder import Recorder, RequestRecord, Series, answer_latency
+from attnload.measure.metrics import answer_latency
+from attnload.measure.recorder import Recorder, RequestRecord, Series
 from attnload.measure.requestlog import TargetFacts, request_line
 from attnload.report.console import render_table
 from attnload.report.csvout import LLM_CSV_COLUMNS, write_llm_csv

@@ -14,6 +14,7 @@ from attnload.config.model import ModelTarget, TestConfig
 from attnload.measure.cgroup import throttled_reason
 from attnload.measure.histogram import LogHistogram
 from attnload.measure.looplag import behind_reason
+from attnload.measure.metrics import METRICS
 from attnload.measure.recorder import Recorder, Series
 from attnload.results.bursts import MIN_ITL_SAMPLES_RUN, client_behind, itl_collapsed, tokens_per_read_p50
 from attnload.results.ladder import context_scaling, decode_speed
@@ -85,6 +86,11 @@ def prompt_sizes(target: ModelTarget, whole: Series) -> str:
     return "calibrated" if whole.counts.get("calibrated", 0) else "estimated"
 
 
+def metric_summaries(series: Series) -> dict[str, Summary]:
+    """A :class:`Summary` per metric of the table that names a results field (``ttft_s``, ``itl_s``, …)."""
+    return {m.results_field: summary(series.hists[m.key]) for m in METRICS if m.results_field is not None}
+
+
 def totals(series: Series, duration_s: float, slo_set: bool) -> dict[str, Any]:
     """The fields shared by model, profile and stage summaries."""
     counts = series.counts
@@ -98,10 +104,7 @@ def totals(series: Series, duration_s: float, slo_set: bool) -> dict[str, Any]:
             dropped=counts.get("dropped", 0),
         ),
         "errors": dict(sorted(series.errors.items())),
-        "ttft_s": summary(series.hists["ttft"]),
-        "itl_s": summary(series.hists["itl"]),
-        "tpot_s": summary(series.hists["tpot"]),
-        "e2e_s": summary(series.hists["e2e"]),
+        **metric_summaries(series),
         "prompt_tokens": counts.get("prompt_tokens", 0),
         "completion_tokens": counts.get("completion_tokens", 0),
         "cached_prompt_tokens": cached_total(counts),
@@ -109,7 +112,6 @@ def totals(series: Series, duration_s: float, slo_set: bool) -> dict[str, Any]:
         "output_tokens_per_s": counts.get("completion_tokens", 0) / duration_s,
         "requests_per_s": counts.get("ok", 0) / duration_s,
         "goodput_rps": counts.get("good", 0) / duration_s if slo_set else None,
-        "ttfat_s": summary(series.hists["ttfat"]),
         **reasoning_fields(counts),
         "tokens_per_read_p50": tokens_per_read_p50(series),
     }
