@@ -28,7 +28,7 @@ from attnload.errors import UsageError
 from attnload.plan.arrivalflags import check_arrival_flags
 from attnload.plan.children import INTERRUPT_GRACE_S, PARENT_PID_ENV, WORKER_DEATH_SIGNAL, die_with_parent
 from attnload.plan.flagcheck import check_flag_limits
-from attnload.plan.options import RunOptions, environment, launch_texts, run_options
+from attnload.plan.options import RunOptions, environment, launch_texts, run_options, with_shape
 from attnload.plan.traffic import check_traffic
 from attnload.plan.writable import check_outputs
 from attnload.results.model import Results, load_results
@@ -82,16 +82,8 @@ def plan_from_args(args: argparse.Namespace, config_path: Path) -> LoadPlan:
     if workers < 0 or workers > 256:
         raise UsageError(f"--workers {workers} is out of range: use 0 (one process) to 256")
     shape = _shape_from_flags(flags, config)
-    texts = launch_texts(flags)
-    texts.update(
-        config=str(config_path.resolve()),
-        results=str(Path(texts["results"]).resolve()),
-        shape=shape.to_text(),
-        **{"stage-duration": f"{shape.stage_duration_s:g}"},
-    )
-    texts.pop("replay-speed", None)
-    if shape.replay_speed is not None:
-        texts["replay-speed"] = f"{shape.replay_speed:g}"
+    texts = with_shape(launch_texts(flags), shape)
+    texts.update(config=str(config_path.resolve()), results=str(Path(texts["results"]).resolve()))
     requests_out = requests_out_path(texts.pop("requests-out", None))
     if requests_out:
         texts["requests-out"] = requests_out

@@ -446,6 +446,16 @@ def add_arguments(parser: Any) -> None:
             )
 
 
+def with_shape(texts: Mapping[str, str], shape: ShapeSpec) -> dict[str, str]:
+    """``texts`` with the planned shape's own: the shape (``--users``, ``--duration`` and the config's
+    ``shape`` folded in), its stage length and a replay's speed, as every process parses them."""
+    planned = {k: v for k, v in texts.items() if k != "replay-speed"}
+    planned.update({"shape": shape.to_text(), "stage-duration": f"{shape.stage_duration_s:g}"})
+    if shape.replay_speed is not None:
+        planned["replay-speed"] = f"{shape.replay_speed:g}"
+    return planned
+
+
 def options_from(parsed: Any) -> RunOptions:
     """A Locust process's options, from its parsed ``--attnload-*`` options (each mirrored by its variable)
     and Locust's own ``--csv``."""
