@@ -151,7 +151,14 @@ class Option:
 
 
 OPTIONS: tuple[Option, ...] = (
-    Option("config", "test config (.json or .toml)", "examples/benchmark_config.json", run=None, field="config_path"),
+    Option(
+        "config",
+        "test config (.json or .toml)",
+        "examples/benchmark_config.json",
+        run=None,
+        field="config_path",
+        read=str,
+    ),
     Option(
         "users",
         "closed-loop users (with -t/--run-time); with --shape context:LIST, one count or a list (1,8,32: a grid)",
@@ -256,7 +263,14 @@ OPTIONS: tuple[Option, ...] = (
         field="max_in_flight",
         read=values.max_in_flight,
     ),
-    Option("results", "directory for results JSON + HTML", "results", run={"default": "results"}, field="results_dir"),
+    Option(
+        "results",
+        "directory for results JSON + HTML",
+        "results",
+        run={"default": "results"},
+        field="results_dir",
+        read=str,
+    ),
     Option(
         "metrics-port",
         "master's Prometheus /metrics port (0 = off)",
@@ -478,8 +492,6 @@ def run_options(texts: Mapping[str, Any], shape: ShapeSpec | None = None) -> Run
         stage_s = parse_duration(text("stage-duration"), "--stage-duration")
         shape = parse_shape(shape_text, stage_s, texts.get("replay-speed"))
     return RunOptions(
-        config_path=str(text("config")),
-        results_dir=str(text("results")),
         shape=shape,
         abandon=parse_abandon(texts.get("abandon-rate"), texts.get("abandon-after")),
         requests_out=resolve_requests_out(texts.get("requests-out"), text("results")),
@@ -495,6 +507,7 @@ def requests_out_option(parsed: Any) -> str | None:
 
 
 def resolve_requests_out(path: object, results: object) -> str | None:
+    """The per-request file's path: as given when absolute, else inside the results directory."""
     text = str(path or "").strip()
     if not text:
         return None
