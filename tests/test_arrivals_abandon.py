@@ -224,19 +224,26 @@ def test_burstiness_goes_with_rate_stages_and_sweeps_and_reaches_every_process()
     import argparse
 
     from attnload.plan.arrivalflags import check_arrival_flags
-    from attnload.plan.options import environment
+    from attnload.plan.options import add_load_arguments, environment, launch_texts, run_options
     from attnload.workload.shapes import parse_shape
 
-    args = argparse.Namespace(burstiness="0.25", abandon_rate="0.3", abandon_after="uniform:1s,3s", arrivals=None)
+    parser = argparse.ArgumentParser()
+    add_load_arguments(parser)
+    flags = ["--burstiness", "0.25", "--abandon-rate", "0.3", "--abandon-after", "uniform:1s,3s"]
+    texts = launch_texts(vars(parser.parse_args(flags)))
     for shape in ("rate:5", "sweep"):
-        flags = check_arrival_flags(args, parse_shape(shape, 30.0))
-        assert environment(flags) == {
-            "ATTNLOAD_BURSTINESS": "0.25",
-            "ATTNLOAD_ABANDON_RATE": "0.3",
-            "ATTNLOAD_ABANDON_AFTER": "uniform:1s,3s",
-        }
+        options = run_options(texts, parse_shape(shape, 30.0))
+        check_arrival_flags(options)
+        assert (
+            environment(options).items()
+            >= {
+                "ATTNLOAD_BURSTINESS": "0.25",
+                "ATTNLOAD_ABANDON_RATE": "0.3",
+                "ATTNLOAD_ABANDON_AFTER": "uniform:1s,3s",
+            }.items()
+        )
     with pytest.raises(UsageError, match="rate:... or sweep"):
-        check_arrival_flags(args, parse_shape("concurrency:4", 30.0))
+        check_arrival_flags(run_options(texts, parse_shape("concurrency:4", 30.0)))
 
 
 class _ChunkServer:

@@ -298,3 +298,19 @@ def test_the_fifth_api_fits_in_three_files() -> None:
         "apis/gemini.py",
         "sim/serving/dialects.py",
     ]
+
+
+def test_per_request_metrics_are_one_table() -> None:
+    """Adding a per-request metric is one entry in ``measure.metrics.METRICS``: no other module spells an
+    exported histogram's name (a second spelling would be a second place to edit)."""
+    from attnload.measure.metrics import METRICS
+
+    spelled = [m.prometheus for m in METRICS if m.prometheus is not None]
+    offenders = [
+        f"{name}: {series}"
+        for name, path in SOURCES.items()
+        if name != "attnload.measure.metrics"
+        for series in spelled
+        if f'"{series}' in path.read_text(encoding="utf-8")
+    ]
+    assert offenders == []

@@ -29,7 +29,6 @@ from attnload.runner.sender.sender import Sender
 from attnload.runner.sender.sessionreplay import SessionReplay
 from attnload.workload.prompts import PlannedRequest
 from attnload.workload.sessiontrace import is_session_trace
-from attnload.workload.shapes import ReplaySpec
 
 log = logging.getLogger(__name__)
 OPEN_LOOP_IDLE_S = 0.2
@@ -380,10 +379,10 @@ def open_loop(environment: Environment, sender: Sender) -> OpenLoop:
     loop.on_dropped = lambda key, profile, stage: state.recorder.count(
         key, profile or state.workload.profiles[0].name, stage, "dropped"
     )
-    shape = state.options.shape
-    if isinstance(shape, ReplaySpec) and is_session_trace(shape.path):
+    replay = state.options.shape.replay if state.options.shape is not None else None
+    if replay is not None and is_session_trace(replay.path):
         first = config.models[0]
-        sessions = SessionReplay(shape, keys, lambda: state.run_salt, sender.traffic.tokens[first.key])
+        sessions = SessionReplay(replay, keys, lambda: state.run_salt, sender.traffic.tokens[first.key])
         targets = {m.key: m for m in config.models}
 
         def play(stream: str, intended: float, stage: int) -> None:
@@ -400,10 +399,10 @@ def open_loop(environment: Environment, sender: Sender) -> OpenLoop:
 
         loop.planned = sessions.schedule  # type: ignore[assignment]
         loop.arrival = play
-    elif isinstance(shape, ReplaySpec):
+    elif replay is not None:
         first = config.models[0]
         loop.planned = ReplaySchedule(
-            shape, keys, state.paired is not None, lambda: state.run_salt, sender.traffic.tokens[first.key]
+            replay, keys, state.paired is not None, lambda: state.run_salt, sender.traffic.tokens[first.key]
         )
     elif sender.traffic.conversational:
         loop.arrival = lambda stream, intended, stage: converse_open(environment, sender, pool, stream, intended, stage)
