@@ -51,7 +51,10 @@ def api_url(chat_url: str, api: str, model_id: str) -> str:
 def sdk_base_url(url: str, root: str, api: str, model_id: str) -> str:
     """The ``.../v1`` base an OpenAI client would be given for a model whose requests go to ``url``."""
     path = api_of(api).path(model_id)
-    return url.removesuffix(path[3:]) if path.startswith("/v1/") else root + "/v1"
+    if path.startswith("/v1/"):
+        return url.removesuffix(path[3:])
+    at = url.rfind(path[: path.index("/", 1)] + "/")  # another version (``/v1beta``): the root before it
+    return (url[:at] if at >= 0 else root) + "/v1"
 
 
 _UNSAFE = re.compile(r"[\x00-\x20\x7f]")
