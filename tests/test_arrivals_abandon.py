@@ -294,11 +294,11 @@ class _ChunkServer:
 
 
 def test_an_abandoning_client_closes_its_socket_and_reconnects_for_the_next_request() -> None:
-    from attnload.client.chat import ChatClient, chat_body
+    from attnload.client.chat import ApiClient, chat_body
     from attnload.client.transport import Timeouts
 
     server = _ChunkServer()
-    client = ChatClient(
+    client = ApiClient(
         f"http://127.0.0.1:{server.port}/v1/chat/completions", None, Timeouts(connect_s=2, idle_s=2.0, total_s=5.0)
     )
     body = chat_body("m", [{"role": "user", "content": "hi"}], max_tokens=20, temperature=0)
@@ -314,11 +314,11 @@ def test_an_abandoning_client_closes_its_socket_and_reconnects_for_the_next_requ
 
 
 def test_a_duration_abandons_at_the_first_chunk_after_it() -> None:
-    from attnload.client.chat import ChatClient, chat_body
+    from attnload.client.chat import ApiClient, chat_body
     from attnload.client.transport import Timeouts
 
     server = _ChunkServer()
-    client = ChatClient(
+    client = ApiClient(
         f"http://127.0.0.1:{server.port}/v1/chat/completions", None, Timeouts(connect_s=2, idle_s=2.0, total_s=5.0)
     )
     body = chat_body("m", [{"role": "user", "content": "hi"}], max_tokens=20, temperature=0)

@@ -69,7 +69,8 @@ class ModelTarget(StrictModel):
     attention: str
     max_context: int | None = None
     base_url: str
-    chat_url: str
+    url: str
+    """Where this model's requests go: its API's endpoint (``api``), resolved from ``base_url``."""
     url_note: str
     api_key_env: str | None = None
     weight: float = Field(default=1.0, gt=0, le=limits.MAX_WEIGHT)
@@ -88,8 +89,7 @@ class ModelTarget(StrictModel):
     price_per_mtok: Price | None = None
     """An API: USD per million input and output tokens."""
     api: str = "chat"
-    """The API requests go through: ``chat``, ``completions``, ``responses`` or ``messages``; ``chat_url``
-    is then that API's endpoint (``.../v1/completions``, ``.../v1/responses``, ``.../v1/messages``)."""
+    """The API requests go through (a name registered in ``attnload.apis``); ``url`` is that API's endpoint."""
 
     def api_key(self) -> str | None:
         """The key from the environment (never from a file); registered for redaction."""

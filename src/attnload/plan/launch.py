@@ -245,7 +245,7 @@ def _start_prometheus(plan: LoadPlan) -> subprocess.Popen[bytes]:
 
     targets = {"attnload": f"127.0.0.1:{plan.options.metrics_port}"}
     for target in plan.config.models:
-        endpoint = Endpoint.from_url(target.chat_url)
+        endpoint = Endpoint.from_url(target.url)
         if endpoint.host in ("127.0.0.1", "localhost"):
             targets.setdefault("attnload-sim", f"{endpoint.host}:{endpoint.port}")
     data_dir = plan.results_dir / "prometheus"

@@ -302,7 +302,7 @@ class Collector:
             "start_spread": options.start_spread,
             "burstiness": state.burstiness,
             "slo": config.slo.model_dump(),
-            "models": {m.key: {"id": m.id, "attention": m.attention, "url": m.chat_url} for m in config.models},
+            "models": {m.key: {"id": m.id, "attention": m.attention, "url": m.url} for m in config.models},
         }
 
     def write_results(self) -> Path | None:

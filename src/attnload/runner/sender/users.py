@@ -14,9 +14,9 @@ from gevent import GreenletExit
 from locust import User, constant, task
 from locust.env import Environment
 
-from attnload.client.apis import request_body
+from attnload.apis import request_body
 from attnload.client.backoff import Backoff
-from attnload.client.chat import Cancelled, ChatClient
+from attnload.client.chat import ApiClient, Cancelled
 from attnload.client.classify import TOOL_CHOICE_FIX
 from attnload.config.model import ModelTarget
 from attnload.measure.paired import send_together
@@ -84,7 +84,7 @@ class ChatUser(User):
         self.chat.close()
 
     @task
-    def chat_completion(self) -> None:
+    def send_request(self) -> None:
         sender, state = self.sender, self.sender.state
         if state.stage.rates is not None:
             gevent.sleep(OPEN_LOOP_IDLE_S)  # an open-loop stage: the scheduler sends, users being stopped idle
@@ -107,7 +107,7 @@ class ChatUser(User):
         self._pilot = None
         started = time.perf_counter()
         try:
-            self.chat_completion()
+            self.send_request()
         finally:
             keys = [t.key for t in self.targets] if self.sender.state.paired is not None else [self.target.key]
             self.sender.start_spread.pilot_done(pace, keys, time.perf_counter() - started)
@@ -201,12 +201,12 @@ def send_child(
             client.close()
 
 
-def chat_client(sender: Sender, target: ModelTarget, backoff: Backoff | None = None) -> ChatClient:
+def chat_client(sender: Sender, target: ModelTarget, backoff: Backoff | None = None) -> ApiClient:
     """A closed-loop user's client, with its own connection backoff; the open loop's clients share their model's
     (``backoff``) and never sleep in it: an arrival inside it is dropped instead (``openloop.py``)."""
     request = sender.state.config.request
-    return ChatClient(
-        target.chat_url,
+    return ApiClient(
+        target.url,
         sender.api_keys[target.key],
         sender.timeouts,
         retry_after_max_s=request.retry_after_max_s,
@@ -219,7 +219,7 @@ def chat_client(sender: Sender, target: ModelTarget, backoff: Backoff | None = N
 def send_plan(
     environment: Environment,
     sender: Sender,
-    client: ChatClient,
+    client: ApiClient,
     target: ModelTarget,
     plan: PlannedRequest,
     stage: int,
@@ -261,7 +261,7 @@ def send_plan(
     return _report(environment, sender, _annotated(sender, record, plan, target, intended_start), who)
 
 
-def _say_tool_choice(target: ModelTarget, client: ChatClient) -> None:
+def _say_tool_choice(target: ModelTarget, client: ApiClient) -> None:
     """vLLM refused ``tools`` for want of tool-call parsing: one line per model naming the server flags."""
     failure = client.last_failure
     if failure is None or TOOL_CHOICE_FIX not in failure.detail or target.key in _TOLD_TOOL_CHOICE:
@@ -295,7 +295,7 @@ def _annotated(
 def send_pair(
     environment: Environment,
     sender: Sender,
-    clients: dict[str, ChatClient],
+    clients: dict[str, ApiClient],
     plan: PlannedRequest | Mapping[str, PlannedRequest],
     stage: int,
     intended_start: float | None,
@@ -353,10 +353,10 @@ def open_loop(environment: Environment, sender: Sender) -> OpenLoop:
         state.options.max_in_flight,
     )
 
-    def send(client: ChatClient, target: ModelTarget, plan: PlannedRequest, stage: int, intended: float) -> None:
+    def send(client: ApiClient, target: ModelTarget, plan: PlannedRequest, stage: int, intended: float) -> None:
         send_plan(environment, sender, client, target, plan, stage, intended)
 
-    def pair(clients: dict[str, ChatClient], plan: PlannedRequest, stage: int, intended: float) -> None:
+    def pair(clients: dict[str, ApiClient], plan: PlannedRequest, stage: int, intended: float) -> None:
         send_pair(environment, sender, clients, plan, stage, intended)
 
     keys = [m.key for m in config.models]
