@@ -22,6 +22,7 @@ from attnload.sim.api import EngineRejected, EngineSnapshot, GenerationRequest, 
 from attnload.sim.costmodel import Deployment
 from attnload.sim.gpu import GpuActivity
 from attnload.sim.scheduler import Scheduler, SimSequence
+from attnload.sim.speculation import SpecCounts
 
 log = logging.getLogger(__name__)
 
@@ -174,6 +175,12 @@ class RooflineEngine:
     @property
     def lag_seconds_total(self) -> float:
         return self._lag_s
+
+    @property
+    def spec_counts(self) -> SpecCounts | None:
+        """Speculative decoding's counters since start (vLLM's); None when the model does not speculate."""
+        speculator = self._sched.speculator
+        return speculator.counts if speculator is not None else None
 
     async def aclose(self) -> None:
         """Stop the engine task (tests, shutdown); requests in flight stop receiving tokens."""
