@@ -15,9 +15,10 @@ from typing import Any
 from attnload import native
 from attnload.measure.histogram import LogHistogram
 
-HISTOGRAMS = ("ttft", "itl", "tpot", "e2e", "lag", "prompt", "ttfat", "read_tokens")
+HISTOGRAMS = ("ttft", "itl", "tpot", "e2e", "lag", "prompt", "ttfat", "read_tokens", "event_tokens")
 """``prompt``: prompt tokens of each successful request (a context ladder's measured size per stage);
-``read_tokens``: tokens per read of a stream (one sample per read, :func:`read_sizes`)."""
+``read_tokens``: tokens per read of a stream (one sample per read, :func:`read_sizes`);
+``event_tokens``: tokens per streamed event after the first (one sample per event, :func:`event_sizes`)."""
 COUNTERS = (
     "ok",
     "failed",
@@ -152,10 +153,13 @@ class Recorder:
         key = (record.model_key, record.profile, record.stage)
         streamed = record.ttft_s is not None and record.outcome in ("ok", "abandoned")
         reads = read_sizes(record.itl_samples) if streamed else ()
+        events = event_sizes(record.itl_samples) if streamed else ()
         for series in self._both(key):
             _apply(series, record)
             if reads:
                 series.hists["read_tokens"].record_pairs(reads)
+            if events:
+                series.hists["event_tokens"].record_pairs(events)
 
     def count(self, model_key: str, profile: str, stage: int, counter: str, n: int = 1) -> None:
         """Add to one counter without a request (an open-loop arrival ``dropped`` during a backoff)."""
@@ -261,6 +265,16 @@ def read_sizes(itl_samples: tuple[tuple[float, int], ...]) -> tuple[tuple[float,
             tokens = 0
         tokens += n
     sizes[tokens] = sizes.get(tokens, 0) + 1
+    return tuple((float(size), count) for size, count in sizes.items())
+
+
+def event_sizes(itl_samples: tuple[tuple[float, int], ...]) -> tuple[tuple[float, int], ...]:
+    """(tokens in one event, events of that size) of a stream after its first event: what each server
+    write carried, whether or not the client read several at once (a speculating server's verify step
+    sends 1 + accepted drafts in one event)."""
+    sizes: dict[int, int] = {}
+    for _, n in itl_samples:
+        sizes[n] = sizes.get(n, 0) + 1
     return tuple((float(size), count) for size, count in sizes.items())
 
 

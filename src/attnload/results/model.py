@@ -93,6 +93,9 @@ class Totals(_Model):
     when none did. Shown beside ``reasoning_tokens``, never in its place."""
     tokens_per_read_p50: float | None = None
     """Median tokens the client found in one read of a stream (1: token by token); None: no stream read."""
+    tokens_per_step: float | None = None
+    """Mean tokens per streamed event after the first: what one decode step sends a stream when the server
+    writes each step as an event (1 + accepted drafts under speculative decoding); None: no stream read."""
 
 
 class PairedDiff(_Model):
@@ -196,6 +199,9 @@ class ServerBursts(_Model):
     """The burst size: median tokens per read."""
     note: str
     """What it means for the numbers: ITL shows the server's flush cadence."""
+    reason: Literal["flush", "speculation"] = "flush"
+    """``speculation``: the server's own counters show speculative decoding, whose verify steps send
+    1 + accepted drafts per write (ITL per token is the step's gap over its tokens)."""
 
 
 class StartSpreadInfo(_Model):
@@ -282,6 +288,16 @@ class VerdictModel(_Model):
     users_per_gpu: float | None = None
     output_tokens_per_s_per_gpu: float | None = None
     usd_per_mtok_output: float | None = None
+    tokens_per_step: float | None = None
+    """Speculative decoding (the server's counters show it): the client's mean tokens per decode step."""
+    spec_acceptance_rate: float | None = None
+    """The server's per-token draft acceptance over the run (``server.spec_decode.acceptance_rate``)."""
+    itl_p50_s: float | None = None
+    """With speculation: ITL per token, p50, over the run."""
+    baseline: str | None = None
+    """The entry with the same model id that did not speculate, when both were run."""
+    itl_speedup: float | None = None
+    """The baseline's ITL p50 ÷ this model's: what speculation bought per token."""
 
 
 class Verdict(_Model):

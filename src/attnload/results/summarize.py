@@ -13,7 +13,13 @@ from attnload.measure.histogram import LogHistogram
 from attnload.measure.looplag import behind_reason
 from attnload.measure.paired import PairedRecorder
 from attnload.measure.recorder import Recorder, Series
-from attnload.results.bursts import MIN_ITL_SAMPLES_RUN, client_behind, itl_collapsed, tokens_per_read_p50
+from attnload.results.bursts import (
+    MIN_ITL_SAMPLES_RUN,
+    client_behind,
+    itl_collapsed,
+    tokens_per_read_p50,
+    tokens_per_step,
+)
 from attnload.results.context import context_fields, with_replay_rates
 from attnload.results.gpu import GpuResults, per_token, with_gpu
 from attnload.results.ladder import context_scaling, decode_speed
@@ -113,6 +119,7 @@ def totals(series: Series, duration_s: float, slo_set: bool) -> dict[str, Any]:
         "ttfat_s": summary(series.hists["ttfat"]),
         **reasoning_fields(counts),
         "tokens_per_read_p50": tokens_per_read_p50(series),
+        "tokens_per_step": tokens_per_step(series),
     }
 
 

@@ -50,9 +50,9 @@ class WallClock:
         return asyncio.get_running_loop().time()
 
     async def sleep_until(self, deadline_s: float) -> None:
-        delay = deadline_s - asyncio.get_running_loop().time()
-        if delay > 0:
-            await asyncio.sleep(delay)
+        """Sleep to the deadline, and yield even when it has passed: the streams woken by the last step
+        write its tokens before the next step emits more (a late loop must not merge steps into one event)."""
+        await asyncio.sleep(max(0.0, deadline_s - asyncio.get_running_loop().time()))
 
     async def settle(self) -> None:
         """Nothing: consumers run while the engine sleeps through the next step."""
