@@ -19,13 +19,13 @@ from aiohttp.test_utils import TestServer
 from attnload.commands.cli import main
 from attnload.scrape.parse import parse_exposition
 from attnload.sim.costmodel import EngineConfig, decode_step, deploy
+from attnload.sim.decode.interference import prefill_stall
+from attnload.sim.decode.speculation import expected_tokens_per_step
 from attnload.sim.engine import RooflineEngine, VirtualClock
 from attnload.sim.factory import resolve_models, served_model
-from attnload.sim.interference import prefill_stall
 from attnload.sim.presets import PRESETS
 from attnload.sim.scheduler import Scheduler, SimSequence
 from attnload.sim.serving.server import build_app
-from attnload.sim.speculation import expected_tokens_per_step
 
 
 def _explain_ratio(capsys: pytest.CaptureFixture[str], model: str) -> float:

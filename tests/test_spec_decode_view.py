@@ -8,8 +8,8 @@ import pytest
 
 from attnload.measure.recorder import Recorder, RequestRecord
 from attnload.results.bursts import with_server_bursts
+from attnload.results.decode.speculation import speculation_sentence, with_speculation
 from attnload.results.model import ModelSummary, Results, ServerSummary, StageSummary, Summary, VerdictModel
-from attnload.results.speculation import speculation_sentence, with_speculation
 from attnload.scrape import ServerSample, ServerWindow, parse_exposition
 from attnload.scrape.specdecode import per_token_rate
 from attnload.scrape.summary import SpecDecode

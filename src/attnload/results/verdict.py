@@ -11,9 +11,9 @@ failures, no GPU count) the text says what is missing instead of guessing.
 from __future__ import annotations
 
 from attnload.config.model import ModelTarget, Slo, TestConfig
+from attnload.results.decode.speculation import speculation_sentence, with_speculation
 from attnload.results.ladder import pair_sentences, tokens_label
 from attnload.results.model import ModelSummary, StageSummary, Verdict, VerdictModel
-from attnload.results.speculation import speculation_sentence, with_speculation
 
 SECONDS_PER_HOUR = 3600.0
 

@@ -20,9 +20,9 @@ from typing import Protocol
 from attnload.measure.histogram import LogHistogram
 from attnload.sim.api import EngineRejected, EngineSnapshot, GenerationRequest, GenerationState, ServedModel
 from attnload.sim.costmodel import Deployment
+from attnload.sim.decode.speculation import SpecCounts
 from attnload.sim.gpu import GpuActivity
 from attnload.sim.scheduler import Scheduler, SimSequence
-from attnload.sim.speculation import SpecCounts
 
 log = logging.getLogger(__name__)
 

@@ -29,7 +29,7 @@ from attnload.sim.costmodel import (
     refusal_reason,
     upproj_flop_per_prefix_token,
 )
-from attnload.sim.explainspec import interference_view, speculation_view
+from attnload.sim.decode.explain import interference_view, speculation_view
 from attnload.sim.factory import ModelSpec
 from attnload.sim.presets import PRESETS, aliases_of
 

@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 
 from attnload.sim.api import EngineRejected, GenerationState
 from attnload.sim.costmodel import Deployment, GroupLoad, StepBreakdown
-from attnload.sim.speculation import Speculator
+from attnload.sim.decode.speculation import Speculator
 
 PREFIX_BLOCK_TOKENS = 16  # one 64-byte prompt block (§4.5)
 AFFINITY_IMBALANCE_SEQS = 32

@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from attnload.sim.costmodel import Deployment, decode_step
-from attnload.sim.interference import prefill_stall
-from attnload.sim.speculation import expected_tokens_per_step
+from attnload.sim.decode.interference import prefill_stall
+from attnload.sim.decode.speculation import expected_tokens_per_step
 
 Table = Callable[[Sequence[str], Sequence[Sequence[str]]], str]
 
