@@ -32,7 +32,7 @@ class InterferenceSeries:
     baseline: LogHistogram = field(default_factory=LogHistogram)
     """ITL per token of gaps that overlap no window."""
     during: LogHistogram = field(default_factory=LogHistogram)
-    """ITL per token of gaps that overlap a window."""
+    """ITL per token of gaps that overlap a window (its max is the longest stall a token saw)."""
     during_gaps_s: list[tuple[float, int, int]] = field(default_factory=list)
     """(gap seconds, tokens, stream-window pair) of each during-gap: the stall needs the final baseline p50."""
     injections: int = 0
@@ -143,6 +143,22 @@ class InterferenceRecorder:
     def merge_delta(self, delta: dict[str, Any]) -> None:
         for key, wire in delta.items():
             self.series.setdefault(key, InterferenceSeries()).merge(InterferenceSeries.from_wire(wire))
+
+
+def during_itl_p50_s(series: InterferenceSeries) -> float | None:
+    """Median over (stream, window) pairs of the stream's mean ITL in the window: Σ gaps ÷ Σ tokens. A
+    mean per pair, not a per-gap p50: a window holds only a few long mixed steps beside ordinary ones at
+    its edges, and events the client read together (zero gaps) keep their sum."""
+    spans: dict[int, list[float]] = {}
+    for gap, n, pair in series.during_gaps_s:
+        total = spans.setdefault(pair, [0.0, 0.0])
+        total[0] += gap
+        total[1] += n
+    means = sorted(gap / n for gap, n in spans.values() if n)
+    if not means:
+        return None
+    middle = len(means) // 2
+    return means[middle] if len(means) % 2 else (means[middle - 1] + means[middle]) / 2
 
 
 def stall_per_window_s(series: InterferenceSeries, baseline_itl_s: float) -> float | None:

@@ -204,6 +204,25 @@ class ServerBursts(_Model):
     1 + accepted drafts per write (ITL per token is the step's gap over its tokens)."""
 
 
+class PrefillInterference(_Model):
+    """``--shape interference:L``: what injected long prompts did to this model's decoders (docs/workloads.md)."""
+
+    prefill_tokens: int
+    """Prompt tokens of one injected request (the server's count where it reported usage)."""
+    injections: int = 0
+    itl_p50_baseline_s: float | None = None
+    """ITL p50 of the decode gaps that overlapped no injected prefill."""
+    itl_p50_during_s: float | None = None
+    """ITL during an injected prefill (from its send to its first token): the median over (decode stream,
+    window) pairs of the stream's mean ITL over its gaps overlapping the window."""
+    itl_max_during_s: float | None = None
+    ms_per_1k_prefill_tokens: float | None = None
+    """What one decode stream lost per injection (Σ of its gaps in the window − the baseline's), ms per 1000
+    injected prompt tokens: the wire's counterpart of ``attnload sim --explain``'s mixed-step stall."""
+    injected_ttft_p50_s: float | None = None
+    """TTFT p50 of the injected prompts: how long each window lasted."""
+
+
 class StartSpreadInfo(_Model):
     """Closed loop: how a stage's new users were started (``--start-spread``) and how spread out they were."""
 
@@ -338,6 +357,8 @@ class ModelSummary(Totals):
     """Set when the server's reasoning count disagrees with the streamed one: both numbers, in words."""
     server_bursts: ServerBursts | None = None
     """Over the whole run: the server wrote several events per read while the client kept up."""
+    prefill_interference: PrefillInterference | None = None
+    """``--shape interference:L``: decode ITL without and during injected prefills; None for other shapes."""
     start_spread: StartSpreadInfo | None = None
     """An unstaged closed-loop run: how its users were started (a staged run says it per stage)."""
     target: str = ""

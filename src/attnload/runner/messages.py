@@ -53,6 +53,8 @@ class WorkerReport(TypedDict, total=False):
     cpu: float
     """Peak sustained CPU ratio since the last report."""
     context: dict[str, Any]
+    interference: dict[str, Any]
+    """``--shape interference:L``: injected prefill windows and the decode gaps classified around them."""
     health: dict[str, Any]
     """Crash counts (cumulative: a lost report loses nothing)."""
     throttled: float
@@ -75,6 +77,7 @@ def worker_report(sender: Sender, final: bool = False) -> WorkerReport:
         "users": dict(sender.users_by_model),
         "cpu": sender.cpu.peak(),
         "context": state.context.take_delta(),
+        "interference": state.interference.take_delta(),
         "health": sender.health.payload(sender.spawned),
         "throttled": sender.throttle.peak(),
         "loop_lag": sender.loop_lag.take_delta(),
@@ -96,6 +99,7 @@ def merge_report(collector: MasterCollector, worker_id: str, report: WorkerRepor
     collector.merged_at[worker_id] = time.perf_counter()
     state.recorder.merge_delta(report.get("delta") or {})
     state.context.merge_delta(report.get("context") or {})
+    state.interference.merge_delta(report.get("interference") or {})
     if collector.requests is not None:
         collector.requests.write(report.get("requests"))
     if state.paired is not None and report.get("paired"):

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 from attnload.attention import FactsLookup, no_facts
 from attnload.config.model import TestConfig
 from attnload.measure.context import ContextRecorder
+from attnload.measure.interference import InterferenceRecorder
 from attnload.measure.paired import PairedRecorder
 from attnload.measure.recorder import Recorder
 from attnload.plan.options import RunOptions
@@ -51,6 +52,8 @@ class RunState:
         self.recorder = Recorder()
         self.context = ContextRecorder()
         """Latency by turn and by prompt length, and open-loop send times (merged like the recorder)."""
+        self.interference = InterferenceRecorder()
+        """``--shape interference:L``: injected prefill windows and the decode gaps around them."""
         self.paired = PairedRecorder(config.models[0].key, seed=config.seed) if options.paired else None
         self.workload = Workload(config, list(options.profiles) or None)
         self.run_salt = new_salt()
@@ -82,6 +85,7 @@ class RunState:
         """A new test: fresh recorders, clock and stages."""
         self.recorder.reset()
         self.context.reset()
+        self.interference.reset()
         if self.paired is not None:
             self.paired.reset()
         self.started_at = time.time()

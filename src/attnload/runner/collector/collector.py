@@ -23,6 +23,7 @@ from attnload.measure.looplag import FleetLoopLag
 from attnload.report.csvout import write_llm_csv
 from attnload.report.html import write_html
 from attnload.results.bursts import client_behind, with_server_bursts
+from attnload.results.decode.interference import with_interference
 from attnload.results.fleet import FleetFaults, LostWorker, UnreportedTraffic
 from attnload.results.model import Results
 from attnload.results.summarize import StageWindow, build_results, client_info, summary
@@ -263,6 +264,7 @@ class Collector:
             results, state.recorder, client_behind(self.cpu_max_ratio, self.throttled_max_ratio, loop_lag)
         )
         results = with_start_spread(results, state.options.start_spread, self.first_requests.combined())
+        results = with_interference(results, state.interference)
         client = results.client.model_copy(update=self.health.client_fields(self.own_health()))
         update: dict[str, Any] = {"client": client, "interrupted": state.interrupted}
         if self.requests is not None:
