@@ -11,6 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from attnload.report.console import render_table, wide_console
+from attnload.report.html import render_html
+from attnload.results.model import Results
 from attnload.sim.costmodel import EngineConfig, deploy
 from attnload.sim.decode.interference import prefill_stall
 from attnload.sim.presets import PRESETS
@@ -68,3 +71,10 @@ def test_interference_16k_stalls_mla_more_than_gqa(processes: Processes, tmp_pat
         truth = prefill_stall(deploy(PRESETS[preset], EngineConfig()), 8, 640, 16388).ms_per_1k_prefill_tokens
         assert found[key]["ms_per_1k_prefill_tokens"] == pytest.approx(truth, rel=0.25), (key, truth, found[key])
     assert data["config"]["shape"].startswith("interference:16384"), data["config"]
+    report = Results.model_validate(data)
+    page = render_html(report)
+    assert 'id="interference-table"' in page and 'data-series="mla_model injected prefill"' in page
+    console = wide_console()
+    with console.capture() as captured:
+        console.print(render_table(report))
+    assert "prefill interference" in captured.get()

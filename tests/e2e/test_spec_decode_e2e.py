@@ -12,6 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from attnload.report.console import render_table, wide_console
+from attnload.report.html import render_html
+from attnload.results.model import Results
 from helpers import Processes, attnload, latest_results, start_sim
 
 EXPECTED_TOKENS_PER_STEP = 1 + 0.6 + 0.6**2 + 0.6**3
@@ -65,3 +68,10 @@ def test_speculation_on_the_wire(processes: Processes, tmp_path: Path) -> None:
     assert "gqa_model speculated" in data["verdict"]["text"], data["verdict"]
     (verdict,) = data["verdict"]["models"]
     assert verdict["tokens_per_step"] == pytest.approx(EXPECTED_TOKENS_PER_STEP, rel=0.10), verdict
+    report = Results.model_validate(data)
+    page = render_html(report)
+    assert 'data-series="gqa_model client"' in page and 'id="spec-acceptance"' in page
+    console = wide_console()
+    with console.capture() as captured:
+        console.print(render_table(report))
+    assert "speculative decoding" in captured.get()

@@ -21,6 +21,8 @@ from typing import Any
 from attnload.measure.histogram import LogHistogram
 from attnload.measure.recorder import RequestRecord
 
+TIMELINE_BUCKET_S = 0.5
+"""The decode ITL timeline's resolution (seconds since the test began)."""
 INJECTOR_PROFILE = "prefill-injector"
 """The profile name the injected requests carry (they are kept out of the model's own latencies)."""
 
@@ -39,6 +41,10 @@ class InterferenceSeries:
     prefill_tokens: int = 0
     ttft: LogHistogram = field(default_factory=LogHistogram)
     """The injected requests' TTFT: how long each window lasted."""
+    timeline: dict[int, list[float]] = field(default_factory=dict)
+    """Per ``TIMELINE_BUCKET_S`` since the test began: [Σ decode gaps ending there, Σ their tokens]."""
+    windows_s: list[tuple[float, float]] = field(default_factory=list)
+    """Each injected prefill's window, seconds since the test began (the report marks them)."""
 
     def merge(self, other: InterferenceSeries) -> None:
         self.baseline.merge(other.baseline)
@@ -47,6 +53,11 @@ class InterferenceSeries:
         self.injections += other.injections
         self.prefill_tokens += other.prefill_tokens
         self.ttft.merge(other.ttft)
+        for bucket, (gap, tokens) in other.timeline.items():
+            mine = self.timeline.setdefault(bucket, [0.0, 0.0])
+            mine[0] += gap
+            mine[1] += tokens
+        self.windows_s.extend(other.windows_s)
 
     def to_wire(self) -> dict[str, Any]:
         return {
@@ -56,6 +67,8 @@ class InterferenceSeries:
             "i": self.injections,
             "p": self.prefill_tokens,
             "t": self.ttft.to_wire(),
+            "l": [[bucket, gap, tokens] for bucket, (gap, tokens) in self.timeline.items()],
+            "w": self.windows_s,
         }
 
     @classmethod
@@ -67,6 +80,8 @@ class InterferenceSeries:
             int(data["i"]),
             int(data["p"]),
             LogHistogram.from_wire(data["t"]),
+            {int(b): [float(g), float(n)] for b, g, n in data.get("l", ())},
+            [(float(a), float(b)) for a, b in data.get("w", ())],
         )
 
 
@@ -79,8 +94,11 @@ class InterferenceRecorder:
         self._windows: dict[str, list[tuple[float, float | None]]] = {}
         self._pairs = 0
         """(decode request, window) pairs numbered so far (one process classifies, so numbers are unique)."""
+        self.origin_perf = 0.0
 
-    def reset(self) -> None:
+    def reset(self, origin_perf: float = 0.0) -> None:
+        """A new test beginning at ``origin_perf`` (``perf_counter``): the timeline counts from there."""
+        self.origin_perf = origin_perf
         self.series.clear()
         self._delta.clear()
         self._windows.clear()
@@ -102,6 +120,7 @@ class InterferenceRecorder:
         end = sent + (record.ttft_s if record.ttft_s is not None else record.e2e_s)
         windows[index] = (sent, end)
         for series in self._both(key):
+            series.windows_s.append((sent - self.origin_perf, end - self.origin_perf))
             series.injections += 1
             series.prefill_tokens += record.prompt_tokens or prompt_tokens
             if record.ttft_s is not None:
@@ -129,7 +148,11 @@ class InterferenceRecorder:
             if hit is not None and hit not in numbered:
                 numbered[hit] = self._pairs
                 self._pairs += 1
+            bucket = int((at - self.origin_perf) // TIMELINE_BUCKET_S)
             for series in both:
+                point = series.timeline.setdefault(bucket, [0.0, 0.0])
+                point[0] += per_token * n
+                point[1] += n
                 if hit is None:
                     series.baseline.record(per_token, n)
                 else:

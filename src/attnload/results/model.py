@@ -221,6 +221,10 @@ class PrefillInterference(_Model):
     injected prompt tokens: the wire's counterpart of ``attnload sim --explain``'s mixed-step stall."""
     injected_ttft_p50_s: float | None = None
     """TTFT p50 of the injected prompts: how long each window lasted."""
+    itl_timeline: list[tuple[float, float]] = []
+    """(seconds since the test began, mean decode ITL of the gaps ending in that half second): the report's chart."""
+    windows_s: list[tuple[float, float]] = []
+    """Each injected prefill's window (sent, first token), seconds since the test began."""
 
 
 class StartSpreadInfo(_Model):

@@ -85,11 +85,11 @@ class RunState:
         """A new test: fresh recorders, clock and stages."""
         self.recorder.reset()
         self.context.reset()
-        self.interference.reset()
         if self.paired is not None:
             self.paired.reset()
         self.started_at = time.time()
         self.started_perf = time.perf_counter()
+        self.interference.reset(self.started_perf)
         self.ended_at = None
         self.stage = StageClock()
         self.running = True

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
-from attnload.measure.interference import InterferenceRecorder, during_itl_p50_s, stall_per_window_s
+from attnload.measure.interference import (
+    TIMELINE_BUCKET_S,
+    InterferenceRecorder,
+    during_itl_p50_s,
+    stall_per_window_s,
+)
 from attnload.results.model import ModelSummary, PrefillInterference, Results
 
 
@@ -22,6 +27,12 @@ def prefill_interference(recorder: InterferenceRecorder, key: str) -> PrefillInt
         itl_max_during_s=series.during.max if series.during.count else None,
         ms_per_1k_prefill_tokens=stall * 1e3 / (per_injection / 1000) if stall is not None and per_injection else None,
         injected_ttft_p50_s=series.ttft.quantile(0.5),
+        itl_timeline=[
+            ((bucket + 0.5) * TIMELINE_BUCKET_S, gap / tokens)
+            for bucket, (gap, tokens) in sorted(series.timeline.items())
+            if tokens
+        ],
+        windows_s=sorted(series.windows_s),
     )
 
 
