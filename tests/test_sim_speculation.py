@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import re
 from dataclasses import replace
+from pathlib import Path
 
 import aiohttp
 import pytest
@@ -22,10 +23,11 @@ from attnload.sim.costmodel import EngineConfig, decode_step, deploy
 from attnload.sim.decode.interference import prefill_stall
 from attnload.sim.decode.speculation import expected_tokens_per_step
 from attnload.sim.engine import RooflineEngine, VirtualClock
-from attnload.sim.factory import resolve_models, served_model
+from attnload.sim.factory import build_engines, resolve_models, served_model
 from attnload.sim.presets import PRESETS
 from attnload.sim.scheduler import Scheduler, SimSequence
 from attnload.sim.serving.server import build_app
+from attnload.sim.simconfig import load_sim_config
 
 
 def _explain_ratio(capsys: pytest.CaptureFixture[str], model: str) -> float:
@@ -132,3 +134,17 @@ def test_long_prompt_stalls_mla_decoders_more_per_prompt_token() -> None:
     assert stalls["deepseek-v3"].ms_per_1k_prefill_tokens > 3 * stalls["llama-3-70b"].ms_per_1k_prefill_tokens
     sglang = prefill_stall(deploy(PRESETS["llama-3-70b"], replace(cfg, mix_prefill_decode=False)), 8, 8192, 16384)
     assert not sglang.mixed and sglang.stall_s == pytest.approx(sum(sglang.steps_s))
+
+
+def test_the_model_list_sets_speculation_per_model(tmp_path: Path) -> None:
+    path = tmp_path / "sim.yaml"
+    path.write_text(
+        "models:\n"
+        "  - {id: llama-spec, preset: llama-3-70b, spec_tokens: 3, spec_acceptance: 0.6}\n"
+        "  - {id: llama-3-70b}\n",
+        encoding="utf-8",
+    )
+    spec, plain = resolve_models(None, EngineConfig(), load_sim_config(path))
+    assert (spec.cfg.spec_tokens, spec.cfg.spec_acceptance, plain.cfg.spec_tokens) == (3, 0.6, 0)
+    engines = build_engines([spec, plain], clock=VirtualClock())
+    assert [getattr(e, "spec_counts", None) is not None for e in engines] == [True, False]
