@@ -7,7 +7,8 @@ one, the probability a draft token is accepted given the ones before it were, be
 a drafter's quality is (and what ``attnload sim --spec-acceptance`` sets): the engines' own ratio
 falls with the draft length K for the same drafter (K = 3 at 0.6 per token gives 0.39). From
 vLLM's counters it is accepted ÷ (accepted + rejections), a rejection being each draft not accepted
-in full (drafts − the last position's count); from SGLang's gauges it solves
+in full (drafts − the last position's count, at most draft tokens − accepted: an n-gram drafter proposes
+fewer than K when it finds no match); from SGLang's gauges it solves
 ``A + A² + … + A^K = length − 1`` with K = (length − 1) ÷ rate.
 """
 
@@ -27,8 +28,8 @@ def from_counters(deltas: Mapping[str, float]) -> SpecDecode | None:
     mean = accepted / drafts
     full = deltas.get("spec_accepted_all")
     per_token = None
-    if full is not None:
-        tried = accepted + max(0.0, drafts - full)
+    if full is not None:  # a draft shorter than K (n-gram) ends unrejected: never more rejections than misses
+        tried = accepted + max(0.0, min(drafts - full, draft_tokens - accepted))
         per_token = accepted / tried if tried else None
     return SpecDecode(
         acceptance_rate=per_token if per_token is not None else accepted / draft_tokens,
