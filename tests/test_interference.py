@@ -14,7 +14,7 @@ from attnload.workload.shapes import DECODE_PROMPT_TOKENS, InterferenceSpec, par
 
 def test_shape_is_one_stage_of_short_prompts_with_the_injected_length() -> None:
     spec = parse_shape("interference:16k", 30.0)
-    assert isinstance(spec, InterferenceSpec) and spec.prefill_tokens == 16384
+    assert isinstance(spec, InterferenceSpec) and spec.injected_prefill_tokens == 16384
     (stage,) = spec.stages
     assert (stage.users, stage.context, stage.end_s) == (16, DECODE_PROMPT_TOKENS, 30.0)
     again = parse_shape(spec.with_users((6,)).to_text(), 30.0)

@@ -42,7 +42,6 @@ from attnload.runner.stops import (
     worker_exit_code_on_signal,
     worker_watch_parent_from_env,
 )
-from attnload.workload.shapes import InterferenceSpec
 
 log = logging.getLogger(__name__)
 
@@ -118,8 +117,8 @@ def _init_sender(environment: Environment, sender: Sender) -> None:
     loop.on_error = sender.health.scheduler_died
     sender.open_loop = loop
     shape = sender.state.options.shape
-    if isinstance(shape, InterferenceSpec):
-        sender.injector = Injector(sender, shape.prefill_tokens)
+    if shape is not None and (tokens := shape.injected_prefill_tokens) is not None:
+        sender.injector = Injector(sender, tokens)
     gevent.spawn(watch_stalls, sender.stall)  # a frozen process's requests carry the freeze: mark them
     environment.events.user_error.add_listener(lambda user_instance, **_: sender.health.user_error(user_instance))
     quiet_full_collections()

@@ -8,7 +8,7 @@ from attnload.measure.interference import (
     during_itl_p50_s,
     stall_per_window_s,
 )
-from attnload.results.model import ModelSummary, PrefillInterference, Results
+from attnload.results.model import PrefillInterference
 
 
 def prefill_interference(recorder: InterferenceRecorder, key: str) -> PrefillInterference | None:
@@ -34,13 +34,3 @@ def prefill_interference(recorder: InterferenceRecorder, key: str) -> PrefillInt
         ],
         windows_s=sorted(series.windows_s),
     )
-
-
-def with_interference(results: Results, recorder: InterferenceRecorder) -> Results:
-    """Each model with its ``prefill_interference`` (unchanged when the run injected nothing)."""
-    if not recorder.series:
-        return results
-    models: list[ModelSummary] = [
-        m.model_copy(update={"prefill_interference": prefill_interference(recorder, m.key)}) for m in results.models
-    ]
-    return results.model_copy(update={"models": models})

@@ -15,7 +15,7 @@ import time
 import gevent
 from gevent import GreenletExit
 
-from attnload.client.apis import request_body
+from attnload.apis import request_body
 from attnload.client.chat import Cancelled
 from attnload.config.model import ModelTarget
 from attnload.measure.interference import INJECTOR_PROFILE
