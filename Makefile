@@ -20,9 +20,11 @@ VLLM_STAMP := $(VLLM_ENV)/.installed
 CONSTRAINTS ?= constraints.txt
 LATEST_ENV ?= .venv-latest
 
-# LiteLLM's proxy in its own virtualenv, in front of the simulator (`make test-gateway`, docs/ci.md)
+# LiteLLM's proxy in its own virtualenv, in front of the simulator (`make test-gateway`, docs/ci.md); 1.108.0:
+# later releases' [proxy] extra pins litellm-proxy-extras post-releases the registry does not carry
+# (1.108.14 wants 0.4.110.post1), so they do not install
 LITELLM_ENV ?= .venv-litellm
-LITELLM_VERSION ?= 1.110.2
+LITELLM_VERSION ?= 1.108.0
 LITELLM_STAMP := $(LITELLM_ENV)/.installed
 
 .PHONY: constraints test-latest litellm-env test-gateway vllm-env demo-vllm test-vllm bench-vllm bench-vllm-quick tiny-models demo test test-pure test-acceptance test-scenarios test-bimodal test-fast lint fmt typecheck gates bench bench-quick deploy-gen dashboards test-image observe clean

@@ -20,8 +20,13 @@ ANTHROPIC_VERSION = "2023-06-01"
 """The ``anthropic-version`` header every Messages request carries (the API refuses a request without one)."""
 
 
-def auth_header(api: str, api_key: str | None) -> str:
-    """The authentication header lines: Bearer for the OpenAI APIs, ``x-api-key`` + version for Messages."""
+def auth_header(api: str, api_key: str | None, key_header: str | None = None) -> str:
+    """The authentication header lines: Bearer for the OpenAI APIs, ``x-api-key`` + version for Messages;
+    ``key_header`` (the model key ``auth_header``, e.g. Azure OpenAI's ``api-key``) sends the bare key
+    in that header instead."""
+    if key_header:
+        key = f"{key_header}: {api_key}\r\n" if api_key else ""
+        return key + (f"anthropic-version: {ANTHROPIC_VERSION}\r\n" if api == "messages" else "")
     if api == "messages":
         key = f"x-api-key: {api_key}\r\n" if api_key else ""
         return f"{key}anthropic-version: {ANTHROPIC_VERSION}\r\n"

@@ -93,6 +93,7 @@ class ChatClient:
         backoff: Backoff | None = None,
         waits_backoff: bool = True,
         api: str = "chat",
+        key_header: str | None = None,
     ) -> None:
         self.endpoint = Endpoint.from_url(url)
         self.backoff = backoff
@@ -109,10 +110,11 @@ class ChatClient:
         self._resume_at = 0.0
         self._sock: Any = None
         self._ssl = ssl_context
-        auth = auth_header(api, api_key)
-        target = self.endpoint.path
-        if self.endpoint.proxy and not self.endpoint.tls:
-            target = f"http://{self.endpoint.host_header}{self.endpoint.path}"  # absolute-form via a proxy
+        auth = auth_header(api, api_key, key_header)
+        target = self.endpoint.path  # with its query string: client/transport.py
+        if self.endpoint.proxy and not self.endpoint.tls:  # absolute-form via a proxy, with the proxy's login
+            target = f"http://{self.endpoint.host_header}{self.endpoint.path}"
+            auth += self.endpoint.proxy_auth
         self._head = (
             f"POST {target} HTTP/1.1\r\nHost: {self.endpoint.host_header}\r\n"
             f"Content-Type: application/json\r\nAccept: text/event-stream\r\n"
@@ -150,10 +152,8 @@ class ChatClient:
 
     def _tunnel(self, sock: Any) -> Any:
         endpoint = self.endpoint
-        sock.sendall(
-            f"CONNECT {endpoint.host}:{endpoint.port} HTTP/1.1\r\n"
-            f"Host: {endpoint.host}:{endpoint.port}\r\n\r\n".encode()
-        )
+        authority = endpoint.authority
+        sock.sendall(f"CONNECT {authority} HTTP/1.1\r\nHost: {authority}\r\n{endpoint.proxy_auth}\r\n".encode())
         reply = b""
         deadline = time.perf_counter() + self.timeouts.connect_s
         while b"\r\n\r\n" not in reply:
@@ -165,9 +165,8 @@ class ChatClient:
             reply += data
         status = reply.split(b" ", 2)[1:2]
         if status != [b"200"]:
-            raise RequestFailed(
-                ErrorClass.PROXY, f"proxy refused CONNECT: {reply.splitlines()[0].decode(errors='replace')}"
-            )
+            kind = ErrorClass.PROXY_AUTH if status == [b"407"] else ErrorClass.PROXY
+            raise RequestFailed(kind, f"proxy refused CONNECT: {reply.splitlines()[0].decode(errors='replace')}")
         return sock
 
     # ------------------------------------------------------------------ request
@@ -243,11 +242,8 @@ class ChatClient:
             if error.retry_after_s and self.retry_after_max_s > 0:
                 self._resume_at = time.perf_counter() + min(error.retry_after_s, self.retry_after_max_s)
         record = self._record(body, stream, origin, outcome, error, model_key, profile, stage, intended_start, started)
-        if self.backoff is not None:
-            if error is not None and error.kind is ErrorClass.CONNECTION and record.http_status is None:
-                self.backoff.failed()  # refused, reset before a response, DNS: the server is not there
-            elif outcome == "ok" or record.http_status is not None:
-                self.backoff.succeeded()
+        if self.backoff is not None:  # what waits and what resets it: client/backoff.py
+            self.backoff.after(None if error is None else error.kind, record.http_status is not None)
         return record
 
     def _read_buffered(self, stream: Stream, origin: float) -> None:

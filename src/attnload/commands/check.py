@@ -28,12 +28,14 @@ from urllib.parse import urlsplit
 
 from attnload.client.budget import MAX_BODY_BYTES
 from attnload.client.classify import TOOL_CHOICE_FIX, printable
-from attnload.client.transport import Timeouts, proxy_for
+from attnload.client.proxy import proxy_for
+from attnload.client.transport import Timeouts
 from attnload.commands.check_budget import bounding_hook, within
-from attnload.commands.check_probes import Probe, ProxyInfo, raw_probe, sdk_client, sdk_probe
+from attnload.commands.check_probes import Access, Probe, ProxyInfo, raw_probe, sdk_client, sdk_probe
 from attnload.config.limits import MAX_OUTPUT_TOKENS
 from attnload.config.load import load_config
 from attnload.config.model import ModelTarget, TestConfig
+from attnload.config.urls import split_query
 from attnload.errors import ErrorClass, RequestFailed, UsageError, redact, register_secret
 from attnload.workload.agent import tool_definitions
 
@@ -141,7 +143,9 @@ def run(args: argparse.Namespace) -> int:
 
 def check_model(config: TestConfig, target: ModelTarget, max_tokens: int, prompt: str) -> ModelCheck:
     """Everything ``attnload check`` knows about one model, with the verdict and fix filled in."""
-    sdk_base = target.chat_url.removesuffix("/chat/completions" if target.api == "chat" else "/" + target.api)
+    chat_url, query = split_query(target.chat_url)  # the query goes to the SDK as its default_query
+    sdk_base = chat_url.removesuffix("/chat/completions" if target.api == "chat" else "/" + target.api)
+    access = Access(key_header=target.auth_header, query=query)
     key_info, key = _key_info(target)
     check = ModelCheck(
         key=target.key,
@@ -176,7 +180,7 @@ def check_model(config: TestConfig, target: ModelTarget, max_tokens: int, prompt
     check.sdk = within(
         deadline,
         timeouts.total_s,
-        lambda: sdk_probe(sdk_base, key, target.id, messages, max_tokens, timeouts, check.proxy),
+        lambda: sdk_probe(sdk_base, key, target.id, messages, max_tokens, timeouts, check.proxy, access),
         Probe.failed,
     )
     # The SDK ran out of time: confirm with the load path quickly, so check returns within total + ~5 s.
@@ -186,7 +190,7 @@ def check_model(config: TestConfig, target: ModelTarget, max_tokens: int, prompt
         and timeouts.total_s > CONFIRM_TIMEOUT_S
     )
     raw_timeouts = replace(timeouts, total_s=CONFIRM_TIMEOUT_S) if confirm else timeouts
-    check.raw = raw_probe(target.chat_url, key, target.id, messages, max_tokens, raw_timeouts)
+    check.raw = raw_probe(target.chat_url, key, target.id, messages, max_tokens, raw_timeouts, access=access)
     failing = next((p for p in (check.sdk, check.raw) if not p.ok), None)
     if failing is check.sdk and check.raw.error == check.sdk.error and not confirm:
         failing = check.raw  # same class: the load path's detail is the more specific one
@@ -219,15 +223,17 @@ def _check_api(
     A server that does not speak the API answers 404/405 or a body that is not its stream; if chat
     completions then work at the same base, the fix is the ``api`` key itself, said in one line.
     """
-    check.raw = raw_probe(target.chat_url, key, target.id, messages, max_tokens, timeouts, target.api)
+    access = Access(key_header=target.auth_header)
+    check.raw = raw_probe(target.chat_url, key, target.id, messages, max_tokens, timeouts, target.api, access=access)
     if check.raw.ok:
         check.verdict = "ok"
         return check
     failure = RequestFailed(ErrorClass.from_label(check.raw.error or "bad_response"), check.raw.detail)
     _decide(check, failure, config, max_tokens)
     if failure.kind in (ErrorClass.NOT_FOUND, ErrorClass.BAD_REQUEST, ErrorClass.BAD_RESPONSE):
-        chat_url = check.sdk_base_url + "/chat/completions"
-        chat = raw_probe(chat_url, key, target.id, messages, max_tokens, replace(timeouts, total_s=CONFIRM_TIMEOUT_S))
+        chat_url = check.sdk_base_url + "/chat/completions" + split_query(target.chat_url)[1]
+        quick = replace(timeouts, total_s=CONFIRM_TIMEOUT_S)
+        chat = raw_probe(chat_url, key, target.id, messages, max_tokens, quick, access=access)
         if chat.ok:
             check.fix = (
                 f"the server does not speak the {target.api} API at {target.chat_url} but answers chat completions "
@@ -252,7 +258,16 @@ def _agent_probe(
         return None
     tools = tool_definitions(agent.tools.model_copy(update={"count": max(agent.tools.count, 1)}))
     probe = raw_probe(
-        target.chat_url, key, target.id, messages, max_tokens, timeouts, target.api, tools, agent.tool_choice
+        target.chat_url,
+        key,
+        target.id,
+        messages,
+        max_tokens,
+        timeouts,
+        target.api,
+        tools,
+        agent.tool_choice,
+        Access(key_header=target.auth_header),
     )
     return None if probe.ok else probe
 

@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
+from urllib.parse import parse_qsl
 
 from attnload.client.apis import request_body
 from attnload.client.budget import max_events
@@ -62,6 +63,7 @@ def sdk_probe(
     max_tokens: int,
     timeouts: Timeouts,
     proxy: ProxyInfo,
+    access: Access | None = None,
 ) -> Probe:
     """One streaming request through the openai SDK (httpx honours the proxy variables).
 
@@ -75,7 +77,7 @@ def sdk_probe(
     timeout = httpx2.Timeout(read_s, connect=timeouts.connect_s)
     started = time.perf_counter()
     hook = bounding_hook(started + timeouts.total_s, max_probe_bytes(max_tokens), timeouts.total_s)
-    client = sdk_client(base_url, key, timeout, hook)
+    client = sdk_client(base_url, key, timeout, hook, access)
     try:
         stream = client.chat.completions.create(
             model=model,
@@ -199,10 +201,11 @@ def raw_probe(
     api: str = "chat",
     tools: list[dict[str, Any]] | None = None,
     tool_choice: str | None = None,
+    access: Access | None = None,
 ) -> Probe:
     """The same request through the load path's own client (and ``api``), so `attnload run` is known to work too
     (with an agent profile's ``tools`` array and ``tool_choice`` when given)."""
-    client = ChatClient(url, key, timeouts, api=api)
+    client = ChatClient(url, key, timeouts, api=api, key_header=access.key_header if access else None)
     try:
         record = client.send(
             request_body(
@@ -220,16 +223,36 @@ def raw_probe(
     return Probe.failed(failure)
 
 
+@dataclass(frozen=True)
+class Access:
+    """How a model's endpoint wants its requests besides the key: the key's header (model key
+    ``auth_header``, e.g. ``api-key``) and the URL's query string (``?api-version=...``), kept."""
+
+    key_header: str | None = None
+    query: str = ""
+    """``"?a=b"`` or ""."""
+
+
 def sdk_client(
-    base_url: str, key: str | None, timeout: float | httpx2.Timeout, hook: Callable[[Any], None]
+    base_url: str,
+    key: str | None,
+    timeout: float | httpx2.Timeout,
+    hook: Callable[[Any], None],
+    access: Access | None = None,
 ) -> openai.OpenAI:
     """The openai SDK without retries, each response body behind ``hook``'s bounds (check_budget.py)."""
     import openai
 
+    access = access or Access()
+    headers: dict[str, Any] = {}
+    if access.key_header:  # the key bare in its own header, and no Authorization beside it
+        headers = {access.key_header: key or "", "Authorization": openai.Omit()}
     return openai.OpenAI(
         base_url=base_url,
         api_key=key or "no-key",
         max_retries=0,
         timeout=timeout,
+        default_headers=headers or None,
+        default_query=dict(parse_qsl(access.query.removeprefix("?"))) or None,
         http_client=openai.DefaultHttpxClient(timeout=timeout, event_hooks={"response": [hook]}),
     )

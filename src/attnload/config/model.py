@@ -90,6 +90,9 @@ class ModelTarget(StrictModel):
     api: str = "chat"
     """The API requests go through: ``chat``, ``completions``, ``responses`` or ``messages``; ``chat_url``
     is then that API's endpoint (``.../v1/completions``, ``.../v1/responses``, ``.../v1/messages``)."""
+    auth_header: str | None = None
+    """The header that carries the key bare (e.g. Azure OpenAI's ``api-key``), instead of ``Authorization:
+    Bearer`` (``x-api-key`` for Messages); the key still comes from ``api_key_env``."""
 
     def api_key(self) -> str | None:
         """The key from the environment (never from a file); registered for redaction."""

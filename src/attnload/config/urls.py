@@ -15,15 +15,17 @@ def resolve_chat_url(base_url: str) -> tuple[str, str, str]:
     ``/v1/chat/completions``; a base that already ends in ``/v1`` must not become
     ``/v1/v1``.
     """
-    url = check_url(base_url).rstrip("/")
+    url, query = split_query(check_url(base_url))
+    url = url.rstrip("/")
     if url.endswith("/chat/completions"):
         root = url[: -len("/chat/completions")]
         root = root[:-3] if root.endswith("/v1") else root
-        return root, url, "base_url is a full chat-completions URL; used as given"
+        return root, url + query, "base_url is a full chat-completions URL; used as given"
     if url.endswith("/v1"):
         root = url[:-3]
-        return root, root + CHAT_PATH, f"base_url ends in /v1; used {root + CHAT_PATH} (not /v1/v1)"
-    return url, url + CHAT_PATH, f"appended {CHAT_PATH} to base_url"
+        chat = root + CHAT_PATH + query
+        return root, chat, f"base_url ends in /v1; used {chat} (not /v1/v1)"
+    return url, url + CHAT_PATH + query, f"appended {CHAT_PATH} to base_url"
 
 
 APIS = ("chat", "completions", "responses", "messages")
@@ -42,7 +44,8 @@ def api_url(chat_url: str, api: str) -> str:
     """The endpoint of ``api`` beside a resolved chat-completions URL (``.../v1/chat/completions``)."""
     if api not in API_PATHS:
         return chat_url
-    return chat_url.removesuffix("/chat/completions") + API_PATHS[api]
+    url, query = split_query(chat_url)
+    return url.removesuffix("/chat/completions") + API_PATHS[api] + query
 
 
 _UNSAFE = re.compile(r"[\x00-\x20\x7f]")
@@ -88,3 +91,26 @@ def metrics_url(value: str | None) -> str | None:
     if value is None:
         return None
     return check_url(value, "metrics_url")
+
+
+# ---------------------------------------------------------------- query strings and the key's header
+
+
+def split_query(url: str) -> tuple[str, str]:
+    """``(url without its query, "?query" or "")``: paths are resolved on the first, the query is kept
+    and goes on every request (Azure OpenAI's ``?api-version=2024-10-21``)."""
+    head, mark, query = url.partition("?")
+    return head, mark + query
+
+
+_TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+"""An HTTP field name (RFC 9110 §5.1: a token)."""
+
+
+def check_header_name(value: str) -> str:
+    """The model key ``auth_header`` (e.g. ``api-key``) if it is an HTTP field name; else a one-line ``ValueError``."""
+    if not _TOKEN.fullmatch(value):
+        raise ValueError(
+            f"auth_header {value!r} is not an HTTP header name: use letters, digits and '-' (e.g. api-key)"
+        )
+    return value

@@ -214,6 +214,7 @@ def chat_client(sender: Sender, target: ModelTarget, backoff: Backoff | None = N
         backoff=backoff or Backoff(request.connect_backoff_s, request.connect_backoff_max_s),
         waits_backoff=backoff is None,
         api=target.api,
+        key_header=target.auth_header,
     )
 
 
