@@ -38,8 +38,9 @@ class ErrorClass(Enum):
     CONNECTION = "the endpoint refused or reset the connection: check base_url and that the server is up"
     PROXY = "a proxy env var is set and the proxy failed: unset HTTP_PROXY/HTTPS_PROXY/ALL_PROXY or fix it"
     PROXY_AUTH = (
-        "the proxy refused the login (407): put the proxy's user and password in the proxy URL, "
-        "HTTPS_PROXY=http://USER:PASSWORD@proxy:PORT (percent-encode @ : / in them), or add the host to NO_PROXY"
+        "the proxy refused its login (407, or a proxy's own 401): give its user and password in the proxy "
+        "variable (HTTPS_PROXY/HTTP_PROXY) as USER:PASSWORD@ before the proxy's host, percent-encoding @ : / "
+        "in them, or add the host to NO_PROXY"
     )
     BAD_RESPONSE = "the response is not OpenAI-shaped (no choices): check base_url and the model id"
     TRUNCATED = "the output stopped early: raise max_tokens, or the server cut the stream"

@@ -35,6 +35,7 @@ from attnload.client.backoff import Backoff
 from attnload.client.budget import DRAIN_READS, MAX_HEADER_BYTES, YIELD_EVERY
 from attnload.client.checks import NEVER, header
 from attnload.client.classify import classify_exception, classify_status
+from attnload.client.proxy import proxy_refusal
 from attnload.client.stream import (
     BODY_ERRORS,
     PUMP_ABANDON,
@@ -165,7 +166,7 @@ class ChatClient:
             reply += data
         status = reply.split(b" ", 2)[1:2]
         if status != [b"200"]:
-            kind = ErrorClass.PROXY_AUTH if status == [b"407"] else ErrorClass.PROXY
+            kind = ErrorClass.PROXY_AUTH if status in ([b"407"], [b"401"]) else ErrorClass.PROXY  # 401: tinyproxy's
             raise RequestFailed(kind, f"proxy refused CONNECT: {reply.splitlines()[0].decode(errors='replace')}")
         return sock
 
@@ -307,6 +308,8 @@ class ChatClient:
             try:
                 data = self._recv(sock, wait)
             except ConnectionResetError:
+                if fresh and response.headers_complete and response.get_code() != 200:
+                    raise self._refused(response) from None  # an error answer, then a reset (a proxy's 401/407)
                 if fresh:
                     raise
                 data = b""
@@ -355,12 +358,17 @@ class ChatClient:
             ended = response.message_complete or after_end  # after_end: the connection carries junk, it goes
             if response.headers_complete and response.get_code() != 200:
                 if ended:
-                    raise classify_status(response.get_code(), bytes(response.body), header(response, "retry-after"))
+                    raise self._refused(response)
                 continue
             if ended:
                 if after_end or response.should_close():
                     self.close()
                 return
+
+    def _refused(self, response: Response) -> RequestFailed:
+        """The classified failure of an error status (a proxy's refused login: ``proxy_auth``)."""
+        failure = classify_status(response.get_code(), bytes(response.body), header(response, "retry-after"))
+        return proxy_refusal(failure, self.endpoint.proxy is not None, lambda name: header(response, name))
 
     def _send_request(self, request: bytes) -> tuple[Any, bool]:
         """Send on the keep-alive connection, or a new one: (socket, whether it was a reused one)."""

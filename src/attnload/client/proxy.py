@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import base64
 import urllib.request
+from collections.abc import Callable
 from urllib.parse import SplitResult, unquote, urlsplit
 
-from attnload.errors import register_secret
+from attnload.errors import ErrorClass, RequestFailed, register_secret
 
 LOOPBACK = ("127.", "localhost", "::1", "[::1]")
 DEFAULT_PROXY_PORT = 8080
@@ -50,3 +51,19 @@ def proxy_authorization(scheme: str, host: str) -> str:
     token = base64.b64encode(f"{user}:{password}".encode()).decode("ascii")
     register_secret(token)
     return f"Proxy-Authorization: Basic {token}\r\n"
+
+
+def proxy_refusal(failure: RequestFailed, via_proxy: bool, header: Callable[[str], str | None]) -> RequestFailed:
+    """``failure`` as ``proxy_auth`` when the proxy, not the server, refused the login.
+
+    A 407 is always the proxy's (classify.py). Some proxies answer wrong credentials with a 401 of
+    their own instead (tinyproxy 1.11: ``401 Unauthorized``, ``WWW-Authenticate: Basic realm="Tinyproxy"``),
+    which would read as the API key's ``auth``: a 401 through a proxy whose challenge names a proxy is
+    the proxy's. ``header`` reads the response's headers.
+    """
+    if not via_proxy or failure.kind is not ErrorClass.AUTH:
+        return failure
+    challenge = f"{header('proxy-authenticate') or ''} {header('www-authenticate') or ''}".lower()
+    if "proxy" not in challenge:
+        return failure
+    return RequestFailed(ErrorClass.PROXY_AUTH, f"{failure.detail} (the proxy's challenge: {challenge.strip()[:80]})")

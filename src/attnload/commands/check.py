@@ -194,6 +194,8 @@ def check_model(config: TestConfig, target: ModelTarget, max_tokens: int, prompt
     failing = next((p for p in (check.sdk, check.raw) if not p.ok), None)
     if failing is check.sdk and check.raw.error == check.sdk.error and not confirm:
         failing = check.raw  # same class: the load path's detail is the more specific one
+    if check.raw.error == ErrorClass.PROXY_AUTH.label:
+        failing = check.raw  # the load path sends the proxy's login itself: its verdict is the one `run` meets
     if failing is None:
         failing = _agent_probe(config, target, key, messages, max_tokens, timeouts)
     if failing is None:

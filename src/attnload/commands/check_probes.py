@@ -18,6 +18,7 @@ from attnload.client.apis import request_body
 from attnload.client.budget import max_events
 from attnload.client.chat import ChatClient
 from attnload.client.classify import classify_status
+from attnload.client.proxy import proxy_refusal
 from attnload.client.transport import Timeouts
 from attnload.commands.check_budget import bounding_hook, max_probe_bytes
 from attnload.errors import ErrorClass, RequestFailed
@@ -91,13 +92,15 @@ def sdk_probe(
     except RequestFailed as failure:
         return Probe.failed(failure)
     except openai.APIStatusError as exc:
-        return Probe.failed(
-            classify_status(exc.status_code, exc.response.content, exc.response.headers.get("retry-after"))
-        )
+        headers = exc.response.headers
+        status = classify_status(exc.status_code, exc.response.content, headers.get("retry-after"))
+        return Probe.failed(proxy_refusal(status, proxy.sdk_proxy is not None, headers.get))
     except openai.APITimeoutError:
         return Probe.failed(RequestFailed(ErrorClass.TIMEOUT, f"no data within {read_s:g} s (openai SDK)"))
     except openai.APIConnectionError as exc:
         return Probe.failed(_connection_failure(exc.__cause__ or exc, proxy))
+    except httpx2.TransportError as exc:  # the SDK reading an error's body that the peer reset (a proxy's 401)
+        return Probe.failed(_connection_failure(exc, proxy))
     except openai.APIError as exc:  # an error event inside a 200 stream
         body = exc.body if exc.body is not None else exc.message
         return Probe.failed(classify_status(200, json.dumps({"error": body}).encode()))
