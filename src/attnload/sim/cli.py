@@ -18,6 +18,7 @@ import argparse
 from collections.abc import Callable
 from typing import Any
 
+from attnload.errors import UsageError
 from attnload.sim.costmodel import EngineConfig, engine_profile
 
 _DEFAULTS = EngineConfig()
@@ -101,6 +102,19 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     serve.add_argument("--host", default="127.0.0.1", help="listen address (default 127.0.0.1)")
     serve.add_argument("--port", type=_port, default=8000, help="listen port (default 8000)")
+    serve.add_argument(
+        "--require-header",
+        action="append",
+        metavar="NAME=VALUE",
+        help="answer 401 to a request without this header and value, e.g. api-key=KEY (Azure OpenAI's key "
+        "header; repeatable)",
+    )
+    serve.add_argument(
+        "--require-query",
+        action="append",
+        metavar="NAME=VALUE",
+        help="answer 400 to a request without this query parameter, e.g. api-version=2024-10-21 (repeatable)",
+    )
     serve.add_argument(
         "--mode",
         choices=("roofline", "fixed"),
@@ -356,10 +370,18 @@ def run(args: argparse.Namespace) -> int:
         jitter=args.jitter,
         clock=VirtualClock() if args.clock == "virtual" else None,
     )
+    from attnload.sim.serving.access import Demands, parse_pairs
     from attnload.sim.serving.server import serve
 
+    try:
+        demands = Demands(
+            parse_pairs(args.require_header, "--require-header"), parse_pairs(args.require_query, "--require-query")
+        )
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
     serve(
         engines,
+        demands=demands if demands.headers or demands.query else None,
         host=args.host,
         port=args.port,
         tokens_per_event=args.tokens_per_event,
