@@ -93,7 +93,7 @@ class LoadPlan:
     start_spread: str | None = None
     """``--start-spread`` as given (None: ATTNLOAD_START_SPREAD from the environment, else auto)."""
     fleet_flags: tuple[str, ...] = ()
-    """``--restart-lost-users``, ``--accept-foreign-workers`` when given (option names)."""
+    """``--restart-lost-users``, ``--accept-foreign-workers``, ``--keep-going`` when given (option names)."""
 
 
 @dataclass(frozen=True)
@@ -173,7 +173,7 @@ def plan_from_args(args: argparse.Namespace, config_path: Path) -> LoadPlan:
         start_spread=start_spread,
         fleet_flags=tuple(
             name
-            for name in ("restart-lost-users", "accept-foreign-workers")
+            for name in ("restart-lost-users", "accept-foreign-workers", "keep-going")
             if getattr(args, name.replace("-", "_"), None)
         ),
     )

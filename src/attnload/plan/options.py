@@ -68,6 +68,8 @@ class RunOptions:
     """``--restart-lost-users``: a lost worker's users start again on the workers left."""
     accept_foreign_workers: bool = False
     """``--accept-foreign-workers``: admit a joining worker whose config hash or version differs."""
+    keep_going: bool = False
+    """``--keep-going``: a model failing one deterministic way 20 times in a row keeps sending (giveup.py)."""
 
 
 def users_arg(text: str) -> int | str:
@@ -265,6 +267,14 @@ OPTIONS: tuple[Option, ...] = (
         run={"action": "store_true", "default": None},
     ),
     Option(
+        "keep-going",
+        "keep sending to a model whose requests fail one way that retrying cannot fix (not_found, auth, "
+        "bad_request, context_length, proxy_auth) 20 times in a row with no success (default: its users stop, "
+        "with the fix on the console, and the run exits 1)",
+        "0",
+        run={"action": "store_true", "default": None},
+    ),
+    Option(
         "snapshot-interval",
         "seconds between atomic snapshots of the results during the run, so a killed "
         "master loses at most that (0 = off)",
@@ -363,6 +373,7 @@ def options_from(parsed: Any) -> RunOptions:
         start_spread=parse_start_spread(getattr(parsed, "attnload_start_spread", "auto")),
         restart_lost_users=truthy(getattr(parsed, "attnload_restart_lost_users", "0")),
         accept_foreign_workers=truthy(getattr(parsed, "attnload_accept_foreign_workers", "0")),
+        keep_going=truthy(getattr(parsed, "attnload_keep_going", "0")),
     )
 
 
