@@ -31,7 +31,15 @@ from attnload.client.classify import TOOL_CHOICE_FIX, printable
 from attnload.client.proxy import proxy_for
 from attnload.client.transport import Timeouts
 from attnload.commands.check_budget import bounding_hook, within
-from attnload.commands.check_probes import Access, Probe, ProxyInfo, raw_probe, sdk_client, sdk_probe
+from attnload.commands.check_probes import (
+    Access,
+    Probe,
+    ProxyInfo,
+    raw_probe,
+    sdk_client,
+    sdk_probe,
+    slow_first_note,
+)
 from attnload.config.limits import MAX_OUTPUT_TOKENS
 from attnload.config.load import load_config
 from attnload.config.model import ModelTarget, TestConfig
@@ -176,7 +184,8 @@ def check_model(config: TestConfig, target: ModelTarget, max_tokens: int, prompt
     messages = [{"role": "user", "content": prompt}]
     if target.api != "chat":
         return _check_api(check, config, target, key, messages, max_tokens, timeouts)
-    deadline = time.perf_counter() + timeouts.total_s
+    started = time.perf_counter()
+    deadline = started + timeouts.total_s
     check.sdk = within(
         deadline,
         timeouts.total_s,
@@ -190,7 +199,10 @@ def check_model(config: TestConfig, target: ModelTarget, max_tokens: int, prompt
         and timeouts.total_s > CONFIRM_TIMEOUT_S
     )
     raw_timeouts = replace(timeouts, total_s=CONFIRM_TIMEOUT_S) if confirm else timeouts
+    raw_started = time.perf_counter()
     check.raw = raw_probe(target.chat_url, key, target.id, messages, max_tokens, raw_timeouts, access=access)
+    if note := slow_first_note(raw_started - started, time.perf_counter() - raw_started):
+        check.notes.append(note)
     failing = next((p for p in (check.sdk, check.raw) if not p.ok), None)
     if failing is check.sdk and check.raw.error == check.sdk.error and not confirm:
         failing = check.raw  # same class: the load path's detail is the more specific one

@@ -45,6 +45,24 @@ class Probe:
         return cls(ok=False, error=failure.kind.label, detail=failure.detail)
 
 
+SLOW_FIRST_S = 10.0
+"""A first request at least this long (seconds) ..."""
+FAST_LATER_S = 1.0
+"""... followed by one within this is a server or gateway warming up, not a slow endpoint."""
+
+
+def slow_first_note(first_s: float, later_s: float) -> str | None:
+    """The note for a first request far slower than the next: a gateway or server warming up (LiteLLM
+    offline looks ~23 s per request for a tokenizer on the internet until ``HF_HUB_OFFLINE=1``)."""
+    if first_s < SLOW_FIRST_S or later_s >= FAST_LATER_S:
+        return None
+    return (
+        f"the first request was slow: a gateway or server warming up ({first_s:.1f} s, the next {later_s:.2f} s); "
+        "a run's first TTFTs will show it. LiteLLM offline: set HF_HUB_OFFLINE=1 and LITELLM_LOCAL_MODEL_COST_MAP=True "
+        "where it runs (docs/troubleshooting.md)"
+    )
+
+
 @dataclass
 class ProxyInfo:
     """Proxy variables as set (passwords redacted), and the one each client would use for this URL."""
