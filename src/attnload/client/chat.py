@@ -307,11 +307,9 @@ class ChatClient:
                 raise RequestFailed(ErrorClass.TIMEOUT, _timeout_detail(stream, timeouts))
             try:
                 data = self._recv(sock, wait)
-            except ConnectionResetError:
-                if fresh and response.headers_complete and response.get_code() != 200:
-                    raise self._refused(response) from None  # an error answer, then a reset (a proxy's 401/407)
+            except ConnectionResetError as reset:
                 if fresh:
-                    raise
+                    raise self._answer_or(reset, response) from None
                 data = b""
             except (TimeoutError, gevent.socket.timeout):
                 raise RequestFailed(ErrorClass.TIMEOUT, _timeout_detail(stream, timeouts)) from None
@@ -364,6 +362,12 @@ class ChatClient:
                 if after_end or response.should_close():
                     self.close()
                 return
+
+    def _answer_or(self, reset: ConnectionResetError, response: Response) -> Exception:
+        """A reset right after an error's head (a proxy's 401/407 closing with the body unread) is that error."""
+        if response.headers_complete and response.get_code() != 200:
+            return self._refused(response)
+        return reset
 
     def _refused(self, response: Response) -> RequestFailed:
         """The classified failure of an error status (a proxy's refused login: ``proxy_auth``)."""

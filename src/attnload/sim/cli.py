@@ -102,19 +102,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     serve.add_argument("--host", default="127.0.0.1", help="listen address (default 127.0.0.1)")
     serve.add_argument("--port", type=_port, default=8000, help="listen port (default 8000)")
-    serve.add_argument(
-        "--require-header",
-        action="append",
-        metavar="NAME=VALUE",
-        help="answer 401 to a request without this header and value, e.g. api-key=KEY (Azure OpenAI's key "
-        "header; repeatable)",
-    )
-    serve.add_argument(
-        "--require-query",
-        action="append",
-        metavar="NAME=VALUE",
-        help="answer 400 to a request without this query parameter, e.g. api-version=2024-10-21 (repeatable)",
-    )
+    _access_flags(serve)
     serve.add_argument(
         "--mode",
         choices=("roofline", "fixed"),
@@ -339,6 +327,23 @@ def engine_config(args: argparse.Namespace) -> EngineConfig:
         if fields[name] is None:
             fields[name] = value
     return EngineConfig(**fields)
+
+
+def _access_flags(serve: argparse._ArgumentGroup) -> None:
+    """What the simulator demands beyond the body, as Azure OpenAI does (serving/access.py)."""
+    serve.add_argument(
+        "--require-header",
+        action="append",
+        metavar="NAME=VALUE",
+        help="answer 401 to a request without this header and value, e.g. api-key=KEY (Azure OpenAI's key "
+        "header; repeatable)",
+    )
+    serve.add_argument(
+        "--require-query",
+        action="append",
+        metavar="NAME=VALUE",
+        help="answer 400 to a request without this query parameter, e.g. api-version=2024-10-21 (repeatable)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
