@@ -384,15 +384,17 @@ def run(args: argparse.Namespace) -> int:
         )
     except ValueError as exc:
         raise UsageError(str(exc)) from None
+    extra: dict[str, Any] = {"reasoning_ratio": args.reasoning_ratio} if args.reasoning_ratio else {}
+    if demands.headers or demands.query:
+        extra["demands"] = demands
     serve(
         engines,
-        demands=demands if demands.headers or demands.query else None,
         host=args.host,
         port=args.port,
         tokens_per_event=args.tokens_per_event,
         default_output_tokens=args.output_tokens,
         max_waiting=args.max_waiting,
-        **({"reasoning_ratio": args.reasoning_ratio} if args.reasoning_ratio else {}),
+        **extra,
     )
     return 0
 
