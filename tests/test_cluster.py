@@ -449,3 +449,16 @@ def test_up_with_extras_names_a_group_the_cluster_does_not_serve(
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1
     assert "does not serve monitoring.coreos.com/v1" in err and "Traceback" not in err
+
+
+def test_without_the_cluster_extra_the_command_names_it(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A plain install (no kubernetes client): one line naming the extra, exit 2, before any cluster call."""
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "kubernetes" else real(name, *a))
+    assert main(["cluster", "status"]) == 2
+    err = capsys.readouterr().err
+    assert err == "attnload cluster: error: the Kubernetes client is not installed: pip install 'attnload[cluster]'\n"
