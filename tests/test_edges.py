@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from attnload.client.backoff import Backoff
-from attnload.client.chat import ChatClient
+from attnload.client.chat import ApiClient
 from attnload.client.classify import classify_status
 from attnload.client.proxy import proxy_refusal
 from attnload.client.transport import Endpoint, Timeouts
@@ -21,7 +21,7 @@ from attnload.errors import ErrorClass, RequestFailed, UsageError, redact
 AZURE = "https://res.openai.azure.com/openai/deployments/gpt-4o/chat/completions?api-version=2024-10-21"
 
 
-def _head(client: ChatClient) -> str:
+def _head(client: ApiClient) -> str:
     return client._head.decode()
 
 
@@ -38,18 +38,20 @@ def test_a_query_string_survives_resolution_and_every_api(base: str, chat: str) 
     assert resolved == chat and "?" not in root
     query = chat[chat.index("?") :]
     for api in ("completions", "responses", "messages"):
-        assert api_url(resolved, api).endswith(f"/{api}{query}")
+        assert api_url(resolved, api, "m").endswith(f"/{api}{query}")
+    gemini = api_url(resolved, "gemini", "gem-1")  # its own query first, the base's after it
+    assert gemini.endswith(f"/v1beta/models/gem-1:streamGenerateContent?alt=sse&{query[1:]}"), gemini
 
 
 def test_the_request_line_carries_the_query_and_the_key_goes_in_the_named_header() -> None:
-    client = ChatClient(AZURE, "azure-key-123456", Timeouts(), key_header="api-key")
+    client = ApiClient(AZURE, "azure-key-123456", Timeouts(), key_header="api-key")
     head = _head(client)
     assert head.startswith("POST /openai/deployments/gpt-4o/chat/completions?api-version=2024-10-21 HTTP/1.1\r\n")
     assert "\r\napi-key: azure-key-123456\r\n" in head and "Authorization" not in head
-    messages = ChatClient("http://h:1/v1/messages", "k-123456", Timeouts(), api="messages", key_header="api-key")
+    messages = ApiClient("http://h:1/v1/messages", "k-123456", Timeouts(), api="messages", key_header="api-key")
     assert "api-key: k-123456\r\n" in _head(messages) and "anthropic-version:" in _head(messages)
     assert "x-api-key" not in _head(messages)
-    bearer = ChatClient("http://h:1/v1/chat/completions", "k-123456", Timeouts())
+    bearer = ApiClient("http://h:1/v1/chat/completions", "k-123456", Timeouts())
     assert "Authorization: Bearer k-123456\r\n" in _head(bearer)
 
 
@@ -62,7 +64,7 @@ def _config_file(directory: Path, base_url: str, model: dict[str, str]) -> Path:
 def test_auth_header_is_a_model_key_checked_as_a_header_name(tmp_path: Path) -> None:
     config = load_config(_config_file(tmp_path, "http://h:1/v1?api-version=1", {"auth_header": "api-key"}))
     assert config.models[0].auth_header == "api-key"
-    assert config.models[0].chat_url == "http://h:1/v1/chat/completions?api-version=1"
+    assert config.models[0].url == "http://h:1/v1/chat/completions?api-version=1"
     with pytest.raises(UsageError, match="auth_header .* is not an HTTP header name"):
         load_config(_config_file(tmp_path, "http://h:1/v1", {"auth_header": "api key: x"}))
 
@@ -79,7 +81,7 @@ def test_auth_header_is_a_model_key_checked_as_a_header_name(tmp_path: Path) -> 
 def test_an_ipv6_literal_is_bracketed_in_host_and_connect(url: str, host: str, authority: str) -> None:
     endpoint = Endpoint.from_url(url)
     assert (endpoint.host_header, endpoint.authority) == (host, authority)
-    assert f"\r\nHost: {host}\r\n" in _head(ChatClient(url, None, Timeouts()))
+    assert f"\r\nHost: {host}\r\n" in _head(ApiClient(url, None, Timeouts()))
 
 
 def test_the_proxy_login_rides_on_plain_http_proxying_and_is_never_shown(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -87,17 +89,17 @@ def test_the_proxy_login_rides_on_plain_http_proxying_and_is_never_shown(monkeyp
     monkeypatch.setenv("HTTPS_PROXY", "http://alice:p%40ss-w0rd-1@proxy.example:3128")
     monkeypatch.delenv("NO_PROXY", raising=False)
     monkeypatch.delenv("no_proxy", raising=False)
-    plain = ChatClient("http://api.example/v1/chat/completions?v=1", None, Timeouts())
+    plain = ApiClient("http://api.example/v1/chat/completions?v=1", None, Timeouts())
     token = base64.b64encode(b"alice:p@ss-w0rd-1").decode()
     assert _head(plain).startswith("POST http://api.example/v1/chat/completions?v=1 HTTP/1.1\r\n")
     assert f"Proxy-Authorization: Basic {token}\r\n" in _head(plain)
     assert plain.endpoint.proxy == ("proxy.example", 3128)
     assert "p@ss" not in repr(plain.endpoint) and token not in repr(plain.endpoint)
-    tls = ChatClient("https://api.example/v1/chat/completions", None, Timeouts())
+    tls = ApiClient("https://api.example/v1/chat/completions", None, Timeouts())
     assert "Proxy-Authorization" not in _head(tls)  # through CONNECT only: the server never sees it
     assert tls.endpoint.proxy_auth == f"Proxy-Authorization: Basic {token}\r\n"
     assert "p@ss-w0rd-1" not in redact("proxy said p@ss-w0rd-1 and " + token)
-    direct = ChatClient("http://127.0.0.1:9/v1/chat/completions", None, Timeouts())
+    direct = ApiClient("http://127.0.0.1:9/v1/chat/completions", None, Timeouts())
     assert direct.endpoint.proxy is None and "Proxy-Authorization" not in _head(direct)
 
 

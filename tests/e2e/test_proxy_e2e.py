@@ -131,8 +131,8 @@ def test_connect_carries_the_login_and_a_refused_one_is_proxy_auth(
     _ns, url = target
     https = url.replace("http://", "https://") + "/v1/chat/completions"
     probe = (
-        "import sys; from attnload.client.chat import ChatClient, chat_body; from attnload.client.transport import "
-        "Timeouts; c = ChatClient(sys.argv[1], None, Timeouts(connect_s=5, total_s=10)); r = c.send(chat_body("
+        "import sys; from attnload.client.chat import ApiClient, chat_body; from attnload.client.transport import "
+        "Timeouts; c = ApiClient(sys.argv[1], None, Timeouts(connect_s=5, total_s=10)); r = c.send(chat_body("
         "'llama-3-70b', [{'role': 'user', 'content': 'hi'}], max_tokens=4, temperature=0), model_key='m', "
         "profile='p', stage=0); print(r.error, c.last_failure)"
     )

@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 from urllib.parse import parse_qsl
 
-from attnload.client.apis import request_body
+from attnload.apis import request_body
 from attnload.client.budget import max_events
-from attnload.client.chat import ChatClient
+from attnload.client.chat import ApiClient
 from attnload.client.classify import classify_status
 from attnload.client.proxy import proxy_refusal
 from attnload.client.transport import Timeouts
@@ -226,7 +226,7 @@ def raw_probe(
 ) -> Probe:
     """The same request through the load path's own client (and ``api``), so `attnload run` is known to work too
     (with an agent profile's ``tools`` array and ``tool_choice`` when given)."""
-    client = ChatClient(url, key, timeouts, api=api, key_header=access.key_header if access else None)
+    client = ApiClient(url, key, timeouts, api=api, key_header=access.key_header if access else None)
     try:
         record = client.send(
             request_body(

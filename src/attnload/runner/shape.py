@@ -13,13 +13,7 @@ from attnload.plan.options import env_value, exit_usage
 from attnload.runner.collector.fleet import stop_users
 from attnload.runner.messages import StageMessage, send_stage
 from attnload.runner.runtime import Runtime
-from attnload.workload.shapes import (
-    ReplaySpec,
-    ShapeSpec,
-    SweepSpec,
-    parse_duration,
-    parse_shape,
-)
+from attnload.workload.shapes import ShapeSpec, parse_duration, parse_shape
 from attnload.workload.sweep import Slo, SweepPlan, SweepStage
 
 log = logging.getLogger(__name__)
@@ -70,7 +64,8 @@ class StagedShape(LoadTestShape):
         stage = self.spec.stage_at(elapsed_s)
         if stage is None:
             return None
-        if isinstance(self.spec, ReplaySpec) and elapsed_s >= self.spec.replay_s and runtime.state.replay_done():
+        replay = self.spec.replay
+        if replay is not None and elapsed_s >= replay.replay_s and runtime.state.replay_done():
             return None  # every line answered by every model: no need to wait out the drain allowance
         if stage.index != runtime.state.stage.index:
             rates = {m.key: stage.rate for m in runtime.state.config.models} if stage.rate is not None else None
@@ -149,5 +144,5 @@ def shape_class() -> type[LoadTestShape] | None:
     if spec is None:
         return None
     spawn_rate = env_value("spawn-rate")
-    base = SweepShape if isinstance(spec, SweepSpec) else StagedShape
+    base = SweepShape if spec.planned_live else StagedShape
     return type("AttnloadShape", (base,), {"spec": spec, "spawn_rate": float(spawn_rate) if spawn_rate else None})
