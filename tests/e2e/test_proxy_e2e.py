@@ -85,7 +85,14 @@ def _run(processes: Processes, tmp_path: Path, url: str, env: dict[str, str], na
     results = tmp_path / name
     run = processes.start(
         attnload("run", "-c", str(config), "--users", "2", "--duration", "6s", "--results", str(results))
-        + ["--metrics-port", str(free_port()), "--server-metrics", "off", "--requests-out", "requests.jsonl"],
+        + [
+            "--metrics-port",
+            str(free_port()),
+            "--server-metrics",
+            "off",
+            "--requests-out",
+            str(results / "requests.jsonl"),
+        ],
         env=env,
         name=name,
     )
