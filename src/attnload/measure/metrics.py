@@ -100,6 +100,16 @@ def read_sizes(itl_samples: Pairs) -> Pairs:
     return tuple((float(size), count) for size, count in sizes.items())
 
 
+def event_sizes(itl_samples: Pairs) -> Pairs:
+    """(tokens in one event, events of that size) of a stream after its first event: what each server
+    write carried, whether or not the client read several at once (a speculating server's verify step
+    sends 1 + accepted drafts in one event)."""
+    sizes: dict[int, int] = {}
+    for _, n in itl_samples:
+        sizes[n] = sizes.get(n, 0) + 1
+    return tuple((float(size), count) for size, count in sizes.items())
+
+
 @dataclass(frozen=True)
 class PanelText:
     """A metric's dashboard panels (one per percentile): the title and the description."""
@@ -153,6 +163,10 @@ def _positive_prompt(record: RequestRecord) -> float | None:
 
 def _reads(record: RequestRecord) -> Pairs:
     return read_sizes(record.itl_samples) if record.ttft_s is not None else ()
+
+
+def _events(record: RequestRecord) -> Pairs:
+    return event_sizes(record.itl_samples) if record.ttft_s is not None else ()
 
 
 METRICS: list[Metric] = [
@@ -241,10 +255,12 @@ METRICS: list[Metric] = [
     ),
     Metric("prompt", "prompt", take=_positive_prompt, unit="tokens"),
     Metric("read_tokens", "tokens per read", take_pairs=_reads, outcomes=ANSWERED, unit="tokens"),
+    Metric("event_tokens", "tokens per event", take_pairs=_events, outcomes=ANSWERED, unit="tokens"),
 ]
 """``lag``: open-loop dispatch lag (a stage's ``dispatch_lag_s``, the request log's ``dispatch_lag_s``);
 ``prompt``: prompt tokens of each successful request (a context ladder's measured size per stage);
-``read_tokens``: tokens per read of a stream (one sample per read, :func:`read_sizes`) — each
+``read_tokens``: tokens per read of a stream (one sample per read, :func:`read_sizes`); ``event_tokens``:
+tokens per streamed event after the first (``tokens_per_step``, :func:`event_sizes`) — each
 summarised by its own view, not a generic ``Summary``."""
 
 

@@ -99,6 +99,9 @@ class Totals(_Model):
     when none did. Shown beside ``reasoning_tokens``, never in its place."""
     tokens_per_read_p50: float | None = None
     """Median tokens the client found in one read of a stream (1: token by token); None: no stream read."""
+    tokens_per_step: float | None = None
+    """Mean tokens per streamed event after the first: what one decode step sends a stream when the server
+    writes each step as an event (1 + accepted drafts under speculative decoding); None: no stream read."""
 
     @model_validator(mode="before")
     @classmethod
@@ -220,6 +223,32 @@ class ServerBursts(_Model):
     """The burst size: median tokens per read."""
     note: str
     """What it means for the numbers: ITL shows the server's flush cadence."""
+    reason: Literal["flush", "speculation"] = "flush"
+    """``speculation``: the server's own counters show speculative decoding, whose verify steps send
+    1 + accepted drafts per write (ITL per token is the step's gap over its tokens)."""
+
+
+class PrefillInterference(_Model):
+    """``--shape interference:L``: what injected long prompts did to this model's decoders (docs/workloads.md)."""
+
+    prefill_tokens: int
+    """Prompt tokens of one injected request (the server's count where it reported usage)."""
+    injections: int = 0
+    itl_p50_baseline_s: float | None = None
+    """ITL p50 of the decode gaps that overlapped no injected prefill."""
+    itl_p50_during_s: float | None = None
+    """ITL during an injected prefill (from its send to its first token): the median over (decode stream,
+    window) pairs of the stream's mean ITL over its gaps overlapping the window."""
+    itl_max_during_s: float | None = None
+    ms_per_1k_prefill_tokens: float | None = None
+    """What one decode stream lost per injection (Σ of its gaps in the window − the baseline's), ms per 1000
+    injected prompt tokens: the wire's counterpart of ``attnload sim --explain``'s mixed-step stall."""
+    injected_ttft_p50_s: float | None = None
+    """TTFT p50 of the injected prompts: how long each window lasted."""
+    itl_timeline: list[tuple[float, float]] = []
+    """(seconds since the test began, mean decode ITL of the gaps ending in that half second): the report's chart."""
+    windows_s: list[tuple[float, float]] = []
+    """Each injected prefill's window (sent, first token), seconds since the test began."""
 
 
 class StartSpreadInfo(_Model):
@@ -306,6 +335,16 @@ class VerdictModel(_Model):
     users_per_gpu: float | None = None
     output_tokens_per_s_per_gpu: float | None = None
     usd_per_mtok_output: float | None = None
+    tokens_per_step: float | None = None
+    """Speculative decoding (the server's counters show it): the client's mean tokens per decode step."""
+    spec_acceptance_rate: float | None = None
+    """The server's per-token draft acceptance over the run (``server.spec_decode.acceptance_rate``)."""
+    itl_p50_s: float | None = None
+    """With speculation: ITL per token, p50, over the run."""
+    baseline: str | None = None
+    """The entry with the same model id that did not speculate, when both were run."""
+    itl_speedup: float | None = None
+    """The baseline's ITL p50 ÷ this model's: what speculation bought per token."""
 
 
 class Verdict(_Model):
@@ -346,6 +385,8 @@ class ModelSummary(Totals):
     """Set when the server's reasoning count disagrees with the streamed one: both numbers, in words."""
     server_bursts: ServerBursts | None = None
     """Over the whole run: the server wrote several events per read while the client kept up."""
+    prefill_interference: PrefillInterference | None = None
+    """``--shape interference:L``: decode ITL without and during injected prefills; None for other shapes."""
     start_spread: StartSpreadInfo | None = None
     """An unstaged closed-loop run: how its users were started (a staged run says it per stage)."""
     target: str = ""

@@ -16,7 +16,13 @@ from attnload.measure.histogram import LogHistogram
 from attnload.measure.looplag import behind_reason
 from attnload.measure.metrics import METRICS
 from attnload.measure.recorder import Recorder, Series
-from attnload.results.bursts import MIN_ITL_SAMPLES_RUN, client_behind, itl_collapsed, tokens_per_read_p50
+from attnload.results.bursts import (
+    MIN_ITL_SAMPLES_RUN,
+    client_behind,
+    itl_collapsed,
+    tokens_per_read_p50,
+    tokens_per_step,
+)
 from attnload.results.ladder import context_scaling, decode_speed
 from attnload.results.model import ClientInfo, ModelSummary, Requests, Results, StageSummary, Summary, Totals
 from attnload.results.reasoning import reasoning_fields, reasoning_note
@@ -114,6 +120,7 @@ def totals(series: Series, duration_s: float, slo_set: bool) -> dict[str, Any]:
         "goodput_rps": counts.get("good", 0) / duration_s if slo_set else None,
         **reasoning_fields(counts),
         "tokens_per_read_p50": tokens_per_read_p50(series),
+        "tokens_per_step": tokens_per_step(series),
     }
 
 
