@@ -59,6 +59,8 @@ class _SeedModel(StrictModel):
     gpu_hour_usd: float | None = Field(default=None, ge=0, le=1e6)
     price_per_mtok: Price | None = None
     api: str = "chat"
+    gpu_type: str | None = Field(default=None, pattern=r"^[a-z0-9][a-z0-9_-]{0,31}$")
+    memory_bandwidth_gbps: float | None = Field(default=None, gt=0, le=1e6)
 
     _attention = field_validator("attention")(lambda v: parse_attention(v))
     _api = field_validator("api")(lambda v: check_api(v))
@@ -263,6 +265,8 @@ def _targets(models: Mapping[str, _SeedModel], base_url: str, api_key_env: str |
                 gpu_hour_usd=raw.gpu_hour_usd,
                 price_per_mtok=raw.price_per_mtok,
                 api=raw.api,
+                gpu_type=raw.gpu_type,
+                memory_bandwidth_gbps=raw.memory_bandwidth_gbps,
             )
         )
     return tuple(targets)

@@ -90,6 +90,11 @@ class ModelTarget(StrictModel):
     api: str = "chat"
     """The API requests go through: ``chat``, ``completions``, ``responses`` or ``messages``; ``chat_url``
     is then that API's endpoint (``.../v1/completions``, ``.../v1/responses``, ``.../v1/messages``)."""
+    gpu_type: str | None = None
+    """The GPU serving it, as a simulator GPU preset name (``h200``): its memory bandwidth turns the decode
+    fit's slope into KV bytes read per token (``kv_read``, docs/microscope.md)."""
+    memory_bandwidth_gbps: float | None = Field(default=None, gt=0, le=1e6)
+    """The GPU's memory bandwidth in GB/s (decimal), when it is no preset; wins over ``gpu_type``."""
 
     def api_key(self) -> str | None:
         """The key from the environment (never from a file); registered for redaction."""

@@ -41,9 +41,10 @@ from attnload.plan.writable import check_outputs
 from attnload.results.model import Results, load_results
 from attnload.results.requests_file import requests_out_path
 from attnload.results.write import fallback_dir
-from attnload.workload.ladder import check_ladder
+from attnload.workload.ladder import check_decode, check_ladder
 from attnload.workload.shapes import (
     ContextSpec,
+    DecodeSpec,
     ReplaySpec,
     ShapeSpec,
     SweepSpec,
@@ -122,6 +123,8 @@ def plan_from_args(args: argparse.Namespace, config_path: Path) -> LoadPlan:
     check_traffic(config, chosen)
     if isinstance(shape, ContextSpec):
         check_ladder(config, shape.contexts, chosen)
+    if isinstance(shape, DecodeSpec):
+        check_decode(config, shape.start, shape.end, chosen)
     paired = bool(getattr(args, "paired", False))
     if paired and len(config.models) < 2:
         raise UsageError("--paired compares models prompt by prompt: the config needs at least two models")
@@ -195,13 +198,15 @@ def _shape_from_args(args: argparse.Namespace, config: TestConfig) -> ShapeSpec:
     shape_text = args.shape or config.shape
     if shape_text:
         shape = parse_shape(shape_text, stage_s, getattr(args, "replay_speed", None))
-        if users is not None and not isinstance(shape, ContextSpec):
+        if users is not None and not isinstance(shape, ContextSpec | DecodeSpec):
             raise UsageError("--users and --shape both set the user count: pass one of them")
-        if users is not None and isinstance(shape, ContextSpec):
+        if users is not None and isinstance(shape, ContextSpec | DecodeSpec):
             shape = shape.with_users(users)
     else:
         if users is not None and len(users) > 1:
-            raise UsageError(f"--users {users_text}: a list of users needs --shape context:LIST (a grid); give one")
+            raise UsageError(
+                f"--users {users_text}: a list of users needs --shape context:LIST (a grid) or decode:A-B; give one"
+            )
         duration = parse_duration(args.duration or DEFAULT_DURATION, "--duration")
         shape = parse_shape(f"concurrency:{users[0] if users else 8}", duration)
     return shape

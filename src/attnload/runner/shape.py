@@ -143,11 +143,40 @@ class SweepShape(StagedShape):
         self._enter(runtime, self._index, stage.users, None, stage.rates_rps)
 
 
+class LockstepShape(StagedShape):
+    """A decode sweep's stages: each begins when the previous one's answers are all in (or its
+    ``--stage-duration`` is spent), so every batch starts together and decodes in lockstep."""
+
+    _index = -1
+    _started_s = 0.0
+
+    def _tick(self) -> tuple[int, float] | None:
+        runtime = self._runtime()
+        if runtime is None:
+            return None
+        now_s = self.get_run_time()
+        stages = self.spec.stages
+        index = self._index
+        if index < 0 or now_s - self._started_s >= self.spec.stage_duration_s or self._answered(runtime, index):
+            index += 1
+            if index >= len(stages):
+                return None
+            self._index, self._started_s = index, now_s
+            stage = stages[index]
+            log.info("decode sweep stage %d: %s users", index, stage.users)
+            self._enter(runtime, index, stage.users, None, None)
+        return self._users(stages[index].users)
+
+    def _answered(self, runtime: Runtime, index: int) -> bool:
+        users = self.spec.stages[index].users or 0
+        return runtime.state.stage_answered(index, users)
+
+
 def shape_class() -> type[LoadTestShape] | None:
     """A ``LoadTestShape`` subclass for ``ATTNLOAD_SHAPE``, or None (Locust's own controls)."""
     spec = shape_spec_from_env()
     if spec is None:
         return None
     spawn_rate = env_value("spawn-rate")
-    base = SweepShape if isinstance(spec, SweepSpec) else StagedShape
+    base = SweepShape if isinstance(spec, SweepSpec) else LockstepShape if spec.lockstep else StagedShape
     return type("AttnloadShape", (base,), {"spec": spec, "spawn_rate": float(spawn_rate) if spawn_rate else None})

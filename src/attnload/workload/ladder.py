@@ -29,12 +29,13 @@ def _nominal(count: Distribution) -> int:
     return int(count.value or count.mean or (count.min + count.max) / 2)
 
 
-def rung_profile(profile: Profile, context: int, default_max_tokens: int) -> Profile:
-    """``profile`` at a rung: prompt of ``context`` tokens, output pinned (``max_tokens`` + ``ignore_eos``)."""
+def rung_profile(profile: Profile, context: int, default_max_tokens: int, output: int | None = None) -> Profile:
+    """``profile`` at a rung: prompt of ``context`` tokens, output pinned (``max_tokens`` + ``ignore_eos``) to
+    ``output`` when given (a decode sweep's), else to the profile's length."""
     return profile.model_copy(
         update={
             "prompt_tokens": context,
-            "max_tokens": pinned_max_tokens(profile, default_max_tokens),
+            "max_tokens": output if output is not None else pinned_max_tokens(profile, default_max_tokens),
             "ignore_eos": True,
         }
     )
@@ -56,4 +57,20 @@ def check_ladder(config: TestConfig, contexts: Sequence[int], profiles: Sequence
             raise UsageError(
                 f"profile {profile.name!r} is a conversation or dataset: a context ladder sizes single prompts; "
                 "pick another profile with --profile"
+            )
+
+
+def check_decode(config: TestConfig, start: int, end: int, profiles: Sequence[Profile] | None = None) -> None:
+    """Refuse, before anything is sent, a decode sweep whose end is over a model's ``max_context``."""
+    for target in config.models:
+        if target.max_context is not None and end > target.max_context:
+            raise UsageError(
+                f"decode sweep end {end:,} tokens exceeds model {target.key}'s max_context {target.max_context:,}: "
+                "lower the end (decode:START-END) or raise max_context"
+            )
+    for profile in list(profiles) if profiles else list(config.profiles):
+        if profile.conversational:
+            raise UsageError(
+                f"profile {profile.name!r} is a conversation or dataset: a decode sweep sizes single prompts "
+                f"({start:,} tokens); pick another profile with --profile"
             )

@@ -1,6 +1,7 @@
 """Load shapes: ``concurrency:1,8,64`` (closed-loop users per stage), ``rate:0.5,1`` (open loop),
-``context:1k,16k`` (a context ladder: one prompt length per stage, optionally times a ``--users`` list)
-and ``sweep`` (an adaptive capacity study, planned stage by stage in ``sweep.py``).
+``context:1k,16k`` (a context ladder: one prompt length per stage, optionally times a ``--users`` list),
+``decode:1k-32k`` (a decode sweep: one lockstep batch per ``--users`` value, docs/microscope.md) and
+``sweep`` (an adaptive capacity study, planned stage by stage in ``sweep.py``).
 
 A shape is parsed once into :class:`ShapeSpec` (bad specs are one-line usage errors);
 ``stage_at(elapsed_s)`` says which stage a moment belongs to. Locust's ``LoadTestShape``
@@ -51,6 +52,18 @@ class Stage:
     rate: float | None = None
     context: int | None = None
     """A context ladder's rung: every prompt of the stage has this many tokens (None: the profiles decide)."""
+    decode: tuple[int, int] | None = None
+    """A decode sweep's (prompt tokens, tokens reached at the answer's end); None for other shapes."""
+
+    @property
+    def prompt_tokens(self) -> int | None:
+        """The prompt length every request of the stage has (a ladder's rung, a decode sweep's start)."""
+        return self.decode[0] if self.decode is not None else self.context
+
+    @property
+    def output_tokens(self) -> int | None:
+        """The pinned answer length a decode sweep asks for (None: the profile's)."""
+        return self.decode[1] - self.decode[0] if self.decode is not None else None
 
 
 SWEEP_DEFAULT_MAX_USERS = 256
@@ -63,6 +76,9 @@ class StagedSpec:
 
     kind: ClassVar[str]
     open_loop: ClassVar[bool] = False
+    lockstep: ClassVar[bool] = False
+    """Every user of a stage sends one request at once (no start spread) and the stage ends when all are
+    answered, or at ``stage_duration_s`` (a decode sweep)."""
     levels: tuple[float, ...]
     stage_duration_s: float
 
@@ -334,22 +350,77 @@ class ContextSpec(StagedSpec):
         return cls(levels=tuple(contexts), stage_duration_s=stage_duration_s, users=users)
 
 
-ShapeSpec = ConcurrencySpec | RateSpec | SweepSpec | ReplaySpec | ContextSpec
+@dataclass(frozen=True)
+class DecodeSpec(StagedSpec):
+    """``decode:1k-32k``: a decode sweep. Every user of a model sends one request at once, with a prompt of the
+    first length and an answer pinned to reach the second (``max_tokens`` + ``ignore_eos``/``min_tokens``), so the
+    batch decodes in lockstep from one context to the other; the stage ends when every answer is in (at most
+    ``stage_duration_s``). ``--users 1,8,32`` gives one stage per batch size. ``levels`` holds (start, end)."""
+
+    kind: ClassVar[str] = "decode"
+    lockstep: ClassVar[bool] = True
+    users: tuple[int, ...] = (DEFAULT_LADDER_USERS,)
+
+    @property
+    def start(self) -> int:
+        return int(self.levels[0])
+
+    @property
+    def end(self) -> int:
+        return int(self.levels[1])
+
+    @property
+    def stages(self) -> tuple[Stage, ...]:
+        d = self.stage_duration_s
+        span = (self.start, self.end)
+        return tuple(Stage(i, i * d, (i + 1) * d, users=u, decode=span) for i, u in enumerate(self.users))
+
+    @property
+    def peak_users(self) -> int:
+        return max(self.users)
+
+    @property
+    def duration_s(self) -> float:
+        return self.stage_duration_s * len(self.users)
+
+    def with_users(self, users: tuple[int, ...]) -> DecodeSpec:
+        return replace(self, users=users)
+
+    def to_text(self) -> str:
+        return f"decode:{self.start}-{self.end}{_USERS_SEP}{','.join(map(str, self.users))}"
+
+    @classmethod
+    def parse(cls, text: str, values: str, stage_duration_s: float) -> Self:
+        span, _sep, users_text = values.partition(_USERS_SEP)
+        first, dash, last = span.partition("-")
+        try:
+            start, end = parse_tokens(first), parse_tokens(last)
+        except (ValueError, IndexError):
+            raise UsageError(f"shape {text!r}: use decode:START-END in tokens, e.g. decode:1k-32k") from None
+        if not dash or not 1 <= start < end <= MAX_PROMPT_TOKENS:
+            raise UsageError(
+                f"shape {text!r}: START-END must rise, from 1 to {MAX_PROMPT_TOKENS:,} tokens, e.g. decode:1k-32k"
+            )
+        users = parse_users_list(users_text, f"shape {text!r} users") if users_text.strip() else (DEFAULT_LADDER_USERS,)
+        return cls(levels=(float(start), float(end)), stage_duration_s=stage_duration_s, users=users)
+
+
+ShapeSpec = ConcurrencySpec | RateSpec | SweepSpec | ReplaySpec | ContextSpec | DecodeSpec
 """A parsed shape: one class per kind (``kind`` is the tag), each with the same protocol."""
 SHAPE_KINDS: dict[str, type[ShapeSpec]] = {
-    cls.kind: cls for cls in (ConcurrencySpec, RateSpec, SweepSpec, ReplaySpec, ContextSpec)
+    cls.kind: cls for cls in (ConcurrencySpec, RateSpec, SweepSpec, ReplaySpec, ContextSpec, DecodeSpec)
 }
 
 
 def parse_shape(text: str, stage_duration_s: float, replay_speed: str | float | None = None) -> ShapeSpec:
-    """Parse ``concurrency:1,8,64``, ``rate:0.5,1,2``, ``context:1k,16k``, ``sweep[:CAP]`` or ``replay:PATH``
-    (at ``--replay-speed``); errors say what a valid spec looks like."""
+    """Parse ``concurrency:1,8,64``, ``rate:0.5,1,2``, ``context:1k,16k``, ``decode:1k-32k``, ``sweep[:CAP]`` or
+    ``replay:PATH`` (at ``--replay-speed``); errors say what a valid spec looks like."""
     kind, _colon, values = text.partition(":")
     spec_class = SHAPE_KINDS.get(kind.strip().lower())
     if spec_class is None:
         raise UsageError(
             f"unknown shape {text!r}: use concurrency:1,8,64 (users), rate:0.5,1,2 (req/s per model), "
-            "context:1k,16k (prompt tokens), sweep or replay:TRACE"
+            "context:1k,16k (prompt tokens), decode:1k-32k (a decode sweep), sweep or replay:TRACE"
         )
     return with_replay_speed(spec_class.parse(text, values, stage_duration_s), replay_speed)
 

@@ -24,6 +24,7 @@ from attnload.report.csvout import write_llm_csv
 from attnload.report.html import write_html
 from attnload.results.bursts import client_behind, with_server_bursts
 from attnload.results.fleet import FleetFaults, LostWorker, UnreportedTraffic
+from attnload.results.microscope.apply import with_microscope
 from attnload.results.model import Results
 from attnload.results.summarize import StageWindow, build_results, client_info, summary
 from attnload.results.write import write_final
@@ -263,6 +264,10 @@ class Collector:
             results, state.recorder, client_behind(self.cpu_max_ratio, self.throttled_max_ratio, loop_lag)
         )
         results = with_start_spread(results, state.options.start_spread, self.first_requests.combined())
+        lockstep = state.options.shape is not None and state.options.shape.lockstep
+        results = with_microscope(
+            results, state.config, state.recorder, lockstep=lockstep, gpu_bandwidth=state.gpu_bandwidth
+        )
         client = results.client.model_copy(update=self.health.client_fields(self.own_health()))
         update: dict[str, Any] = {"client": client, "interrupted": state.interrupted}
         if self.requests is not None:

@@ -33,6 +33,8 @@ from attnload.workload.shapes import ReplaySpec
 
 log = logging.getLogger(__name__)
 OPEN_LOOP_IDLE_S = 0.2
+LOCKSTEP_IDLE_S = 0.05
+"""How often a decode sweep's user that has sent its request looks for the next stage."""
 _OPEN_CONVERSATIONS = itertools.count(1)
 """Open-loop conversations started by this process (their ids in ``--requests-out``)."""
 _TOLD_TOOL_CHOICE: set[str] = set()
@@ -51,6 +53,8 @@ class ChatUser(User):
     wait_time = constant(0)
     _pilot: str | None = None
     """The pace key while this user is its model's pilot and has not sent yet (``startspread.py``)."""
+    _sent_stage = -1
+    """A lockstep stage (decode sweep) this user has sent its one request in."""
 
     def on_start(self) -> None:
         sender = self.environment.attnload.sender
@@ -90,6 +94,11 @@ class ChatUser(User):
         if state.stage.rates is not None:
             gevent.sleep(OPEN_LOOP_IDLE_S)  # an open-loop stage: the scheduler sends, users being stopped idle
             return
+        if state.options.shape is not None and state.options.shape.lockstep:
+            if self._sent_stage == state.stage.index:
+                gevent.sleep(LOCKSTEP_IDLE_S)  # one request per user and stage: wait for the next batch
+                return
+            self._sent_stage = state.stage.index
         if self._pilot is not None:
             self._pilot_request(self._pilot)
             return
