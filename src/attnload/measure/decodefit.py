@@ -14,9 +14,10 @@ whole rise a decode step shows over thousands of tokens) while their sum is exac
 the line unbiased and cuts that noise by the window's length, so the slope and r² describe the server.
 An answer's first window is left out: its gaps hold the steps that ran the other requests' prefills
 (a batch that starts together prefills together), which is prefill interference, not the step's
-growth with context. So is a window whose mean strays by more than 5 % from the last kept one's: a
-stall of the server or the client and the burst that follows it, which a mean would fold into the
-line (least squares weighs a 100 ms stall like a hundred ordinary gaps).
+growth with context. A window whose mean strays by more than 5 % from the last one's grows until it
+is back (at most four windows): a read that came late and the burst that caught up then fall in one
+window, whose mean is the server's again, where a window boundary between them would put a high and
+a low point into the line (least squares weighs a 100 ms stall like a hundred ordinary gaps).
 
 Beside the sums, a bounded sketch of the windows' ITL per position bin (8 bins per octave of position,
 ITL in 1 % buckets) gives the binned medians the report plots under the fitted line.
@@ -34,19 +35,22 @@ from attnload import native
 
 BINS_PER_OCTAVE = 8
 """Position bins per doubling of context: 1K–5K spans about 19 bins; 2^21 tokens at most ~170."""
-ITL_GAMMA = 1.005
-"""ITL bucket growth in the position sketch: a binned median is within 0.25 % of a window's mean."""
+ITL_GAMMA = 1.002
+"""ITL bucket growth in the position sketch: a binned median is within 0.1 % of a window's mean (MLA's whole
+rise from 1K to 5K tokens of context is 1.5 %)."""
 STRAY_RATIO = 1.05
-"""A window whose mean ITL is over this many times the last kept window's, or under it by as much, strays."""
+"""A window whose mean ITL is over this many times the last added window's, or under it by as much, strays."""
+STRAY_WINDOWS = 4
+"""A straying window grows to at most this many windows' tokens, then is added whatever its mean."""
 WINDOW_TOKENS = 32
 """Each token's ITL in the fit is the mean over its window of this many tokens (consecutive chunks)."""
 _LOG_ITL_GAMMA = math.log(ITL_GAMMA)
 _MIN_ITL_S = 1e-6
 _MAX_ITL_S = 1e3
-_KEY_SPAN = 8192
+_KEY_SPAN = 16384
 """key = position bin × span + (ITL bucket + offset): one flat dict of counts per series (the offset and
 span hold every bucket from ``_MIN_ITL_S`` to ``_MAX_ITL_S``)."""
-_ITL_OFFSET = 2816
+_ITL_OFFSET = 7168
 MIN_FIT_SAMPLES = 30
 """Fewer samples than this give no line (``DecodeFit.line`` returns None)."""
 
@@ -116,6 +120,26 @@ class DecodeFit:
             points.append((middle, median, total))
         return points
 
+    def median_line(self) -> tuple[float, float, float | None] | None:
+        """(slope in s per token, intercept in s, r²) of the least-squares line through the binned medians,
+        each weighted by its samples; None with fewer than three bins or samples than ``MIN_FIT_SAMPLES``.
+
+        Why beside :meth:`line`: a mean takes every stall the machine adds to the ITL, and a stall that
+        comes more often late in a run than early (a neighbour's load, the other model finishing) tilts
+        it; a median per position does not move with them."""
+        points = self.binned_medians()
+        total = sum(n for _x, _y, n in points)
+        if len(points) < 3 or total < MIN_FIT_SAMPLES:
+            return None
+        mx = sum(x * n for x, _y, n in points) / total
+        my = sum(y * n for _x, y, n in points) / total
+        sxx = sum(n * (x - mx) ** 2 for x, _y, n in points)
+        sxy = sum(n * (x - mx) * (y - my) for x, y, n in points)
+        syy = sum(n * (y - my) ** 2 for _x, y, n in points)
+        slope = sxy / sxx
+        r2 = max(0.0, min(1.0, sxy * sxy / (sxx * syy))) if syy > 0 else None
+        return slope, my - slope * mx, r2
+
     def to_wire(self) -> dict[str, Any]:
         return {
             "s": [self.n, self.sx, self.sy, self.sxx, self.sxy, self.syy, self.lo, self.hi, self.sequences],
@@ -135,8 +159,8 @@ def request_fit(prompt_tokens: int, completion_tokens: int, samples: tuple[tuple
     """One answer's contribution: its tokens at positions prompt + index, each with its window's mean ITL.
 
     The first chunk (timed by TTFT, no gap) holds the tokens the server counted beyond the samples (at
-    least one); the first sample's token follows it. The first window and stray windows are left out
-    (the module's docstring says why)."""
+    least one); the first sample's token follows it. The first window is left out and a straying window
+    grows (the module's docstring says why)."""
     fit = DecodeFit()
     fit.sequences = 1
     fast = native.active()
@@ -153,7 +177,7 @@ def request_fit(prompt_tokens: int, completion_tokens: int, samples: tuple[tuple
     position = prompt_tokens + max(completion_tokens - total, 1)
     first = position
     sums: list[Any] = [0, 0.0, 0.0, 0.0, 0.0, 0.0]
-    kept: list[float] = [0.0, 0, math.inf]  # the last kept window's mean, windows left out since, first kept position
+    kept: list[float] = [0.0, math.inf]  # the last added window's mean, the first added position
     window = [0, 0.0, 0.0, 0.0, position]  # tokens, gap, Σx, Σxx, first position
     for value, k in samples:
         window[0] += k
@@ -161,30 +185,34 @@ def request_fit(prompt_tokens: int, completion_tokens: int, samples: tuple[tuple
         window[2] += k * position + k * (k - 1) / 2.0
         window[3] += k * position * position + position * k * (k - 1) + (k - 1) * k * (2 * k - 1) / 6.0
         position += k
-        if window[0] >= WINDOW_TOKENS:
-            if window[4] != first:
-                _offer(sums, window, kept, fit.bins)
+        if window[0] >= WINDOW_TOKENS and (window[4] == first or _offer(sums, window, kept, fit.bins, False)):
             window = [0, 0.0, 0.0, 0.0, position]
     if window[0] and window[4] != first:
-        _offer(sums, window, kept, fit.bins)
+        _offer(sums, window, kept, fit.bins, True)
     fit.n, fit.sx, fit.sy, fit.sxx, fit.sxy, fit.syy = sums
-    fit.lo, fit.hi = float(kept[2]), float(position - 1)
+    fit.lo, fit.hi = float(kept[1]), float(position - 1)
     return fit
 
 
-def _offer(sums: list[Any], window: list[Any], kept: list[float], bins: dict[int, int]) -> None:
-    """Add one window's tokens to the sums, each at its position with the window's mean ITL, unless the mean
-    strays more than ``STRAY_RATIO`` times from the last kept window's (a stall or the burst after it; a third
-    stray window in a row is a new level and kept)."""
+def _offer(sums: list[Any], window: list[Any], kept: list[float], bins: dict[int, int], last_one: bool) -> bool:
+    """Add one window's tokens to the sums, each at its position with the window's mean ITL; True when added.
+
+    A window whose mean strays more than ``STRAY_RATIO`` times from the last added window's is not added
+    yet but grows (False), up to ``STRAY_WINDOWS`` windows or the answer's end: a late read and the burst that
+    catches up then fall in one window, whose mean is the server's again."""
     tokens, gap, sx, sxx, start = window
     mean = gap / tokens
     last = kept[0]
-    if last > 0.0 and kept[1] < 2 and (mean > last * STRAY_RATIO or mean * STRAY_RATIO < last):
-        kept[1] += 1
-        return
-    kept[0], kept[1] = mean, 0
-    if start < kept[2]:
-        kept[2] = start
+    if (
+        not last_one
+        and last > 0.0
+        and tokens < STRAY_WINDOWS * WINDOW_TOKENS
+        and (mean > last * STRAY_RATIO or mean * STRAY_RATIO < last)
+    ):
+        return False
+    kept[0] = mean
+    if start < kept[1]:
+        kept[1] = start
     sums[0] += tokens
     sums[1] += sx
     sums[2] += mean * tokens
@@ -194,3 +222,4 @@ def _offer(sums: list[Any], window: list[Any], kept: list[float], bins: dict[int
     key = math.floor(math.log2(start) * BINS_PER_OCTAVE) * _KEY_SPAN + _ITL_OFFSET
     key += math.floor(math.log(min(max(mean, _MIN_ITL_S), _MAX_ITL_S)) / _LOG_ITL_GAMMA)
     bins[key] = bins.get(key, 0) + tokens
+    return True

@@ -10,10 +10,11 @@
 #include <math.h>
 
 #define BINS_PER_OCTAVE 8
-#define KEY_SPAN 8192
-#define ITL_OFFSET 2816
+#define KEY_SPAN 16384
+#define ITL_OFFSET 7168
 #define MAX_ITL_S 1e3
 #define STRAY_RATIO 1.05
+#define STRAY_WINDOWS 4
 
 static int
 bump_bin(PyObject *bins, long long key, long long n)
@@ -45,9 +46,8 @@ bump_bin(PyObject *bins, long long key, long long n)
 typedef struct {
     long long n;
     double sx, sy, sxx, sxy, syy;
-    double last;          /* the last kept window's mean ITL (0: none yet) */
-    int strays;           /* windows left out since it */
-    long long first_kept; /* the first kept window's first position (-1: none) */
+    double last;          /* the last added window's mean ITL (0: none yet) */
+    long long first_kept; /* the first added window's first position (-1: none) */
 } Sums;
 
 typedef struct {
@@ -55,19 +55,18 @@ typedef struct {
     double gap, sx, sxx;
 } Window;
 
-/* _offer of decodefit.py: one window's tokens into the sums, each at its position with the window's mean,
- * unless the mean strays from the last kept window's. */
+/* _offer of decodefit.py: one window's tokens into the sums, each at its position with the window's mean;
+ * 1 when added, 0 when the window strays from the last added one's and grows instead, -1 on an error. */
 static int
-offer(Sums *sums, const Window *w, PyObject *bins, double min_value, double log_gamma)
+offer(Sums *sums, const Window *w, PyObject *bins, double min_value, double log_gamma, long long window_tokens,
+      int last_one)
 {
     double mean = w->gap / (double)w->tokens;
     double last = sums->last;
-    if (last > 0.0 && sums->strays < 2 && (mean > last * STRAY_RATIO || mean * STRAY_RATIO < last)) {
-        sums->strays += 1;
+    if (!last_one && last > 0.0 && w->tokens < STRAY_WINDOWS * window_tokens
+            && (mean > last * STRAY_RATIO || mean * STRAY_RATIO < last))
         return 0;
-    }
     sums->last = mean;
-    sums->strays = 0;
     if (sums->first_kept < 0 || w->first < sums->first_kept)
         sums->first_kept = w->first;
     sums->n += w->tokens;
@@ -80,7 +79,7 @@ offer(Sums *sums, const Window *w, PyObject *bins, double min_value, double log_
     clamped = clamped < MAX_ITL_S ? clamped : MAX_ITL_S;
     long long key = (long long)floor(log2((double)w->first) * BINS_PER_OCTAVE) * KEY_SPAN + ITL_OFFSET;
     key += (long long)floor(log(clamped) / log_gamma);
-    return bump_bin(bins, key, w->tokens);
+    return bump_bin(bins, key, w->tokens) < 0 ? -1 : 1;
 }
 
 /* fit_pairs(samples, prompt_tokens, completion_tokens, bins, window_tokens, min_value, log_gamma)
@@ -117,7 +116,7 @@ fit_pairs(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     }
     long long position = prompt + (completion - total > 1 ? completion - total : 1);
     long long first = position;
-    Sums sums = {0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0, -1};
+    Sums sums = {0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, -1};
     Window w = {0, position, 0.0, 0.0, 0.0};
     for (Py_ssize_t i = 0; i < size; i++) {
         PyObject *pair = PyTuple_GET_ITEM(samples, i);
@@ -129,12 +128,14 @@ fit_pairs(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         w.sxx += (double)(k * position * position + position * k * (k - 1)) + (double)((k - 1) * k * (2 * k - 1)) / 6.0;
         position += k;
         if (w.tokens >= window_tokens) {  /* the answer's first window (prefills) is left out */
-            if (w.first != first && offer(&sums, &w, bins, min_value, log_gamma) < 0)
+            int added = w.first == first ? 1 : offer(&sums, &w, bins, min_value, log_gamma, window_tokens, 0);
+            if (added < 0)
                 return NULL;
-            w = (Window){0, position, 0.0, 0.0, 0.0};
+            if (added)
+                w = (Window){0, position, 0.0, 0.0, 0.0};
         }
     }
-    if (w.tokens && w.first != first && offer(&sums, &w, bins, min_value, log_gamma) < 0)
+    if (w.tokens && w.first != first && offer(&sums, &w, bins, min_value, log_gamma, window_tokens, 1) < 0)
         return NULL;
     double lo = sums.first_kept < 0 ? INFINITY : (double)sums.first_kept;
     return Py_BuildValue("(Lddddddd)", sums.n, sums.sx, sums.sy, sums.sxx, sums.sxy, sums.syy, lo, (double)(position - 1));

@@ -125,6 +125,8 @@ def plan_from_args(args: argparse.Namespace, config_path: Path) -> LoadPlan:
         check_ladder(config, shape.contexts, chosen)
     if isinstance(shape, DecodeSpec):
         check_decode(config, shape.start, shape.end, chosen)
+    if shape.fixed_context is not None:  # a capacity probe: its one context is a ladder's rung
+        check_ladder(config, [shape.fixed_context], chosen)
     paired = bool(getattr(args, "paired", False))
     if paired and len(config.models) < 2:
         raise UsageError("--paired compares models prompt by prompt: the config needs at least two models")

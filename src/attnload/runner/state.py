@@ -106,7 +106,9 @@ class RunState:
         start_s = now - self.started_perf + self.options.warmup_s
         context = self.stage_context(index)
         planned = self.planned_stage(index)
-        self.workload.context = planned.prompt_tokens if planned is not None else None
+        shape = self.options.shape
+        fixed = shape.fixed_context if shape is not None else None
+        self.workload.context = planned.prompt_tokens if planned is not None else fixed
         self.workload.output = planned.output_tokens if planned is not None else None
         clock.windows.append(
             StageWindow(index, start_s, -1.0, users, rate, rates=dict(rates) if rates else None, context=context)

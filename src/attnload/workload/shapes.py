@@ -1,7 +1,8 @@
 """Load shapes: ``concurrency:1,8,64`` (closed-loop users per stage), ``rate:0.5,1`` (open loop),
 ``context:1k,16k`` (a context ladder: one prompt length per stage, optionally times a ``--users`` list),
-``decode:1k-32k`` (a decode sweep: one lockstep batch per ``--users`` value, docs/microscope.md) and
-``sweep`` (an adaptive capacity study, planned stage by stage in ``sweep.py``).
+``decode:1k-32k`` (a decode sweep: one lockstep batch per ``--users`` value, docs/microscope.md),
+``capacity:8k`` (a KV capacity probe, planned live) and ``sweep`` (an adaptive capacity study, planned
+stage by stage in ``sweep.py``).
 
 A shape is parsed once into :class:`ShapeSpec` (bad specs are one-line usage errors);
 ``stage_at(elapsed_s)`` says which stage a moment belongs to. Locust's ``LoadTestShape``
@@ -91,6 +92,11 @@ class StagedSpec:
     def peak_users(self) -> int:
         """Closed-loop users of the busiest stage (0 for open-loop and planned-live shapes)."""
         return 0
+
+    @property
+    def fixed_context(self) -> int | None:
+        """The prompt tokens of every stage of a shape planned live at one context (a capacity probe)."""
+        return None
 
     @property
     def duration_s(self) -> float:
@@ -405,10 +411,47 @@ class DecodeSpec(StagedSpec):
         return cls(levels=(float(start), float(end)), stage_duration_s=stage_duration_s, users=users)
 
 
-ShapeSpec = ConcurrencySpec | RateSpec | SweepSpec | ReplaySpec | ContextSpec | DecodeSpec
+CAPACITY_MAX_USERS = 256
+"""Per model: the capacity probe's doubling stops here at the latest."""
+CAPACITY_MAX_STAGES = 13
+"""Doubling from 1 to the cap (9 stages) and bisecting (4): the probe's longest run, in stages."""
+
+
+@dataclass(frozen=True)
+class CapacitySpec(StagedSpec):
+    """``capacity:8k``: a KV capacity probe. Closed-loop stages at one prompt length (output pinned), users per
+    model doubling from 1 and then bisecting until each model's knee (a full cache, a queue or preemptions on
+    its server; without a server view, TTFT p50 over twice the first stage's): planned live, stage by stage
+    (``runner/shape.py``, ``results/microscope/capacity.py``). ``levels`` holds the context."""
+
+    kind: ClassVar[str] = "capacity"
+
+    @property
+    def fixed_context(self) -> int | None:
+        return int(self.levels[0])
+
+    @property
+    def duration_s(self) -> float:
+        return self.stage_duration_s * CAPACITY_MAX_STAGES
+
+    def to_text(self) -> str:
+        return f"capacity:{int(self.levels[0])}"
+
+    @classmethod
+    def parse(cls, text: str, values: str, stage_duration_s: float) -> Self:
+        try:
+            tokens = parse_tokens(values)
+        except (ValueError, IndexError):
+            raise UsageError(f"shape {text!r}: use capacity:CONTEXT in tokens, e.g. capacity:8k") from None
+        if not 1 <= tokens <= MAX_PROMPT_TOKENS:
+            raise UsageError(f"shape {text!r}: the context must be from 1 to {MAX_PROMPT_TOKENS:,} tokens")
+        return cls(levels=(float(tokens),), stage_duration_s=stage_duration_s)
+
+
+ShapeSpec = ConcurrencySpec | RateSpec | SweepSpec | ReplaySpec | ContextSpec | DecodeSpec | CapacitySpec
 """A parsed shape: one class per kind (``kind`` is the tag), each with the same protocol."""
 SHAPE_KINDS: dict[str, type[ShapeSpec]] = {
-    cls.kind: cls for cls in (ConcurrencySpec, RateSpec, SweepSpec, ReplaySpec, ContextSpec, DecodeSpec)
+    cls.kind: cls for cls in (ConcurrencySpec, RateSpec, SweepSpec, ReplaySpec, ContextSpec, DecodeSpec, CapacitySpec)
 }
 
 
@@ -420,7 +463,8 @@ def parse_shape(text: str, stage_duration_s: float, replay_speed: str | float | 
     if spec_class is None:
         raise UsageError(
             f"unknown shape {text!r}: use concurrency:1,8,64 (users), rate:0.5,1,2 (req/s per model), "
-            "context:1k,16k (prompt tokens), decode:1k-32k (a decode sweep), sweep or replay:TRACE"
+            "context:1k,16k (prompt tokens), decode:1k-32k (a decode sweep), capacity:8k (a KV capacity probe), "
+            "sweep or replay:TRACE"
         )
     return with_replay_speed(spec_class.parse(text, values, stage_duration_s), replay_speed)
 

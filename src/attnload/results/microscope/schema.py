@@ -10,7 +10,10 @@ class _Frozen(BaseModel):
 
 
 class DecodeFitSummary(_Frozen):
-    """A least-squares line through a stage's (position, ITL) samples: the decode step against context."""
+    """A least-squares line of a stage's ITL against position: the decode step against context.
+
+    The line goes through the median ITL of each position bin (weighted by its samples); the plain
+    least-squares line through every sample, from the mergeable sums, is ``mean_slope_ms_per_1k``."""
 
     samples: int = 0
     slope_ms_per_1k: float | None = None
@@ -18,6 +21,9 @@ class DecodeFitSummary(_Frozen):
     intercept_ms: float | None = None
     """The line's ITL at position 0, ms."""
     r2: float | None = None
+    """How much of the binned medians' spread the line explains."""
+    mean_slope_ms_per_1k: float | None = None
+    """The least-squares slope through every sample (means: stalls of the client or server tilt it)."""
     positions: list[int] = []
     """[min, max] position (prompt tokens + the token's index in the answer) of the samples."""
     sequences: int = 0

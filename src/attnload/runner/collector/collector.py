@@ -264,9 +264,14 @@ class Collector:
             results, state.recorder, client_behind(self.cpu_max_ratio, self.throttled_max_ratio, loop_lag)
         )
         results = with_start_spread(results, state.options.start_spread, self.first_requests.combined())
-        lockstep = state.options.shape is not None and state.options.shape.lockstep
+        shape = state.options.shape
         results = with_microscope(
-            results, state.config, state.recorder, lockstep=lockstep, gpu_bandwidth=state.gpu_bandwidth
+            results,
+            state.config,
+            state.recorder,
+            lockstep=shape is not None and shape.lockstep,
+            gpu_bandwidth=state.gpu_bandwidth,
+            capacity_context=shape.fixed_context if shape is not None else None,
         )
         client = results.client.model_copy(update=self.health.client_fields(self.own_health()))
         update: dict[str, Any] = {"client": client, "interrupted": state.interrupted}
