@@ -12,9 +12,9 @@ window's chunks ÷ its tokens). Why: a read that comes late makes one gap long a
 single gaps carry the client's and server's timer jitter (milliseconds, on a busy machine more than the
 whole rise a decode step shows over thousands of tokens) while their sum is exact; a window's mean keeps
 the line unbiased and cuts that noise by the window's length, so the slope and r² describe the server.
-An answer's first window is left out: its gaps hold the steps that ran the other requests' prefills
-(a batch that starts together prefills together), which is prefill interference, not the step's
-growth with context. A window whose mean strays by more than 5 % from the last one's grows until it
+An answer's windows are left out until two in a row agree (it has settled): its first gaps hold the
+steps that ran the other requests' prefills (a batch that starts together prefills together), which
+is prefill interference, not the step's growth with context. A window whose mean strays by more than 5 % from the last one's grows until it
 is back (at most four windows): a read that came late and the burst that caught up then fall in one
 window, whose mean is the server's again, where a window boundary between them would put a high and
 a low point into the line (least squares weighs a 100 ms stall like a hundred ordinary gaps).
@@ -42,6 +42,9 @@ STRAY_RATIO = 1.05
 """A window whose mean ITL is over this many times the last added window's, or under it by as much, strays."""
 STRAY_WINDOWS = 4
 """A straying window grows to at most this many windows' tokens, then is added whatever its mean."""
+SETTLE_WINDOWS = 8
+"""An answer's windows are left out until two in a row agree, or this many were: its start holds the batch's
+prefills."""
 WINDOW_TOKENS = 32
 """Each token's ITL in the fit is the mean over its window of this many tokens (consecutive chunks)."""
 _LOG_ITL_GAMMA = math.log(ITL_GAMMA)
@@ -159,8 +162,8 @@ def request_fit(prompt_tokens: int, completion_tokens: int, samples: tuple[tuple
     """One answer's contribution: its tokens at positions prompt + index, each with its window's mean ITL.
 
     The first chunk (timed by TTFT, no gap) holds the tokens the server counted beyond the samples (at
-    least one); the first sample's token follows it. The first window is left out and a straying window
-    grows (the module's docstring says why)."""
+    least one); the first sample's token follows it. The windows before the answer settles are left out and
+    a straying window grows (the module's docstring says why)."""
     fit = DecodeFit()
     fit.sequences = 1
     fast = native.active()
@@ -175,9 +178,8 @@ def request_fit(prompt_tokens: int, completion_tokens: int, samples: tuple[tuple
     for _gap, k in samples:
         total += k
     position = prompt_tokens + max(completion_tokens - total, 1)
-    first = position
     sums: list[Any] = [0, 0.0, 0.0, 0.0, 0.0, 0.0]
-    kept: list[float] = [0.0, math.inf]  # the last added window's mean, the first added position
+    kept: list[float] = [0.0, math.inf, 0]  # the last window's mean, the first added position, windows settling
     window = [0, 0.0, 0.0, 0.0, position]  # tokens, gap, Σx, Σxx, first position
     for value, k in samples:
         window[0] += k
@@ -185,9 +187,9 @@ def request_fit(prompt_tokens: int, completion_tokens: int, samples: tuple[tuple
         window[2] += k * position + k * (k - 1) / 2.0
         window[3] += k * position * position + position * k * (k - 1) + (k - 1) * k * (2 * k - 1) / 6.0
         position += k
-        if window[0] >= WINDOW_TOKENS and (window[4] == first or _offer(sums, window, kept, fit.bins, False)):
+        if window[0] >= WINDOW_TOKENS and _offer(sums, window, kept, fit.bins, False):
             window = [0, 0.0, 0.0, 0.0, position]
-    if window[0] and window[4] != first:
+    if window[0]:
         _offer(sums, window, kept, fit.bins, True)
     fit.n, fit.sx, fit.sy, fit.sxx, fit.sxy, fit.syy = sums
     fit.lo, fit.hi = float(kept[1]), float(position - 1)
@@ -195,20 +197,23 @@ def request_fit(prompt_tokens: int, completion_tokens: int, samples: tuple[tuple
 
 
 def _offer(sums: list[Any], window: list[Any], kept: list[float], bins: dict[int, int], last_one: bool) -> bool:
-    """Add one window's tokens to the sums, each at its position with the window's mean ITL; True when added.
+    """Add one window's tokens to the sums, each at its position with the window's mean ITL; True when the
+    window is done with (added, or left out while the answer settles), False when it grows.
 
-    A window whose mean strays more than ``STRAY_RATIO`` times from the last added window's is not added
-    yet but grows (False), up to ``STRAY_WINDOWS`` windows or the answer's end: a late read and the burst that
-    catches up then fall in one window, whose mean is the server's again."""
+    Until two windows in a row agree within ``STRAY_RATIO`` (at most ``SETTLE_WINDOWS``) the answer has not
+    settled and its windows are left out. After that, a window whose mean strays from the last added one's
+    grows, up to ``STRAY_WINDOWS`` windows or the answer's end: a late read and the burst that catches up
+    then fall in one window, whose mean is the server's again."""
     tokens, gap, sx, sxx, start = window
     mean = gap / tokens
     last = kept[0]
-    if (
-        not last_one
-        and last > 0.0
-        and tokens < STRAY_WINDOWS * WINDOW_TOKENS
-        and (mean > last * STRAY_RATIO or mean * STRAY_RATIO < last)
-    ):
+    strays = mean > last * STRAY_RATIO or mean * STRAY_RATIO < last
+    if kept[2] >= 0:  # settling
+        if (last <= 0.0 or strays) and (last_one or kept[2] < SETTLE_WINDOWS):
+            kept[0], kept[2] = mean, kept[2] + 1
+            return True
+        kept[2] = -1
+    elif not last_one and tokens < STRAY_WINDOWS * WINDOW_TOKENS and strays:
         return False
     kept[0] = mean
     if start < kept[1]:

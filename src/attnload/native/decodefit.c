@@ -15,6 +15,7 @@
 #define MAX_ITL_S 1e3
 #define STRAY_RATIO 1.05
 #define STRAY_WINDOWS 4
+#define SETTLE_WINDOWS 8
 
 static int
 bump_bin(PyObject *bins, long long key, long long n)
@@ -48,6 +49,7 @@ typedef struct {
     double sx, sy, sxx, sxy, syy;
     double last;          /* the last added window's mean ITL (0: none yet) */
     long long first_kept; /* the first added window's first position (-1: none) */
+    int settling;         /* windows left out while the answer settles (-1: settled) */
 } Sums;
 
 typedef struct {
@@ -56,16 +58,24 @@ typedef struct {
 } Window;
 
 /* _offer of decodefit.py: one window's tokens into the sums, each at its position with the window's mean;
- * 1 when added, 0 when the window strays from the last added one's and grows instead, -1 on an error. */
+ * 1 when done with (added, or left out while the answer settles), 0 when it grows, -1 on an error. */
 static int
 offer(Sums *sums, const Window *w, PyObject *bins, double min_value, double log_gamma, long long window_tokens,
       int last_one)
 {
     double mean = w->gap / (double)w->tokens;
     double last = sums->last;
-    if (!last_one && last > 0.0 && w->tokens < STRAY_WINDOWS * window_tokens
-            && (mean > last * STRAY_RATIO || mean * STRAY_RATIO < last))
+    int strays = mean > last * STRAY_RATIO || mean * STRAY_RATIO < last;
+    if (sums->settling >= 0) {
+        if ((last <= 0.0 || strays) && (last_one || sums->settling < SETTLE_WINDOWS)) {
+            sums->last = mean;
+            sums->settling += 1;
+            return 1;
+        }
+        sums->settling = -1;
+    } else if (!last_one && w->tokens < STRAY_WINDOWS * window_tokens && strays) {
         return 0;
+    }
     sums->last = mean;
     if (sums->first_kept < 0 || w->first < sums->first_kept)
         sums->first_kept = w->first;
@@ -115,8 +125,7 @@ fit_pairs(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         total += k;
     }
     long long position = prompt + (completion - total > 1 ? completion - total : 1);
-    long long first = position;
-    Sums sums = {0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, -1};
+    Sums sums = {0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, -1, 0};
     Window w = {0, position, 0.0, 0.0, 0.0};
     for (Py_ssize_t i = 0; i < size; i++) {
         PyObject *pair = PyTuple_GET_ITEM(samples, i);
@@ -127,15 +136,15 @@ fit_pairs(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         w.sx += (double)(k * position) + (double)(k * (k - 1)) / 2.0;
         w.sxx += (double)(k * position * position + position * k * (k - 1)) + (double)((k - 1) * k * (2 * k - 1)) / 6.0;
         position += k;
-        if (w.tokens >= window_tokens) {  /* the answer's first window (prefills) is left out */
-            int added = w.first == first ? 1 : offer(&sums, &w, bins, min_value, log_gamma, window_tokens, 0);
-            if (added < 0)
+        if (w.tokens >= window_tokens) {
+            int done = offer(&sums, &w, bins, min_value, log_gamma, window_tokens, 0);
+            if (done < 0)
                 return NULL;
-            if (added)
+            if (done)
                 w = (Window){0, position, 0.0, 0.0, 0.0};
         }
     }
-    if (w.tokens && w.first != first && offer(&sums, &w, bins, min_value, log_gamma, window_tokens, 1) < 0)
+    if (w.tokens && offer(&sums, &w, bins, min_value, log_gamma, window_tokens, 1) < 0)
         return NULL;
     double lo = sums.first_kept < 0 ? INFINITY : (double)sums.first_kept;
     return Py_BuildValue("(Lddddddd)", sums.n, sums.sx, sums.sy, sums.sxx, sums.sxy, sums.syy, lo, (double)(position - 1));
