@@ -11,16 +11,17 @@ Each token's ITL is the mean over its window of ``WINDOW_TOKENS`` consecutive to
 window's chunks ÷ its tokens). Why: a read that comes late makes one gap long and the next short, so
 single gaps carry the client's and server's timer jitter (milliseconds, on a busy machine more than the
 whole rise a decode step shows over thousands of tokens) while their sum is exact; a window's mean keeps
-the line unbiased and cuts that noise by the window's length, so the slope and r² describe the server.
-An answer's windows are left out until two in a row agree (it has settled): its first gaps hold the
-steps that ran the other requests' prefills (a batch that starts together prefills together), which
-is prefill interference, not the step's growth with context. A window whose mean strays by more than 5 % from the last one's grows until it
-is back (at most four windows): a read that came late and the burst that caught up then fall in one
-window, whose mean is the server's again, where a window boundary between them would put a high and
-a low point into the line (least squares weighs a 100 ms stall like a hundred ordinary gaps).
+the line unbiased and cuts that noise by the window's length. An answer's windows are left out until two
+in a row agree (it has settled): its first gaps hold the steps that ran the other requests' prefills (a
+batch that starts together prefills together), which is prefill interference, not the step's growth
+with context. A window whose mean strays by more than 5 % from the last one's grows until it is back (at
+most four windows): a read that came late and the burst that caught up then fall in one window, whose
+mean is the server's again.
 
 Beside the sums, a bounded sketch of the windows' ITL per position bin (8 bins per octave of position,
-ITL in 1 % buckets) gives the binned medians the report plots under the fitted line.
+ITL in 0.2 % buckets) gives the binned medians: the report plots them, and the line through them is the
+slope ``decode_fit`` reports (:meth:`DecodeFit.median_line`), since a stall the server never caught up
+(a busy machine) moves a mean and not a median.
 
 With the C extension (native/decodefit.c) one request's sums and bins are made there, with the same
 float operations as :func:`request_fit`'s Python loop.

@@ -25,7 +25,7 @@ def fit_summary(fit: DecodeFit, cut: str | None = None) -> DecodeFitSummary | No
     slope, intercept, r2 = line
     mean_slope = round(mean_line[0] * 1e3 * TOKENS_PER_1K, 6) if mean_line is not None else None
     slope_ms = round(slope * 1e3 * TOKENS_PER_1K, 6)
-    note = cut
+    note: str | None = cut
     if mean_slope is not None and abs(mean_slope - slope_ms) > STALL_TILT * max(abs(slope_ms), 1e-9):
         tilt = (
             f"the mean line's slope ({mean_slope:.3f} ms per 1K) is {mean_slope / slope_ms:.1f}× the medians' "
