@@ -20,8 +20,8 @@ def fit_summary(fit: DecodeFit, cut: str | None = None) -> DecodeFitSummary | No
     line, mean_line = fit.median_line(), fit.line()
     base = DecodeFitSummary(samples=fit.n, positions=positions, sequences=fit.sequences, bins=bins)
     if line is None:
-        note = f"{fit.n} samples over positions {positions[0]:,}–{positions[1]:,}: too few or too narrow for a line"
-        return base.model_copy(update={"note": _join(note, cut)})
+        short = f"{fit.n} samples over positions {positions[0]:,}–{positions[1]:,}: too few or too narrow for a line"
+        return base.model_copy(update={"note": _join(short, cut)})
     slope, intercept, r2 = line
     mean_slope = round(mean_line[0] * 1e3 * TOKENS_PER_1K, 6) if mean_line is not None else None
     slope_ms = round(slope * 1e3 * TOKENS_PER_1K, 6)
