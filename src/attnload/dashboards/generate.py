@@ -5,8 +5,7 @@ and the quantile query shape; spelling them once keeps every panel on the metric
 of docs/design.md and makes the "every expr returns data" test possible (it reads the
 generated JSON, and :func:`expr_requirements` says what a query needs to show data).
 
-``python -m attnload.dashboards.generate`` rewrites the files; ``--check`` exits 1 on
-drift (the test suite does the same comparison).
+``python -m attnload.dashboards.generate`` rewrites the files; ``--check`` exits 1 on drift (as the tests do).
 
 Queries are plain PromQL over the master's series and the server's own (vLLM/SGLang
 names, which the simulator also exports), with no recording rules, so a dashboard works
@@ -38,6 +37,7 @@ from attnload.dashboards.panels import (
     Dashboard,
     Panel,
     Target,
+    decode_slope,
     expr_requirements,
     latency_pair,
     quantile,
@@ -107,6 +107,7 @@ def overview() -> Dashboard:
             "with a high p99 is the client-saturation signature: see the load generator health dashboard.",
         ),
         *latency_pair("TPOT", TPOT, "(end-to-end - TTFT) / (output tokens - 1), per request."),
+        decode_slope(),
         *latency_pair(
             "End-to-end request duration", E2E, "Whole request, from the intended send time in open-loop runs."
         ),

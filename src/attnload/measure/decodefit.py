@@ -144,6 +144,12 @@ class DecodeFit:
         r2 = max(0.0, min(1.0, sxy * sxy / (sxx * syy))) if syy > 0 else None
         return slope, my - slope * mx, r2
 
+    @property
+    def slope_ms_per_1k(self) -> float | None:
+        """The medians' line's slope in ms per 1K (1024) tokens of context (None: no line yet)."""
+        line = self.median_line()
+        return line[0] * 1e3 * 1024 if line is not None else None
+
     def to_wire(self) -> dict[str, Any]:
         return {
             "s": [self.n, self.sx, self.sy, self.sxx, self.sxy, self.syy, self.lo, self.hi, self.sequences],
