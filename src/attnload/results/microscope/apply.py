@@ -21,11 +21,11 @@ def with_microscope(
     *,
     lockstep: bool,
     gpu_bandwidth: BandwidthLookup = no_bandwidth,
-    capacity_context: int | None = None,
+    capacity_probe: tuple[int, int] | None = None,
 ) -> Results:
     """``results`` with each stage's ``decode_fit``; with ``lockstep`` (a decode sweep) each model's ``kv_read``
-    and the mechanism sentence at the head of the verdict; with ``capacity_context`` (a capacity probe) each
-    model's ``kv_capacity`` and its sentence."""
+    and the mechanism sentence at the head of the verdict; with ``capacity_probe`` (a capacity probe's context and
+    pinned output) each model's ``kv_capacity`` and its sentence."""
     targets = {t.key: t for t in config.models}
     models: list[ModelSummary] = []
     reads: dict[str, KvRead] = {}
@@ -43,8 +43,8 @@ def with_microscope(
             reads[model.key] = update["kv_read"] = kv_read(
                 targets[model.key], model.attention_info, fits, gpu_bandwidth
             )
-        if capacity_context is not None and model.key in targets:
-            capacity = probe_capacity(targets[model.key], model, capacity_context)
+        if capacity_probe is not None and model.key in targets:
+            capacity = probe_capacity(targets[model.key], model, *capacity_probe)
             capacities[model.key] = update["kv_capacity"] = capacity
         models.append(model.model_copy(update=update))
     verdict = results.verdict
@@ -54,12 +54,10 @@ def with_microscope(
     return results.model_copy(update={"models": models, "verdict": verdict})
 
 
-def probe_capacity(target: ModelTarget, model: ModelSummary, context: int) -> KvCapacity:
+def probe_capacity(target: ModelTarget, model: ModelSummary, context: int, output: int) -> KvCapacity:
     """A capacity probe's ``kv_capacity`` from the model's stages (each stage's knee judged as the probe did)."""
     first = model.stages[0].ttft_s.p50 if model.stages else None
     stages = [(s.users or 0, s.server, knee(s.server, s.ttft_s.p50, first)) for s in model.stages]
-    answered = [s for s in model.stages if s.requests.ok]
-    output = round(sum(s.completion_tokens for s in answered) / sum(s.requests.ok for s in answered)) if answered else 0
     predicted = model.attention_info.get("kv_capacity_tokens")
     gpus = gpu_count(target, model)[0]
     return kv_capacity(context, output, stages, gpus, int(predicted) if isinstance(predicted, int | float) else None)

@@ -15,6 +15,9 @@ from dataclasses import dataclass
 from attnload.results.microscope.schema import KvCapacity
 from attnload.scrape.summary import ServerSummary
 
+QUEUED_MEAN = 0.5
+"""Requests waiting, on average over the stage's scrapes, from which the server queues: a closed loop's next
+request may be caught waiting for an instant before the step that admits it (a mean near 0)."""
 FULL_CACHE = 0.98
 """A KV cache usage (0–1) at or over this is full."""
 TTFT_KNEE_RATIO = 2.0
@@ -26,7 +29,7 @@ BISECT_RATIO = 1.25
 def knee(server: ServerSummary | None, ttft_p50_s: float | None, first_ttft_p50_s: float | None) -> str | None:
     """Why a stage is past the model's capacity (None: it is not, or nothing says so)."""
     if server is not None and server.samples:
-        if (server.requests_waiting.max or 0) > 0:
+        if (server.requests_waiting.mean or 0) >= QUEUED_MEAN:
             return "requests waiting"
         if (server.preemptions or 0) > 0:
             return "preemptions"

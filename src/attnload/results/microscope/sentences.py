@@ -51,7 +51,8 @@ def capacity_sentence(capacities: dict[str, KvCapacity]) -> str | None:
     for key, cap in capacities.items():
         if cap.max_running is None:
             continue
-        text = f"{key} served {cap.max_running} sequences at once at {cap.context:,} tokens of context"
+        plural = "" if cap.max_running == 1 else "s"
+        text = f"{key} served {cap.max_running} sequence{plural} at once at {cap.context:,} tokens of context"
         if cap.kv_tokens is not None:
             text += f" ({cap.kv_tokens:,} KV tokens"
             text += f", {cap.per_gpu:,.0f} per GPU" if cap.per_gpu is not None else ""

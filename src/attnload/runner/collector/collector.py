@@ -38,6 +38,7 @@ from attnload.runner.sender.arrivalphase import FleetFirstRequests, with_start_s
 from attnload.runner.sender.sender import Sender
 from attnload.runner.sender.startspread import PilotBoard
 from attnload.runner.state import RunState
+from attnload.workload.ladder import pinned_max_tokens
 from attnload.workload.sweep import ModelStageStats
 
 log = logging.getLogger(__name__)
@@ -271,7 +272,7 @@ class Collector:
             state.recorder,
             lockstep=shape is not None and shape.lockstep,
             gpu_bandwidth=state.gpu_bandwidth,
-            capacity_context=shape.fixed_context if shape is not None else None,
+            capacity_probe=(shape.fixed_context, self._pinned_output()) if shape and shape.fixed_context else None,
         )
         client = results.client.model_copy(update=self.health.client_fields(self.own_health()))
         update: dict[str, Any] = {"client": client, "interrupted": state.interrupted}
@@ -279,6 +280,11 @@ class Collector:
             self.drain_requests()
             update["requests_out"] = self.requests.summary(final=not state.running)
         return results.model_copy(update=update)
+
+    def _pinned_output(self) -> int:
+        """The answer length a probe at one context pins (the longest of the profiles in use)."""
+        workload = self.state.workload
+        return max(pinned_max_tokens(p, workload.default_max_tokens) for p in workload.profiles)
 
     def _windows(self) -> list[StageWindow]:
         state = self.state
