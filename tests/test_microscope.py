@@ -16,10 +16,12 @@ from attnload.config.model import TestConfig as Config
 from attnload.errors import UsageError
 from attnload.measure.decodefit import WINDOW_TOKENS, DecodeFit, request_fit
 from attnload.measure.recorder import Recorder, RequestRecord
+from attnload.results.microscope.capacity import Bracket, knee, kv_capacity, next_users
 from attnload.results.microscope.fit import fit_summary, lockstep_cut
 from attnload.results.microscope.kvread import kv_read
 from attnload.results.microscope.schema import DecodeFitSummary, KvRead
 from attnload.results.microscope.sentences import mechanism_sentence
+from attnload.scrape.summary import ServerSummary
 from attnload.workload.ladder import check_decode
 from attnload.workload.prompts import Workload
 from attnload.workload.shapes import DecodeSpec, parse_shape
@@ -254,3 +256,63 @@ def test_gpu_type_and_bandwidth_keys_load_and_a_bad_one_names_the_key(tmp_path: 
     with pytest.raises(UsageError) as error:
         _config(tmp_path, m={"id": "x", "attention_type": "GQA", "memory_bandwidth_gbps": -1})
     assert "memory_bandwidth_gbps" in str(error.value)
+
+
+# ---------------------------------------------------------------------------- the capacity probe
+
+
+def _server(running: float, waiting_mean: float = 0.0, usage: float = 0.3) -> ServerSummary:
+    return ServerSummary.model_validate(
+        {
+            "source": "vllm",
+            "samples": 5,
+            "requests_running": {"mean": running, "max": running},
+            "requests_waiting": {"mean": waiting_mean, "max": waiting_mean},
+            "kv_cache_usage": {"mean": usage, "max": usage},
+            "preemptions": 0,
+        }
+    )
+
+
+def test_the_knee_is_a_queue_a_full_cache_or_preemptions_else_ttft_doubling() -> None:
+    assert knee(_server(4, waiting_mean=0.2), 0.3, 0.2) is None  # a closed loop's next request, caught waiting
+    assert knee(_server(17, waiting_mean=3.0), 0.3, 0.2) == "requests waiting"
+    assert knee(_server(17, usage=0.99), 0.3, 0.2) == "KV cache full"
+    assert knee(None, 0.5, 0.2) == "TTFT p50 over 2× the first stage's"  # no server view: the client's TTFT
+    assert knee(None, 0.3, 0.2) is None
+
+
+def test_users_double_then_bisect_the_widest_bracket() -> None:
+    brackets = {"gqa": Bracket(), "mla": Bracket()}
+    for users in (1, 2, 4, 8, 16):
+        for bracket in brackets.values():
+            bracket.note(users, None)
+        assert next_users(brackets, users, 256, 4) == users * 2
+    brackets["gqa"].note(32, "requests waiting")
+    assert next_users(brackets, 32, 256, 4) == 64  # mla has not shown its knee yet
+    brackets["mla"].note(64, "KV cache full")
+    brackets["mla"].note(32, None)
+    assert next_users(brackets, 64, 256, 4) == 23  # gqa's 16..32 and mla's 32..64 are as wide: the first
+    assert next_users(brackets, 64, 256, 0) is None  # no bisection left
+
+
+def test_kv_capacity_is_the_servers_running_at_the_knee() -> None:
+    stages = [(8, _server(8), None), (16, _server(16), None), (32, _server(17, 14.0, 0.98), "requests waiting")]
+    cap = kv_capacity(8192, 256, stages, 8, 2_882_816)
+    assert (cap.max_running, cap.kv_tokens, cap.per_gpu, cap.knee) == (17, 17 * 8448, 17 * 8448 / 8, "requests waiting")
+    assert cap.ratio == pytest.approx(17 * 8448 / 2_882_816, abs=1e-3)
+    client_only = kv_capacity(
+        8192, 256, [(8, None, None), (16, None, "TTFT p50 over 2× the first stage's")], None, None
+    )
+    assert client_only.max_running == 8 and client_only.per_gpu is None and "no server view" in (client_only.note or "")
+    assert "lower bound" in (kv_capacity(8192, 256, [(8, None, None)], 8, None).note or "")
+
+
+def test_capacity_shape_parses_one_context_and_plans_live() -> None:
+    spec = parse_shape("capacity:8k", 10.0)
+    assert spec.fixed_context == 8192 and spec.stages == () and not spec.lockstep
+    assert parse_shape(spec.to_text(), 10.0) == spec and spec.duration_s == 130.0
+    for bad in ("capacity:", "capacity:eight", "capacity:0"):
+        with pytest.raises(UsageError) as error:
+            parse_shape(bad, 10.0)
+        assert "capacity:" in str(error.value) and "\n" not in str(error.value)
