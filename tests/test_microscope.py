@@ -15,7 +15,8 @@ from attnload.config.load import load_config
 from attnload.config.model import TestConfig as Config
 from attnload.errors import UsageError
 from attnload.measure.decodefit import WINDOW_TOKENS, DecodeFit, request_fit
-from attnload.measure.recorder import Recorder, RequestRecord
+from attnload.measure.metrics import RequestRecord
+from attnload.measure.recorder import Recorder
 from attnload.results.microscope.capacity import Bracket, knee, kv_capacity, next_users
 from attnload.results.microscope.fit import fit_summary, lockstep_cut
 from attnload.results.microscope.kvread import kv_read
@@ -170,12 +171,12 @@ def test_a_cut_decode_stage_says_what_is_missing() -> None:
 
 def test_decode_shape_parses_a_span_and_a_users_grid() -> None:
     spec = parse_shape("decode:1k-5k", 60.0)
-    assert isinstance(spec, DecodeSpec) and (spec.start, spec.end) == (1024, 5120) and spec.lockstep
+    assert isinstance(spec, DecodeSpec) and spec.levels == (1024, 5120) and spec.lockstep and spec.sizes_prompts
     grid = spec.with_users((1, 8, 32))
-    assert [(s.users, s.prompt_tokens, s.output_tokens, s.context) for s in grid.stages] == [
-        (1, 1024, 4096, None),
-        (8, 1024, 4096, None),
-        (32, 1024, 4096, None),
+    assert [(s.users, s.decode, s.context) for s in grid.stages] == [
+        (1, (1024, 5120), None),  # no ladder rung: the results' context stays null
+        (8, (1024, 5120), None),
+        (32, (1024, 5120), None),
     ]
     assert grid.duration_s == 180.0 and grid.peak_users == 32
     assert parse_shape(grid.to_text(), 60.0) == grid  # what every Locust process reads back
@@ -190,8 +191,7 @@ def test_bad_decode_spans_are_one_line_usage_errors(text: str) -> None:
 
 def test_a_decode_stage_pins_prompt_and_output(tmp_path: Path) -> None:
     workload = Workload(_config(tmp_path))
-    stage = parse_shape("decode:2k-3k", 60.0).stages[0]
-    workload.context, workload.output = stage.prompt_tokens, stage.output_tokens
+    workload.context, workload.output = 2048, 1024  # what a decode:2k-3k stage sets
     plan = workload.next()
     assert (plan.max_tokens, plan.ignore_eos) == (1024, True)
 

@@ -12,9 +12,10 @@ import json
 from pathlib import Path
 from typing import Any, Final, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
+from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer, model_validator
 
 from attnload.errors import UsageError, validated
+from attnload.measure.metrics import METRICS
 from attnload.results.fleet import LostWorker, Partial, RefusedWorker, StalledWorker
 from attnload.results.microscope.schema import DecodeFitSummary, KvCapacity, KvRead
 from attnload.scrape.summary import GaugeSummary as GaugeSummary  # the results' types, built by scrape/
@@ -64,7 +65,14 @@ class Requests(_Model):
 
 
 class Totals(_Model):
-    """What one model (or one of its stages) did, with its latency summaries."""
+    """What one model (or one of its stages) did, with a :class:`Summary` per metric of the table.
+
+    Each metric's ``results_field`` (``measure.metrics``) is a field here; the ones that other modules
+    read by attribute are declared (typed), and the rest are kept as typed extras, written and read
+    like any field (``totals.summary_of(field)``)."""
+
+    model_config = ConfigDict(frozen=True, extra="allow")
+    __pydantic_extra__: dict[str, Summary] = Field(init=False)
 
     requests: Requests = Requests()
     errors: dict[str, int] = {}
@@ -83,8 +91,6 @@ class Totals(_Model):
     requests_per_s: float = 0.0
     goodput_rps: float | None = None
     """Requests/s that met every SLO in the config; None when the config sets no SLO."""
-    ttfat_s: Summary = Summary()
-    """Time to the first answer token (content after any reasoning); equal to TTFT without reasoning."""
     reasoning_tokens: int = 0
     """Output tokens streamed as reasoning deltas (a part of ``completion_tokens``), counted by the client."""
     reasoning_share: float | None = None
@@ -94,6 +100,27 @@ class Totals(_Model):
     when none did. Shown beside ``reasoning_tokens``, never in its place."""
     tokens_per_read_p50: float | None = None
     """Median tokens the client found in one read of a stream (1: token by token); None: no stream read."""
+    tokens_per_step: float | None = None
+    """Mean tokens per streamed event after the first: what one decode step sends a stream when the server
+    writes each step as an event (1 + accepted drafts under speculative decoding); None: no stream read."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _every_metric(cls, data: Any) -> Any:
+        """Every metric of the table has its summary (an empty one where none was given); unknown keys
+        that are not a metric's are dropped, as for every results object."""
+        if not isinstance(data, dict):
+            return data
+        fields = {m.results_field for m in METRICS if m.results_field is not None}
+        kept = {k: v for k, v in data.items() if k in cls.model_fields or k in fields}
+        for name in fields:
+            kept.setdefault(name, Summary())
+        return kept
+
+    def summary_of(self, field: str) -> Summary:
+        """The summary in ``field`` (a metric's ``results_field``), declared or not."""
+        value: Summary = getattr(self, field)
+        return value
 
 
 class PairedDiff(_Model):
@@ -197,6 +224,32 @@ class ServerBursts(_Model):
     """The burst size: median tokens per read."""
     note: str
     """What it means for the numbers: ITL shows the server's flush cadence."""
+    reason: Literal["flush", "speculation"] = "flush"
+    """``speculation``: the server's own counters show speculative decoding, whose verify steps send
+    1 + accepted drafts per write (ITL per token is the step's gap over its tokens)."""
+
+
+class PrefillInterference(_Model):
+    """``--shape interference:L``: what injected long prompts did to this model's decoders (docs/workloads.md)."""
+
+    prefill_tokens: int
+    """Prompt tokens of one injected request (the server's count where it reported usage)."""
+    injections: int = 0
+    itl_p50_baseline_s: float | None = None
+    """ITL p50 of the decode gaps that overlapped no injected prefill."""
+    itl_p50_during_s: float | None = None
+    """ITL during an injected prefill (from its send to its first token): the median over (decode stream,
+    window) pairs of the stream's mean ITL over its gaps overlapping the window."""
+    itl_max_during_s: float | None = None
+    ms_per_1k_prefill_tokens: float | None = None
+    """What one decode stream lost per injection (Σ of its gaps in the window − the baseline's), ms per 1000
+    injected prompt tokens: the wire's counterpart of ``attnload sim --explain``'s mixed-step stall."""
+    injected_ttft_p50_s: float | None = None
+    """TTFT p50 of the injected prompts: how long each window lasted."""
+    itl_timeline: list[tuple[float, float]] = []
+    """(seconds since the test began, mean decode ITL of the gaps ending in that half second): the report's chart."""
+    windows_s: list[tuple[float, float]] = []
+    """Each injected prefill's window (sent, first token), seconds since the test began."""
 
 
 class StartSpreadInfo(_Model):
@@ -285,6 +338,16 @@ class VerdictModel(_Model):
     users_per_gpu: float | None = None
     output_tokens_per_s_per_gpu: float | None = None
     usd_per_mtok_output: float | None = None
+    tokens_per_step: float | None = None
+    """Speculative decoding (the server's counters show it): the client's mean tokens per decode step."""
+    spec_acceptance_rate: float | None = None
+    """The server's per-token draft acceptance over the run (``server.spec_decode.acceptance_rate``)."""
+    itl_p50_s: float | None = None
+    """With speculation: ITL per token, p50, over the run."""
+    baseline: str | None = None
+    """The entry with the same model id that did not speculate, when both were run."""
+    itl_speedup: float | None = None
+    """The baseline's ITL p50 ÷ this model's: what speculation bought per token."""
 
 
 class Verdict(_Model):
@@ -325,6 +388,8 @@ class ModelSummary(Totals):
     """Set when the server's reasoning count disagrees with the streamed one: both numbers, in words."""
     server_bursts: ServerBursts | None = None
     """Over the whole run: the server wrote several events per read while the client kept up."""
+    prefill_interference: PrefillInterference | None = None
+    """``--shape interference:L``: decode ITL without and during injected prefills; None for other shapes."""
     start_spread: StartSpreadInfo | None = None
     """An unstaged closed-loop run: how its users were started (a staged run says it per stage)."""
     kv_read: KvRead | None = None

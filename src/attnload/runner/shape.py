@@ -17,9 +17,7 @@ from attnload.runner.runtime import Runtime
 from attnload.workload.shapes import (
     CAPACITY_MAX_STAGES,
     CAPACITY_MAX_USERS,
-    ReplaySpec,
     ShapeSpec,
-    SweepSpec,
     parse_duration,
     parse_shape,
 )
@@ -73,7 +71,8 @@ class StagedShape(LoadTestShape):
         stage = self.spec.stage_at(elapsed_s)
         if stage is None:
             return None
-        if isinstance(self.spec, ReplaySpec) and elapsed_s >= self.spec.replay_s and runtime.state.replay_done():
+        replay = self.spec.replay
+        if replay is not None and elapsed_s >= replay.replay_s and runtime.state.replay_done():
             return None  # every line answered by every model: no need to wait out the drain allowance
         if stage.index != runtime.state.stage.index:
             rates = {m.key: stage.rate for m in runtime.state.config.models} if stage.rate is not None else None
@@ -231,10 +230,10 @@ def shape_class() -> type[LoadTestShape] | None:
         return None
     spawn_rate = env_value("spawn-rate")
     base: type[StagedShape] = StagedShape
-    if isinstance(spec, SweepSpec):
-        base = SweepShape
-    elif spec.fixed_context is not None:
+    if spec.fixed_context is not None:
         base = CapacityShape
+    elif spec.planned_live:
+        base = SweepShape
     elif spec.lockstep:
         base = LockstepShape
     return type("AttnloadShape", (base,), {"spec": spec, "spawn_rate": float(spawn_rate) if spawn_rate else None})

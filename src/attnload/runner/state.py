@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 from attnload.attention import BandwidthLookup, FactsLookup, no_bandwidth, no_facts
 from attnload.config.model import TestConfig
 from attnload.measure.context import ContextRecorder
+from attnload.measure.interference import InterferenceRecorder
 from attnload.measure.paired import PairedRecorder
 from attnload.measure.recorder import Recorder
 from attnload.plan.options import RunOptions
@@ -21,7 +22,7 @@ from attnload.results.summarize import StageWindow
 from attnload.workload.arrivals import stage_arrivals
 from attnload.workload.conversation import new_salt
 from attnload.workload.prompts import Workload
-from attnload.workload.shapes import ContextSpec, ReplaySpec, Stage
+from attnload.workload.shapes import Stage
 
 WARMUP_STAGE = -1
 """Stage tag of requests that started before the test or inside a stage's warm-up window."""
@@ -53,8 +54,11 @@ class RunState:
         self.recorder = Recorder()
         self.context = ContextRecorder()
         """Latency by turn and by prompt length, and open-loop send times (merged like the recorder)."""
+        self.interference = InterferenceRecorder()
+        """``--shape interference:L``: injected prefill windows and the decode gaps around them."""
         self.paired = PairedRecorder(config.models[0].key, seed=config.seed) if options.paired else None
-        self.workload = Workload(config, list(options.profiles) or None)
+        sized = options.shape is not None and options.shape.sizes_prompts
+        self.workload = Workload(config, list(options.profiles) or None, shape_sizes_prompts=sized)
         self.run_salt = new_salt()
         """One salt for the whole run (replayed prefixes are shared inside it); the master's wins."""
         self.stage = StageClock()
@@ -88,6 +92,7 @@ class RunState:
             self.paired.reset()
         self.started_at = time.time()
         self.started_perf = time.perf_counter()
+        self.interference.reset(self.started_perf)
         self.ended_at = None
         self.stage = StageClock()
         self.running = True
@@ -108,8 +113,9 @@ class RunState:
         planned = self.planned_stage(index)
         shape = self.options.shape
         fixed = shape.fixed_context if shape is not None else None
-        self.workload.context = planned.prompt_tokens if planned is not None else fixed
-        self.workload.output = planned.output_tokens if planned is not None else None
+        decode = planned.decode if planned is not None else None
+        self.workload.context = decode[0] if decode else planned.context if planned is not None else fixed
+        self.workload.output = decode[1] - decode[0] if decode else None
         clock.windows.append(
             StageWindow(index, start_s, -1.0, users, rate, rates=dict(rates) if rates else None, context=context)
         )
@@ -127,11 +133,9 @@ class RunState:
         return finished >= users * (len(self.config.models) if self.paired is not None else 1)
 
     def stage_context(self, index: int) -> int | None:
-        """A context ladder's rung at stage ``index`` (None for other shapes)."""
+        """A context ladder's rung at stage ``index`` (None for other shapes, whose stages set no context)."""
         shape = self.options.shape
-        if not isinstance(shape, ContextSpec):
-            return None
-        stages = shape.stages
+        stages = shape.stages if shape is not None else ()
         return stages[index].context if 0 <= index < len(stages) else None
 
     def end(self) -> bool:
@@ -149,19 +153,19 @@ class RunState:
     @property
     def trace_rate_per_s(self) -> float | None:
         """A replay's own arrival rate at its speed (None for other shapes)."""
-        shape = self.options.shape
-        return shape.arrival_rate_per_s * shape.speed if isinstance(shape, ReplaySpec) else None
+        replay = self.options.shape.replay if self.options.shape is not None else None
+        return replay.arrival_rate_per_s * replay.speed if replay is not None else None
 
     def replay_done(self) -> bool:
         """Replay: every trace line has an outcome for every model (the stage may end before its allowance)."""
-        shape = self.options.shape
-        if not isinstance(shape, ReplaySpec):
+        replay = self.options.shape.replay if self.options.shape is not None else None
+        if replay is None:
             return False
         counts = self.recorder.combined().counts
         finished = (
             counts.get("ok", 0) + counts.get("failed", 0) + counts.get("cancelled", 0) + counts.get("abandoned", 0)
         )
-        return finished >= shape.requests * len(self.config.models)
+        return finished >= replay.requests * len(self.config.models)
 
     @property
     def arrivals(self) -> str:

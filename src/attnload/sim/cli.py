@@ -252,6 +252,7 @@ def _configure_scheduler(parser: argparse.ArgumentParser) -> None:
         help="attention DP holds the dense MLPs, shared experts and lm_head whole in every group "
         "(default from --engine: off; trtllm on)",
     )
+    _configure_speculation(eng)
 
     eff = parser.add_argument_group("efficiency")
     eff.add_argument("--eff-gemm", type=_float_range(0, 1, low_open=True), default=d.eff_gemm)
@@ -274,6 +275,25 @@ def _configure_scheduler(parser: argparse.ArgumentParser) -> None:
         type=_float_range(0, 1, low_open=True),
         default=None,
         help="expert GEMM compute rate ÷ the dense GEMM rate (default from --engine: 1; trtllm 0.54)",
+    )
+
+
+def _configure_speculation(eng: argparse._ArgumentGroup) -> None:
+    d = _DEFAULTS
+    eng.add_argument(
+        "--spec-tokens",
+        type=_non_negative_int,
+        default=d.spec_tokens,
+        metavar="K",
+        help="speculative decoding: draft tokens verified per sequence per decode step; each step reads "
+        "weights and KV once for K+1 query tokens (default 0: off; roofline mode)",
+    )
+    eng.add_argument(
+        "--spec-acceptance",
+        type=_float_range(0, 1),
+        default=d.spec_acceptance,
+        metavar="A",
+        help="probability each draft token is accepted, stopping at the first rejection (default 0.7)",
     )
 
 
@@ -320,7 +340,8 @@ def _configure_offline(parser: argparse.ArgumentParser) -> None:
 def engine_config(args: argparse.Namespace) -> EngineConfig:
     """The flags as an :class:`EngineConfig` (the base every served model starts from): flags left
     unset take the ``--engine`` profile's value."""
-    fields: dict[str, Any] = {name: getattr(args, name) for name in EngineConfig.__dataclass_fields__}
+    flags = vars(args)
+    fields: dict[str, Any] = {name: flags[name] for name in EngineConfig.__dataclass_fields__}
     for name, value in engine_profile(fields["engine"]).items():
         if fields[name] is None:
             fields[name] = value

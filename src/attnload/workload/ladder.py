@@ -8,8 +8,10 @@ the shared estimator (which the simulator counts the same way).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
+from attnload.config.limits import MAX_USERS
 from attnload.config.model import Distribution, Profile, TestConfig
 from attnload.errors import UsageError
 
@@ -74,3 +76,24 @@ def check_decode(config: TestConfig, start: int, end: int, profiles: Sequence[Pr
                 f"profile {profile.name!r} is a conversation or dataset: a decode sweep sizes single prompts "
                 f"({start:,} tokens); pick another profile with --profile"
             )
+
+
+def parse_tokens(text: str) -> int:
+    """``1k`` → 1024, ``32K`` → 32768, ``1m`` → 1048576, ``1500`` → 1500; anything else raises ValueError."""
+    value = text.strip().lower()
+    scale = {"k": 1024, "m": 1024 * 1024}.get(value[-1:], 1)
+    number = float(value[:-1] if scale > 1 else value)
+    tokens = number * scale
+    if not math.isfinite(tokens) or tokens != int(tokens):
+        raise ValueError(text)
+    return int(tokens)
+
+
+def parse_users_list(text: str, what: str = "--users") -> tuple[int, ...]:
+    """``8`` or ``1,8,32``: closed-loop users (each from 1 to MAX_USERS)."""
+    users = []
+    for part in (p.strip() for p in str(text).split(",")):
+        if not part.isdigit() or not 1 <= int(part) <= MAX_USERS:
+            raise UsageError(f"{what} {text!r}: {part!r} must be a whole number of users from 1 to {MAX_USERS:,}")
+        users.append(int(part))
+    return tuple(users)

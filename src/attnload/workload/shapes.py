@@ -1,12 +1,17 @@
 """Load shapes: ``concurrency:1,8,64`` (closed-loop users per stage), ``rate:0.5,1`` (open loop),
 ``context:1k,16k`` (a context ladder: one prompt length per stage, optionally times a ``--users`` list),
-``decode:1k-32k`` (a decode sweep: one lockstep batch per ``--users`` value, docs/microscope.md),
-``capacity:8k`` (a KV capacity probe, planned live) and ``sweep`` (an adaptive capacity study, planned
-stage by stage in ``sweep.py``).
+``interference:16k`` (decode users while long prompts are injected among them), ``decode:1k-32k`` and
+``capacity:8k`` (the attention microscope's decode sweep and KV capacity probe) and ``sweep`` (an adaptive
+capacity study, planned stage by stage in ``sweep.py``).
 
 A shape is parsed once into :class:`ShapeSpec` (bad specs are one-line usage errors);
-``stage_at(elapsed_s)`` says which stage a moment belongs to. Locust's ``LoadTestShape``
-adapter lives in ``runner/shape.py``; this module has no Locust import so tests call it directly.
+``stage_at(elapsed_s)`` says which stage a moment belongs to. Each kind is one class that carries its
+behaviour: its texts (``usage``, ``flag_help``), what it checks of a run (``check_run``, ``with_users``,
+``with_speed``), whether it sizes its own prompts (``sizes_prompts``), whether its stages are planned live
+(``planned_live``) and what it replays (``replay``); the planner, the runner and the progress line ask the
+spec, never its class. Adding a kind is one class here and one entry in :data:`SHAPE_KINDS`. Locust's
+``LoadTestShape`` adapter lives in ``runner/shape.py``; this module has no Locust import so tests call it
+directly.
 """
 
 from __future__ import annotations
@@ -17,7 +22,9 @@ from dataclasses import dataclass, replace
 from typing import ClassVar, Self
 
 from attnload.config.limits import MAX_DURATION_S, MAX_PROMPT_TOKENS, MAX_RATE, MAX_USERS
+from attnload.config.model import Profile, TestConfig
 from attnload.errors import UsageError
+from attnload.workload.ladder import check_decode, check_ladder, parse_tokens, parse_users_list
 from attnload.workload.sessiontrace import is_session_trace, load_sessions
 from attnload.workload.trace import load_trace
 
@@ -56,16 +63,6 @@ class Stage:
     decode: tuple[int, int] | None = None
     """A decode sweep's (prompt tokens, tokens reached at the answer's end); None for other shapes."""
 
-    @property
-    def prompt_tokens(self) -> int | None:
-        """The prompt length every request of the stage has (a ladder's rung, a decode sweep's start)."""
-        return self.decode[0] if self.decode is not None else self.context
-
-    @property
-    def output_tokens(self) -> int | None:
-        """The pinned answer length a decode sweep asks for (None: the profile's)."""
-        return self.decode[1] - self.decode[0] if self.decode is not None else None
-
 
 SWEEP_DEFAULT_MAX_USERS = 256
 """Per model: the sweep's doubling probe stops here at the latest (2^8, so ≤ 9 probe stages)."""
@@ -76,12 +73,52 @@ class StagedSpec:
     """What every shape kind has: equal-length stages at ``levels``; ``kind`` tags the union."""
 
     kind: ClassVar[str]
+    usage: ClassVar[str]
+    """How the unknown-shape error names this kind (e.g. ``rate:0.5,1,2 (req/s per model)``)."""
+    flag_help: ClassVar[str]
+    """How ``--shape``'s help names this kind."""
     open_loop: ClassVar[bool] = False
+    takes_burstiness: ClassVar[bool] = False
+    """Its stages schedule open-loop arrivals whose law ``--burstiness`` sets."""
+    planned_live: ClassVar[bool] = False
+    """Its stages are decided during the run (no fixed ``stages``, no planned duration)."""
+    sizes_prompts: ClassVar[bool] = False
+    """It sets every prompt's length itself, so a profile needs no ``prompt``/``prompt_tokens``."""
     lockstep: ClassVar[bool] = False
-    """Every user of a stage sends one request at once (no start spread) and the stage ends when all are
-    answered, or at ``stage_duration_s`` (a decode sweep)."""
+    """Every user of a stage sends one request at once (no start spread); the stage ends when all are answered."""
     levels: tuple[float, ...]
     stage_duration_s: float
+
+    @property
+    def injected_prefill_tokens(self) -> int | None:
+        """The prompt length one extra sender per model injects among the decoders (None: it injects none)."""
+        return None
+
+    @property
+    def fixed_context(self) -> int | None:
+        """The prompt tokens of every stage of a shape planned live at one context (a capacity probe)."""
+        return None
+
+    @property
+    def replay(self) -> ReplaySpec | None:
+        """The trace this shape replays (None: it replays none; its requests come from the profiles)."""
+        return None
+
+    @property
+    def replay_speed(self) -> float | None:
+        """The speed-up handed to every process with the shape (None: not a replay)."""
+        return None
+
+    def check_run(self, config: TestConfig, profiles: list[Profile], paired: bool) -> None:
+        """Refuse, before any load, a run this shape cannot make of ``config`` (a one-line usage error)."""
+
+    def with_users(self, users: tuple[int, ...]) -> Self:
+        """This shape at ``--users``: only a shape without a user count of its own takes one."""
+        raise UsageError("--users and --shape both set the user count: pass one of them")
+
+    def with_speed(self, speed: float) -> Self:
+        """This shape at ``--replay-speed``: only a replay takes one."""
+        raise UsageError("--replay-speed applies to --shape replay:PATH only")
 
     @property
     def stages(self) -> tuple[Stage, ...]:
@@ -92,11 +129,6 @@ class StagedSpec:
     def peak_users(self) -> int:
         """Closed-loop users of the busiest stage (0 for open-loop and planned-live shapes)."""
         return 0
-
-    @property
-    def fixed_context(self) -> int | None:
-        """The prompt tokens of every stage of a shape planned live at one context (a capacity probe)."""
-        return None
 
     @property
     def duration_s(self) -> float:
@@ -139,6 +171,8 @@ class ConcurrencySpec(StagedSpec):
     """``concurrency:1,8,64``: closed-loop users per stage."""
 
     kind: ClassVar[str] = "concurrency"
+    usage: ClassVar[str] = "concurrency:1,8,64 (users)"
+    flag_help: ClassVar[str] = "concurrency:1,8,64 (users per stage)"
     level_meaning: ClassVar[str] = f"a whole number of users from 1 to {MAX_USERS:,}"
 
     @property
@@ -160,7 +194,10 @@ class RateSpec(StagedSpec):
     """``rate:0.5,1,2``: open-loop arrivals per stage (req/s per model)."""
 
     kind: ClassVar[str] = "rate"
+    usage: ClassVar[str] = "rate:0.5,1,2 (req/s per model)"
+    flag_help: ClassVar[str] = usage
     open_loop: ClassVar[bool] = True
+    takes_burstiness: ClassVar[bool] = True
     level_meaning: ClassVar[str] = f"a finite rate in req/s above 0 and at most {MAX_RATE:,.0f}"
 
     @staticmethod
@@ -179,6 +216,14 @@ class SweepSpec(StagedSpec):
     the per-model user cap of the probe (a power of two is natural)."""
 
     kind: ClassVar[str] = "sweep"
+    usage: ClassVar[str] = "sweep"
+    flag_help: ClassVar[str] = "sweep[:CAP]"
+    takes_burstiness: ClassVar[bool] = True
+    planned_live: ClassVar[bool] = True
+
+    def check_run(self, config: TestConfig, profiles: list[Profile], paired: bool) -> None:
+        if paired:
+            raise UsageError("--paired cannot run a sweep (each model gets its own rates there): drop one of them")
 
     @classmethod
     def parse(cls, text: str, values: str, stage_duration_s: float) -> Self:
@@ -213,6 +258,8 @@ class ReplaySpec(StagedSpec):
     """
 
     kind: ClassVar[str] = "replay"
+    usage: ClassVar[str] = "replay:TRACE"
+    flag_help: ClassVar[str] = usage
     open_loop: ClassVar[bool] = True
     path: str = ""
     span_s: float = 0.0
@@ -224,6 +271,14 @@ class ReplaySpec(StagedSpec):
     @property
     def speed(self) -> float:
         return self.levels[0]
+
+    @property
+    def replay(self) -> ReplaySpec:
+        return self
+
+    @property
+    def replay_speed(self) -> float:
+        return self.speed
 
     @property
     def replay_s(self) -> float:
@@ -244,7 +299,7 @@ class ReplaySpec(StagedSpec):
     def to_text(self) -> str:
         return f"replay:{self.path}"
 
-    def with_speed(self, speed: float) -> ReplaySpec:
+    def with_speed(self, speed: float) -> Self:
         if not speed > 0:
             raise UsageError(f"--replay-speed {speed:g}: must be above 0 (2 replays twice as fast)")
         return replace(self, levels=(float(speed),))
@@ -283,27 +338,6 @@ _USERS_SEP = ";users:"
 """How ``to_text`` carries a ladder's ``--users`` list to every Locust process (``ATTNLOAD_SHAPE``)."""
 
 
-def parse_tokens(text: str) -> int:
-    """``1k`` → 1024, ``32K`` → 32768, ``1m`` → 1048576, ``1500`` → 1500; anything else raises ValueError."""
-    value = text.strip().lower()
-    scale = {"k": 1024, "m": 1024 * 1024}.get(value[-1:], 1)
-    number = float(value[:-1] if scale > 1 else value)
-    tokens = number * scale
-    if not math.isfinite(tokens) or tokens != int(tokens):
-        raise ValueError(text)
-    return int(tokens)
-
-
-def parse_users_list(text: str, what: str = "--users") -> tuple[int, ...]:
-    """``8`` or ``1,8,32``: closed-loop users (each from 1 to MAX_USERS)."""
-    users = []
-    for part in (p.strip() for p in str(text).split(",")):
-        if not part.isdigit() or not 1 <= int(part) <= MAX_USERS:
-            raise UsageError(f"{what} {text!r}: {part!r} must be a whole number of users from 1 to {MAX_USERS:,}")
-        users.append(int(part))
-    return tuple(users)
-
-
 @dataclass(frozen=True)
 class ContextSpec(StagedSpec):
     """``context:1k,4k,16k``: a context ladder. Closed loop at the run's users; every request of a stage has a
@@ -311,6 +345,9 @@ class ContextSpec(StagedSpec):
     pair is a stage, contexts outer, users inner (``levels`` holds the contexts)."""
 
     kind: ClassVar[str] = "context"
+    usage: ClassVar[str] = "context:1k,16k (prompt tokens)"
+    flag_help: ClassVar[str] = "context:1k,16k (prompt tokens per stage; with --users 1,8 a grid)"
+    sizes_prompts: ClassVar[bool] = True
     users: tuple[int, ...] = (DEFAULT_LADDER_USERS,)
 
     @property
@@ -331,8 +368,11 @@ class ContextSpec(StagedSpec):
     def contexts(self) -> tuple[int, ...]:
         return tuple(int(c) for c in self.levels)
 
-    def with_users(self, users: tuple[int, ...]) -> ContextSpec:
+    def with_users(self, users: tuple[int, ...]) -> Self:
         return replace(self, users=users)
+
+    def check_run(self, config: TestConfig, profiles: list[Profile], paired: bool) -> None:
+        check_ladder(config, self.contexts, profiles)
 
     def to_text(self) -> str:
         return f"context:{','.join(str(c) for c in self.contexts)}{_USERS_SEP}{','.join(map(str, self.users))}"
@@ -356,29 +396,84 @@ class ContextSpec(StagedSpec):
         return cls(levels=tuple(contexts), stage_duration_s=stage_duration_s, users=users)
 
 
-@dataclass(frozen=True)
-class DecodeSpec(StagedSpec):
-    """``decode:1k-32k``: a decode sweep. Every user of a model sends one request at once, with a prompt of the
-    first length and an answer pinned to reach the second (``max_tokens`` + ``ignore_eos``/``min_tokens``), so the
-    batch decodes in lockstep from one context to the other; the stage ends when every answer is in (at most
-    ``stage_duration_s``). ``--users 1,8,32`` gives one stage per batch size. ``levels`` holds (start, end)."""
+DECODE_PROMPT_TOKENS = 128
+"""``interference:L``: the decode users' prompt (short: their own prefill must not be the interference)."""
+INJECT_EVERY_S = 5.0
+"""``interference:L``: the injector sends its next prompt this long after the previous one (or half of it
+after that one's first token, when its prefill took longer)."""
+DEFAULT_INTERFERENCE_USERS = 16
+"""``interference:L`` without ``--users``: decode users over all models (8 each of the default pair)."""
 
-    kind: ClassVar[str] = "decode"
-    lockstep: ClassVar[bool] = True
-    users: tuple[int, ...] = (DEFAULT_LADDER_USERS,)
+
+@dataclass(frozen=True)
+class InterferenceSpec(ContextSpec):
+    """``interference:16k``: one stage of decode users (short prompts, pinned answers: a one-rung context ladder
+    at ``DECODE_PROMPT_TOKENS``) while one extra sender per model injects a prompt of L tokens (answer of one
+    token) every ``INJECT_EVERY_S``; ``levels`` holds L (``measure/interference.py`` measures the stall)."""
+
+    kind: ClassVar[str] = "interference"
+    usage: ClassVar[str] = "interference:16k (prefills among decodes)"
+    flag_help: ClassVar[str] = "interference:16k (a prompt of that many tokens injected among decode users)"
+    users: tuple[int, ...] = (DEFAULT_INTERFERENCE_USERS,)
 
     @property
-    def start(self) -> int:
+    def injected_prefill_tokens(self) -> int:
         return int(self.levels[0])
 
     @property
-    def end(self) -> int:
-        return int(self.levels[1])
+    def contexts(self) -> tuple[int, ...]:
+        return (DECODE_PROMPT_TOKENS,)
 
     @property
     def stages(self) -> tuple[Stage, ...]:
         d = self.stage_duration_s
-        span = (self.start, self.end)
+        return (Stage(0, 0.0, d, users=self.users[0], context=DECODE_PROMPT_TOKENS),)
+
+    @property
+    def duration_s(self) -> float:
+        return self.stage_duration_s
+
+    def with_users(self, users: tuple[int, ...]) -> Self:
+        if len(users) != 1:
+            raise UsageError(f"interference:L runs one stage: give one --users value, not {len(users)}")
+        return replace(self, users=users)
+
+    def to_text(self) -> str:
+        return f"interference:{self.injected_prefill_tokens}{_USERS_SEP}{self.users[0]}"
+
+    @classmethod
+    def parse(cls, text: str, values: str, stage_duration_s: float) -> Self:
+        length, _sep, users_text = values.partition(_USERS_SEP)
+        try:
+            tokens = parse_tokens(length)
+        except (ValueError, IndexError):
+            raise UsageError(f"shape {text!r}: give the injected prompt's tokens, e.g. interference:16k") from None
+        if not 1 <= tokens <= MAX_PROMPT_TOKENS:
+            raise UsageError(f"shape {text!r}: the injected prompt must be from 1 to {MAX_PROMPT_TOKENS:,} tokens")
+        users = parse_users_list(users_text, f"shape {text!r} users") if users_text.strip() else None
+        return cls(
+            levels=(float(tokens),),
+            stage_duration_s=stage_duration_s,
+            users=users[:1] if users else (DEFAULT_INTERFERENCE_USERS,),
+        )
+
+
+@dataclass(frozen=True)
+class DecodeSpec(StagedSpec):
+    """``decode:1k-32k``: a decode sweep (docs/microscope.md). Every user of a model sends one request at once, a
+    prompt of the first length and an answer pinned to reach the second, so the batch decodes in lockstep; the
+    stage ends when every answer is in (at most ``stage_duration_s``). ``--users 1,8,32``: one stage per batch."""
+
+    kind: ClassVar[str] = "decode"
+    usage: ClassVar[str] = "decode:1k-32k (a decode sweep)"
+    flag_help: ClassVar[str] = "decode:1k-32k (one lockstep batch decoding from 1K to 32K; with --users 1,8 one each)"
+    sizes_prompts: ClassVar[bool] = True
+    lockstep: ClassVar[bool] = True
+    users: tuple[int, ...] = (DEFAULT_LADDER_USERS,)
+
+    @property
+    def stages(self) -> tuple[Stage, ...]:
+        d, span = self.stage_duration_s, (int(self.levels[0]), int(self.levels[1]))
         return tuple(Stage(i, i * d, (i + 1) * d, users=u, decode=span) for i, u in enumerate(self.users))
 
     @property
@@ -389,11 +484,14 @@ class DecodeSpec(StagedSpec):
     def duration_s(self) -> float:
         return self.stage_duration_s * len(self.users)
 
-    def with_users(self, users: tuple[int, ...]) -> DecodeSpec:
+    def with_users(self, users: tuple[int, ...]) -> Self:
         return replace(self, users=users)
 
+    def check_run(self, config: TestConfig, profiles: list[Profile], paired: bool) -> None:
+        check_decode(config, int(self.levels[0]), int(self.levels[1]), profiles)
+
     def to_text(self) -> str:
-        return f"decode:{self.start}-{self.end}{_USERS_SEP}{','.join(map(str, self.users))}"
+        return f"decode:{int(self.levels[0])}-{int(self.levels[1])}{_USERS_SEP}{','.join(map(str, self.users))}"
 
     @classmethod
     def parse(cls, text: str, values: str, stage_duration_s: float) -> Self:
@@ -404,38 +502,40 @@ class DecodeSpec(StagedSpec):
         except (ValueError, IndexError):
             raise UsageError(f"shape {text!r}: use decode:START-END in tokens, e.g. decode:1k-32k") from None
         if not dash or not 1 <= start < end <= MAX_PROMPT_TOKENS:
-            raise UsageError(
-                f"shape {text!r}: START-END must rise, from 1 to {MAX_PROMPT_TOKENS:,} tokens, e.g. decode:1k-32k"
-            )
+            raise UsageError(f"shape {text!r}: START-END must rise, 1 to {MAX_PROMPT_TOKENS:,} tokens: decode:1k-32k")
         users = parse_users_list(users_text, f"shape {text!r} users") if users_text.strip() else (DEFAULT_LADDER_USERS,)
         return cls(levels=(float(start), float(end)), stage_duration_s=stage_duration_s, users=users)
 
 
-CAPACITY_MAX_USERS = 256
-"""Per model: the capacity probe's doubling stops here at the latest."""
-CAPACITY_MAX_STAGES = 13
-"""Doubling from 1 to the cap (9 stages) and bisecting (4): the probe's longest run, in stages."""
+CAPACITY_MAX_USERS, CAPACITY_MAX_STAGES = 256, 13
+"""Per model, the capacity probe doubles users up to 256 (9 stages) and bisects 4 times: 13 stages at most."""
 
 
 @dataclass(frozen=True)
 class CapacitySpec(StagedSpec):
-    """``capacity:8k``: a KV capacity probe. Closed-loop stages at one prompt length (output pinned), users per
-    model doubling from 1 and then bisecting until each model's knee (a full cache, a queue or preemptions on
-    its server; without a server view, TTFT p50 over twice the first stage's): planned live, stage by stage
+    """``capacity:8k``: a KV capacity probe (docs/microscope.md). Closed-loop stages at one prompt length (output
+    pinned), users per model doubling from 1 and then bisecting until each model's knee; planned live
     (``runner/shape.py``, ``results/microscope/capacity.py``). ``levels`` holds the context."""
 
     kind: ClassVar[str] = "capacity"
+    usage: ClassVar[str] = "capacity:8k (a KV capacity probe)"
+    flag_help: ClassVar[str] = "capacity:8k (users doubling, then bisecting, to each model's KV capacity)"
+    sizes_prompts: ClassVar[bool] = True
+    planned_live: ClassVar[bool] = True
 
     @property
-    def fixed_context(self) -> int | None:
+    def fixed_context(self) -> int:
         return int(self.levels[0])
 
     @property
     def duration_s(self) -> float:
         return self.stage_duration_s * CAPACITY_MAX_STAGES
 
+    def check_run(self, config: TestConfig, profiles: list[Profile], paired: bool) -> None:
+        check_ladder(config, [self.fixed_context], profiles)
+
     def to_text(self) -> str:
-        return f"capacity:{int(self.levels[0])}"
+        return f"capacity:{self.fixed_context}"
 
     @classmethod
     def parse(cls, text: str, values: str, stage_duration_s: float) -> Self:
@@ -448,24 +548,37 @@ class CapacitySpec(StagedSpec):
         return cls(levels=(float(tokens),), stage_duration_s=stage_duration_s)
 
 
-ShapeSpec = ConcurrencySpec | RateSpec | SweepSpec | ReplaySpec | ContextSpec | DecodeSpec | CapacitySpec
+ShapeSpec = (
+    ConcurrencySpec | RateSpec | SweepSpec | ReplaySpec | ContextSpec | InterferenceSpec | DecodeSpec | CapacitySpec
+)
 """A parsed shape: one class per kind (``kind`` is the tag), each with the same protocol."""
 SHAPE_KINDS: dict[str, type[ShapeSpec]] = {
-    cls.kind: cls for cls in (ConcurrencySpec, RateSpec, SweepSpec, ReplaySpec, ContextSpec, DecodeSpec, CapacitySpec)
+    cls.kind: cls
+    for cls in (
+        ConcurrencySpec,
+        RateSpec,
+        ContextSpec,
+        InterferenceSpec,
+        DecodeSpec,
+        CapacitySpec,
+        SweepSpec,
+        ReplaySpec,
+    )
 }
+"""Every kind by its ``kind`` tag, in the order the help and error texts list them."""
+
+
+def _kinds_text(texts: list[str]) -> str:
+    return ", ".join(texts[:-1]) + " or " + texts[-1]
 
 
 def parse_shape(text: str, stage_duration_s: float, replay_speed: str | float | None = None) -> ShapeSpec:
-    """Parse ``concurrency:1,8,64``, ``rate:0.5,1,2``, ``context:1k,16k``, ``decode:1k-32k``, ``sweep[:CAP]`` or
-    ``replay:PATH`` (at ``--replay-speed``); errors say what a valid spec looks like."""
+    """Parse ``concurrency:1,8,64``, ``rate:0.5,1,2``, ``context:1k,16k``, ``sweep[:CAP]``, ``replay:PATH``
+    (at ``--replay-speed``), or any kind :data:`SHAPE_KINDS` holds; errors say what a valid spec looks like."""
     kind, _colon, values = text.partition(":")
     spec_class = SHAPE_KINDS.get(kind.strip().lower())
     if spec_class is None:
-        raise UsageError(
-            f"unknown shape {text!r}: use concurrency:1,8,64 (users), rate:0.5,1,2 (req/s per model), "
-            "context:1k,16k (prompt tokens), decode:1k-32k (a decode sweep), capacity:8k (a KV capacity probe), "
-            "sweep or replay:TRACE"
-        )
+        raise UsageError(f"unknown shape {text!r}: use {_kinds_text([k.usage for k in SHAPE_KINDS.values()])}")
     return with_replay_speed(spec_class.parse(text, values, stage_duration_s), replay_speed)
 
 
@@ -477,6 +590,9 @@ def with_replay_speed(spec: ShapeSpec, speed: str | float | None) -> ShapeSpec:
         value = float(speed)
     except ValueError:
         raise UsageError(f"--replay-speed {speed!r} is not a number: e.g. 2 (twice as fast) or 0.5") from None
-    if not isinstance(spec, ReplaySpec):
-        raise UsageError("--replay-speed applies to --shape replay:PATH only")
     return spec.with_speed(value)
+
+
+def shape_help() -> str:
+    """``--shape``'s help: every kind :data:`SHAPE_KINDS` knows."""
+    return _kinds_text([k.flag_help for k in SHAPE_KINDS.values()])

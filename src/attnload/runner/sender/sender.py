@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from typing import Protocol
 
 import gevent
 
@@ -30,6 +31,14 @@ from attnload.runner.sender.stallwatch import StallWatch
 from attnload.runner.sender.startspread import StartSpread
 from attnload.runner.state import RunState
 from attnload.workload.abandon import Abandoner
+
+
+class StageTask(Protocol):
+    """Something a sending process runs from a stage's start until the test stops (the injector)."""
+
+    def start(self, started_perf: float) -> None: ...
+
+    def stop(self) -> None: ...
 
 
 class Sender:
@@ -78,6 +87,8 @@ class Sender:
         """When each new closed-loop user sends its first request (``--start-spread``)."""
         self.stall = StallWatch()
         """This process's freezes (ticked on workers): requests in flight across one are marked."""
+        self.injector: StageTask | None = None
+        """``--shape interference:L``: the prefill injector (set by the event wiring; worker 0 runs it)."""
 
     # ------------------------------------------------------------------ users
 
@@ -104,6 +115,7 @@ class Sender:
         state.recorder.add(record)
         state.context.add(record)
         now = time.perf_counter()
+        state.interference.observe(record, now)
         start = record.started_perf if record.started_perf is not None else now - record.e2e_s
         stalled_s = self.stall.overlap(start, now)
         if stalled_s:
@@ -137,6 +149,8 @@ class Sender:
 
     def enter_stage(self, index: int, rates: dict[str, float] | None, started_perf: float) -> None:
         """A rate stage starts this process's share of its schedule; a closed-loop stage stops the schedule."""
+        if self.injector is not None and self.state.worker_index == 0:
+            self.injector.start(started_perf)
         if self.open_loop is None:
             return
         if rates:
@@ -165,6 +179,8 @@ class Sender:
         """The test stopped: no more arrivals; open-loop requests in flight end as ``cancelled``."""
         if self.open_loop is not None:
             self.open_loop.stop()
+        if self.injector is not None:
+            self.injector.stop()
 
 
 def sample_cpu(sender: Sender) -> None:
