@@ -3,7 +3,9 @@ every answer a pinned length, so the only thing that changes from stage to stage
 
 A rung asks for ``context`` prompt tokens; whatever sizes single-turn prompts sizes it too: a model's
 ``tokenizer`` (exact), else the ratio learned from the server's ``usage`` (``workload.calibration``), else
-the shared estimator (which the simulator counts the same way).
+the shared estimator (which the simulator counts the same way). A decode sweep (``decode:1k-32k``) pins its
+answer to reach the end length (``check_decode``); ``parse_tokens`` and ``parse_users_list`` read the token
+counts and ``--users`` lists of these shapes.
 """
 
 from __future__ import annotations
