@@ -40,14 +40,44 @@ def itl_position_chart(results: Results) -> str | None:
     )
 
 
-def microscope_charts(results: Results) -> list[tuple[str, str, str]]:
-    """(title, caption, svg) of the plot (none without a fitted stage)."""
-    chart = itl_position_chart(results)
-    if chart is None:
-        return []
-    caption = (
-        "Inter-token gap against the token's position in its context (prompt tokens + its index in the answer): "
-        "medians per position bin of 32-token windows, and the least-squares line (dashed) whose slope is each "
-        "stage's decode_fit. The steeper line reads more KV per token of context (docs/microscope.md)."
+def capacity_chart(results: Results) -> str | None:
+    """A capacity probe's stages: sequences the server ran (solid) and requests waiting (dashed) against users."""
+    colors = attention_colors(results)
+    series: list[Series] = []
+    for model in (m for m in results.models if m.kv_capacity is not None):
+        color, name = colors[model.attention.upper()], f"{model.key} ({model.attention.upper()})"
+        seen = [(s.users or 0, s.server) for s in model.stages if s.server is not None]
+        running = [(float(u), v.requests_running.max) for u, v in seen if v.requests_running.max is not None]
+        waiting = [(float(u), v.requests_waiting.mean) for u, v in seen if v.requests_waiting.mean is not None]
+        series += [Series(f"{name} running", running, color), Series(f"{name} waiting", waiting, color, dashed=True)]
+    if not any(s.points for s in series):
+        return None
+    return line_chart(
+        "plot-kv-capacity",
+        [s for s in series if s.points],
+        "users per model",
+        "sequences (server view)",
+        log_y=False,
+        describe=lambda s, x, y: f"{s.name}: {y:,.1f} at {x:,.0f} users",
     )
-    return [("ITL vs position (the decode step against context)", caption, chart)]
+
+
+def microscope_charts(results: Results) -> list[tuple[str, str, str]]:
+    """(title, caption, svg) of each plot that has data (the decode fit's, a capacity probe's)."""
+    charts = []
+    if (chart := itl_position_chart(results)) is not None:
+        caption = (
+            "Inter-token gap against the token's position in its context (prompt tokens + its index in the "
+            "answer): medians per position bin of 32-token windows, and the least-squares line (dashed) whose "
+            "slope is each stage's decode_fit. The steeper line reads more KV per token of context "
+            "(docs/microscope.md)."
+        )
+        charts.append(("ITL vs position (the decode step against context)", caption, chart))
+    if (chart := capacity_chart(results)) is not None:
+        caption = (
+            "The capacity probe's stages: the most sequences each model's server ran at once (solid) and the "
+            "requests waiting on average (dashed), against users per model. Where running stops rising and "
+            "requests wait is the KV capacity at this context (kv_capacity)."
+        )
+        charts.append(("KV capacity probe: running and waiting against users", caption, chart))
+    return charts
