@@ -2,7 +2,7 @@
 
 `--shape decode:256-4k --users 4` (two sequences per model decoding in lockstep to the tiny models' 4,096
 positions): a positive slope for both with ``r2`` reported, and ``kv_read`` giving the slope only (a CPU has no
-GPU preset: the note says what is missing). `--shape capacity:1k` on servers with 64 MiB of KV each: each
+GPU preset: the note says what is missing). `--shape capacity:1k` on servers with 128 MiB of KV each: each
 model's ``max_running`` is what vLLM's own ``num_requests_running`` said at the knee. Whatever the real engine
 shows is what the report says (docs/microscope.md, docs/vllm.md).
 """
@@ -23,9 +23,9 @@ from helpers import Processes, attnload, free_port, latest_results
 pytestmark = [pytest.mark.vllm, pytest.mark.timeout(1200)]
 
 
-def _pair(root: Path, kv_cache_bytes: int) -> tuple[ServerSpec, ServerSpec]:
+def _pair(root: Path, kv_cache_bytes: int, max_model_len: int) -> tuple[ServerSpec, ServerSpec]:
     tiny_models.write_pair(root / "models")
-    common: dict[str, Any] = {"kv_cache_bytes": kv_cache_bytes, "max_model_len": tiny_models.MAX_POSITIONS}
+    common: dict[str, Any] = {"kv_cache_bytes": kv_cache_bytes, "max_model_len": max_model_len}
     gqa = ServerSpec(root / "models" / tiny_models.GQA_NAME, tiny_models.GQA_NAME, free_port(), core=0, **common)
     mla = ServerSpec(root / "models" / tiny_models.MLA_NAME, tiny_models.MLA_NAME, free_port(), core=1, **common)
     return gqa, mla
@@ -36,7 +36,7 @@ def roomy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ServerSpec
     if vllm_env() is None:
         pytest.skip(INSTALL_HINT)
     root = tmp_path_factory.mktemp("vllm-microscope")
-    pair = _pair(root, 256 * 2**20)
+    pair = _pair(root, 256 * 2**20, tiny_models.MAX_POSITIONS)
     with running(list(pair), root / "logs"):
         yield pair
 
@@ -102,9 +102,9 @@ def test_a_decode_sweep_gives_both_tiny_models_a_positive_slope(
 def test_a_capacity_probe_agrees_with_vllms_own_running_count(processes: Processes, tmp_path: Path) -> None:
     if vllm_env() is None:
         pytest.skip(INSTALL_HINT)
-    pair = _pair(tmp_path / "servers", 64 * 2**20)
+    pair = _pair(tmp_path / "servers", 128 * 2**20, 2048)  # GQA ~7 sequences of 1,088 tokens, MLA ~26
     with running(list(pair), tmp_path / "logs"):
-        data = _run(processes, tmp_path / "run", pair, "--shape", "capacity:1k", "--stage-duration", "30s")
+        data = _run(processes, tmp_path / "run", pair, "--shape", "capacity:1k", "--stage-duration", "20s")
     for model in data["models"]:
         cap = model["kv_capacity"]
         assert cap is not None and cap["max_running"] and cap["knee"] is not None, (model["key"], cap)
