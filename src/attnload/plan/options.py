@@ -76,6 +76,8 @@ class RunOptions:
     """``--restart-lost-users``: a lost worker's users start again on the workers left."""
     accept_foreign_workers: bool = False
     """``--accept-foreign-workers``: admit a joining worker whose config hash or version differs."""
+    keep_going: bool = False
+    """``--keep-going``: a model failing one deterministic way 20 times in a row keeps sending (giveup.py)."""
     given: Mapping[str, str] = field(default_factory=dict, compare=False)
     """The texts these options were read from, by option name: what ``attnload run`` hands its processes."""
 
@@ -373,6 +375,16 @@ OPTIONS: tuple[Option, ...] = (
         "0",
         run={"action": "store_true", "default": None},
         field="accept_foreign_workers",
+        read=truthy,
+    ),
+    Option(
+        "keep-going",
+        "keep sending to a model whose requests fail one way that retrying cannot fix (not_found, auth, "
+        "bad_request, context_length, proxy_auth) 20 times in a row with no success (default: its users stop, "
+        "with the fix on the console, and the run exits 1)",
+        "0",
+        run={"action": "store_true", "default": None},
+        field="keep_going",
         read=truthy,
     ),
     Option(

@@ -9,6 +9,7 @@ process's collector reads the same recorders.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections import Counter
 from typing import Protocol
@@ -24,6 +25,7 @@ from attnload.measure.requestlog import NOBODY, Who
 from attnload.runner.sender.arrivalphase import FirstRequests
 from attnload.runner.sender.cpumeter import CpuMeter
 from attnload.runner.sender.dialogs import Traffic
+from attnload.runner.sender.giveup import GiveUp
 from attnload.runner.sender.health import RunHealth
 from attnload.runner.sender.openloop import PAIR_STREAM, OpenLoop, OpenStage
 from attnload.runner.sender.requestlines import RequestLines
@@ -31,6 +33,8 @@ from attnload.runner.sender.stallwatch import StallWatch
 from attnload.runner.sender.startspread import StartSpread
 from attnload.runner.state import RunState
 from attnload.workload.abandon import Abandoner
+
+log = logging.getLogger(__name__)
 
 
 class StageTask(Protocol):
@@ -89,6 +93,8 @@ class Sender:
         """This process's freezes (ticked on workers): requests in flight across one are marked."""
         self.injector: StageTask | None = None
         """``--shape interference:L``: the prefill injector (set by the event wiring; worker 0 runs it)."""
+        self.giveup = GiveUp(options.keep_going)
+        """Models stopped after failing one deterministic way again and again (giveup.py)."""
 
     # ------------------------------------------------------------------ users
 
@@ -122,6 +128,11 @@ class Sender:
             self.stall.requests += 1
         if self.lines is not None:
             self.lines.observe(record, state.worker_index, who, stalled_s=stalled_s)
+        said = self.giveup.observe(record)
+        if said is not None:
+            log.error(said)
+            if self.giveup.stopped >= {m.key for m in state.config.models}:
+                state.stop_requested = True  # nothing left to send: the shape ends the test at its next tick
 
     def is_good(self, ttft_s: float | None, itl_gaps: tuple[tuple[float, int], ...], e2e_s: float) -> bool:
         """Whether one successful request met every configured SLO (goodput)."""
