@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from attnload import native
+from attnload.measure.decodefit import DecodeFit, request_fit
 from attnload.measure.histogram import LogHistogram
 from attnload.measure.metrics import METRICS, Pairs, RequestRecord
 
@@ -50,6 +51,9 @@ class Series:
     """One histogram per metric of the table (``measure.metrics``)."""
     counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(COUNTERS, 0))
     errors: dict[str, int] = field(default_factory=dict)
+    fit: DecodeFit = field(default_factory=DecodeFit)
+    """Least-squares sums and position bins of ITL against position (prompt + token index): the decode step
+    against context (``measure.decodefit``; not a histogram, so not in the metrics table)."""
 
     def merge(self, other: Series) -> None:
         for name, hist in other.hists.items():
@@ -59,13 +63,17 @@ class Series:
             self.counts[name] = self.counts.get(name, 0) + n
         for name, n in other.errors.items():
             self.errors[name] = self.errors.get(name, 0) + n
+        self.fit.merge(other.fit)
 
     def to_wire(self) -> dict[str, Any]:
-        return {
+        wire = {
             "h": {k: v.to_wire() for k, v in self.hists.items() if v.count},
             "c": {k: v for k, v in self.counts.items() if v},
             "e": self.errors,
         }
+        if self.fit.n:
+            wire["f"] = self.fit.to_wire()
+        return wire
 
     @classmethod
     def from_wire(cls, data: dict[str, Any]) -> Series:
@@ -74,6 +82,8 @@ class Series:
             series.hists[name] = LogHistogram.from_wire(hist)
         series.counts.update(data["c"])
         series.errors.update(data["e"])
+        if "f" in data:
+            series.fit = DecodeFit.from_wire(data["f"])
         return series
 
 
@@ -102,8 +112,15 @@ class Recorder:
     def add(self, record: RequestRecord) -> None:
         key = (record.model_key, record.profile, record.stage)
         samples = _samples(record)
+        fit = (
+            request_fit(record.prompt_tokens, record.completion_tokens, record.itl_samples)
+            if record.outcome == "ok" and record.itl_samples
+            else None
+        )
         for series in self._both(key):
             _apply(series, record)
+            if fit is not None:
+                series.fit.merge(fit)
             hists = series.hists
             for name, value, pairs in samples:
                 if pairs is None:

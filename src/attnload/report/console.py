@@ -31,6 +31,7 @@ from attnload.report.fmt import (
     summary_metrics,
 )
 from attnload.report.ladder.console import ladder_table, render_verdict
+from attnload.report.microscope.console import decode_fit_table, kv_capacity_table
 from attnload.report.paired import ci_ms, diff_ms, paired_rows
 from attnload.report.reasoning import view as reasoning_view
 from attnload.report.turns import cached_notes
@@ -158,6 +159,7 @@ def render_table(results: Results) -> RenderableType:
         parts.append(stages)
     if (ladder := ladder_table(results)) is not None:
         parts.append(ladder)
+    parts.extend(t for t in (decode_fit_table(results), kv_capacity_table(results)) if t is not None)
     if (reasoning := reasoning_view.console_table(results)) is not None:
         parts.append(reasoning)
     parts += decode_view.console_tables(results)

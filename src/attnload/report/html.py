@@ -23,6 +23,7 @@ from attnload.report.decode import view as decode_view
 from attnload.report.explain import MIXED_MODELS_NOTE, attention_facts, explain, presets_differ
 from attnload.report.fmt import DASH, count, error_total, pct, series_name, stage_label, summary_metrics
 from attnload.report.ladder.html import ladder_charts, verdict_section
+from attnload.report.microscope.html import microscope_charts
 from attnload.report.paired import ci_ms, diff_ms, paired_rows
 from attnload.report.reasoning import view as reasoning_view
 from attnload.report.requests import RUN_SCAN_LINES, find_requests_file, scatter_figure
@@ -236,7 +237,12 @@ def render_html(
     scatter = scatter_figure(requests, requests_lines)
     figures = "".join(
         f"<figure><figcaption><strong>{escape(title)}</strong><span>{escape(caption)}</span></figcaption>{svg}</figure>"
-        for title, caption, svg in [*ladder_charts(results), *charts(results, compare), *([scatter] if scatter else [])]
+        for title, caption, svg in [
+            *ladder_charts(results),
+            *microscope_charts(results),
+            *charts(results, compare),
+            *([scatter] if scatter else []),
+        ]
     )
     opening = verdict_section(results)  # the answer first
     sections = [

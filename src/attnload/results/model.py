@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler
 from attnload.errors import UsageError, validated
 from attnload.measure.metrics import METRICS
 from attnload.results.fleet import LostWorker, Partial, RefusedWorker, StalledWorker
+from attnload.results.microscope.schema import DecodeFitSummary, KvCapacity, KvRead
 from attnload.scrape.summary import GaugeSummary as GaugeSummary  # the results' types, built by scrape/
 from attnload.scrape.summary import GpuSummary, ServerSummary
 
@@ -306,6 +307,8 @@ class StageSummary(Totals):
     """Set with the ``server_bursts`` flag: the server's burst size and what it means for ITL."""
     start_spread: StartSpreadInfo | None = None
     """Closed loop: how this stage's new users were started (None: open loop, or no user started here)."""
+    decode_fit: DecodeFitSummary | None = None
+    """ITL against position (prompt + token index): the decode step against context (docs/microscope.md)."""
 
 
 class ContextPoint(_Model):
@@ -389,6 +392,10 @@ class ModelSummary(Totals):
     """``--shape interference:L``: decode ITL without and during injected prefills; None for other shapes."""
     start_spread: StartSpreadInfo | None = None
     """An unstaged closed-loop run: how its users were started (a staged run says it per stage)."""
+    kv_read: KvRead | None = None
+    """A decode sweep's KV bytes read per token per GPU, measured against the KV math (docs/microscope.md)."""
+    kv_capacity: KvCapacity | None = None
+    """A capacity probe's sequences and KV tokens served at once, against the KV math (docs/microscope.md)."""
     target: str = ""
     """The config key again, named as the Prometheus ``target`` label: what tells apart two entries
     with one model id (e.g. the same model on vLLM and on SGLang)."""

@@ -80,8 +80,9 @@ class Sender:
         """``--requests-out``: one line per request, until shipped (worker) or written (single process)."""
         self.abandoner = Abandoner(options.abandon, config.seed) if options.abandon is not None else None
         """``--abandon-rate``: draws which requests close their stream early (None: none do)."""
+        lockstep = options.shape is not None and options.shape.lockstep
         self.start_spread = StartSpread(
-            options.start_spread,
+            "off" if lockstep else options.start_spread,
             stage_duration_s=options.shape.stage_duration_s if options.shape else None,
             seed=config.seed,
             recorder=state.recorder,
