@@ -491,6 +491,8 @@ class ChatClient:
             ttfat_s=None if stream.answer_at is None else stream.answer_at - origin,
             reasoning_tokens=reasoning,
             server_reasoning_tokens=server_reasoning(reasoning_details),
+            error_detail=error.detail if error is not None and outcome == "failed" else None,
+            error_body=error.body if error is not None and outcome == "failed" else None,
         )
 
 

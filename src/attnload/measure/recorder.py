@@ -10,14 +10,32 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 from attnload import native
 from attnload.measure.histogram import LogHistogram
 
-HISTOGRAMS = ("ttft", "itl", "tpot", "e2e", "lag", "prompt", "ttfat", "read_tokens")
+HISTOGRAMS = (
+    "ttft",
+    "itl",
+    "tpot",
+    "e2e",
+    "lag",
+    "prompt",
+    "ttfat",
+    "read_tokens",
+    "ttft_censored",
+    "stalled_ttft",
+    "stalled_itl",
+    "stalled_e2e",
+)
 """``prompt``: prompt tokens of each successful request (a context ladder's measured size per stage);
-``read_tokens``: tokens per read of a stream (one sample per read, :func:`read_sizes`)."""
+``read_tokens``: tokens per read of a stream (one sample per read, :func:`read_sizes`);
+``ttft_censored``: how long each request cut by a stop had waited for a first token that never came
+(its TTFT is at least that: ``measure.survival``); ``stalled_*``: the part of ``ttft``, ``itl`` and ``e2e``
+from requests whose worker was frozen or cut off while they ran, so the results can give each latency
+without them (a network fault is not the server's latency)."""
 COUNTERS = (
     "ok",
     "failed",
@@ -35,13 +53,21 @@ COUNTERS = (
     "server_reasoning_tokens",
     "reasoning_reported",
     "reasoning_tokens_reported",
+    "censored_waiting",
+    "censored_streaming",
+    "stalled",
 )
 """``cached_reported``: requests whose server reported cached tokens (the sum counts only those);
 ``dropped``: open-loop arrivals not sent because their model's connection backoff was running;
 ``calibrated``: successful requests whose prompt was sized by a calibration learned from the server;
 ``reasoning_reported``: requests whose server reported its own reasoning count (summed in
 ``server_reasoning_tokens``); ``reasoning_tokens_reported`` is the client's streamed count over those
-same requests, so the two are compared like for like."""
+same requests, so the two are compared like for like; ``censored_waiting`` / ``censored_streaming``: requests
+a stop cut before their first token / while their answer streamed; ``stalled``: requests in flight across
+a freeze or partition of their worker."""
+
+EXAMPLES_PER_CLASS = 3
+"""Error examples kept per error class (the first ones; a run of a million failures keeps three)."""
 
 
 @dataclass
@@ -51,6 +77,9 @@ class Series:
     hists: dict[str, LogHistogram] = field(default_factory=lambda: {name: LogHistogram() for name in HISTOGRAMS})
     counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(COUNTERS, 0))
     errors: dict[str, int] = field(default_factory=dict)
+    examples: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    """Per error class, its first ``EXAMPLES_PER_CLASS`` failures (``error_example``): bounded whatever
+    the failure count."""
 
     def merge(self, other: Series) -> None:
         for name, hist in other.hists.items():
@@ -60,13 +89,19 @@ class Series:
             self.counts[name] = self.counts.get(name, 0) + n
         for name, n in other.errors.items():
             self.errors[name] = self.errors.get(name, 0) + n
+        for name, items in other.examples.items():
+            merged = sorted([*self.examples.get(name, ()), *items], key=lambda e: e["time"])
+            self.examples[name] = merged[:EXAMPLES_PER_CLASS]
 
     def to_wire(self) -> dict[str, Any]:
-        return {
+        wire = {
             "h": {k: v.to_wire() for k, v in self.hists.items() if v.count},
             "c": {k: v for k, v in self.counts.items() if v},
             "e": self.errors,
         }
+        if self.examples:
+            wire["x"] = self.examples
+        return wire
 
     @classmethod
     def from_wire(cls, data: dict[str, Any]) -> Series:
@@ -75,6 +110,7 @@ class Series:
             series.hists[name] = LogHistogram.from_wire(hist)
         series.counts.update(data["c"])
         series.errors.update(data["e"])
+        series.examples.update(data.get("x") or {})
         return series
 
 
@@ -118,6 +154,10 @@ class RequestRecord:
     """Output tokens that arrived as reasoning deltas (counted by the client)."""
     server_reasoning_tokens: int | None = None
     """The server's own reasoning count from usage (None: not reported)."""
+    error_detail: str | None = None
+    """A failure's one-line reading (redacted), for ``--requests-out`` and the error examples."""
+    error_body: str | None = None
+    """A failure's response body, redacted and cut to 300 bytes (None: no body)."""
 
     @property
     def tpot_s(self) -> float | None:
@@ -148,7 +188,8 @@ class Recorder:
                 series = store[key] = Series()
             yield series
 
-    def add(self, record: RequestRecord) -> None:
+    def add(self, record: RequestRecord, stalled: bool = False) -> None:
+        """Record one request; ``stalled``: its worker was frozen or cut off while it ran."""
         key = (record.model_key, record.profile, record.stage)
         streamed = record.ttft_s is not None and record.outcome in ("ok", "abandoned")
         reads = read_sizes(record.itl_samples) if streamed else ()
@@ -156,6 +197,8 @@ class Recorder:
             _apply(series, record)
             if reads:
                 series.hists["read_tokens"].record_pairs(reads)
+            if stalled:
+                _apply_stalled(series, record)
 
     def count(self, model_key: str, profile: str, stage: int, counter: str, n: int = 1) -> None:
         """Add to one counter without a request (an open-loop arrival ``dropped`` during a backoff)."""
@@ -194,6 +237,11 @@ def _apply(series: Series, record: RequestRecord) -> None:
     counts[record.outcome] += 1
     if record.error is not None:
         series.errors[record.error] = series.errors.get(record.error, 0) + 1
+        if (
+            record.outcome == "failed"
+            and len(kept := series.examples.setdefault(record.error, [])) < EXAMPLES_PER_CLASS
+        ):
+            kept.append(error_example(record))
     counts["prompt_tokens"] += record.prompt_tokens
     counts["completion_tokens"] += record.completion_tokens
     if record.cached_prompt_tokens is not None:
@@ -206,6 +254,8 @@ def _apply(series: Series, record: RequestRecord) -> None:
     hists = series.hists
     if record.dispatch_lag_s is not None:
         hists["lag"].record(max(record.dispatch_lag_s, 0.0))
+    if record.outcome == "cancelled":
+        _apply_cut(series, record)
     if record.outcome == "abandoned":  # what it saw is real: TTFT and ITL count, e2e/TPOT (whole answers) do not
         if record.ttft_s is not None:
             hists["ttft"].record(record.ttft_s)
@@ -225,6 +275,44 @@ def _apply(series: Series, record: RequestRecord) -> None:
     tpot = record.tpot_s
     if tpot is not None:
         hists["tpot"].record(tpot)
+
+
+def _apply_stalled(series: Series, record: RequestRecord) -> None:
+    """The stalled request's share of ``ttft``, ``itl`` and ``e2e``, recorded exactly where ``_apply``
+    recorded it, so subtracting it leaves the latencies without it."""
+    series.counts["stalled"] += 1
+    hists = series.hists
+    if record.outcome == "failed" or (record.outcome == "cancelled" and record.ttft_s is None):
+        return
+    if record.ttft_s is not None:
+        hists["stalled_ttft"].record(record.ttft_s)
+    hists["stalled_itl"].record_pairs(record.itl_samples)
+    if record.outcome == "ok":
+        hists["stalled_e2e"].record(record.e2e_s)
+
+
+def error_example(record: RequestRecord) -> dict[str, Any]:
+    """A failed request as the results' error examples show it (``time``: when it was recorded)."""
+    return {
+        "time": datetime.now(UTC).isoformat(timespec="milliseconds"),
+        "http_status": record.http_status,
+        "body": record.error_body,
+        "detail": record.error_detail or "",
+    }
+
+
+def _apply_cut(series: Series, record: RequestRecord) -> None:
+    """A request a stop cut keeps what it saw: a first token that came is a TTFT like any other (and its
+    gaps are ITL); one that had not come is right-censored at the wait (``measure.survival``)."""
+    if record.ttft_s is None:
+        series.counts["censored_waiting"] += 1
+        series.hists["ttft_censored"].record(record.e2e_s)
+        return
+    series.counts["censored_streaming"] += 1
+    series.hists["ttft"].record(record.ttft_s)
+    if (ttfat := answer_latency(record)) is not None:
+        series.hists["ttfat"].record(ttfat)
+    series.hists["itl"].record_pairs(record.itl_samples)
 
 
 def answer_latency(record: RequestRecord) -> float | None:

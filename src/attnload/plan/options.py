@@ -226,7 +226,8 @@ OPTIONS: tuple[Option, ...] = (
         "fail-on",
         "also exit 1 when, comma-separated: slo (a model's p99 over the config's slo), saturated "
         "(client_saturated), server-gap (a stage flagged server_client_gap), worker-lost (a worker went "
-        "missing and never came back)",
+        "missing and never came back), no-data (a stage that finished no request; a model that finished none "
+        "always exits 1)",
         run={"default": "", "metavar": "REASONS"},
         locust=False,
     ),

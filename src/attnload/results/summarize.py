@@ -20,6 +20,10 @@ from attnload.results.ladder import context_scaling, decode_speed
 from attnload.results.model import ClientInfo, ModelSummary, Requests, Results, StageSummary, Summary, Totals
 from attnload.results.reasoning import reasoning_fields, reasoning_note
 from attnload.results.server import ServerResults, with_server
+from attnload.results.truth import nodata
+from attnload.results.truth.censoring import censored_of, ttft_long_note, ttft_summary
+from attnload.results.truth.fields import TTFT_LONG_FLAG
+from attnload.results.truth.stalls import without_stalled
 from attnload.results.verdict import build_verdict
 
 SATURATION_CPU_RATIO = 0.9
@@ -99,7 +103,7 @@ def totals(series: Series, duration_s: float, slo_set: bool) -> dict[str, Any]:
             dropped=counts.get("dropped", 0),
         ),
         "errors": dict(sorted(series.errors.items())),
-        "ttft_s": summary(series.hists["ttft"]),
+        "ttft_s": ttft_summary(series),
         "itl_s": summary(series.hists["itl"]),
         "tpot_s": summary(series.hists["tpot"]),
         "e2e_s": summary(series.hists["e2e"]),
@@ -113,6 +117,9 @@ def totals(series: Series, duration_s: float, slo_set: bool) -> dict[str, Any]:
         "ttfat_s": summary(series.hists["ttfat"]),
         **reasoning_fields(counts),
         "tokens_per_read_p50": tokens_per_read_p50(series),
+        "censored": censored_of(series),
+        "no_data_reason": nodata.no_data_reason(series),
+        "without_stalled": without_stalled(series),
     }
 
 
@@ -148,9 +155,12 @@ def build_results(
         stage_summaries = _stage_summaries(
             config, recorder, target.key, stages, slo_set, run_info, paired, server, gpu, context, trace_rate_per_s
         )
+        fields = totals(whole, duration_s, slo_set)
         models.append(
             ModelSummary(
-                **totals(whole, duration_s, slo_set),
+                **fields,
+                flags=nodata.with_flag([], fields["no_data_reason"]),
+                error_examples=whole.examples,
                 key=target.key,
                 model=target.id,
                 attention=target.attention,
@@ -250,6 +260,9 @@ def _stage_summary(
         short = not replay and expected >= _MIN_EXPECTED_FOR_COUNT_CHECK and sent < CLIENT_BEHIND_SENT_RATIO * expected
         if (behind or short) and "client_behind" not in flags:
             flags.append("client_behind")
+    flags = nodata.with_flag(flags, fields["no_data_reason"])
+    if ttft_long_note(fields["ttft_s"], window_s) is not None:
+        flags.append(TTFT_LONG_FLAG)
     prompt_p50 = series.hists["prompt"].quantile(0.5)
     stage = StageSummary(
         **fields,

@@ -13,6 +13,7 @@ from __future__ import annotations
 from attnload.config.model import ModelTarget, Slo, TestConfig
 from attnload.results.ladder import pair_sentences, tokens_label
 from attnload.results.model import ModelSummary, StageSummary, Verdict, VerdictModel
+from attnload.results.truth.fields import NO_DATA_FLAG
 
 SECONDS_PER_HOUR = 3600.0
 
@@ -147,8 +148,27 @@ def _comparison(models: list[VerdictModel]) -> str | None:
     return "; ".join(parts) or None
 
 
-def build_verdict(config: TestConfig, models: list[ModelSummary]) -> Verdict:
-    """``results.verdict``: the pair sentences of a ladder, each model's capacity and cost, what is missing."""
+def build_verdict(config: TestConfig, all_models: list[ModelSummary]) -> Verdict:
+    """``results.verdict``: the pair sentences of a ladder, each model's capacity and cost, what is missing.
+    A model that finished no request (``no_data``) is named first and compared with nothing."""
+    empty = [m for m in all_models if NO_DATA_FLAG in m.flags]
+    models = [m for m in all_models if NO_DATA_FLAG not in m.flags]
+    if not models:
+        return Verdict(text=_no_data_sentence(empty))
+    text = build_verdict_of(config, models)
+    if empty:
+        text = text.model_copy(update={"text": f"{_no_data_sentence(empty)} {text.text}"})
+    return text
+
+
+def _no_data_sentence(empty: list[ModelSummary]) -> str:
+    names = ", ".join(m.key for m in empty)
+    they = "it is" if len(empty) == 1 else "they are"
+    return f"No data (no_data) for {names}: no request finished, so {they} compared with nothing."
+
+
+def build_verdict_of(config: TestConfig, models: list[ModelSummary]) -> Verdict:
+    """The verdict over the models that measured something."""
     targets = {t.key: t for t in config.models}
     ladder = any(s.context is not None for m in models for s in m.stages)
     sentences = pair_sentences(models) if ladder else []

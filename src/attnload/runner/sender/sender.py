@@ -100,13 +100,13 @@ class Sender:
 
     def observe(self, record: RequestRecord, who: Who = NOBODY) -> None:
         state = self.state
-        state.recorder.add(record)
-        state.context.add(record)
         now = time.perf_counter()
         start = record.started_perf if record.started_perf is not None else now - record.e2e_s
         stalled_s = self.stall.overlap(start, now)
         if stalled_s:
             self.stall.requests += 1
+        state.recorder.add(record, stalled=bool(stalled_s))
+        state.context.add(record)
         if self.lines is not None:
             self.lines.observe(record, state.worker_index, who, stalled_s=stalled_s)
 
