@@ -21,7 +21,6 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-
 STREAM = (
     b'data: {"choices":[{"index":0,"delta":{"content":"Hello"}}]}\n\n'
     b'data: {"choices":[{"index":0,"delta":{"content":" there"}}]}\n\n'
