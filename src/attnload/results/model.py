@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler
 
 from attnload.errors import UsageError, validated
 from attnload.results.fleet import LostWorker, Partial, RefusedWorker, StalledWorker
-from attnload.results.truth.fields import Censored, ErrorExample, Interval, StalledExcluded
+from attnload.results.truth.fields import Censored, ErrorExample, Evidence, Interval, StalledExcluded
 from attnload.scrape.summary import GaugeSummary as GaugeSummary  # the results' types, built by scrape/
 from attnload.scrape.summary import GpuSummary, ServerSummary
 
@@ -270,6 +270,8 @@ class StageSummary(Totals):
     """Set with the ``server_bursts`` flag: the server's burst size and what it means for ITL."""
     start_spread: StartSpreadInfo | None = None
     """Closed loop: how this stage's new users were started (None: open loop, or no user started here)."""
+    evidence: Evidence | None = None
+    """TTFT and TPOT medians with their samples and intervals: what a verdict figure from this stage rests on."""
 
 
 class ContextPoint(_Model):
@@ -283,6 +285,10 @@ class ContextPoint(_Model):
     itl_p50_s: float | None = None
     ttft_p50_s: float | None = None
     prompt_tokens_p50: float | None = None
+    change: Interval | None = None
+    """``relative − 1`` with its 95 % interval and the sample behind it (None: no TPOT at one of the rungs)."""
+    ttft: Interval | None = None
+    """This rung's TTFT p50 with its 95 % interval and sample."""
 
 
 class VerdictModel(_Model):

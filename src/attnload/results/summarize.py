@@ -22,6 +22,7 @@ from attnload.results.reasoning import reasoning_fields, reasoning_note
 from attnload.results.server import ServerResults, with_server
 from attnload.results.truth import nodata
 from attnload.results.truth.censoring import censored_of, ttft_long_note, ttft_summary
+from attnload.results.truth.evidence import stage_evidence
 from attnload.results.truth.fields import TTFT_LONG_FLAG
 from attnload.results.truth.stalls import without_stalled
 from attnload.results.verdict import build_verdict
@@ -278,6 +279,7 @@ def _stage_summary(
         paired=paired.summary(model_key, window.index) if paired is not None else None,
         context=window.context,
         prompt_tokens_p50=round(prompt_p50, 1) if prompt_p50 is not None else None,
+        evidence=stage_evidence(series),
     )
     return stage.model_copy(update={"decode_tokens_per_s_per_user": decode_speed(stage)})
 

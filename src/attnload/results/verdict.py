@@ -11,9 +11,9 @@ failures, no GPU count) the text says what is missing instead of guessing.
 from __future__ import annotations
 
 from attnload.config.model import ModelTarget, Slo, TestConfig
-from attnload.results.ladder import pair_sentences, tokens_label
+from attnload.results.ladder import longest_rung, pair_sentences, tokens_label
 from attnload.results.model import ModelSummary, StageSummary, Verdict, VerdictModel
-from attnload.results.truth.fields import NO_DATA_FLAG
+from attnload.results.truth.fields import NO_DATA_FLAG, Interval
 
 SECONDS_PER_HOUR = 3600.0
 
@@ -68,9 +68,11 @@ def model_verdict(target: ModelTarget, model: ModelSummary, slo: Slo) -> Verdict
     """One model's capacity at the SLO, per GPU, and its cost (fields None where the data says nothing)."""
     gpus, _source = gpu_count(target, model)
     stage = best_stage(model, slo) if slo.is_set else None
+    evidence = _evidence(model, stage)
     if stage is None:
-        return VerdictModel(target=model.key, gpus=gpus)
+        return VerdictModel(target=model.key, gpus=gpus, **evidence)
     return VerdictModel(
+        **evidence,
         target=model.key,
         context=stage.context,
         slo_met_users=stage.users,
@@ -80,6 +82,21 @@ def model_verdict(target: ModelTarget, model: ModelSummary, slo: Slo) -> Verdict
         output_tokens_per_s_per_gpu=stage.output_tokens_per_s / gpus if gpus else None,
         usd_per_mtok_output=usd_per_mtok_output(target, stage, gpus),
     )
+
+
+def _evidence(model: ModelSummary, stage: StageSummary | None) -> dict[str, Interval | None]:
+    """The intervals behind a model's figures: a ladder's decode change to its longest rung (at its fewest
+    users) and TTFT and TPOT at that rung; else at the stage that met the SLO."""
+    ends = longest_rung(model)
+    if ends is not None:
+        stage = next((s for s in model.stages if s.context == ends.context and s.users == ends.users), stage)
+    if stage is None or stage.evidence is None:
+        return {"decode_change": ends.change if ends is not None else None}
+    return {
+        "decode_change": ends.change if ends is not None else None,
+        "ttft_p50_s": stage.evidence.ttft_p50_s,
+        "tpot_p50_s": stage.evidence.tpot_p50_s,
+    }
 
 
 def _slo_text(slo: Slo) -> str:

@@ -57,3 +57,11 @@ class Interval(_Model):
     """Finished requests the figure is computed from."""
     itl_samples: int = 0
     """Token gaps behind it (decode figures)."""
+
+
+class Evidence(_Model):
+    """A stage's medians with their 95 % intervals and samples, for the verdict's figures."""
+
+    ttft_p50_s: Interval = Interval()
+    tpot_p50_s: Interval = Interval()
+    """At 97.5 % each, so a ratio of two stages' TPOT (a ladder's decode change) holds at 95 %."""
