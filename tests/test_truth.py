@@ -185,3 +185,15 @@ def test_a_stage_whose_median_ttft_is_over_a_third_of_it_says_how_long_to_run() 
     note = ttft_long_note(ttft_summary(series), 60.0)
     assert note is not None and "--stage-duration 300s" in note
     assert ttft_long_note(ttft_summary(series), 120.0) is None
+
+
+def test_a_server_ttft_far_below_the_clients_is_named_even_from_one_request() -> None:
+    from attnload.results.model import ServerSummary, Summary
+    from attnload.results.server import SERVER_GAP_FLAG, with_server
+
+    stage = StageSummary(index=2, users=1, context=6144, ttft_s=Summary(count=1, p50=31.36, p99=31.36, max=31.36))
+    server = ServerSummary(ttft_p50_s=3.6, ttft_p50_bucket_s=(2.5, 5.0))
+    flagged = with_server(stage, server)
+    assert SERVER_GAP_FLAG in flagged.flags
+    (reason,) = flagged.server_gap_reasons
+    assert "(1 request)" in reason and "queue and tokenization" in reason and "network" in reason

@@ -172,6 +172,7 @@ def render_table(results: Results) -> RenderableType:
     notes: list[str] = truth.error_example_lines(results)
     notes.extend(f"note: {text}" for text in truth.cut_lines(results))
     notes.extend(f"warning: {text}" for text in truth.stalled_lines(results))
+    notes.extend(f"warning: server/client gap: {text}" for text in truth.gap_lines(results))
     if presets_differ(results):
         notes.append(f"note: {MIXED_MODELS_NOTE}")
     notes.extend(f"note: {text}" for text in cached_notes(results))

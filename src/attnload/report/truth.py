@@ -74,6 +74,11 @@ def cut_lines(results: Results) -> list[str]:
     return lines
 
 
+def gap_lines(results: Results) -> list[str]:
+    """Each stage whose server and client views disagree, and why (what lies between the two clocks)."""
+    return [f"{m.key} {stage_label(s)}: {r}" for m in results.models for s in m.stages for r in s.server_gap_reasons]
+
+
 def stalled_lines(results: Results) -> list[str]:
     """Latencies with and without the requests a stalled worker held."""
     lines = []
