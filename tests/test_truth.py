@@ -197,3 +197,23 @@ def test_a_server_ttft_far_below_the_clients_is_named_even_from_one_request() ->
     assert SERVER_GAP_FLAG in flagged.flags
     (reason,) = flagged.server_gap_reasons
     assert "(1 request)" in reason and "queue and tokenization" in reason and "network" in reason
+
+
+def test_a_long_rung_runs_longer_by_itself_up_to_four_times() -> None:
+    import math
+
+    from attnload.runner.stretch import MAX_STRETCH, RungStretch
+    from attnload.workload.shapes import parse_shape
+
+    spec = parse_shape("context:1k,16k", 60.0)
+    stretch = RungStretch(spec)
+    ttft = {0: 0.5, 1: 50.0}
+    at = lambda t: stretch.stage_at(t, lambda i: ttft[i])  # noqa: E731
+    assert at(0).index == 0 and at(59).index == 0 and at(61).index == 1  # a short TTFT: planned duration
+    assert at(119).index == 1 and at(121).index == 1  # 50 s of 60: one more stage duration
+    assert at(179).index == 1 and at(181).index == 1  # 50 s of 120 is still over a third: again
+    assert at(239).index == 1 and at(241) is None  # 50 s of 180 is not: the rung ran 180 s
+    never = RungStretch(spec)
+    for t in range(0, 60 * 2 * MAX_STRETCH + 10, 5):  # no first token ever: at most four times the planned length
+        last = never.stage_at(t, lambda i: math.inf)
+    assert last is None and never.shift_s == (MAX_STRETCH - 1) * 60.0 * 2

@@ -113,3 +113,19 @@ def test_messages_counts_the_tokens_of_cut_requests(processes: Processes, tmp_pa
         cut = model["requests"]["cancelled"]
         assert cut > 0
         assert abs(model["completion_tokens"] - truth[served]["completion_tokens"]) <= 2 * cut, (model, truth[served])
+
+
+def test_a_ladder_rung_whose_ttft_is_long_runs_longer_unless_told_not_to(processes: Processes, tmp_path: Path) -> None:
+    sim = start_sim(processes, "--mode", "fixed", "--ttft-ms", "3000", "--itl-ms", "10")
+    config = write_config(tmp_path, sim, {"m": ("llama-3-70b", "GQA")}, benchmark={"max_tokens": 16})
+    ladder = ("--shape", "context:256,512", "--users", "2", "--stage-duration", "6s")
+    lengths = {}
+    for stretch in ("auto", "off"):
+        results = tmp_path / f"results-{stretch}"
+        _code, output = _run(processes, config, results, *ladder, "--ladder-stretch", stretch)
+        stages = latest_results(results)["models"][0]["stages"]
+        lengths[stretch] = [s["end_s"] - s["start_s"] for s in stages]
+        if stretch == "auto":
+            assert "runs 6 s more" in output, output[-3000:]
+    assert all(11.0 <= d <= 13.5 for d in lengths["auto"]), lengths  # 3 s of 6 s: one more stage duration
+    assert all(5.0 <= d <= 7.5 for d in lengths["off"]), lengths

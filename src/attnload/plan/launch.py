@@ -92,6 +92,8 @@ class LoadPlan:
     """``--requests-out PATH`` (absolute): the master writes the per-request JSONL there."""
     start_spread: str | None = None
     """``--start-spread`` as given (None: ATTNLOAD_START_SPREAD from the environment, else auto)."""
+    ladder_stretch: str | None = None
+    """``--ladder-stretch`` as given (None: ATTNLOAD_LADDER_STRETCH from the environment, else auto)."""
     fleet_flags: tuple[str, ...] = ()
     """``--restart-lost-users``, ``--accept-foreign-workers`` when given (option names)."""
 
@@ -171,6 +173,7 @@ def plan_from_args(args: argparse.Namespace, config_path: Path) -> LoadPlan:
         locust_stats=bool(getattr(args, "locust_stats", None)) or truthy(os.environ.get(OPTION["locust-stats"].env)),
         requests_out=requests_out,
         start_spread=start_spread,
+        ladder_stretch=getattr(args, "ladder_stretch", None),
         fleet_flags=tuple(
             name
             for name in ("restart-lost-users", "accept-foreign-workers")
@@ -357,6 +360,7 @@ def _environment(plan: LoadPlan) -> dict[str, str]:
                 "locust-stats": "1" if plan.locust_stats else "0",
                 "gpu-metrics": plan.gpu_metrics,
                 "start-spread": plan.start_spread,
+                "ladder-stretch": plan.ladder_stretch,
             }
         )
     )

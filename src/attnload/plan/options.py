@@ -217,6 +217,13 @@ OPTIONS: tuple[Option, ...] = (
         run={"choices": ("auto", "off"), "default": "auto"},
     ),
     Option(
+        "ladder-stretch",
+        "auto: a context ladder's rung whose TTFT p50 is over a third of it runs one more --stage-duration, up to "
+        "4 times its length (its requests would be cut before they finish); off: keep the stage duration",
+        "auto",
+        run={"choices": ("auto", "off"), "default": "auto"},
+    ),
+    Option(
         "exit-code-on-error",
         "exit status when any request failed, as Locust's (default 1; 0: ignore failures)",
         run={"type": int, "default": 1, "metavar": "N"},

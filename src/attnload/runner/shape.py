@@ -13,6 +13,7 @@ from attnload.plan.options import env_value, exit_usage
 from attnload.runner.collector.fleet import stop_users
 from attnload.runner.messages import StageMessage, send_stage
 from attnload.runner.runtime import Runtime
+from attnload.runner.stretch import RungStretch, stage_ttft_p50_s
 from attnload.workload.shapes import (
     ReplaySpec,
     ShapeSpec,
@@ -51,6 +52,8 @@ class StagedShape(LoadTestShape):
 
     spec: ShapeSpec
     spawn_rate: float | None = None
+    stretch: RungStretch | None = None
+    """A context ladder's rungs lengthened when their TTFT is long (None: planned durations)."""
 
     def tick(self) -> tuple[int, float] | None:
         users = self._tick()
@@ -67,7 +70,11 @@ class StagedShape(LoadTestShape):
         if runtime is None:
             return None
         elapsed_s = self.get_run_time()
-        stage = self.spec.stage_at(elapsed_s)
+        stretch = self.stretch
+        if stretch is None:
+            stage = self.spec.stage_at(elapsed_s)
+        else:
+            stage = stretch.stage_at(elapsed_s, lambda index: stage_ttft_p50_s(runtime.state.recorder, index))
         if stage is None:
             return None
         if isinstance(self.spec, ReplaySpec) and elapsed_s >= self.spec.replay_s and runtime.state.replay_done():
@@ -150,4 +157,6 @@ def shape_class() -> type[LoadTestShape] | None:
         return None
     spawn_rate = env_value("spawn-rate")
     base = SweepShape if isinstance(spec, SweepSpec) else StagedShape
-    return type("AttnloadShape", (base,), {"spec": spec, "spawn_rate": float(spawn_rate) if spawn_rate else None})
+    stretch = RungStretch(spec) if spec.stretches and env_value("ladder-stretch") != "off" else None
+    attributes = {"spec": spec, "spawn_rate": float(spawn_rate) if spawn_rate else None, "stretch": stretch}
+    return type("AttnloadShape", (base,), attributes)

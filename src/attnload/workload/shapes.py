@@ -63,6 +63,9 @@ class StagedSpec:
 
     kind: ClassVar[str]
     open_loop: ClassVar[bool] = False
+    stretches: ClassVar[bool] = False
+    """Its stages may run longer than planned when their TTFT takes a sizable share of them
+    (``runner/stretch.py``, ``--ladder-stretch``)."""
     levels: tuple[float, ...]
     stage_duration_s: float
 
@@ -289,6 +292,7 @@ class ContextSpec(StagedSpec):
     pair is a stage, contexts outer, users inner (``levels`` holds the contexts)."""
 
     kind: ClassVar[str] = "context"
+    stretches: ClassVar[bool] = True
     users: tuple[int, ...] = (DEFAULT_LADDER_USERS,)
 
     @property
