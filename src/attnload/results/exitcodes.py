@@ -67,7 +67,7 @@ def run_status(results: Results, policy: ExitPolicy) -> tuple[int, list[str]]:
     """The exit code of a finished run and one line per reason. Failed requests set ``on_error``
     (Locust's rule; cancellations at stop time are not failures); each ``--fail-on`` reason that holds
     sets 1 unless failures already set a code."""
-    reasons = empty_models(results.models)
+    reasons = empty_models(results.models, ignore_failed=policy.on_error == 0)
     code = 1 if reasons else 0
     failed = _failed(results.models)
     if failed and policy.on_error:
@@ -90,9 +90,19 @@ def run_status(results: Results, policy: ExitPolicy) -> tuple[int, list[str]]:
     return code, reasons + watched
 
 
-def empty_models(models: Iterable[ModelSummary]) -> list[str]:
-    """Each model that finished no request (``no_data``): always a reason to exit 1, the run measured nothing."""
-    return [f"no_data: {m.key} finished no request ({m.no_data_reason})" for m in models if NO_DATA_FLAG in m.flags]
+def empty_models(models: Iterable[ModelSummary], ignore_failed: bool = False) -> list[str]:
+    """Each model that finished no request (``no_data``): a reason to exit 1, the run measured nothing for it.
+    ``ignore_failed`` (``--exit-code-on-error 0``): a model whose requests all failed is left to that policy."""
+    return [
+        f"no_data: {m.key} finished no request ({m.no_data_reason})"
+        for m in models
+        if NO_DATA_FLAG in m.flags and not (ignore_failed and _only_failed(m))
+    ]
+
+
+def _only_failed(model: ModelSummary) -> bool:
+    cut = model.censored
+    return model.requests.failed > 0 and not cut.waiting_first_token and not cut.streaming
 
 
 def empty_stages(models: Iterable[ModelSummary]) -> list[str]:
