@@ -217,3 +217,16 @@ def test_a_long_rung_runs_longer_by_itself_up_to_four_times() -> None:
     for t in range(0, 60 * 2 * MAX_STRETCH + 10, 5):  # no first token ever: at most four times the planned length
         last = never.stage_at(t, lambda i: math.inf)
     assert last is None and never.shift_s == (MAX_STRETCH - 1) * 60.0 * 2
+
+
+def test_the_silence_after_a_freeze_is_the_freezes() -> None:
+    now = [100.0]
+    watch = StallWatch(clock=lambda: now[0], wall=lambda: now[0] + 1000.0)
+    watch.heard()
+    watch.last_tick = now[0] + 0.9
+    now[0] += 9.0  # frozen from 100.9 to 109
+    watch.tick()
+    now[0] += 1.1  # the master's first answer after the wake-up comes a second later
+    assert watch.overlap(109.5, now[0]) == 0.0  # a request sent after the wake-up is not stalled
+    watch.heard()
+    assert watch.stalls == [(100.9, 109.0)]

@@ -18,6 +18,7 @@ also counts the freeze (or silence) still in progress (from the last tick or ans
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from typing import Any
@@ -51,19 +52,29 @@ class StallWatch:
         """True once :func:`watch` ticks: without ticks every request would look frozen."""
         self.last_heard: float | None = None
         """When the master last answered a heartbeat (None: no master, or none heard yet)."""
+        self.freeze_end = -math.inf
+        """When the last freeze of this process ended: a silence across it was the freeze's, not the network's."""
 
     def tick(self) -> None:
         now = self.clock()
         if now - self.last_tick >= STALL_MIN_S:
             self._span(self.last_tick, now)
+            self.freeze_end = now
         self.last_tick = now
 
     def heard(self) -> None:
-        """The master answered a heartbeat: a long wait since the last answer was a silence (partition)."""
+        """The master answered a heartbeat: a long wait since the last answer was a silence (partition), unless
+        this process was frozen meanwhile (the freeze explains it; the first answer after a wake-up can take
+        a second more, and requests sent in that second are not stalled)."""
         now = self.clock()
-        if self.last_heard is not None and now - self.last_heard >= SILENCE_MIN_S:
+        if self._silent(now) and self.last_heard is not None:
             self._span(self.last_heard, now)
         self.last_heard = now
+
+    def _silent(self, now: float) -> bool:
+        """No answer from the master for ``SILENCE_MIN_S`` up to ``now``, and no freeze in that time."""
+        heard = self.last_heard
+        return heard is not None and now - heard >= SILENCE_MIN_S and self.freeze_end < heard
 
     def _span(self, start: float, end: float) -> None:
         """Remember a freeze or silence; one that overlaps the last (a frozen process is silent too) joins it."""
@@ -82,7 +93,7 @@ class StallWatch:
         spans = list(self.stalls)
         if self.watching and end - self.last_tick >= STALL_MIN_S:
             spans.append((self.last_tick, end))
-        if self.last_heard is not None and end - self.last_heard >= SILENCE_MIN_S:
+        if self.last_heard is not None and self._silent(end):
             spans.append((self.last_heard, end))
         return _covered(spans, start, end)
 
