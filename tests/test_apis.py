@@ -14,20 +14,22 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from attnload import native
+from attnload.apis import api_of, request_body
 from attnload.client import stream as streams
-from attnload.client.apis import auth_header, request_body
-from attnload.client.chat import ChatClient, chat_body
+from attnload.client.chat import ApiClient, chat_body
 from attnload.client.classify import classify_status
 from attnload.client.transport import Timeouts
 from attnload.commands.cli import main
 from attnload.config.load import load_config
-from attnload.config.urls import api_url
+from attnload.config.urls import api_url, resolve_chat_url
 from attnload.errors import ErrorClass, RequestFailed, UsageError
 from helpers import Processes, http_json, start_sim
 from hostile_server import HostileServer, Timing
 
 MESSAGES = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hello there"}]
-APIS = ("chat", "completions", "responses", "messages")
+APIS = ("chat", "completions", "responses", "messages", "gemini")
+UNARY_APIS = APIS[:4]
+"""Gemini's requests go to ``streamGenerateContent``: its answers always stream."""
 
 
 # --------------------------------------------------------------------------- bodies and headers
@@ -62,9 +64,19 @@ def test_each_api_names_its_prompt_and_limit() -> None:
     messages = request_body("messages", "m", MESSAGES, max_tokens=7, temperature=0, ignore_eos=True)
     assert messages["system"] == "be brief" and messages["messages"] == MESSAGES[1:]
     assert messages["max_tokens"] == 7 and "ignore_eos" not in messages and "stream_options" not in messages
-    assert auth_header("messages", "k") == "x-api-key: k\r\nanthropic-version: 2023-06-01\r\n"
-    assert auth_header("responses", "k") == "Authorization: Bearer k\r\n"
-    assert api_url("http://h/api/v1/chat/completions", "messages") == "http://h/api/v1/messages"
+    assert api_of("messages").headers("k") == "x-api-key: k\r\nanthropic-version: 2023-06-01\r\n"
+    assert api_of("responses").headers("k") == "Authorization: Bearer k\r\n"
+    assert api_url("http://h/api/v1/chat/completions", "messages", "m") == "http://h/api/v1/messages"
+    for base in ("https://g.example", "https://g.example/v1beta", "https://g.example/v1beta/", "https://g.example/v1"):
+        url = api_url(resolve_chat_url(base)[1], "gemini", "gemini-2.5-flash")
+        assert url == "https://g.example/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse", base
+    gemini = request_body("gemini", "g", MESSAGES, max_tokens=7, temperature=0.5)
+    assert gemini == {
+        "contents": [{"role": "user", "parts": [{"text": "hello there"}]}],
+        "generationConfig": {"maxOutputTokens": 7, "temperature": 0.5},
+        "systemInstruction": {"parts": [{"text": "be brief"}]},
+    }
+    assert api_of("gemini").headers("k") == "x-goog-api-key: k\r\n"
 
 
 # --------------------------------------------------------------------------- error bodies
@@ -102,6 +114,27 @@ def test_each_apis_error_bodies_class_as_for_chat(status: int, body: dict[str, A
     assert failure.kind.label.startswith(kind), failure
 
 
+@pytest.mark.parametrize(
+    ("status", "name", "message", "kind"),
+    [
+        (404, "NOT_FOUND", "models/nope is not found for API version v1beta", "not_found"),
+        (429, "RESOURCE_EXHAUSTED", "Resource has been exhausted (e.g. check quota).", "quota"),
+        (429, "RESOURCE_EXHAUSTED", "Too many requests, slow down.", "rate_limited"),
+        (403, "PERMISSION_DENIED", "Method doesn't allow unregistered callers.", "auth"),
+        (401, "UNAUTHENTICATED", "Request had invalid authentication credentials.", "auth"),
+        (400, "INVALID_ARGUMENT", "The input token count (2000000) exceeds the maximum number of tokens", "context"),
+        (400, "INVALID_ARGUMENT", "Invalid JSON payload received.", "bad_request"),
+        (503, "UNAVAILABLE", "The model is overloaded.", "server"),
+    ],
+)
+def test_gemini_error_bodies_class_by_their_status_name(status: int, name: str, message: str, kind: str) -> None:
+    """Google's ``{"error": {code, status, message}}``: the canonical status name decides, its wording refines."""
+    body = json.dumps({"error": {"code": status, "message": message, "status": name}}).encode()
+    failure = classify_status(status, body, None, api_of("gemini"))
+    assert failure.kind.label.startswith(kind), failure
+    assert message[:20] in failure.detail
+
+
 # --------------------------------------------------------------------------- config
 
 
@@ -125,9 +158,11 @@ def _config(tmp_path: Path, api: str, key: bool = True, toml: bool = False) -> P
 
 @pytest.mark.parametrize("toml", [False, True])
 def test_the_api_key_in_both_formats(tmp_path: Path, toml: bool) -> None:
-    for api in APIS:
+    for api in UNARY_APIS:
         target = load_config(_config(tmp_path, api, toml=toml)).models[0]
-        assert target.api == api and target.chat_url.endswith("/v1/chat/completions" if api == "chat" else f"/{api}")
+        assert target.api == api and target.url.endswith("/v1/chat/completions" if api == "chat" else f"/{api}")
+    gemini = load_config(_config(tmp_path, "gemini", toml=toml)).models[0]
+    assert gemini.url.endswith("/v1beta/models/m:streamGenerateContent?alt=sse") and "/v1/" not in gemini.url
     with pytest.raises(UsageError, match=r"api 'chatt' is not an API attnload speaks: use one of chat, completions"):
         load_config(_config(tmp_path, "chatt", toml=toml))
     with pytest.raises(UsageError, match="api messages needs an API key") as info:
@@ -241,6 +276,25 @@ POOLS: dict[str, st.SearchStrategy[bytes]] = {
         st.just(_sse("ping", {"type": "ping"})),
         st.just(_sse("error", {"type": "error", "error": {"type": "overloaded_error", "message": "busy"}})),
     ),
+    "gemini": st.one_of(
+        st.tuples(st.sampled_from(TEXTS), st.booleans()).map(
+            lambda tb: _sse(
+                None,
+                {"candidates": [{"content": {"parts": [{"text": tb[0], "thought": tb[1]}], "role": "model"}}]},
+            )
+        ),
+        st.just(_sse(None, {"usageMetadata": {"promptTokenCount": 5}})),
+        st.just(
+            _sse(
+                None,
+                {
+                    "candidates": [{"content": {"parts": [{"text": ""}]}, "finishReason": "MAX_TOKENS"}],
+                    "usageMetadata": {"promptTokenCount": 5, "candidatesTokenCount": 6, "thoughtsTokenCount": 3},
+                },
+            )
+        ),
+        st.just(_sse(None, {"error": {"code": 503, "status": "UNAVAILABLE", "message": "overloaded"}})),
+    ),
 }
 
 
@@ -327,8 +381,8 @@ def test_reasoning_first_then_answer_exact_in_fixed_mode(processes: Processes, a
     """``--reasoning-ratio 0.5``: half of 20 tokens are reasoning, so TTFAT − TTFT = 10 × ITL (completions has
     no reasoning field: the reasoning is text there, and TTFAT is TTFT)."""
     sim = start_sim(processes, "--mode", "fixed", "--ttft-ms", "30", "--itl-ms", "10", "--reasoning-ratio", "0.5")
-    client = ChatClient(
-        api_url(sim + "/v1/chat/completions", api),
+    client = ApiClient(
+        api_url(sim + "/v1/chat/completions", api, "llama-3-70b"),
         "k",
         Timeouts(connect_s=5, ttft_s=None, idle_s=10, total_s=30),
         api=api,
@@ -358,10 +412,12 @@ def test_reasoning_first_then_answer_exact_in_fixed_mode(processes: Processes, a
     assert truth["reasoning_tokens"] == 50 and truth["completion_tokens"] == 100
 
 
-@pytest.mark.parametrize("api", APIS)
+@pytest.mark.parametrize("api", UNARY_APIS)
 def test_unary_answers_of_each_api(processes: Processes, api: str) -> None:
     sim = start_sim(processes, "--mode", "fixed", "--ttft-ms", "5", "--itl-ms", "1", "--reasoning-ratio", "0.25")
-    client = ChatClient(api_url(sim + "/v1/chat/completions", api), "k", Timeouts(5, None, 10, 30), api=api)
+    client = ApiClient(
+        api_url(sim + "/v1/chat/completions", api, "llama-3-70b"), "k", Timeouts(5, None, 10, 30), api=api
+    )
     body = request_body(api, "llama-3-70b", MESSAGES, max_tokens=8, temperature=0, stream=False)
     started = time.perf_counter()
     record = client.send(body, model_key="m", profile="p", stage=0, capture_text=True)
@@ -374,8 +430,11 @@ def test_unary_answers_of_each_api(processes: Processes, api: str) -> None:
 def test_simulator_errors_in_each_apis_words(processes: Processes, api: str) -> None:
     """A wrong model is not_found and an oversized request context_length, whichever API carries it."""
     sim = start_sim(processes, "--mode", "fixed", "--ttft-ms", "5", "--itl-ms", "1")
-    client = ChatClient(api_url(sim + "/v1/chat/completions", api), "k", Timeouts(5, None, 10, 30), api=api)
-    wrong = client.send(
+    client = ApiClient(
+        api_url(sim + "/v1/chat/completions", api, "llama-3-70b"), "k", Timeouts(5, None, 10, 30), api=api
+    )
+    stray = ApiClient(api_url(sim + "/v1/chat/completions", api, "nope"), "k", Timeouts(5, None, 10, 30), api=api)
+    wrong = stray.send(
         request_body(api, "nope", MESSAGES, max_tokens=8, temperature=0), model_key="m", profile="p", stage=0
     )
     assert wrong.error == ErrorClass.NOT_FOUND.label and wrong.http_status == 404

@@ -224,19 +224,26 @@ def test_burstiness_goes_with_rate_stages_and_sweeps_and_reaches_every_process()
     import argparse
 
     from attnload.plan.arrivalflags import check_arrival_flags
-    from attnload.plan.options import environment
+    from attnload.plan.options import add_load_arguments, environment, launch_texts, run_options
     from attnload.workload.shapes import parse_shape
 
-    args = argparse.Namespace(burstiness="0.25", abandon_rate="0.3", abandon_after="uniform:1s,3s", arrivals=None)
+    parser = argparse.ArgumentParser()
+    add_load_arguments(parser)
+    flags = ["--burstiness", "0.25", "--abandon-rate", "0.3", "--abandon-after", "uniform:1s,3s"]
+    texts = launch_texts(vars(parser.parse_args(flags)))
     for shape in ("rate:5", "sweep"):
-        flags = check_arrival_flags(args, parse_shape(shape, 30.0))
-        assert environment(flags) == {
-            "ATTNLOAD_BURSTINESS": "0.25",
-            "ATTNLOAD_ABANDON_RATE": "0.3",
-            "ATTNLOAD_ABANDON_AFTER": "uniform:1s,3s",
-        }
+        options = run_options(texts, parse_shape(shape, 30.0))
+        check_arrival_flags(options)
+        assert (
+            environment(options).items()
+            >= {
+                "ATTNLOAD_BURSTINESS": "0.25",
+                "ATTNLOAD_ABANDON_RATE": "0.3",
+                "ATTNLOAD_ABANDON_AFTER": "uniform:1s,3s",
+            }.items()
+        )
     with pytest.raises(UsageError, match="rate:... or sweep"):
-        check_arrival_flags(args, parse_shape("concurrency:4", 30.0))
+        check_arrival_flags(run_options(texts, parse_shape("concurrency:4", 30.0)))
 
 
 class _ChunkServer:
@@ -287,11 +294,11 @@ class _ChunkServer:
 
 
 def test_an_abandoning_client_closes_its_socket_and_reconnects_for_the_next_request() -> None:
-    from attnload.client.chat import ChatClient, chat_body
+    from attnload.client.chat import ApiClient, chat_body
     from attnload.client.transport import Timeouts
 
     server = _ChunkServer()
-    client = ChatClient(
+    client = ApiClient(
         f"http://127.0.0.1:{server.port}/v1/chat/completions", None, Timeouts(connect_s=2, idle_s=2.0, total_s=5.0)
     )
     body = chat_body("m", [{"role": "user", "content": "hi"}], max_tokens=20, temperature=0)
@@ -307,11 +314,11 @@ def test_an_abandoning_client_closes_its_socket_and_reconnects_for_the_next_requ
 
 
 def test_a_duration_abandons_at_the_first_chunk_after_it() -> None:
-    from attnload.client.chat import ChatClient, chat_body
+    from attnload.client.chat import ApiClient, chat_body
     from attnload.client.transport import Timeouts
 
     server = _ChunkServer()
-    client = ChatClient(
+    client = ApiClient(
         f"http://127.0.0.1:{server.port}/v1/chat/completions", None, Timeouts(connect_s=2, idle_s=2.0, total_s=5.0)
     )
     body = chat_body("m", [{"role": "user", "content": "hi"}], max_tokens=20, temperature=0)

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from attnload.client.chat import ChatClient, chat_body, new_stream
+from attnload.client.chat import ApiClient, chat_body, new_stream
 from attnload.client.classify import classify_status
 from attnload.client.transport import Timeouts
 from attnload.errors import ErrorClass, RequestFailed
@@ -92,10 +92,10 @@ class CannedServer:
 def serve() -> Iterator[object]:
     servers: list[CannedServer] = []
 
-    def make(*scripts: list[bytes], close_after: bool = False) -> ChatClient:
+    def make(*scripts: list[bytes], close_after: bool = False) -> ApiClient:
         server = CannedServer(list(scripts), close_after)
         servers.append(server)
-        return ChatClient(
+        return ApiClient(
             f"http://127.0.0.1:{server.port}/v1/chat/completions",
             "sk-test-secret-123",
             Timeouts(connect_s=2, idle_s=1.0, total_s=3.0),
@@ -106,7 +106,7 @@ def serve() -> Iterator[object]:
         server.sock.close()
 
 
-def send(client: ChatClient, max_tokens: int = 3, stream: bool = True):  # type: ignore[no-untyped-def]
+def send(client: ApiClient, max_tokens: int = 3, stream: bool = True):  # type: ignore[no-untyped-def]
     body = chat_body("m", [{"role": "user", "content": "hi"}], max_tokens=max_tokens, temperature=0, stream=stream)
     return client.send(body, model_key="k", profile="p", stage=0)
 
@@ -195,7 +195,7 @@ def test_refused_connection_is_connection_class() -> None:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    client = ChatClient(f"http://127.0.0.1:{port}/v1/chat/completions", None, Timeouts(connect_s=1))
+    client = ApiClient(f"http://127.0.0.1:{port}/v1/chat/completions", None, Timeouts(connect_s=1))
     assert send(client).error == "connection"
 
 
@@ -206,7 +206,7 @@ def test_dead_proxy_is_proxy_class(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HTTPS_PROXY", f"http://127.0.0.1:{port}")
     monkeypatch.delenv("NO_PROXY", raising=False)
     monkeypatch.delenv("no_proxy", raising=False)
-    client = ChatClient("https://api.example.invalid/v1/chat/completions", None, Timeouts(connect_s=1))
+    client = ApiClient("https://api.example.invalid/v1/chat/completions", None, Timeouts(connect_s=1))
     assert send(client).error == "proxy"
 
 
@@ -255,8 +255,8 @@ def hostile() -> Iterator[HostileServer]:
     server.stop()
 
 
-def hostile_send(server: HostileServer, mode: str, client: ChatClient | None = None):  # type: ignore[no-untyped-def]
-    client = client or ChatClient(
+def hostile_send(server: HostileServer, mode: str, client: ApiClient | None = None):  # type: ignore[no-untyped-def]
+    client = client or ApiClient(
         server.url + "/api/v1/chat/completions",
         "sk-hostile-key-0123456789",
         Timeouts(connect_s=2, ttft_s=0.5, idle_s=0.5, total_s=3.0),
@@ -288,7 +288,7 @@ def test_keep_alive_survives_every_mode_in_turn(hostile: HostileServer) -> None:
 
 
 def test_retry_after_backoff_delays_the_next_request(hostile: HostileServer) -> None:
-    client = ChatClient(
+    client = ApiClient(
         hostile.url + "/v1/chat/completions", None, Timeouts(connect_s=2, total_s=3.0), retry_after_max_s=0.3
     )
     _, record = hostile_send(hostile, "rate_limited", client)
@@ -380,7 +380,7 @@ def test_exchange_fuzz_only_classified_failures(
     reads: list[bytes | BaseException] = [raw[a:b] for a, b in zip(points, points[1:], strict=False) if b > a]
     if ending is not None:
         reads.append(ending)
-    client = ChatClient("http://127.0.0.1:9/v1/chat/completions", None, Timeouts(connect_s=1, total_s=5))
+    client = ApiClient("http://127.0.0.1:9/v1/chat/completions", None, Timeouts(connect_s=1, total_s=5))
     client._sock = _FakeSocket(reads)
     client._connect = lambda: _FakeSocket([])  # type: ignore[method-assign]
     body = chat_body("m", [{"role": "user", "content": "hi"}], max_tokens=3, temperature=0, stream=stream)

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from attnload import native
 from attnload.client.budget import MAX_BODY_BYTES, MAX_EVENT_BYTES, MAX_HEADER_BYTES, max_events
-from attnload.client.chat import ChatClient, chat_body, new_stream
+from attnload.client.chat import ApiClient, chat_body, new_stream
 from attnload.client.classify import classify_status, printable
 from attnload.client.sse import EventSplitter, SseSplitter
 from attnload.client.transport import Response, Timeouts
@@ -168,7 +168,7 @@ def runaway() -> Iterator[RunawayServer]:
 
 @pytest.mark.parametrize("mode", MODES)
 def test_each_runaway_mode_fails_fast_and_classified(runaway: RunawayServer, mode: str) -> None:
-    client = ChatClient(
+    client = ApiClient(
         runaway.url + "/v1/chat/completions", None, Timeouts(connect_s=2, ttft_s=5.0, idle_s=5.0, total_s=10.0)
     )
     tracemalloc.start()
@@ -191,7 +191,7 @@ def test_each_runaway_mode_fails_fast_and_classified(runaway: RunawayServer, mod
 
 def test_runaway_total_timeout_is_a_wall_clock(runaway: RunawayServer) -> None:
     """A total timeout shorter than any budget: the endless stream ends at it, as `timeout`."""
-    client = ChatClient(runaway.url + "/v1/chat/completions", None, Timeouts(connect_s=2, idle_s=5.0, total_s=0.3))
+    client = ApiClient(runaway.url + "/v1/chat/completions", None, Timeouts(connect_s=2, idle_s=5.0, total_s=0.3))
     body = chat_body("endless_events", [{"role": "user", "content": "hi"}], max_tokens=10**9, temperature=0)
     started = time.perf_counter()
     record = client.send(body, model_key="k", profile="p", stage=0)
@@ -200,7 +200,7 @@ def test_runaway_total_timeout_is_a_wall_clock(runaway: RunawayServer) -> None:
 
 
 def test_header_budget_names_the_limit(runaway: RunawayServer) -> None:
-    client = ChatClient(runaway.url + "/v1/chat/completions", None, Timeouts(connect_s=2, total_s=5.0))
+    client = ApiClient(runaway.url + "/v1/chat/completions", None, Timeouts(connect_s=2, total_s=5.0))
     client.send(chat_body("endless_header", [], max_tokens=8, temperature=0), model_key="k", profile="p", stage=0)
     client.close()
     assert client.last_failure is not None and str(MAX_HEADER_BYTES) in client.last_failure.detail
@@ -289,7 +289,7 @@ def test_a_failed_request_frees_its_buffers_without_the_cycle_collector(runaway:
     by hundreds of MB a minute."""
     import gc
 
-    client = ChatClient(runaway.url + "/v1/chat/completions", None, Timeouts(connect_s=2, total_s=5.0))
+    client = ApiClient(runaway.url + "/v1/chat/completions", None, Timeouts(connect_s=2, total_s=5.0))
     body = chat_body("endless_line", [{"role": "user", "content": "hi"}], max_tokens=8, temperature=0)
     gc.collect()
     gc.disable()

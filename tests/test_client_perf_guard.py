@@ -79,13 +79,13 @@ def test_plain_delta_fast_path_matches_json_loads(chunk: bytes, monkeypatch: pyt
     """The regex fast path for content deltas must change cost, never results or errors."""
     import re
 
-    from attnload.client import checks
+    from attnload.apis import openai as checks
     from attnload.client import stream as client
     from attnload.errors import RequestFailed
 
     def consume(fast: bool) -> tuple[object, ...]:
         if not fast:
-            monkeypatch.setattr(checks, "_PLAIN_DELTA", re.compile(rb"(?!)"))
+            monkeypatch.setattr(checks, "PLAIN_DELTA", re.compile(rb"(?!)"))
         state = client.new_stream(True, 16) if fast else client.PyStream(True, 16)  # json.loads for every chunk
         state.sse.events.extend([(b"message", chunk), (b"message", chunk)])
         try:
@@ -106,7 +106,7 @@ def test_plain_delta_stream_cache_matches_json_loads(monkeypatch: pytest.MonkeyP
     import itertools
     import re
 
-    from attnload.client import checks
+    from attnload.apis import openai as checks
     from attnload.client import stream as client
     from attnload.errors import RequestFailed
 
@@ -125,7 +125,7 @@ def test_plain_delta_stream_cache_matches_json_loads(monkeypatch: pytest.MonkeyP
 
     def consume(chunks: tuple[bytes, ...], fast: bool) -> tuple[object, ...]:
         if not fast:
-            monkeypatch.setattr(checks, "_PLAIN_DELTA", re.compile(rb"(?!)"))
+            monkeypatch.setattr(checks, "PLAIN_DELTA", re.compile(rb"(?!)"))
         state = client.new_stream(True, 16) if fast else client.PyStream(True, 16)  # json.loads for every chunk
         try:
             for at, chunk in enumerate(chunks):

@@ -23,7 +23,7 @@ def test_seed_json_loads_unchanged() -> None:
     ]
     assert [p.name for p in config.profiles] == ["short", "long"]
     assert config.request.max_tokens == 256 and config.request.temperature == 0 and config.repeat == 5
-    assert config.models[0].chat_url == "https://taotoken.net/api/v1/chat/completions"
+    assert config.models[0].url == "https://taotoken.net/api/v1/chat/completions"
     assert config.models[0].api_key_env == "TAOTOKEN_API_KEY"
 
 
@@ -40,8 +40,8 @@ def test_seed_toml_loads_unchanged_and_timeout_is_total() -> None:
 def test_both_formats_normalise_to_the_same_targets() -> None:
     from_json = load_config(EXAMPLES / "benchmark_config.json")
     from_toml = load_config(EXAMPLES / "taotoken_config.toml")
-    assert [(m.id, m.attention, m.chat_url) for m in from_json.models] == [
-        (m.id, m.attention, m.chat_url) for m in from_toml.models
+    assert [(m.id, m.attention, m.url) for m in from_json.models] == [
+        (m.id, m.attention, m.url) for m in from_toml.models
     ]
 
 
@@ -143,8 +143,8 @@ def test_per_model_overrides_and_profiles(tmp_path: Path) -> None:
     }
     config = load_config(write(tmp_path, "c.json", json.dumps(data)))
     a, b = config.models
-    assert (a.attention, a.chat_url, a.api_key_env) == ("GQA", "http://other/v1/chat/completions", "K2")
-    assert (b.chat_url, b.api_key_env) == ("http://gw/api/v1/chat/completions", "K1")
+    assert (a.attention, a.url, a.api_key_env) == ("GQA", "http://other/v1/chat/completions", "K2")
+    assert (b.url, b.api_key_env) == ("http://gw/api/v1/chat/completions", "K1")
     assert config.profile("long").prompt_tokens == 8192 and config.slo.is_set
 
 

@@ -126,7 +126,7 @@ def test_demo_vllm_config_loads_and_sizes_fit(tmp_path: Path) -> None:
     path = tmp_path / "c.json"
     path.write_text(json.dumps(demo_vllm.demo_config(gqa, mla, tmp_path / "tokenizer.json")))
     config = load_config(path)
-    assert [m.chat_url for m in config.models] == [
+    assert [m.url for m in config.models] == [
         f"{gqa.base_url}/v1/chat/completions",
         f"{mla.base_url}/v1/chat/completions",
     ]

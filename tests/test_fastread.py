@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from attnload import native
 from attnload.client import chat
 from attnload.client import stream as streams
-from attnload.client.chat import ChatClient, chat_body
+from attnload.client.chat import ApiClient, chat_body
 from attnload.client.sse import SseSplitter
 from attnload.client.transport import Response, Timeouts
 from attnload.measure.recorder import RequestRecord
@@ -149,7 +149,7 @@ def test_the_pump_codes_are_the_extensions() -> None:
 class Peer:
     """The server end of a socket pair: writes scripted pieces, one per client read (a pause between)."""
 
-    def __init__(self, client: ChatClient, script: list[bytes | float], close: bool) -> None:
+    def __init__(self, client: ApiClient, script: list[bytes | float], close: bool) -> None:
         self.sock, client_end = gevent.socket.socketpair()
         client._sock = client_end
         self.writer = gevent.spawn(self._write, script, close)
@@ -176,10 +176,10 @@ def exchange(
     close: bool = True,
     max_tokens: int = 3,
     abandon: tuple[int | None, float | None] | None = None,
-) -> tuple[RequestRecord, ChatClient, int]:
+) -> tuple[RequestRecord, ApiClient, int]:
     """One request against a scripted peer on the chosen path: (record, client, bodies framed in C)."""
     native.use(compiled)
-    client = ChatClient("http://127.0.0.1:9/v1/chat/completions", None, Timeouts(connect_s=1, idle_s=0.5, total_s=5))
+    client = ApiClient("http://127.0.0.1:9/v1/chat/completions", None, Timeouts(connect_s=1, idle_s=0.5, total_s=5))
     framed = []
 
     def counting(response: Response) -> bool:

@@ -32,7 +32,8 @@ from attnload.report.turns import PROMPT_DETAILS_FLAG, cached_notes, turn_table
 from attnload.results.context import context_fields
 from attnload.results.model import ClientInfo, Results, ServerSummary, StageSummary, Summary, TurnSummary
 from attnload.results.server import gap_reasons, is_wide, ttft_text
-from attnload.results.summarize import StageWindow, build_results, split_users, stage_users
+from attnload.results.summarize import RunFacts, StageWindow, build_results, split_users, stage_users
+from attnload.runner.collector.channels import ContextPart
 from attnload.runner.messages import pace_exchange
 from attnload.runner.sender.startspread import PilotBoard, StartSpread, offset_fraction
 from attnload.scrape.window import histogram_bucket, histogram_quantile
@@ -121,16 +122,16 @@ def test_totals_and_turn_means_count_only_reported_values(tmp_path: Path) -> Non
         record = _record(model, cached, turn)
         recorder.add(record)
         context.add(record)
-    data = build_results(
-        _config(tmp_path),
-        recorder,
+    run = RunFacts(
+        config=_config(tmp_path),  # type: ignore[arg-type]
+        recorder=recorder,
         started_at=0.0,
-        ended_at=10.0,  # type: ignore[arg-type]
+        ended_at=10.0,
         stages=[StageWindow(0, 0.0, 10.0, users=2)],
         client=_client(),
         run_info={},
-        context=context,
     )
+    data = build_results(run, [ContextPart(context, trace_rate_per_s=None)])
     gqa, mla = data.model("g"), data.model("m")
     assert gqa.cached_prompt_tokens is None and gqa.stages[0].cached_prompt_tokens is None
     assert [t.cached_tokens_mean for t in gqa.turns] == [None, None]
@@ -213,15 +214,16 @@ def test_stage_users_prefers_what_the_runner_sampled(tmp_path: Path) -> None:
         StageWindow(0, 0.0, 5.0, users=2, model_users={"g": 1, "m": 1}),
         StageWindow(1, 5.0, 10.0, users=8, model_users={"g": 4, "m": 4}),
     ]
-    data = build_results(
-        config,
-        recorder,
+    run = RunFacts(
+        config=config,  # type: ignore[arg-type]
+        recorder=recorder,
         started_at=0.0,
         ended_at=10.0,
-        stages=windows,  # type: ignore[arg-type]
+        stages=windows,
         client=_client(),
         run_info={},
     )
+    data = build_results(run)
     assert [(s.users, s.users_total) for s in data.model("g").stages] == [(1, 2), (4, 8)]
     console = Console(width=200, record=True)
     console.print(render_table(data))

@@ -12,7 +12,7 @@ import pytest
 
 import attnload.client.chat as chat_module
 from attnload.client.backoff import Backoff
-from attnload.client.chat import ChatClient, chat_body
+from attnload.client.chat import ApiClient, chat_body
 from attnload.client.transport import Timeouts
 from attnload.config.load import load_config
 from attnload.measure.recorder import Recorder, RequestRecord
@@ -71,7 +71,7 @@ def refused_url() -> str:
     return f"http://127.0.0.1:{port}/v1/chat/completions"  # nothing listens: connection refused
 
 
-def send(client: ChatClient) -> RequestRecord:
+def send(client: ApiClient) -> RequestRecord:
     body = chat_body("m", [{"role": "user", "content": "hi"}], max_tokens=4, temperature=0.0)
     return client.send(body, model_key="m", profile="p", stage=0)
 
@@ -80,7 +80,7 @@ def test_a_refused_connection_backs_off_the_users_next_try(monkeypatch: pytest.M
     slept: list[float] = []
     monkeypatch.setattr(chat_module, "gevent", RecordedSleep(slept))
     backoff = Backoff(0.1, 5.0, rng=lambda: 1.0)
-    client = ChatClient(refused_url(), None, Timeouts(connect_s=1, total_s=2), backoff=backoff)
+    client = ApiClient(refused_url(), None, Timeouts(connect_s=1, total_s=2), backoff=backoff)
     first = send(client)
     assert (first.outcome, first.error, backoff.failures) == ("failed", "connection", 1)
     assert slept == []
@@ -93,7 +93,7 @@ def test_an_open_loop_client_never_sleeps_in_the_backoff(monkeypatch: pytest.Mon
     slept: list[float] = []
     monkeypatch.setattr(chat_module, "gevent", RecordedSleep(slept))
     backoff = Backoff(0.1, 5.0)
-    client = ChatClient(refused_url(), None, Timeouts(connect_s=1, total_s=2), backoff=backoff, waits_backoff=False)
+    client = ApiClient(refused_url(), None, Timeouts(connect_s=1, total_s=2), backoff=backoff, waits_backoff=False)
     send(client)
     send(client)
     assert slept == [] and backoff.failures == 2

@@ -7,6 +7,7 @@ functions (lazy imports count too), so the rules hold whatever runs first.
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -267,3 +268,49 @@ def test_few_type_ignores() -> None:
     """mypy runs in ``make test`` with ``warn_unused_ignores``; each ignore left is a library without types."""
     count = sum(p.read_text(encoding="utf-8").count("type: ignore") for p in SOURCES.values())
     assert count <= MAX_TYPE_IGNORES
+
+
+def _files_matching(pattern: str, flags: int = 0) -> list[str]:
+    """Files under ``src/attnload`` (every text file, not only Python) whose text matches ``pattern``."""
+    found = re.compile(pattern, flags)
+    return sorted(
+        str(path.relative_to(PACKAGE))
+        for path in PACKAGE.rglob("*")
+        if path.is_file()
+        and path.suffix not in (".so", ".pyc")
+        and found.search(path.read_bytes().decode("utf-8", errors="ignore"))
+    )
+
+
+def test_api_names_are_one_table() -> None:
+    """Adding an API is its object in ``attnload.apis``, its dialect in sim/serving/dialects.py and one
+    registration line: an API's name as a string literal (or a field that shares one, routed through the API
+    objects' constants) lives in at most three files, so no other module branches on it."""
+    assert len(_files_matching(r"""['"](completions|responses|messages|gemini)['"]""")) <= 3, _files_matching(
+        r"""['"](completions|responses|messages|gemini)['"]"""
+    )
+
+
+def test_the_fifth_api_fits_in_three_files() -> None:
+    """Gemini, added last, is named only by its API object, its simulator dialect and its registration."""
+    assert _files_matching("gemini", re.IGNORECASE) == [
+        "apis/__init__.py",
+        "apis/gemini.py",
+        "sim/serving/dialects.py",
+    ]
+
+
+def test_per_request_metrics_are_one_table() -> None:
+    """Adding a per-request metric is one entry in ``measure.metrics.METRICS``: no other module spells an
+    exported histogram's name (a second spelling would be a second place to edit)."""
+    from attnload.measure.metrics import METRICS
+
+    spelled = [m.prometheus for m in METRICS if m.prometheus is not None]
+    offenders = [
+        f"{name}: {series}"
+        for name, path in SOURCES.items()
+        if name != "attnload.measure.metrics"
+        for series in spelled
+        if f'"{series}' in path.read_text(encoding="utf-8")
+    ]
+    assert offenders == []

@@ -20,7 +20,8 @@ from rich.console import Console
 
 from attnload.config.load import load_config
 from attnload.exporter.exposition import FleetCollector, FleetState
-from attnload.measure.recorder import Recorder, RequestRecord, Series, answer_latency
+from attnload.measure.metrics import answer_latency
+from attnload.measure.recorder import Recorder, RequestRecord, Series
 from attnload.measure.requestlog import TargetFacts, request_line
 from attnload.report.console import render_table
 from attnload.report.csvout import LLM_CSV_COLUMNS, write_llm_csv
@@ -28,7 +29,7 @@ from attnload.report.html import render_html
 from attnload.report.live.webui import COLUMNS, llm_rows
 from attnload.results.model import ClientInfo, ModelSummary, Results
 from attnload.results.reasoning import disagree, reasoning_note, share
-from attnload.results.summarize import StageWindow, build_results
+from attnload.results.summarize import RunFacts, StageWindow, build_results
 
 REASONING_TTFT_S = 0.100
 """The reasoning model's first (reasoning) token."""
@@ -80,15 +81,16 @@ def _recorder(records: list[RequestRecord]) -> Recorder:
 
 def _results(tmp_path: Path, records: list[RequestRecord], stages: int = 2) -> Results:
     windows = [StageWindow(i, 5.0 * i, 5.0 * (i + 1), users=2 * (i + 1)) for i in range(stages)]
-    return build_results(
-        _config(tmp_path),  # type: ignore[arg-type]
-        _recorder(records),
+    run = RunFacts(
+        config=_config(tmp_path),  # type: ignore[arg-type]
+        recorder=_recorder(records),
         started_at=1_700_000_000.0,
         ended_at=1_700_000_000.0 + 5.0 * stages,
         stages=windows,
         client=ClientInfo(workers=1),
         run_info={},
     )
+    return build_results(run)
 
 
 def _traffic() -> list[RequestRecord]:

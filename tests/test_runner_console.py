@@ -13,39 +13,27 @@ import pytest
 
 from attnload.config.load import load_config
 from attnload.plan.launch import LoadPlan, _environment, _master_command
-from attnload.plan.options import truthy
+from attnload.plan.options import run_options, truthy
 from attnload.workload.shapes import parse_shape
 
 
-def plan(tmp_path: Path, **changes: object) -> LoadPlan:
+def plan(tmp_path: Path, **texts: str) -> LoadPlan:
     path = tmp_path / "c.json"
     path.write_text(
         json.dumps(
             {"base_url": "http://127.0.0.1:9/api", "models": {"m": {"id": "deepseek-chat", "attention_type": "MLA"}}}
         )
     )
-    values: dict[str, object] = {
-        "config": load_config(path),
-        "config_path": path,
-        "shape": parse_shape("concurrency:2", 5.0),
-        "spawn_rate": None,
-        "workers": 1,
-        "results_dir": tmp_path,
-        "metrics_port": 0,
-        "headless": True,
-        "web_port": 8089,
-        "profiles": "",
-        "warmup": "0",
-    }
-    values.update(changes)
-    return LoadPlan(**values)  # type: ignore[arg-type]
+    given = {"config": str(path), "results": str(tmp_path), "metrics-port": "0", "locust-stats": "0", **texts}
+    options = run_options(given, parse_shape("concurrency:2", 5.0))
+    return LoadPlan(config=load_config(path), options=options, workers=1, results_dir=tmp_path)
 
 
 def test_default_master_has_no_periodic_table_and_every_process_is_told_quiet(tmp_path: Path) -> None:
     quiet = plan(tmp_path)
     assert "--only-summary" in _master_command(quiet, 5557)
     assert _environment(quiet)["ATTNLOAD_LOCUST_STATS"] == "0"  # workers inherit the same environment
-    loud = plan(tmp_path, locust_stats=True)
+    loud = plan(tmp_path, **{"locust-stats": "1"})
     assert "--only-summary" not in _master_command(loud, 5557) and "--headless" in _master_command(loud, 5557)
     assert _environment(loud)["ATTNLOAD_LOCUST_STATS"] == "1"
 

@@ -11,7 +11,8 @@ from prometheus_client import CollectorRegistry
 
 from attnload.exporter.exposition import FleetCollector, FleetState
 from attnload.measure.looplag import FleetLoopLag, LoopLagMeter, behind_reason, watch_loop
-from attnload.measure.recorder import Recorder, RequestRecord, read_sizes
+from attnload.measure.metrics import read_sizes
+from attnload.measure.recorder import Recorder, RequestRecord
 from attnload.report.clienthealth.render import console_notes, html_section, llm_cell
 from attnload.report.live.webui import COLUMNS, llm_rows
 from attnload.results.bursts import SERVER_BURSTS_FLAG, client_behind, tokens_per_read_p50, with_server_bursts

@@ -6,7 +6,8 @@ from __future__ import annotations
 import random
 
 from attnload.measure.histogram import LogHistogram
-from attnload.measure.recorder import EXAMPLES_PER_CLASS, Recorder, RequestRecord, Series
+from attnload.measure.metrics import RequestRecord
+from attnload.measure.recorder import EXAMPLES_PER_CLASS, Recorder, Series
 from attnload.measure.survival import km_percentiles
 from attnload.results.exitcodes import ExitPolicy, parse_fail_on, run_status
 from attnload.results.model import ModelSummary, Results, StageSummary
@@ -146,7 +147,7 @@ def test_without_stalled_takes_the_stalled_requests_out_of_each_latency() -> Non
     for _ in range(90):
         recorder.add(_record("ok", 0.05, 1.0))
     for _ in range(10):
-        recorder.add(_record("ok", 0.05, 25.0), stalled=True)
+        recorder.add(_record("ok", 0.05, 25.0, worker_stalled_s=20.0))
     series = recorder.combined()
     assert series.hists["e2e"].quantile(0.99) > 20
     rest = without_stalled(series)

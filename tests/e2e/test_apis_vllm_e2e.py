@@ -1,6 +1,7 @@
 """Each ``api`` against a real vLLM (CPU build, tiny GQA model; marker ``vllm``): the client's prompt and
 completion tokens equal vLLM's own counter deltas, whether the answer came as chat, completions, Responses
-or Anthropic Messages. vLLM 0.32 serves all four from one server; its wire is what client/grammar.py reads.
+or Anthropic Messages. vLLM 0.32 serves all four from one server; its wire is what the API objects
+(attnload.apis) read.
 """
 
 from __future__ import annotations
@@ -9,8 +10,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from attnload.client.apis import request_body
-from attnload.client.chat import ChatClient
+from attnload.apis import request_body
+from attnload.client.chat import ApiClient
 from attnload.client.transport import Timeouts
 from attnload.config.urls import api_url
 from attnload.engines import tiny_models
@@ -51,8 +52,8 @@ def _counters(base_url: str) -> tuple[float, float]:
 
 @pytest.mark.parametrize("api", APIS)
 def test_each_api_counts_as_vllm(gqa: ServerSpec, api: str) -> None:
-    url = api_url(f"{gqa.base_url}/v1/chat/completions", api)
-    client = ChatClient(url, "sk-unused-by-vllm", Timeouts(connect_s=10, ttft_s=None, idle_s=120, total_s=300), api=api)
+    url = api_url(f"{gqa.base_url}/v1/chat/completions", api, gqa.served_name)
+    client = ApiClient(url, "sk-unused-by-vllm", Timeouts(connect_s=10, ttft_s=None, idle_s=120, total_s=300), api=api)
     before = _counters(gqa.base_url)
     records = []
     for stream in (True, True, False):

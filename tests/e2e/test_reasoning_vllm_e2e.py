@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from attnload.client.apis import request_body
-from attnload.client.chat import ChatClient
+from attnload.apis import request_body
+from attnload.client.chat import ApiClient
 from attnload.client.transport import Timeouts
 from attnload.config.urls import api_url
 from attnload.engines import tiny_models
@@ -78,7 +78,7 @@ def test_chat_reasoning_tokens_are_the_streamed_reasoning_deltas(
     if budget is not None:
         body["thinking_token_budget"] = budget
     streamed, answered = _reasoning_deltas(spec, body)
-    client = ChatClient(f"{spec.base_url}/v1/chat/completions", None, Timeouts(10, None, 120, 300))
+    client = ApiClient(f"{spec.base_url}/v1/chat/completions", None, Timeouts(10, None, 120, 300))
     record = client.send(body, model_key="m", profile="p", stage=0)
     client.close()
     assert record.outcome == "ok" and not record.tokens_estimated, record.error
@@ -100,8 +100,8 @@ def test_responses_and_messages_stream_the_reasoning_apart(reasoning: tuple[Serv
     spec, _ = reasoning
     chat = request_body("chat", spec.served_name, MESSAGES, max_tokens=24, temperature=0)
     streamed, answered = _reasoning_deltas(spec, chat)
-    url = api_url(f"{spec.base_url}/v1/chat/completions", api)
-    client = ChatClient(url, "sk-unused", Timeouts(10, None, 120, 300), api=api)
+    url = api_url(f"{spec.base_url}/v1/chat/completions", api, spec.served_name)
+    client = ApiClient(url, "sk-unused", Timeouts(10, None, 120, 300), api=api)
     record = client.send(
         request_body(api, spec.served_name, MESSAGES, max_tokens=24, temperature=0), model_key="m", profile="p", stage=0
     )

@@ -1,4 +1,4 @@
-"""The hot path: one keep-alive HTTP/1.1 connection per user, streaming chat completions.
+"""The hot path: one keep-alive HTTP/1.1 connection per user, streaming answers of any API (attnload.apis).
 
 Why not Locust's ``FastHttpSession`` or the openai SDK: ``iter_lines()`` waits for 1024
 bytes before yielding and the SDK costs ~0.3 ms CPU per chunk (docs/design.md, pitfalls), both
@@ -12,7 +12,7 @@ chooses, and both give the same records (docs/performance.md, "The compiled path
 
 Failures become :class:`RequestFailed` with a docs/design.md :class:`ErrorClass` in one place
 (``classify_status``, ``classify_exception``); a hostile server can only produce a
-classified failure, never an exception out of :meth:`ChatClient.send`.
+classified failure, never an exception out of :meth:`ApiClient.send`.
 """
 
 from __future__ import annotations
@@ -30,7 +30,8 @@ import gevent.ssl
 from gevent import GreenletExit
 from geventhttpclient.response import HTTPParseError
 
-from attnload.client.apis import auth_header, max_tokens_of, request_body
+from attnload.apis import api_of, request_body
+from attnload.apis.base import Api
 from attnload.client.backoff import Backoff
 from attnload.client.budget import DRAIN_READS, MAX_HEADER_BYTES, YIELD_EVERY
 from attnload.client.checks import NEVER, header
@@ -49,7 +50,7 @@ from attnload.client.stream import (
 from attnload.client.transport import RECV_BYTES, Endpoint, Response, SocketReader, Timeouts, head_end
 from attnload.errors import ErrorClass, RequestFailed
 from attnload.measure.recorder import RequestRecord, split_gaps
-from attnload.measure.tokens import body_messages, prompt_tokens, tools_tokens
+from attnload.measure.tokens import prompt_tokens, tools_tokens
 
 if TYPE_CHECKING:
     from attnload.client.compiled import CStream
@@ -59,8 +60,8 @@ DRAIN_STOPS: tuple[type[Exception], ...] = (BlockingIOError, OSError, RequestFai
 """What ends ``_read_buffered`` quietly: nothing more buffered, or bytes that would not make a complete answer."""
 
 
-class ChatClient:
-    """Sends chat completions to one endpoint over one keep-alive connection (one user)."""
+class ApiClient:
+    """Sends one API's requests (attnload.apis) to one endpoint over one keep-alive connection (one user)."""
 
     _reader: SocketReader | None = None
     """Timer-free reader of the current plain-TCP socket (rebuilt when the socket changes)."""
@@ -99,8 +100,8 @@ class ChatClient:
         """Connection failures back off (``client/backoff.py``); shared by an open loop's clients of one model."""
         self.waits_backoff = waits_backoff
         """True: :meth:`send` sleeps out the backoff first (a closed-loop user); False: the caller drops instead."""
-        self.api = api
-        """The API ``url`` speaks (client/apis.py): the body's caller builds, the stream's grammar reads."""
+        self.api = api_of(api)
+        """The API ``url`` speaks (attnload.apis): its headers, the stream reader; the caller builds the body."""
         self.timeouts = timeouts
         self.retry_after_max_s = retry_after_max_s
         """Above 0: after a 429 with Retry-After, wait that long (capped) before this user's next request."""
@@ -109,7 +110,7 @@ class ChatClient:
         self._resume_at = 0.0
         self._sock: Any = None
         self._ssl = ssl_context
-        auth = auth_header(api, api_key)
+        auth = self.api.headers(api_key)
         target = self.endpoint.path
         if self.endpoint.proxy and not self.endpoint.tls:
             target = f"http://{self.endpoint.host_header}{self.endpoint.path}"  # absolute-form via a proxy
@@ -198,8 +199,8 @@ class ChatClient:
             gevent.sleep(wait)  # as for a 429: no request is in flight, and the wait is no one's latency
         started = time.perf_counter()
         origin = intended_start if intended_start is not None else started
-        streaming = bool(body.get("stream", True))
-        stream = new_stream(streaming, max_tokens_of(body), self.api)
+        streaming = self.api.streams(body)
+        stream = new_stream(streaming, self.api.max_tokens(body), self.api.name)
         if capture_text:
             stream.texts = []
         if abandon is not None:
@@ -359,7 +360,7 @@ class ChatClient:
             ended = response.message_complete or after_end  # after_end: the connection carries junk, it goes
             if response.headers_complete and response.get_code() != 200:
                 if ended:
-                    raise classify_status(response.get_code(), bytes(response.body), header(response, "retry-after"))
+                    raise _refused(response, self.api)
                 continue
             if ended:
                 if after_end or response.should_close():
@@ -484,7 +485,7 @@ class ChatClient:
             e2e_s=end - origin,
             prompt_tokens=reported_prompt
             if isinstance(reported_prompt, int)
-            else prompt_tokens(body_messages(body)) + tools_tokens(body.get("tools")),
+            else prompt_tokens(self.api.prompt_messages(body)) + tools_tokens(body.get("tools")),
             completion_tokens=completion,
             cached_prompt_tokens=cached_tokens(details),
             tokens_estimated=estimated,
@@ -515,6 +516,11 @@ def _feed_head(response: Response, stream: CStream, data: bytes, seen: bytes) ->
     if cut < len(data):  # llhttp reads an empty feed as the peer's close
         response.feed(data[cut:])
     return None, False
+
+
+def _refused(response: Response, api: Api) -> RequestFailed:
+    """A complete non-200 response as its error class, in the API's own words."""
+    return classify_status(response.get_code(), bytes(response.body), header(response, "retry-after"), api)
 
 
 def _status_code(stream: Stream) -> int | None:

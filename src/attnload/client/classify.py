@@ -18,6 +18,7 @@ from typing import Any
 import gevent.socket
 from geventhttpclient.response import HTTPParseError
 
+from attnload.apis.base import Api
 from attnload.errors import ErrorClass, RequestFailed, body_excerpt, redact
 
 _ANSI = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)?|[@-Z\\-_])")
@@ -38,16 +39,17 @@ def printable(text: str) -> str:
     return _CONTROL.sub(" ", _ANSI.sub("", text))
 
 
-def classify_status(status: int, body: bytes, retry_after: str | None = None) -> RequestFailed:
-    """Map an HTTP error status and its body (OpenAI or gateway JSON, HTML, text) to a class; the failure
-    keeps the body's start (redacted, printable) as the example the results show."""
-    failed = _classify_status(status, body, retry_after)
+def classify_status(status: int, body: bytes, retry_after: str | None = None, api: Api | None = None) -> RequestFailed:
+    """Map an HTTP error status and its body (OpenAI or gateway JSON, HTML, text) to a class; ``api`` reads
+    its own error objects first (``Api.error_class``). The failure keeps the body's start (redacted,
+    printable) as the example the results show."""
+    failed = _classify_status(status, body, retry_after, api)
     excerpt = body_excerpt(body)
     failed.body = printable(excerpt) if excerpt is not None else None
     return failed
 
 
-def _classify_status(status: int, body: bytes, retry_after: str | None) -> RequestFailed:
+def _classify_status(status: int, body: bytes, retry_after: str | None, api: Api | None) -> RequestFailed:
     try:
         data = json.loads(body) if body else None
     except ValueError:
@@ -57,14 +59,17 @@ def _classify_status(status: int, body: bytes, retry_after: str | None) -> Reque
         if isinstance(error, list) and error:  # some gateways send {"error": [{...}]}
             error = error[0]
         if isinstance(error, dict | str):
-            return classify_error_object(error, status, retry_after)
+            return classify_error_object(error, status, retry_after, api)
     if isinstance(data, list) and data and isinstance(data[0], dict):  # {"errors"}-style arrays at the top
-        return classify_error_object(data[0].get("error", data[0]), status, retry_after)
+        return classify_error_object(data[0].get("error", data[0]), status, retry_after, api)
     return _by_status(status, _text_of(body), "", retry_after)
 
 
-def classify_error_object(error: Any, status: int, retry_after: str | None = None) -> RequestFailed:
-    """OpenAI ``{"error": {message, type, code}}`` and gateway shapes (``detail``, ``msg``, ``errors``)."""
+def classify_error_object(
+    error: Any, status: int, retry_after: str | None = None, api: Api | None = None
+) -> RequestFailed:
+    """OpenAI ``{"error": {message, type, code}}`` and gateway shapes (``detail``, ``msg``, ``errors``);
+    ``api`` may class its own error objects (``Api.error_class``: canonical status names)."""
     if isinstance(error, dict):
         inner = error.get("error")
         if isinstance(inner, dict):  # Anthropic-style {"type": "error", "error": {...}}
@@ -72,6 +77,10 @@ def classify_error_object(error: Any, status: int, retry_after: str | None = Non
         message = _message_of(error)
         code = " ".join(str(error.get(k) or "") for k in ("code", "type", "status", "reason"))
         status = _int(error.get("status_code") or error.get("code") or error.get("status")) or status
+        kind = api.error_class(status, error, message) if api is not None else None
+        if kind is not None:
+            wait_s = _retry_after_s(retry_after) if kind is ErrorClass.RATE_LIMITED else None
+            return RequestFailed(kind, _by_status(status, message[:300], code, retry_after).detail, wait_s)
     else:
         message, code = str(error), ""
     return _by_status(status, message[:300], code, retry_after)

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from attnload.apis import DEFAULT_API
+from attnload.apis.base import Api
 from attnload.client.budget import max_events
-from attnload.client.checks import NEVER, Grammar, StreamChecks
+from attnload.client.checks import NEVER, StreamChecks
 from attnload.client.sse import dataless_error, overflow_error
 from attnload.client.transport import Response
 from attnload.native._fastpath import Splitter, StreamBase
@@ -49,7 +51,7 @@ class CStream(StreamBase, StreamChecks):
         "reasoning_chunks",
     )
 
-    def __init__(self, streaming: bool, max_tokens: int, grammar: Grammar | None = None) -> None:
+    def __init__(self, streaming: bool, max_tokens: int, grammar: Api = DEFAULT_API) -> None:
         self.streaming = streaming
         self.max_tokens = max_tokens
         self.sse = CompiledSseSplitter()

@@ -14,7 +14,7 @@ def check_reachable(config: TestConfig) -> None:
 
     seen: set[tuple[str, int]] = set()
     for target in config.models:
-        endpoint = Endpoint.from_url(target.chat_url)
+        endpoint = Endpoint.from_url(target.url)
         address = endpoint.proxy or (endpoint.host, endpoint.port)
         if address in seen:
             continue

@@ -14,9 +14,11 @@ from typing import TYPE_CHECKING, Any, TypeAlias, TypeGuard
 from geventhttpclient.response import HTTPParseError
 
 from attnload import native
+from attnload.apis import DEFAULT_API, api_of
+from attnload.apis.base import Api
+from attnload.apis.openai import PLAIN_CONTENT, cached_tokens
 from attnload.client.budget import max_events
-from attnload.client.checks import NEVER, PLAIN_CONTENT, Grammar, StreamChecks, cached_tokens
-from attnload.client.grammar import GRAMMARS
+from attnload.client.checks import NEVER, StreamChecks
 from attnload.client.sse import EventSplitter, SseSplitter
 from attnload.client.transport import Response
 
@@ -61,7 +63,7 @@ class PyStream(StreamChecks):
         "reasoning_chunks",
     )
 
-    def __init__(self, streaming: bool, max_tokens: int, grammar: Grammar | None = None) -> None:
+    def __init__(self, streaming: bool, max_tokens: int, grammar: Api = DEFAULT_API) -> None:
         self.streaming = streaming
         self.max_tokens = max_tokens
         self.sse: EventSplitter = SseSplitter()
@@ -84,7 +86,7 @@ class PyStream(StreamChecks):
         self.abandon_chunks = self.abandon_at = NEVER
         """``--abandon-after``: content chunks read, or the perf_counter time, at which the client leaves."""
         self.grammar = grammar
-        """How an API other than chat streams (client/grammar.py); None: chat."""
+        """How the answer streams back: the API object's reader (attnload.apis)."""
         self.answer_at: float | None = None
         """Arrival of the first answer (content) chunk, after any reasoning (None: no answer yet)."""
         self.reasoning_tokens = 0
@@ -177,8 +179,8 @@ def frames_chunked(response: Response) -> bool:
 
 def new_stream(streaming: bool, max_tokens: int, api: str = "chat") -> Stream:
     """A stream of the implementation ``attnload.native`` chose (the C one unless it is absent or turned off),
-    reading the answer as ``api`` streams it (client/grammar.py; chat: ``StreamChecks._event``)."""
-    grammar = GRAMMARS.get(api)
+    reading the answer as the API named ``api`` streams it (attnload.apis)."""
+    grammar = api_of(api)
     if COMPILED_STREAM is not None and native.active() is not None:
         return COMPILED_STREAM(streaming, max_tokens, grammar)
     return PyStream(streaming, max_tokens, grammar)

@@ -26,6 +26,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 from urllib.parse import urlsplit
 
+from attnload.apis import DEFAULT_API, api_of
 from attnload.client.budget import MAX_BODY_BYTES
 from attnload.client.classify import TOOL_CHOICE_FIX, printable
 from attnload.client.transport import Timeouts, proxy_for
@@ -34,6 +35,7 @@ from attnload.commands.check_probes import Probe, ProxyInfo, raw_probe, sdk_clie
 from attnload.config.limits import MAX_OUTPUT_TOKENS
 from attnload.config.load import load_config
 from attnload.config.model import ModelTarget, TestConfig
+from attnload.config.urls import sdk_base_url
 from attnload.errors import ErrorClass, RequestFailed, UsageError, redact, register_secret
 from attnload.workload.agent import tool_definitions
 
@@ -141,22 +143,23 @@ def run(args: argparse.Namespace) -> int:
 
 def check_model(config: TestConfig, target: ModelTarget, max_tokens: int, prompt: str) -> ModelCheck:
     """Everything ``attnload check`` knows about one model, with the verdict and fix filled in."""
-    sdk_base = target.chat_url.removesuffix("/chat/completions" if target.api == "chat" else "/" + target.api)
+    api = api_of(target.api)
+    sdk_base = sdk_base_url(target.url, target.base_url, target.api, target.id)
     key_info, key = _key_info(target)
     check = ModelCheck(
         key=target.key,
         model=target.id,
         attention=target.attention,
-        url=target.chat_url,
+        url=target.url,
         sdk_base_url=sdk_base,
         url_note=target.url_note,
         api_key=key_info,
-        proxy=_proxy_info(target.chat_url),
+        proxy=_proxy_info(target.url),
         api=target.api,
     )
     if "ends in /v1" in target.url_note:
         check.notes.append(
-            f"base_url ends in /v1: used {target.chat_url} (not /v1/v1); you may drop the trailing /v1 from base_url"
+            f"base_url ends in /v1: used {target.url} (not /v1/v1); you may drop the trailing /v1 from base_url"
         )
     if key_info.env and not key_info.set:
         _decide(
@@ -170,7 +173,7 @@ def check_model(config: TestConfig, target: ModelTarget, max_tokens: int, prompt
         total_s=config.request.total_timeout_s,
     )
     messages = [{"role": "user", "content": prompt}]
-    if target.api != "chat":
+    if api is not DEFAULT_API:
         return _check_api(check, config, target, key, messages, max_tokens, timeouts)
     deadline = time.perf_counter() + timeouts.total_s
     check.sdk = within(
@@ -186,7 +189,7 @@ def check_model(config: TestConfig, target: ModelTarget, max_tokens: int, prompt
         and timeouts.total_s > CONFIRM_TIMEOUT_S
     )
     raw_timeouts = replace(timeouts, total_s=CONFIRM_TIMEOUT_S) if confirm else timeouts
-    check.raw = raw_probe(target.chat_url, key, target.id, messages, max_tokens, raw_timeouts)
+    check.raw = raw_probe(target.url, key, target.id, messages, max_tokens, raw_timeouts)
     failing = next((p for p in (check.sdk, check.raw) if not p.ok), None)
     if failing is check.sdk and check.raw.error == check.sdk.error and not confirm:
         failing = check.raw  # same class: the load path's detail is the more specific one
@@ -214,12 +217,12 @@ def _check_api(
     max_tokens: int,
     timeouts: Timeouts,
 ) -> ModelCheck:
-    """Completions, Responses or Messages: the load path's request alone (the openai SDK probe speaks chat).
+    """An API other than chat: the load path's request alone, through its API object (the openai SDK speaks chat).
 
     A server that does not speak the API answers 404/405 or a body that is not its stream; if chat
     completions then work at the same base, the fix is the ``api`` key itself, said in one line.
     """
-    check.raw = raw_probe(target.chat_url, key, target.id, messages, max_tokens, timeouts, target.api)
+    check.raw = raw_probe(target.url, key, target.id, messages, max_tokens, timeouts, target.api)
     if check.raw.ok:
         check.verdict = "ok"
         return check
@@ -230,9 +233,9 @@ def _check_api(
         chat = raw_probe(chat_url, key, target.id, messages, max_tokens, replace(timeouts, total_s=CONFIRM_TIMEOUT_S))
         if chat.ok:
             check.fix = (
-                f"the server does not speak the {target.api} API at {target.chat_url} but answers chat completions "
-                f'at {chat_url}: set api = "chat" for model {target.key} (or point base_url at a gateway '
-                f"that serves /v1/{target.api})"
+                f"the server does not speak the {target.api} API at {target.url} but answers chat completions "
+                f'at {chat_url}: set api = "{DEFAULT_API.name}" for model {target.key} (or point base_url at a gateway '
+                f"that serves {api_of(target.api).path(target.id)})"
             )
     return check
 
@@ -251,9 +254,7 @@ def _agent_probe(
     if agent is None:
         return None
     tools = tool_definitions(agent.tools.model_copy(update={"count": max(agent.tools.count, 1)}))
-    probe = raw_probe(
-        target.chat_url, key, target.id, messages, max_tokens, timeouts, target.api, tools, agent.tool_choice
-    )
+    probe = raw_probe(target.url, key, target.id, messages, max_tokens, timeouts, target.api, tools, agent.tool_choice)
     return None if probe.ok else probe
 
 
@@ -480,7 +481,9 @@ def render(config_path: str, checks: list[ModelCheck]) -> str:
             f"  api:     {check.api} (probed: POST {urlsplit(check.url).path})",
             f"  url:     {check.url}  ({check.url_note})",
             f"  sdk:     base_url {check.sdk_base_url}"
-            + ("" if check.api == "chat" else f" (the openai SDK probe speaks chat: not run for api {check.api})"),
+            + (
+                "" if check.api == DEFAULT_API.name else f" (the openai SDK probe speaks chat: not run for {check.api})"
+            ),
         ]
         key = check.api_key
         if key.env is None:

@@ -13,9 +13,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
-from attnload.client.apis import request_body
+from attnload.apis import request_body
 from attnload.client.budget import max_events
-from attnload.client.chat import ChatClient
+from attnload.client.chat import ApiClient
 from attnload.client.classify import classify_status
 from attnload.client.transport import Timeouts
 from attnload.commands.check_budget import bounding_hook, max_probe_bytes
@@ -202,7 +202,7 @@ def raw_probe(
 ) -> Probe:
     """The same request through the load path's own client (and ``api``), so `attnload run` is known to work too
     (with an agent profile's ``tools`` array and ``tool_choice`` when given)."""
-    client = ChatClient(url, key, timeouts, api=api)
+    client = ApiClient(url, key, timeouts, api=api)
     try:
         record = client.send(
             request_body(

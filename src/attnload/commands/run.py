@@ -25,7 +25,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    if getattr(args, "seed_script", False):
+    if args.seed_script:
         from attnload.commands.seedscript import run_seed_script
 
         return run_seed_script(Path(args.config), profiles=args.profile, results_dir=Path(args.results))

@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from attnload.client.chat import ChatClient, chat_body
+from attnload.client.chat import ApiClient, chat_body
 from attnload.client.reach import check_reachable
 from attnload.client.transport import Timeouts
 from attnload.config.load import load_config
@@ -54,7 +54,7 @@ def measure(config: TestConfig, profiles: list[str]) -> dict[str, dict[str, dict
     )
     out: dict[str, dict[str, dict[str, Any]]] = {}
     for target in config.models:
-        client = ChatClient(target.chat_url, target.api_key(), timeouts)
+        client = ApiClient(target.url, target.api_key(), timeouts)
         out[target.key] = {}
         try:
             for name in profiles:

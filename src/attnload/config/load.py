@@ -19,6 +19,7 @@ from typing import Any, Literal
 
 from pydantic import ConfigDict, Field, ValidationError, field_validator
 
+from attnload.apis import DEFAULT_API, api_of
 from attnload.attention import parse_attention
 from attnload.config import limits
 from attnload.config.model import (
@@ -236,13 +237,14 @@ def _targets(models: Mapping[str, _SeedModel], base_url: str, api_key_env: str |
     targets = []
     for key, raw in models.items():
         root, chat_url, note = resolve_chat_url(raw.base_url or base_url)
-        if raw.api == "messages" and not (raw.api_key_env or api_key_env):
+        api = api_of(raw.api)
+        if api.needs_key and not (raw.api_key_env or api_key_env):
             raise ValueError(
-                f"model {key}: api messages needs an API key (sent as x-api-key): add api_key_env naming "
-                "the environment variable that holds it"
+                f"model {key}: api {raw.api} needs an API key (sent as {api.headers('KEY').split(':')[0]}): "
+                "add api_key_env naming the environment variable that holds it"
             )
-        if raw.api != "chat":
-            chat_url = api_url(chat_url, raw.api)
+        if api is not DEFAULT_API:
+            chat_url = api_url(chat_url, raw.api, raw.id)
             note = f"{note}; api {raw.api}: sent to {chat_url}"
         targets.append(
             ModelTarget(
@@ -251,7 +253,7 @@ def _targets(models: Mapping[str, _SeedModel], base_url: str, api_key_env: str |
                 attention=raw.attention,
                 max_context=raw.context_window,
                 base_url=root,
-                chat_url=chat_url,
+                url=chat_url,
                 url_note=note,
                 api_key_env=raw.api_key_env or api_key_env,
                 weight=raw.weight,

@@ -69,7 +69,8 @@ class ModelTarget(StrictModel):
     attention: str
     max_context: int | None = None
     base_url: str
-    chat_url: str
+    url: str
+    """Where this model's requests go: its API's endpoint (``api``), resolved from ``base_url``."""
     url_note: str
     api_key_env: str | None = None
     weight: float = Field(default=1.0, gt=0, le=limits.MAX_WEIGHT)
@@ -88,8 +89,7 @@ class ModelTarget(StrictModel):
     price_per_mtok: Price | None = None
     """An API: USD per million input and output tokens."""
     api: str = "chat"
-    """The API requests go through: ``chat``, ``completions``, ``responses`` or ``messages``; ``chat_url``
-    is then that API's endpoint (``.../v1/completions``, ``.../v1/responses``, ``.../v1/messages``)."""
+    """The API requests go through (a name registered in ``attnload.apis``); ``url`` is that API's endpoint."""
 
     def api_key(self) -> str | None:
         """The key from the environment (never from a file); registered for redaction."""
@@ -363,6 +363,12 @@ class Profile(ProfileSpec):
     name: str
 
     @property
+    def sized(self) -> bool:
+        """Whether the profile says what to send: ``prompt``, ``prompt_tokens`` or a conversation. A profile
+        without (only ``max_tokens``, say) needs a shape that sizes prompts itself (``workload.prompts``)."""
+        return self.prompt is not None or self.prompt_tokens is not None or self.conversational
+
+    @property
     def conversational(self) -> bool:
         """Whether requests come from conversations (a dataset's records are conversations too)."""
         return self.conversation is not None or self.dataset is not None or self.agent is not None
@@ -373,8 +379,6 @@ class Profile(ProfileSpec):
             raise ValueError(f"profile {self.name!r}: conversation needs user_tokens (or a dataset for the messages)")
         if self.agent is not None and (self.conversation is not None or self.dataset is not None):
             raise ValueError(f"profile {self.name!r}: agent takes no conversation or dataset (pick one)")
-        if self.prompt is None and self.prompt_tokens is None and not self.conversational:
-            raise ValueError(f"profile {self.name!r} needs `prompt` (text) or `prompt_tokens` (a count)")
         for name in ("prompt_tokens", "max_tokens"):
             value = getattr(self, name)
             if isinstance(value, int) and value <= 0:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 from urllib.parse import urlsplit
 
+from attnload.apis import api_of
+
 CHAT_PATH = "/v1/chat/completions"
 
 
@@ -26,23 +28,33 @@ def resolve_chat_url(base_url: str) -> tuple[str, str, str]:
     return url, url + CHAT_PATH, f"appended {CHAT_PATH} to base_url"
 
 
-APIS = ("chat", "completions", "responses", "messages")
-"""The values of the model key ``api`` (client/apis.py builds their bodies, client/grammar.py reads their streams)."""
-API_PATHS = {"completions": "/completions", "responses": "/responses", "messages": "/messages"}
-
-
 def check_api(value: str) -> str:
-    """The model key ``api`` itself if it names one of ``APIS``; else a one-line ``ValueError``."""
-    if value not in APIS:
-        raise ValueError(f"api {value!r} is not an API attnload speaks: use one of {', '.join(APIS)} (default chat)")
-    return value
+    """The model key ``api`` itself if it names an API of ``attnload.apis``; else a one-line ``ValueError``."""
+    return api_of(value).name
 
 
-def api_url(chat_url: str, api: str) -> str:
-    """The endpoint of ``api`` beside a resolved chat-completions URL (``.../v1/chat/completions``)."""
-    if api not in API_PATHS:
-        return chat_url
-    return chat_url.removesuffix("/chat/completions") + API_PATHS[api]
+def api_url(chat_url: str, api: str, model_id: str) -> str:
+    """The endpoint of the API named ``api`` beside a resolved chat-completions URL (``.../v1/chat/completions``).
+
+    An API under ``/v1`` keeps the base as resolved (a full chat URL's prefix included); one under
+    another version (``/v1beta``) goes from the root, so a base ending in that version does
+    not double it.
+    """
+    path = api_of(api).path(model_id)
+    base = chat_url.removesuffix("/chat/completions")
+    if path.startswith("/v1/"):
+        return base + path[3:]
+    version = path[: path.index("/", 1)]
+    return base.removesuffix("/v1").removesuffix(version) + path
+
+
+def sdk_base_url(url: str, root: str, api: str, model_id: str) -> str:
+    """The ``.../v1`` base an OpenAI client would be given for a model whose requests go to ``url``."""
+    path = api_of(api).path(model_id)
+    if path.startswith("/v1/"):
+        return url.removesuffix(path[3:])
+    at = url.rfind(path[: path.index("/", 1)] + "/")  # another version (``/v1beta``): the root before it
+    return (url[:at] if at >= 0 else root) + "/v1"
 
 
 _UNSAFE = re.compile(r"[\x00-\x20\x7f]")

@@ -34,7 +34,6 @@ from attnload.dashboards.panels import (
     SEL_USERS,
     SPLIT,
     TOKENS_PER_S,
-    TTFAT_NOTE,
     Dashboard,
     Panel,
     Target,
@@ -47,6 +46,7 @@ from attnload.dashboards.panels import (
     server_view,
 )
 from attnload.exporter import names
+from attnload.measure.metrics import METRICS
 
 __all__ = ["Dashboard", "Panel", "Target", "expr_requirements", "quantile", "rate_sum", "rendered", "main"]
 
@@ -70,10 +70,7 @@ DASHBOARD_FILES = {
 # -- dashboard 1: GQA vs MLA overview ------------------------------------------------------
 
 TTFT = names.TTFT_SECONDS
-TTFAT = names.TTFAT_SECONDS
 ITL = names.ITL_SECONDS
-TPOT = names.TPOT_SECONDS
-E2E = names.REQUEST_DURATION_SECONDS
 ZERO_PER_MODEL = f"(0 * sum by ({SPLIT}) (rate(attnload_requests_total{{{SEL}}}[{RATE}])))"
 """A 0 for each model that sends requests: an error panel of a clean run reads 0, not "No data"."""
 TARGET_USERS = Target(f"max({names.TARGET_USERS}{{{SCOPE}}})", "target users")
@@ -93,23 +90,18 @@ FAILED_RATIO = (
 )
 
 
+def metric_panels() -> Iterator[Panel]:
+    """A p50 and a p99 panel for each metric of the table that names a panel (``measure.metrics``)."""
+    for metric in METRICS:
+        if metric.panel is not None and metric.prometheus is not None:
+            note = metric.panel.note + (CLIENT_NOTE if metric.panel.client_side else "")
+            yield from latency_pair(metric.panel.title, metric.prometheus, note)
+
+
 def overview() -> Dashboard:
     panels = (
         *ratio_panels(),
-        *latency_pair(
-            "TTFT", TTFT, "Request start to first content chunk (role-only chunks do not count). " + CLIENT_NOTE
-        ),
-        *latency_pair("TTFAT", TTFAT, TTFAT_NOTE + CLIENT_NOTE),
-        *latency_pair(
-            "ITL",
-            ITL,
-            "Gap between content chunks per token, one sample per token. A p50 near 0 "
-            "with a high p99 is the client-saturation signature: see the load generator health dashboard.",
-        ),
-        *latency_pair("TPOT", TPOT, "(end-to-end - TTFT) / (output tokens - 1), per request."),
-        *latency_pair(
-            "End-to-end request duration", E2E, "Whole request, from the intended send time in open-loop runs."
-        ),
+        *metric_panels(),
         Panel(
             "Output tokens/s",
             TOKENS_PER_S,

@@ -269,11 +269,6 @@ def latency_pair(
     )
 
 
-TTFAT_NOTE = (
-    "Request start to the first answer (content) chunk after any reasoning; TTFT for a model that does not reason. "
-)
-
-
 def reasoning_share() -> Panel:
     """Reasoning tokens over all output tokens per model (0 for a model that does not reason)."""
     share = f"{rate_sum(f'{names.REASONING_TOKENS}_total')} / {rate_sum(f'{names.COMPLETION_TOKENS}_total')}"

@@ -31,6 +31,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from attnload.apis.base import MESSAGES
 from attnload.errors import UsageError
 
 ENV_VAR = "ATTNLOAD_VLLM_ENV"
@@ -256,7 +257,7 @@ def scrape(base_url: str, timeout_s: float = 5.0) -> str:
 
 def complete(spec: ServerSpec, text: str, max_tokens: int, timeout_s: float = 300.0) -> dict[str, object]:
     """One non-streaming chat completion (warm-ups, tests): the parsed body; HTTP errors raise."""
-    body = {"model": spec.served_name, "max_tokens": max_tokens, "messages": [{"role": "user", "content": text}]}
+    body = {"model": spec.served_name, "max_tokens": max_tokens, MESSAGES: [{"role": "user", "content": text}]}
     request = urllib.request.Request(
         f"{spec.base_url}/v1/chat/completions",
         data=json.dumps(body).encode(),

@@ -24,30 +24,16 @@ from attnload.exporter.names import (
     BUCKETS_S,
     CACHED_PROMPT_TOKENS,
     COMPLETION_TOKENS,
-    DISPATCH_LAG_SECONDS,
     GOODPUT_REQUESTS,
-    ITL_SECONDS,
     LABELS,
     PROMPT_TOKENS,
     REASONING_TOKENS,
-    REQUEST_DURATION_SECONDS,
     REQUEST_ERRORS,
     REQUESTS,
-    TPOT_SECONDS,
-    TTFAT_SECONDS,
-    TTFT_SECONDS,
 )
 from attnload.measure.histogram import LogHistogram
+from attnload.measure.metrics import METRICS
 from attnload.measure.recorder import Recorder, Series
-
-_HISTOGRAMS = (
-    ("ttft", TTFT_SECONDS, "Request start to the first content chunk."),
-    ("itl", ITL_SECONDS, "Gap between content chunks, per token."),
-    ("tpot", TPOT_SECONDS, "(e2e - TTFT) / (output tokens - 1) per request."),
-    ("e2e", REQUEST_DURATION_SECONDS, "Request start to the end of the response."),
-    ("lag", DISPATCH_LAG_SECONDS, "Open-loop lag between intended and actual send time."),
-    ("ttfat", TTFAT_SECONDS, "Request start to the first answer chunk (content after any reasoning)."),
-)
 
 
 @dataclass
@@ -97,10 +83,12 @@ class FleetCollector(Collector):
         return merged
 
     def _histograms(self, merged: dict[tuple[str, ...], Series]) -> Iterator[HistogramMetricFamily]:
-        for name, metric, help_text in _HISTOGRAMS:
-            family = HistogramMetricFamily(metric, help_text, labels=LABELS)
+        for metric in METRICS:  # every exported metric of the table (``measure.metrics``)
+            if metric.prometheus is None:
+                continue
+            family = HistogramMetricFamily(metric.prometheus, metric.help, labels=LABELS)
             for labels, series in merged.items():
-                hist = series.hists[name]
+                hist = series.hists[metric.key]
                 family.add_metric(list(labels), _buckets(hist), hist.total)
             yield family
 

@@ -1,19 +1,21 @@
-"""Every attnload series name, spelled once, whole, so grep finds it (dashboards import them)."""
+"""Every attnload series name, spelled once, whole, so grep finds it (dashboards import them).
+
+The per-request histograms are spelled in their table, ``measure.metrics`` (each with the rest of
+its metric); the names a reader here needs by name are taken from it.
+"""
 
 from __future__ import annotations
+
+from attnload.measure.metrics import prometheus_name
 
 LABELS = ("model", "attention", "profile", "target")
 """``target`` is the config's model key: two entries with one model id (one model on vLLM and on
 SGLang, per-model ``base_url``) stay two series instead of merging."""
 BUCKETS_S = tuple(round(0.001 * 1.25**i, 6) for i in range(53)) + (120.0,)  # 1 ms … 120 s, log-spaced
 
-TTFT_SECONDS = "attnload_time_to_first_token_seconds"
-TTFAT_SECONDS = "attnload_ttfat_seconds"
-"""Time to the first answer token (content after any reasoning): TTFT's labels and buckets."""
-ITL_SECONDS = "attnload_inter_token_latency_seconds"
-TPOT_SECONDS = "attnload_time_per_output_token_seconds"
-REQUEST_DURATION_SECONDS = "attnload_request_duration_seconds"
-DISPATCH_LAG_SECONDS = "attnload_dispatch_lag_seconds"
+TTFT_SECONDS = prometheus_name("ttft")
+ITL_SECONDS = prometheus_name("itl")
+DISPATCH_LAG_SECONDS = prometheus_name("lag")
 REQUESTS = "attnload_requests"  # exposed as attnload_requests_total
 REQUEST_ERRORS = "attnload_request_errors"
 PROMPT_TOKENS = "attnload_prompt_tokens"

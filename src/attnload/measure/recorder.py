@@ -15,27 +15,8 @@ from typing import Any
 
 from attnload import native
 from attnload.measure.histogram import LogHistogram
+from attnload.measure.metrics import METRICS, Pairs, RequestRecord
 
-HISTOGRAMS = (
-    "ttft",
-    "itl",
-    "tpot",
-    "e2e",
-    "lag",
-    "prompt",
-    "ttfat",
-    "read_tokens",
-    "ttft_censored",
-    "stalled_ttft",
-    "stalled_itl",
-    "stalled_e2e",
-)
-"""``prompt``: prompt tokens of each successful request (a context ladder's measured size per stage);
-``read_tokens``: tokens per read of a stream (one sample per read, :func:`read_sizes`);
-``ttft_censored``: how long each request cut by a stop had waited for a first token that never came
-(its TTFT is at least that: ``measure.survival``); ``stalled_*``: the part of ``ttft``, ``itl`` and ``e2e``
-from requests whose worker was frozen or cut off while they ran, so the results can give each latency
-without them (a network fault is not the server's latency)."""
 COUNTERS = (
     "ok",
     "failed",
@@ -64,8 +45,7 @@ COUNTERS = (
 ``server_reasoning_tokens``); ``reasoning_tokens_reported`` is the client's streamed count over those
 same requests, so the two are compared like for like; ``censored_waiting`` / ``censored_streaming``: requests
 a stop cut before their first token / while their answer streamed; ``stalled``: requests in flight across
-a freeze or partition of their worker."""
-
+a freeze or partition of their worker (``RequestRecord.worker_stalled_s``)."""
 EXAMPLES_PER_CLASS = 3
 """Error examples kept per error class (the first ones; a run of a million failures keeps three)."""
 
@@ -74,7 +54,8 @@ EXAMPLES_PER_CLASS = 3
 class Series:
     """Everything recorded for one (model, profile, stage)."""
 
-    hists: dict[str, LogHistogram] = field(default_factory=lambda: {name: LogHistogram() for name in HISTOGRAMS})
+    hists: dict[str, LogHistogram] = field(default_factory=lambda: {m.key: LogHistogram() for m in METRICS})
+    """One histogram per metric of the table (``measure.metrics``)."""
     counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(COUNTERS, 0))
     errors: dict[str, int] = field(default_factory=dict)
     examples: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
@@ -114,58 +95,6 @@ class Series:
         return series
 
 
-@dataclass(frozen=True)
-class RequestRecord:
-    """The outcome of one request, as the client measured it."""
-
-    model_key: str
-    profile: str
-    stage: int
-    outcome: str  # "ok" | "failed" | "cancelled" | "abandoned" (closed mid-stream on purpose)
-    error: str | None
-    ttft_s: float | None
-    itl_samples: tuple[tuple[float, int], ...]
-    """(gap per token, tokens in the chunk) pairs: one ITL sample per token."""
-    e2e_s: float
-    prompt_tokens: int
-    completion_tokens: int
-    cached_prompt_tokens: int | None
-    """``usage.prompt_tokens_details.cached_tokens``; None when the server did not report it."""
-    tokens_estimated: bool
-    dispatch_lag_s: float | None = None
-    good: bool = False
-    prompt_calibrated: bool = False
-    """The prompt was sized by a ratio learned from the server's usage (no tokenizer; ``workload.calibration``)."""
-    reply_text: str | None = None
-    """The assistant content exactly as streamed, kept only when a conversation resends it."""
-    turn: int | None = None
-    """1-based turn of a conversation request (None: a single-turn request)."""
-    step: int | None = None
-    """1-based step of an agent session's request (None: not an agent step)."""
-    sent_at: float | None = None
-    """Wall-clock send time (epoch s) of open-loop requests: the achieved arrival rate is measured on it."""
-    started_perf: float | None = None
-    """``perf_counter`` when the request went on the wire (the per-request log's ``start_s``)."""
-    http_status: int | None = None
-    """The response's HTTP status (None: no response head arrived)."""
-    ttfat_s: float | None = None
-    """Time to the first answer (content/text) token after any reasoning; None when the answer never began."""
-    reasoning_tokens: int = 0
-    """Output tokens that arrived as reasoning deltas (counted by the client)."""
-    server_reasoning_tokens: int | None = None
-    """The server's own reasoning count from usage (None: not reported)."""
-    error_detail: str | None = None
-    """A failure's one-line reading (redacted), for ``--requests-out`` and the error examples."""
-    error_body: str | None = None
-    """A failure's response body, redacted and cut to 300 bytes (None: no body)."""
-
-    @property
-    def tpot_s(self) -> float | None:
-        if self.ttft_s is None or self.completion_tokens < 2:
-            return None
-        return (self.e2e_s - self.ttft_s) / (self.completion_tokens - 1)
-
-
 SeriesKey = tuple[str, str, int]
 
 
@@ -188,17 +117,17 @@ class Recorder:
                 series = store[key] = Series()
             yield series
 
-    def add(self, record: RequestRecord, stalled: bool = False) -> None:
-        """Record one request; ``stalled``: its worker was frozen or cut off while it ran."""
+    def add(self, record: RequestRecord) -> None:
         key = (record.model_key, record.profile, record.stage)
-        streamed = record.ttft_s is not None and record.outcome in ("ok", "abandoned")
-        reads = read_sizes(record.itl_samples) if streamed else ()
+        samples = _samples(record)
         for series in self._both(key):
             _apply(series, record)
-            if reads:
-                series.hists["read_tokens"].record_pairs(reads)
-            if stalled:
-                _apply_stalled(series, record)
+            hists = series.hists
+            for name, value, pairs in samples:
+                if pairs is None:
+                    hists[name].record(value)
+                else:
+                    hists[name].record_pairs(pairs)
 
     def count(self, model_key: str, profile: str, stage: int, counter: str, n: int = 1) -> None:
         """Add to one counter without a request (an open-loop arrival ``dropped`` during a backoff)."""
@@ -232,7 +161,23 @@ class Recorder:
         return total
 
 
+def _samples(record: RequestRecord) -> list[tuple[str, float, Pairs | None]]:
+    """Every metric's sample of one record, taken once for both the series and the delta."""
+    samples: list[tuple[str, float, Pairs | None]] = []
+    outcome = record.outcome
+    for entry in METRICS:
+        if outcome not in entry.outcomes:
+            continue
+        if entry.take_pairs is not None:
+            if pairs := entry.take_pairs(record):
+                samples.append((entry.key, 0.0, pairs))
+        elif entry.take is not None and (value := entry.take(record)) is not None:
+            samples.append((entry.key, value, None))
+    return samples
+
+
 def _apply(series: Series, record: RequestRecord) -> None:
+    """The counters of one record (the histograms come from the table, :func:`_samples`)."""
     counts = series.counts
     counts[record.outcome] += 1
     if record.error is not None:
@@ -242,6 +187,9 @@ def _apply(series: Series, record: RequestRecord) -> None:
             and len(kept := series.examples.setdefault(record.error, [])) < EXAMPLES_PER_CLASS
         ):
             kept.append(error_example(record))
+    if record.outcome == "cancelled":  # cut by a stop: its TTFT counts, or is censored (measure.metrics)
+        counts["censored_waiting" if record.ttft_s is None else "censored_streaming"] += 1
+    counts["stalled"] += record.worker_stalled_s > 0
     counts["prompt_tokens"] += record.prompt_tokens
     counts["completion_tokens"] += record.completion_tokens
     if record.cached_prompt_tokens is not None:
@@ -251,44 +199,6 @@ def _apply(series: Series, record: RequestRecord) -> None:
     counts["good"] += record.good
     counts["calibrated"] += record.prompt_calibrated and record.outcome == "ok"
     _apply_reasoning(counts, record)
-    hists = series.hists
-    if record.dispatch_lag_s is not None:
-        hists["lag"].record(max(record.dispatch_lag_s, 0.0))
-    if record.outcome == "cancelled":
-        _apply_cut(series, record)
-    if record.outcome == "abandoned":  # what it saw is real: TTFT and ITL count, e2e/TPOT (whole answers) do not
-        if record.ttft_s is not None:
-            hists["ttft"].record(record.ttft_s)
-        if (ttfat := answer_latency(record)) is not None:
-            hists["ttfat"].record(ttfat)
-        hists["itl"].record_pairs(record.itl_samples)
-    if record.outcome != "ok":
-        return  # e2e and TPOT describe successful requests only
-    hists["e2e"].record(record.e2e_s)
-    if record.prompt_tokens > 0:
-        hists["prompt"].record(float(record.prompt_tokens))
-    if record.ttft_s is not None:
-        hists["ttft"].record(record.ttft_s)
-    if (ttfat := answer_latency(record)) is not None:
-        hists["ttfat"].record(ttfat)
-    hists["itl"].record_pairs(record.itl_samples)
-    tpot = record.tpot_s
-    if tpot is not None:
-        hists["tpot"].record(tpot)
-
-
-def _apply_stalled(series: Series, record: RequestRecord) -> None:
-    """The stalled request's share of ``ttft``, ``itl`` and ``e2e``, recorded exactly where ``_apply``
-    recorded it, so subtracting it leaves the latencies without it."""
-    series.counts["stalled"] += 1
-    hists = series.hists
-    if record.outcome == "failed" or (record.outcome == "cancelled" and record.ttft_s is None):
-        return
-    if record.ttft_s is not None:
-        hists["stalled_ttft"].record(record.ttft_s)
-    hists["stalled_itl"].record_pairs(record.itl_samples)
-    if record.outcome == "ok":
-        hists["stalled_e2e"].record(record.e2e_s)
 
 
 def error_example(record: RequestRecord) -> dict[str, Any]:
@@ -301,29 +211,6 @@ def error_example(record: RequestRecord) -> dict[str, Any]:
     }
 
 
-def _apply_cut(series: Series, record: RequestRecord) -> None:
-    """A request a stop cut keeps what it saw: a first token that came is a TTFT like any other (and its
-    gaps are ITL); one that had not come is right-censored at the wait (``measure.survival``)."""
-    if record.ttft_s is None:
-        series.counts["censored_waiting"] += 1
-        series.hists["ttft_censored"].record(record.e2e_s)
-        return
-    series.counts["censored_streaming"] += 1
-    series.hists["ttft"].record(record.ttft_s)
-    if (ttfat := answer_latency(record)) is not None:
-        series.hists["ttfat"].record(ttfat)
-    series.hists["itl"].record_pairs(record.itl_samples)
-
-
-def answer_latency(record: RequestRecord) -> float | None:
-    """TTFAT of a record: ``ttfat_s`` when the client set it; else, when no token arrived as reasoning,
-    the first token was an answer token, so TTFAT is TTFT (a path that does not tell reasoning apart
-    still gives TTFAT for plain answers); None when reasoning came and the answer never began."""
-    if record.ttfat_s is not None:
-        return record.ttfat_s
-    return record.ttft_s if record.reasoning_tokens == 0 else None
-
-
 def _apply_reasoning(counts: dict[str, int], record: RequestRecord) -> None:
     """Reasoning tokens count like completion tokens (every outcome); the server's own count only where
     it sent one, beside the client's count over the same requests."""
@@ -332,24 +219,6 @@ def _apply_reasoning(counts: dict[str, int], record: RequestRecord) -> None:
         counts["server_reasoning_tokens"] += record.server_reasoning_tokens
         counts["reasoning_reported"] += 1
         counts["reasoning_tokens_reported"] += record.reasoning_tokens
-
-
-def read_sizes(itl_samples: tuple[tuple[float, int], ...]) -> tuple[tuple[float, int], ...]:
-    """(tokens in one read, reads of that size) of a stream, from its ITL samples.
-
-    Chunks parsed from one ``recv`` share its time stamp, so a chunk after a zero gap came in the
-    read before it; a positive gap starts a new read. The first read holds the first chunk (the
-    one TTFT times, counted as one token) and any zero-gap chunks after it.
-    """
-    sizes: dict[int, int] = {}
-    tokens = 1
-    for gap, n in itl_samples:
-        if gap > 0.0:
-            sizes[tokens] = sizes.get(tokens, 0) + 1
-            tokens = 0
-        tokens += n
-    sizes[tokens] = sizes.get(tokens, 0) + 1
-    return tuple((float(size), count) for size, count in sizes.items())
 
 
 def split_gaps(

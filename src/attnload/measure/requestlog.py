@@ -17,7 +17,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
-from attnload.measure.recorder import RequestRecord, answer_latency
+from attnload.measure.metrics import METRICS, RequestRecord
 
 SCHEMA = "attnload.requests/v1"
 STATUSES = ("ok", "failed", "cancelled", "abandoned")
@@ -81,6 +81,11 @@ def _us(value: float | None) -> float | None:
     return None if value is None else round(value, 6)
 
 
+def _latencies(record: RequestRecord) -> dict[str, float | None]:
+    """Each metric's ``line_field``: the record's own value, whatever its outcome (``ttft_s``, ``e2e_s``, …)."""
+    return {m.line_field: _us(m.take(record)) for m in METRICS if m.line_field is not None and m.take is not None}
+
+
 def request_line(
     record: RequestRecord,
     facts: TargetFacts,
@@ -122,10 +127,7 @@ def request_line(
         "start_s": _us(started),
         "first_token_s": _us(origin + record.ttft_s) if record.ttft_s is not None else None,
         "end_s": _us(origin + record.e2e_s),
-        "ttft_s": _us(record.ttft_s),
-        "ttfat_s": _us(answer_latency(record)),
-        "tpot_s": _us(record.tpot_s),
-        "e2e_s": _us(record.e2e_s),
+        **_latencies(record),
         "itl_p50_s": _us(p50),
         "itl_max_s": _us(peak),
         "chunks": len(record.itl_samples) + (record.ttft_s is not None),

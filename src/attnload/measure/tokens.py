@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping
-from typing import Any
 
 MESSAGE_OVERHEAD_TOKENS = 4
 BYTES_PER_TOKEN = 4
@@ -57,24 +56,6 @@ def message_text(content: object) -> str:
     if isinstance(content, list):
         return "".join(str(part.get("text", "")) for part in content if isinstance(part, Mapping))
     return str(content)
-
-
-def body_messages(body: Mapping[str, Any]) -> list[Mapping[str, Any]]:
-    """The prompt of a body of any of the four APIs as chat messages (what the token estimator counts)."""
-    messages = body.get("messages")
-    found: list[Mapping[str, Any]] = []
-    system = body.get("system")
-    if isinstance(system, str | list):
-        found.append({"role": "system", "content": message_text(system)})
-    if isinstance(messages, list):
-        found += [m for m in messages if isinstance(m, Mapping)]
-        return found
-    prompt = body.get("prompt", body.get("input"))
-    if isinstance(prompt, str):
-        return [{"role": "user", "content": prompt}]
-    if isinstance(prompt, list):
-        return [m for m in prompt if isinstance(m, Mapping)]
-    return found
 
 
 def chunk_tokens(text: str) -> int:

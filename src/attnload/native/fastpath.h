@@ -3,7 +3,7 @@
  *
  *   sse.c        Splitter            attnload.client.sse.SseSplitter
  *   stream.c     StreamBase          attnload.client.stream.PyStream (consume, _stamp)
- *   readloop.c   StreamBase.pump     the read loop of attnload.client.chat.ChatClient._exchange
+ *   readloop.c   StreamBase.pump     the read loop of attnload.client.chat.ApiClient._exchange
  *   histogram.c  gap_pairs,          attnload.measure.recorder.split_gaps,
  *                record_pairs        attnload.measure.histogram.LogHistogram.record_pairs
  *   module.c     the module itself: its types, functions and constants

@@ -1,11 +1,11 @@
 /* StreamBase.pump and its chunked framing: the read loop of a 200 stream, in C.
  *
- * Mirrors the loop of attnload.client.chat.ChatClient._exchange (each read, its stamp, the deadlines
- * and the stop conditions) and ChatClient._finish_framing (after [DONE]); ChatClient._pump calls it
+ * Mirrors the loop of attnload.client.chat.ApiClient._exchange (each read, its stamp, the deadlines
+ * and the stop conditions) and ApiClient._finish_framing (after [DONE]); ApiClient._pump calls it
  * and maps each PUMP_* to what that loop does at the same point.
  *
  * Why: with the per-chunk work in C (stream.c), most of what was left per token on one core was the
- * Python around it: ChatClient._exchange's loop, SocketReader.recv's bookkeeping, and llhttp's wrapper
+ * Python around it: ApiClient._exchange's loop, SocketReader.recv's bookkeeping, and llhttp's wrapper
  * with its body callback (docs/performance.md, "Where a chunk's microseconds go"). Once llhttp has
  * parsed a 200's head and its body is chunked (vLLM, SGLang and every uvicorn server), StreamBase.pump
  * runs that loop here:
@@ -23,7 +23,7 @@
  *
  * It returns to Python only when the answer ends, the client abandons it or a deadline passes,
  * with every failure an exception the caller classifies as before. After [DONE] it reads the few
- * bytes that end the HTTP message (ChatClient._finish_framing's budget of time and bytes) so the
+ * bytes that end the HTTP message (ApiClient._finish_framing's budget of time and bytes) so the
  * connection stays reusable.
  */
 #include "fastpath.h"
@@ -168,7 +168,7 @@ frame_line_byte(StreamBase *self, unsigned char c)
 
 /* Frame n body bytes: the chunks' data go to the splitter when `keep`, else are dropped (after [DONE]).
  * What llhttp accepts from a server, this accepts; anything else is FramingError, except bytes after
- * the body's end, which end the connection's reuse (ChatClient: the same on the llhttp path). */
+ * the body's end, which end the connection's reuse (ApiClient: the same on the llhttp path). */
 static int
 dechunk(StreamBase *self, const char *p, Py_ssize_t n, int keep)
 {

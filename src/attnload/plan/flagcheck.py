@@ -8,19 +8,16 @@ Shapes (``--shape``) and durations are bounded where they are parsed (``workload
 
 from __future__ import annotations
 
-import argparse
+from collections.abc import Mapping
+from typing import Any
 
 from attnload.config import limits
 from attnload.config.limits import check_number
 
 
-def check_flag_limits(args: argparse.Namespace) -> None:
-    """Raise a one-line ``UsageError`` for the first out-of-range flag; absent flags (None) are skipped."""
-
-    def flag(name: str) -> float | None:
-        value = getattr(args, name, None)
-        return None if value is None else float(value)
-
+def check_flag_limits(flags: Mapping[str, Any]) -> None:
+    """Raise a one-line ``UsageError`` for the first out-of-range flag (``flags``: the command line by
+    argparse attribute); absent flags (None) are skipped."""
     bounds: tuple[tuple[str, str, float, float, bool, str], ...] = (
         ("users", "--users", 0, limits.MAX_USERS, False, "give a whole number of users"),
         ("spawn_rate", "--spawn-rate", 0, limits.MAX_SPAWN_RATE, False, "users started per second"),
@@ -31,6 +28,6 @@ def check_flag_limits(args: argparse.Namespace) -> None:
         ("prometheus", "--prometheus", 1, 65535, True, "a TCP port"),
     )
     for name, spelled, low, high, inclusive, fix in bounds:
-        value = flag(name)
+        value = flags.get(name)
         if value is not None:
-            check_number(spelled, value, low=low, high=high, low_inclusive=inclusive, fix=fix)
+            check_number(spelled, float(value), low=low, high=high, low_inclusive=inclusive, fix=fix)

@@ -9,7 +9,6 @@ Bad input is caught here, before any process starts, as one line with exit statu
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import resource
 import signal
@@ -17,9 +16,10 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from attnload.client.reach import check_reachable
 from attnload.config.load import load_config
@@ -28,29 +28,14 @@ from attnload.errors import UsageError
 from attnload.plan.arrivalflags import check_arrival_flags
 from attnload.plan.children import INTERRUPT_GRACE_S, PARENT_PID_ENV, WORKER_DEATH_SIGNAL, die_with_parent
 from attnload.plan.flagcheck import check_flag_limits
-from attnload.plan.options import (
-    OPTION,
-    environment,
-    parse_start_spread,
-    server_metrics_interval,
-    server_metrics_mode,
-    truthy,
-)
+from attnload.plan.options import RunOptions, environment, launch_texts, run_options, with_shape
 from attnload.plan.traffic import check_traffic
 from attnload.plan.writable import check_outputs
 from attnload.results.model import Results, load_results
 from attnload.results.requests_file import requests_out_path
 from attnload.results.write import fallback_dir
-from attnload.workload.ladder import check_ladder
-from attnload.workload.shapes import (
-    ContextSpec,
-    ReplaySpec,
-    ShapeSpec,
-    SweepSpec,
-    parse_duration,
-    parse_shape,
-    parse_users_list,
-)
+from attnload.workload.prompts import check_prompts
+from attnload.workload.shapes import ShapeSpec, parse_duration, parse_shape, parse_users_list
 
 LOCUSTFILE = Path(__file__).parents[1] / "commands" / "locustfile.py"
 """The packaged locustfile (an entry point, so it lives with the commands; ``locustfiles/chat.py`` imports it)."""
@@ -59,43 +44,23 @@ DEFAULT_DURATION = "60s"
 
 @dataclass(frozen=True)
 class LoadPlan:
-    """A validated run: config, shape and process layout."""
+    """A validated run: config, the options every Locust process is handed, and the process layout."""
 
     config: TestConfig
-    config_path: Path
-    shape: ShapeSpec
-    spawn_rate: float | None
+    options: RunOptions
+    """Read from the command line by each option's own reader; ``options.given`` is what the processes get."""
     workers: int
     results_dir: Path
-    metrics_port: int
-    headless: bool
-    web_port: int
-    profiles: str
-    warmup: str
-    paired: bool = False
-    arrivals: str | None = None
-    max_in_flight: int | None = None
-    traffic_env: dict[str, str] | None = None
-    """``--burstiness``, ``--abandon-rate``, ``--abandon-after`` as given (validated), for the Locust processes."""
+    """``--results`` as given (the processes get it absolute)."""
+    headless: bool = True
+    web_port: int = 8089
     prometheus_port: int | None = None
     stop_timeout_s: float = 0.0
-    server_metrics: str = "auto"
-    server_metrics_interval: str = "2"
-    gpu_metrics: str = "auto"
-    csv_prefix: str | None = None
-    """``--csv PREFIX``: handed to the Locust master, which writes Locust's CSVs and ``PREFIX_llm.csv``."""
-    snapshot_interval_s: float | None = None
-    metrics_host: str = "127.0.0.1"
-    locust_stats: bool = False
-    """``--locust-stats`` (or ``ATTNLOAD_LOCUST_STATS=1``): Locust's own request tables on the console too."""
-    requests_out: str | None = None
-    """``--requests-out PATH`` (absolute): the master writes the per-request JSONL there."""
-    start_spread: str | None = None
-    """``--start-spread`` as given (None: ATTNLOAD_START_SPREAD from the environment, else auto)."""
-    ladder_stretch: str | None = None
-    """``--ladder-stretch`` as given (None: ATTNLOAD_LADDER_STRETCH from the environment, else auto)."""
-    fleet_flags: tuple[str, ...] = ()
-    """``--restart-lost-users``, ``--accept-foreign-workers`` when given (option names)."""
+
+    @property
+    def shape(self) -> ShapeSpec:
+        assert self.options.shape is not None  # the planner always sets one
+        return self.options.shape
 
 
 @dataclass(frozen=True)
@@ -109,105 +74,65 @@ class RunOutcome:
 
 
 def plan_from_args(args: argparse.Namespace, config_path: Path) -> LoadPlan:
+    flags = vars(args)  # the command line, read once by option name (a demo's namespace may leave some out)
     config = load_config(config_path)
     for target in config.models:
         target.api_key()  # a missing env var fails now, not in every worker
-    if args.workers < 0 or args.workers > 256:
-        raise UsageError(f"--workers {args.workers} is out of range: use 0 (one process) to 256")
-    shape = _shape_from_args(args, config)
-    if args.warmup not in ("0", ""):
-        parse_duration(args.warmup, "--warmup")
-    if args.profile:
-        for name in args.profile.split(","):
-            config.profile(name.strip())
-    chosen = [config.profile(n.strip()) for n in args.profile.split(",")] if args.profile else None
+    workers = int(flags.get("workers", 0))
+    if workers < 0 or workers > 256:
+        raise UsageError(f"--workers {workers} is out of range: use 0 (one process) to 256")
+    shape = _shape_from_flags(flags, config)
+    texts = with_shape(launch_texts(flags), shape)
+    texts.update(config=str(config_path.resolve()), results=str(Path(texts["results"]).resolve()))
+    requests_out = requests_out_path(texts.pop("requests-out", None))
+    if requests_out:
+        texts["requests-out"] = requests_out
+    options = run_options(texts, shape)
+    chosen = [config.profile(name) for name in options.profiles] or list(config.profiles)
+    check_prompts(chosen, shape.sizes_prompts)
     check_traffic(config, chosen)
-    if isinstance(shape, ContextSpec):
-        check_ladder(config, shape.contexts, chosen)
-    paired = bool(getattr(args, "paired", False))
-    if paired and len(config.models) < 2:
+    shape.check_run(config, chosen, options.paired)
+    if options.paired and len(config.models) < 2:
         raise UsageError("--paired compares models prompt by prompt: the config needs at least two models")
-    if paired and isinstance(shape, SweepSpec):
-        raise UsageError("--paired cannot run a sweep (each model gets its own rates there): drop one of them")
-    max_in_flight = getattr(args, "max_in_flight", None)
-    traffic_env = check_arrival_flags(args, shape)
-    server_metrics = server_metrics_mode(getattr(args, "server_metrics", "auto"))
-    interval = str(getattr(args, "server_metrics_interval", "2") or "2")
-    gpu_metrics = server_metrics_mode(getattr(args, "gpu_metrics", "auto"), "--gpu-metrics")
-    server_metrics_interval(interval)
-    snapshot_s = getattr(args, "snapshot_interval", None)
-    if snapshot_s is not None and not (math.isfinite(snapshot_s) and (snapshot_s == 0 or 1 <= snapshot_s <= 86400)):
-        raise UsageError(f"--snapshot-interval {snapshot_s:g}: use 0 (off) or 1 to 86400 seconds")
-    requests_out = requests_out_path(getattr(args, "requests_out", None) or os.environ.get(OPTION["requests-out"].env))
-    start_spread = getattr(args, "start_spread", None)
-    if start_spread is not None:
-        parse_start_spread(start_spread)
-    else:
-        parse_start_spread(os.environ.get(OPTION["start-spread"].env), OPTION["start-spread"].env)
-    check_outputs(Path(args.results), requests_out, getattr(args, "csv", None) or None)  # before any request
+    check_arrival_flags(options)
+    results_dir = Path(str(flags.get("results", "results")))
+    check_outputs(results_dir, requests_out, options.csv_prefix)  # before any request
     check_reachable(config)
     return LoadPlan(
         config=config,
-        config_path=config_path,
-        shape=shape,
-        spawn_rate=args.spawn_rate,
-        workers=args.workers,
-        results_dir=Path(args.results),
-        metrics_port=args.metrics_port,
-        metrics_host=getattr(args, "metrics_host", "127.0.0.1"),
-        headless=args.headless,
-        web_port=args.web_port,
-        profiles=args.profile,
-        warmup=args.warmup,
-        paired=paired,
-        arrivals=getattr(args, "arrivals", None),
-        max_in_flight=max_in_flight,
-        traffic_env=traffic_env,
-        prometheus_port=getattr(args, "prometheus", None),
-        stop_timeout_s=float(getattr(args, "stop_timeout", 0.0) or 0.0),
-        server_metrics=server_metrics,
-        server_metrics_interval=interval,
-        gpu_metrics=gpu_metrics,
-        csv_prefix=getattr(args, "csv", None) or None,
-        snapshot_interval_s=snapshot_s,
-        locust_stats=bool(getattr(args, "locust_stats", None)) or truthy(os.environ.get(OPTION["locust-stats"].env)),
-        requests_out=requests_out,
-        start_spread=start_spread,
-        ladder_stretch=getattr(args, "ladder_stretch", None),
-        fleet_flags=tuple(
-            name
-            for name in ("restart-lost-users", "accept-foreign-workers")
-            if getattr(args, name.replace("-", "_"), None)
-        ),
+        options=options,
+        workers=workers,
+        results_dir=results_dir,
+        headless=bool(flags.get("headless", True)),
+        web_port=int(flags.get("web_port", 8089)),
+        prometheus_port=flags.get("prometheus"),
+        stop_timeout_s=float(flags.get("stop_timeout") or 0.0),
     )
 
 
-def _shape_from_args(args: argparse.Namespace, config: TestConfig) -> ShapeSpec:
+def _shape_from_flags(flags: Mapping[str, Any], config: TestConfig) -> ShapeSpec:
     """The run's shape from ``--shape`` (or the config's ``shape``) and ``--users`` (a list only for a ladder);
     the numeric flags are bounds-checked here too."""
-    users_text = None if args.users is None else str(args.users).strip()
+    users_text = None if flags.get("users") is None else str(flags["users"]).strip()
     single = users_text is not None and "," not in users_text
     if single:
         try:
             float(str(users_text))
         except ValueError:
             raise UsageError(f"--users {users_text!r} is not a number: give a whole number of users") from None
-    check_flag_limits(args if single else argparse.Namespace(**{**vars(args), "users": None}))
+    check_flag_limits(flags if single else {**flags, "users": None})
     users = parse_users_list(users_text) if users_text is not None else None
-    stage_s = parse_duration(args.stage_duration or config.stage_duration_s or DEFAULT_DURATION, "--stage-duration")
-    shape_text = args.shape or config.shape
+    stage_s = parse_duration(
+        flags.get("stage_duration") or config.stage_duration_s or DEFAULT_DURATION, "--stage-duration"
+    )
+    shape_text = flags.get("shape") or config.shape
     if shape_text:
-        shape = parse_shape(shape_text, stage_s, getattr(args, "replay_speed", None))
-        if users is not None and not isinstance(shape, ContextSpec):
-            raise UsageError("--users and --shape both set the user count: pass one of them")
-        if users is not None and isinstance(shape, ContextSpec):
-            shape = shape.with_users(users)
-    else:
-        if users is not None and len(users) > 1:
-            raise UsageError(f"--users {users_text}: a list of users needs --shape context:LIST (a grid); give one")
-        duration = parse_duration(args.duration or DEFAULT_DURATION, "--duration")
-        shape = parse_shape(f"concurrency:{users[0] if users else 8}", duration)
-    return shape
+        shape = parse_shape(shape_text, stage_s, flags.get("replay_speed"))
+        return shape if users is None else shape.with_users(users)
+    if users is not None and len(users) > 1:
+        raise UsageError(f"--users {users_text}: a list of users needs --shape context:LIST (a grid); give one")
+    duration = parse_duration(flags.get("duration") or DEFAULT_DURATION, "--duration")
+    return parse_shape(f"concurrency:{users[0] if users else 8}", duration)
 
 
 def execute(plan: LoadPlan, *, quiet: bool = False) -> Results | None:
@@ -304,7 +229,7 @@ def _raise_fd_limit(plan: LoadPlan) -> None:
         resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
         soft = hard
     peak_users = plan.shape.peak_users
-    per_process = peak_users * (len(plan.config.models) if plan.paired else 1) / max(plan.workers, 1)
+    per_process = peak_users * (len(plan.config.models) if plan.options.paired else 1) / max(plan.workers, 1)
     if soft != resource.RLIM_INFINITY and per_process > soft - 64:
         print(
             f"attnload run: warning: ~{per_process:.0f} connections per worker against an open-files limit "
@@ -318,9 +243,9 @@ def _start_prometheus(plan: LoadPlan) -> subprocess.Popen[bytes]:
     from attnload.client.transport import Endpoint
     from attnload.dashboards.prometheus import PrometheusError, start_local_prometheus
 
-    targets = {"attnload": f"127.0.0.1:{plan.metrics_port}"}
+    targets = {"attnload": f"127.0.0.1:{plan.options.metrics_port}"}
     for target in plan.config.models:
-        endpoint = Endpoint.from_url(target.chat_url)
+        endpoint = Endpoint.from_url(target.url)
         if endpoint.host in ("127.0.0.1", "localhost"):
             targets.setdefault("attnload-sim", f"{endpoint.host}:{endpoint.port}")
     data_dir = plan.results_dir / "prometheus"
@@ -339,37 +264,7 @@ def _start_prometheus(plan: LoadPlan) -> subprocess.Popen[bytes]:
 
 def _environment(plan: LoadPlan) -> dict[str, str]:
     env = dict(os.environ)
-    env.update(
-        environment(
-            {
-                "config": str(plan.config_path.resolve()),
-                "results": str(plan.results_dir.resolve()),
-                "metrics-port": str(plan.metrics_port),
-                "metrics-host": plan.metrics_host,
-                "shape": plan.shape.to_text(),
-                "stage-duration": f"{plan.shape.stage_duration_s:g}",
-                "profile": plan.profiles,
-                "replay-speed": f"{plan.shape.speed:g}" if isinstance(plan.shape, ReplaySpec) else None,
-                "warmup": plan.warmup or "0",
-                "spawn-rate": f"{plan.spawn_rate:g}" if plan.spawn_rate else None,
-                "paired": "1" if plan.paired else "0",
-                "arrivals": plan.arrivals or "",
-                "max-in-flight": str(plan.max_in_flight) if plan.max_in_flight else None,
-                "server-metrics": plan.server_metrics,
-                "server-metrics-interval": plan.server_metrics_interval,
-                "locust-stats": "1" if plan.locust_stats else "0",
-                "gpu-metrics": plan.gpu_metrics,
-                "start-spread": plan.start_spread,
-                "ladder-stretch": plan.ladder_stretch,
-            }
-        )
-    )
-    if plan.requests_out:
-        env.update(environment({"requests-out": plan.requests_out}))
-    env.update(environment(plan.traffic_env or {}))
-    env.update(environment({name: "1" for name in plan.fleet_flags}))
-    if plan.snapshot_interval_s is not None:
-        env.update(environment({"snapshot-interval": f"{plan.snapshot_interval_s:g}"}))
+    env.update(environment(plan.options))
     env[PARENT_PID_ENV] = str(os.getpid())  # the children stop when this process is gone
     env["PYTHONUNBUFFERED"] = "1"
     return env
@@ -383,10 +278,10 @@ def _master_command(plan: LoadPlan, master_port: int) -> list[str]:
     command = _base_command()
     if plan.stop_timeout_s:
         command += ["--stop-timeout", f"{plan.stop_timeout_s:g}"]
-    if plan.csv_prefix:
-        command += ["--csv", plan.csv_prefix]
+    if plan.options.csv_prefix:
+        command += ["--csv", plan.options.csv_prefix]
     if plan.headless:  # --only-summary: no periodic table; the final ones go unless --locust-stats (runner/events.py)
-        command += ["--headless"] if plan.locust_stats else ["--headless", "--only-summary"]
+        command += ["--headless"] if plan.options.locust_stats else ["--headless", "--only-summary"]
     else:
         command += ["--web-host", "127.0.0.1", "--web-port", str(plan.web_port)]
     if plan.workers:

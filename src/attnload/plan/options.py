@@ -9,17 +9,25 @@ An option named ``stage-duration`` is ``--stage-duration`` for ``attnload run``,
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from attnload.errors import UsageError, redact
+from attnload.plan import values
+from attnload.plan.values import (
+    flag_text,
+    parse_start_spread,
+    server_metrics_interval,
+    server_metrics_mode,
+    truthy,
+    users_arg,
+)
 from attnload.workload.abandon import AbandonSpec, parse_abandon
 from attnload.workload.arrivals import parse_burstiness
-from attnload.workload.shapes import ShapeSpec, parse_duration, parse_shape
+from attnload.workload.shapes import ShapeSpec, parse_duration, parse_shape, shape_help
 
 DEFAULT_MAX_IN_FLIGHT = 1024
 """Per model and worker: keep-alive connections the open loop's pool may open before requests wait.
@@ -68,20 +76,19 @@ class RunOptions:
     """``--restart-lost-users``: a lost worker's users start again on the workers left."""
     accept_foreign_workers: bool = False
     """``--accept-foreign-workers``: admit a joining worker whose config hash or version differs."""
-
-
-def users_arg(text: str) -> int | str:
-    """``--users``: a whole number, or (for a context ladder's grid) the list as given, checked by the planner."""
-    try:
-        return int(text)
-    except ValueError:
-        return text.strip()
+    ladder_stretch: str = "auto"
+    """``auto``: a context ladder's rung whose TTFT is long runs longer (``runner/stretch.py``); ``off``: not."""
+    given: Mapping[str, str] = field(default_factory=dict, compare=False)
+    """The texts these options were read from, by option name: what ``attnload run`` hands its processes."""
 
 
 @dataclass(frozen=True)
 class Option:
-    """One run option. ``run`` holds the argparse keywords of its ``attnload run`` flag (None: the
-    flag is declared elsewhere, e.g. ``-c/--config``); ``locust`` says whether Locust parses it."""
+    """One run option, declared once: its ``attnload run`` flag (``run``: argparse keywords; None: declared
+    elsewhere, e.g. ``-c/--config``), its Locust ``--attnload-*`` option (``locust``), its ``ATTNLOAD_*``
+    variable, and the :class:`RunOptions` field it fills (``field``, by ``read`` from its text; bad text is a
+    one-line usage error on both sides). ``check`` validates an option no field holds (the process that acts
+    on it reads it), for ``attnload run`` before any process starts."""
 
     name: str
     help: str
@@ -91,6 +98,16 @@ class Option:
     locust: bool = True
     aliases: tuple[str, ...] = ()
     """More ``attnload run`` spellings, listed before the canonical one (Locust's ``-u``, ``-t/--run-time``)."""
+    field: str | None = None
+    """The :class:`RunOptions` field ``read`` fills (None: the option is read where it acts)."""
+    read: Callable[[Any], Any] | None = None
+    check: Callable[[Any], Any] | None = None
+    child: bool | None = None
+    """Whether ``attnload run`` hands it to the Locust processes (None: when Locust parses it)."""
+    from_env: bool = False
+    """``attnload run`` takes the ``ATTNLOAD_*`` variable when the flag is not given."""
+    launch_default: str | None = None
+    """The text ``attnload run`` hands on when neither flag nor variable gives one (None: nothing)."""
 
     @property
     def env(self) -> str:
@@ -108,9 +125,42 @@ class Option:
     def run_flags(self) -> tuple[str, ...]:
         return (*self.aliases, self.run_flag)
 
+    @property
+    def dest(self) -> str:
+        """The argparse attribute of the ``attnload run`` flag."""
+        return self.name.replace("-", "_")
+
+    @property
+    def locust_dest(self) -> str:
+        """The attribute of Locust's parsed options (``attnload_`` + :attr:`dest`)."""
+        return "attnload_" + self.dest
+
+    @property
+    def handed_on(self) -> bool:
+        return self.locust if self.child is None else self.child
+
+    def given_text(self, flags: Mapping[str, Any]) -> str | None:
+        """What ``attnload run`` hands on for this option: the flag, else (``from_env``) the variable,
+        else :attr:`launch_default`; None: nothing (a Locust process then takes its own default)."""
+        value = flags.get(self.dest, (self.run or {}).get("default"))
+        if value is None and self.from_env:
+            value = os.environ.get(self.env)
+        if value is None:
+            return self.launch_default
+        if self.read is truthy:
+            value = truthy(value)
+        return flag_text(value)
+
 
 OPTIONS: tuple[Option, ...] = (
-    Option("config", "test config (.json or .toml)", "examples/benchmark_config.json", run=None),
+    Option(
+        "config",
+        "test config (.json or .toml)",
+        "examples/benchmark_config.json",
+        run=None,
+        field="config_path",
+        read=str,
+    ),
     Option(
         "users",
         "closed-loop users (with -t/--run-time); with --shape context:LIST, one count or a list (1,8,32: a grid)",
@@ -119,7 +169,12 @@ OPTIONS: tuple[Option, ...] = (
         aliases=("-u",),
     ),
     Option(
-        "spawn-rate", "users started per second", run={"type": float, "default": None}, locust=False, aliases=("-r",)
+        "spawn-rate",
+        "users started per second",
+        run={"type": float, "default": None},
+        locust=False,
+        aliases=("-r",),
+        child=True,
     ),
     Option(
         "duration",
@@ -130,14 +185,21 @@ OPTIONS: tuple[Option, ...] = (
     ),
     Option(
         "shape",
-        "concurrency:1,8,64 (users per stage), rate:0.5,1,2 (req/s per model), sweep[:CAP] or replay:TRACE",
+        shape_help(),
         run={"default": None},
     ),
     Option("stage-duration", "length of each --shape stage (default 60s)", "60s", run={"default": None}),
     Option(
         "replay-speed", "replay:PATH shapes: trace speed-up (2 = twice the rate; default 1)", "1", run={"default": None}
     ),
-    Option("warmup", "seconds at each stage start excluded from stage stats", "0", run={"default": "0"}),
+    Option(
+        "warmup",
+        "seconds at each stage start excluded from stage stats",
+        "0",
+        run={"default": "0"},
+        field="warmup_s",
+        read=values.warmup,
+    ),
     Option(
         "start-spread",
         "closed loop: spread each stage's new users' first requests so users started together "
@@ -146,24 +208,41 @@ OPTIONS: tuple[Option, ...] = (
         "once; SECONDS: over that fixed time",
         "auto",
         run={"default": None, "metavar": "auto|off|S"},
+        field="start_spread",
+        read=parse_start_spread,
+        from_env=True,
     ),
-    Option("profile", "comma-separated workload profiles (default: all)", run={"default": ""}),
+    Option(
+        "profile",
+        "comma-separated workload profiles (default: all)",
+        run={"default": ""},
+        field="profiles",
+        read=values.profiles,
+    ),
     Option(
         "paired",
         "send each prompt to every model at once; results get per-pair deltas with a CI",
         "0",
         run={"action": "store_true"},
+        field="paired",
+        read=truthy,
+        launch_default="0",
     ),
     Option(
         "arrivals",
         "open-loop arrival law for rate stages: poisson or constant (default: the config's)",
         run={"choices": ("poisson", "constant"), "default": None},
+        field="arrivals",
+        read=values.arrivals,
+        launch_default="",
     ),
     Option(
         "burstiness",
         "rate stages: gamma inter-arrival shape B over the whole fleet (1 = Poisson, 0.25 = "
         "bursty, CV 1/sqrt(B)); default: the --arrivals law",
         run={"default": None, "metavar": "B"},
+        field="burstiness",
+        read=parse_burstiness,
     ),
     Option(
         "abandon-rate",
@@ -183,10 +262,25 @@ OPTIONS: tuple[Option, ...] = (
         DEFAULT_MAX_IN_FLIGHT,
         int,
         run={"type": int, "default": None},
+        field="max_in_flight",
+        read=values.max_in_flight,
     ),
-    Option("results", "directory for results JSON + HTML", "results", run={"default": "results"}),
     Option(
-        "metrics-port", "master's Prometheus /metrics port (0 = off)", 9646, int, run={"type": int, "default": 9646}
+        "results",
+        "directory for results JSON + HTML",
+        "results",
+        run={"default": "results"},
+        field="results_dir",
+        read=str,
+    ),
+    Option(
+        "metrics-port",
+        "master's Prometheus /metrics port (0 = off)",
+        9646,
+        int,
+        run={"type": int, "default": 9646},
+        field="metrics_port",
+        read=int,
     ),
     Option(
         "metrics-host",
@@ -194,6 +288,8 @@ OPTIONS: tuple[Option, ...] = (
         "Prometheus scrape it, as deploy/ does)",
         "127.0.0.1",
         run={"default": "127.0.0.1", "metavar": "ADDR"},
+        field="metrics_host",
+        read=lambda text: str(text or "127.0.0.1").strip(),
     ),
     Option(
         "server-metrics",
@@ -201,12 +297,16 @@ OPTIONS: tuple[Option, ...] = (
         "base_url's host) next to the client's numbers; off: don't",
         "auto",
         run={"choices": ("auto", "off"), "default": "auto"},
+        field="server_metrics",
+        read=server_metrics_mode,
     ),
     Option(
         "server-metrics-interval",
         "seconds between scrapes of the model servers' /metrics",
         "2",
         run={"default": "2", "metavar": "S"},
+        field="server_metrics_interval_s",
+        read=server_metrics_interval,
     ),
     Option(
         "gpu-metrics",
@@ -215,6 +315,8 @@ OPTIONS: tuple[Option, ...] = (
         "interval; off: don't",
         "auto",
         run={"choices": ("auto", "off"), "default": "auto"},
+        field="gpu_metrics",
+        read=values.gpu_metrics_mode,
     ),
     Option(
         "ladder-stretch",
@@ -222,6 +324,8 @@ OPTIONS: tuple[Option, ...] = (
         "4 times its length (its requests would be cut before they finish); off: keep the stage duration",
         "auto",
         run={"choices": ("auto", "off"), "default": "auto"},
+        field="ladder_stretch",
+        read=lambda text: values.server_metrics_mode(text, "--ladder-stretch"),
     ),
     Option(
         "exit-code-on-error",
@@ -244,6 +348,8 @@ OPTIONS: tuple[Option, ...] = (
         "_exceptions.csv) plus PREFIX_llm.csv (TTFT/ITL/TPOT/tok/s per model and stage)",
         run={"default": None, "metavar": "PREFIX"},
         locust=False,
+        field="csv_prefix",
+        read=values.text_or_none,
     ),
     Option(
         "locust-stats",
@@ -251,12 +357,17 @@ OPTIONS: tuple[Option, ...] = (
         "percentiles, of whole streamed requests); off by default, attnload's tables and progress line stay",
         "1",
         run={"action": "store_true", "default": None},
+        field="locust_stats",
+        read=truthy,
+        from_env=True,
+        launch_default="0",
     ),
     Option(
         "requests-out",
         "also write one JSON line per request to PATH (gzip when it ends in .gz; schema in docs/requests.md)",
         "",
         run={"default": None, "metavar": "PATH"},
+        from_env=True,
     ),
     Option(
         "restart-lost-users",
@@ -264,6 +375,8 @@ OPTIONS: tuple[Option, ...] = (
         "stage runs on with the users that are left, and results say so)",
         "0",
         run={"action": "store_true", "default": None},
+        field="restart_lost_users",
+        read=truthy,
     ),
     Option(
         "accept-foreign-workers",
@@ -271,6 +384,8 @@ OPTIONS: tuple[Option, ...] = (
         "(default: refused with a warning, its reports never merged)",
         "0",
         run={"action": "store_true", "default": None},
+        field="accept_foreign_workers",
+        read=truthy,
     ),
     Option(
         "snapshot-interval",
@@ -279,6 +394,7 @@ OPTIONS: tuple[Option, ...] = (
         30.0,
         float,
         run={"type": float, "default": None, "metavar": "S"},
+        check=values.snapshot_interval,
     ),
 )
 """Every option the launcher passes to Locust processes; the order is ``attnload run --help``'s."""
@@ -323,9 +439,23 @@ def add_load_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def environment(values: Mapping[str, str | None]) -> dict[str, str]:
-    """``ATTNLOAD_*`` variables for option values by name (None: not set)."""
-    return {OPTION[name].env: value for name, value in values.items() if value is not None}
+def environment(options: RunOptions) -> dict[str, str]:
+    """The ``ATTNLOAD_*`` variables that hand ``options`` to the Locust processes (those they read)."""
+    return {OPTION[name].env: text for name, text in options.given.items() if OPTION[name].handed_on}
+
+
+def launch_texts(flags: Mapping[str, Any]) -> dict[str, str]:
+    """The option texts of an ``attnload run`` command line (its namespace by attribute), checked: each
+    option's flag, else its variable where it takes one, else the launcher's default; absent ones left out."""
+    texts: dict[str, str] = {}
+    for option in OPTIONS:
+        text = option.given_text(flags)
+        if text is None:
+            continue
+        if option.check is not None:
+            option.check(text)
+        texts[option.name] = text
+    return texts
 
 
 def add_arguments(parser: Any) -> None:
@@ -342,98 +472,64 @@ def add_arguments(parser: Any) -> None:
             )
 
 
+def with_shape(texts: Mapping[str, str], shape: ShapeSpec) -> dict[str, str]:
+    """``texts`` with the planned shape's own: the shape (``--users``, ``--duration`` and the config's
+    ``shape`` folded in), its stage length and a replay's speed, as every process parses them."""
+    planned = {k: v for k, v in texts.items() if k != "replay-speed"}
+    planned.update({"shape": shape.to_text(), "stage-duration": f"{shape.stage_duration_s:g}"})
+    if shape.replay_speed is not None:
+        planned["replay-speed"] = f"{shape.replay_speed:g}"
+    return planned
+
+
 def options_from(parsed: Any) -> RunOptions:
-    shape_text = (parsed.attnload_shape or "").strip()
-    stage_s = parse_duration(parsed.attnload_stage_duration, "--stage-duration")
-    warmup = str(parsed.attnload_warmup).strip()
-    shape = parse_shape(shape_text, stage_s, getattr(parsed, "attnload_replay_speed", None)) if shape_text else None
+    """A Locust process's options, from its parsed ``--attnload-*`` options (each mirrored by its variable)
+    and Locust's own ``--csv``."""
+    given = vars(parsed)
+    texts = {o.name: given.get(o.locust_dest) for o in OPTIONS if o.locust}
+    return run_options({**texts, "csv": given.get("csv_prefix")})
+
+
+def run_options(texts: Mapping[str, Any], shape: ShapeSpec | None = None) -> RunOptions:
+    """The options the texts by option name say (a missing one: its Locust default), each read by its own
+    reader; the one parser of both ``attnload run`` and the Locust processes (``shape``: already parsed)."""
+
+    def text(name: str) -> Any:
+        value = texts.get(name)
+        return OPTION[name].locust_default if value is None else value
+
+    read = {o.field: o.read(text(o.name)) for o in OPTIONS if o.field and o.read}
+    shape_text = str(text("shape") or "").strip()
+    if shape is None and shape_text:
+        stage_s = parse_duration(text("stage-duration"), "--stage-duration")
+        shape = parse_shape(shape_text, stage_s, texts.get("replay-speed"))
     return RunOptions(
-        config_path=parsed.attnload_config,
-        metrics_port=int(parsed.attnload_metrics_port),
-        metrics_host=str(parsed.attnload_metrics_host or "127.0.0.1").strip(),
-        results_dir=parsed.attnload_results,
         shape=shape,
-        profiles=tuple(p.strip() for p in (parsed.attnload_profile or "").split(",") if p.strip()),
-        warmup_s=0.0 if warmup in ("", "0") else parse_duration(warmup, "--warmup"),
-        paired=str(parsed.attnload_paired).strip().lower() in ("1", "true", "yes"),
-        arrivals=_arrivals(parsed.attnload_arrivals),
-        burstiness=parse_burstiness(getattr(parsed, "attnload_burstiness", None)),
-        abandon=parse_abandon(
-            getattr(parsed, "attnload_abandon_rate", None), getattr(parsed, "attnload_abandon_after", None)
-        ),
-        max_in_flight=max(1, int(parsed.attnload_max_in_flight)),
-        server_metrics=server_metrics_mode(parsed.attnload_server_metrics),
-        server_metrics_interval_s=server_metrics_interval(parsed.attnload_server_metrics_interval),
-        gpu_metrics=server_metrics_mode(getattr(parsed, "attnload_gpu_metrics", "auto"), "--gpu-metrics"),
-        csv_prefix=getattr(parsed, "csv_prefix", None) or None,
-        locust_stats=truthy(getattr(parsed, "attnload_locust_stats", "1")),
-        requests_out=requests_out_option(parsed),
-        start_spread=parse_start_spread(getattr(parsed, "attnload_start_spread", "auto")),
-        restart_lost_users=truthy(getattr(parsed, "attnload_restart_lost_users", "0")),
-        accept_foreign_workers=truthy(getattr(parsed, "attnload_accept_foreign_workers", "0")),
+        abandon=parse_abandon(texts.get("abandon-rate"), texts.get("abandon-after")),
+        requests_out=resolve_requests_out(texts.get("requests-out"), text("results")),
+        given={name: str(value) for name, value in texts.items() if value is not None},
+        **read,
     )
-
-
-def truthy(value: object) -> bool:
-    """An on/off option's value: ``1``/``true``/``yes``/``on`` (any case) is on."""
-    return str(value if value is not None else "").strip().lower() in ("1", "true", "yes", "on")
 
 
 def requests_out_option(parsed: Any) -> str | None:
     """``--attnload-requests-out`` as a path; a relative one lands in the results directory (a container's
     volume). ``attnload run`` hands its children an absolute path, resolved where it was typed."""
-    text = str(getattr(parsed, "attnload_requests_out", "") or "").strip()
+    return resolve_requests_out(parsed.attnload_requests_out, parsed.attnload_results)
+
+
+def resolve_requests_out(path: object, results: object) -> str | None:
+    """The per-request file's path: as given when absolute, else inside the results directory."""
+    text = str(path or "").strip()
     if not text:
         return None
-    return text if os.path.isabs(text) else os.path.join(str(parsed.attnload_results or "results"), text)
-
-
-def server_metrics_mode(text: str | None, flag: str = "--server-metrics") -> str:
-    value = (text or "auto").strip().lower()
-    if value not in ("auto", "off"):
-        raise UsageError(f"{flag} {text!r}: use auto or off")
-    return value
-
-
-def server_metrics_interval(text: str | float | None) -> float:
-    """Seconds between scrapes: a positive number (``2``, ``0.5``) or a duration (``2s``)."""
-    raw = str(text if text is not None else "2").strip()
-    try:
-        value = float(raw)
-    except ValueError:
-        value = parse_duration(raw, "--server-metrics-interval")
-    if not 0.1 <= value <= 3600:
-        raise UsageError(f"--server-metrics-interval {raw}: use 0.1 to 3600 seconds (default 2)")
-    return value
-
-
-def parse_start_spread(text: str | float | None, spelled: str = "--start-spread") -> str | float:
-    """``auto`` (default), ``off`` or a positive number of seconds (``2`` or ``2s``)."""
-    raw = str(text if text is not None else "auto").strip().lower()
-    if raw in ("", "auto"):
-        return "auto"
-    if raw in ("off", "0", "0s", "none"):
-        return "off"
-    try:
-        value = float(raw[:-1] if raw.endswith("s") else raw)
-    except ValueError:
-        value = math.nan
-    if not math.isfinite(value) or not 0.1 <= value <= 3600:
-        raise UsageError(f"{spelled} {text}: use auto, off, or 0.1 to 3600 seconds (e.g. 3 or 3s)")
-    return value
+    return text if os.path.isabs(text) else os.path.join(str(results or "results"), text)
 
 
 def env_value(name: str) -> str:
     """An option's value from its environment variable, read before Locust parses (the load shape)."""
     option = OPTION[name]
     return os.environ.get(option.env, str(option.locust_default)).strip()
-
-
-def _arrivals(text: str | None) -> str | None:
-    value = (text or "").strip().lower()
-    if value and value not in ("poisson", "constant"):
-        raise UsageError(f"--arrivals {text!r}: use poisson or constant")
-    return value or None
 
 
 def exit_usage(exc: UsageError) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from attnload.report.fmt import METRICS, Metric, stage_label, stage_x
+from attnload.report.fmt import Metric, stage_label, stage_x, summary_metrics
 from attnload.results.model import ModelSummary, Results, StageSummary, Totals
 
 DEFAULT_THRESHOLD = 0.10
@@ -88,7 +88,7 @@ def _delta(metric: Metric, base: Totals, cur: Totals, threshold: float) -> Delta
 def _row(key: str, stage: str | None, base: Totals, cur: Totals, threshold: float) -> Row:
     fb, fc = _failure_ratio(base), _failure_ratio(cur)
     failure_regression = fc is not None and (fc - (fb or 0.0)) > FAILURE_RATIO_STEP
-    return Row(key, stage, [_delta(m, base, cur, threshold) for m in METRICS], (fb, fc), failure_regression)
+    return Row(key, stage, [_delta(m, base, cur, threshold) for m in summary_metrics()], (fb, fc), failure_regression)
 
 
 def _load_key(stage: StageSummary) -> float | None:

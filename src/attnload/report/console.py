@@ -11,6 +11,7 @@ from rich.console import Console, Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from attnload.measure.metrics import METRICS, Metric
 from attnload.report import gpu as gpu_view
 from attnload.report import server as server_view
 from attnload.report import truth
@@ -20,14 +21,13 @@ from attnload.report.compare import Comparison
 from attnload.report.explain import MIXED_MODELS_NOTE, presets_differ
 from attnload.report.fmt import (
     DASH,
-    METRICS,
     count,
     kib,
-    ms_bare,
     pct,
     rate,
     series_name,
     stage_label,
+    summary_metrics,
 )
 from attnload.report.ladder.console import ladder_table, render_verdict
 from attnload.report.paired import ci_ms, diff_ms, paired_rows
@@ -52,23 +52,27 @@ def _has(results: Results, key: str) -> bool:
     return any(key in m.attention_info for m in results.models)
 
 
-_HEADERS = (
-    "TTFT ms\np50 / p99",
-    "ITL ms\np50 / p99",
-    "TPOT ms\np50",
-    "out\ntok/s",
-    "req\nok / failed",
-    "errors",
-    "goodput\nreq/s",
-)
+def _summarised() -> list[Metric]:
+    """The table's metrics with summary columns (``measure.metrics``), one compact column each."""
+    return [m for m in METRICS if m.columns and m.results_field is not None]
+
+
+def _headers() -> tuple[str, ...]:
+    latencies = (f"{m.title}{' ms' if m.unit == 's' else ''}\n{' / '.join(m.columns)}" for m in _summarised())
+    return (*latencies, "out\ntok/s", "req\nok / failed", "errors", "goodput\nreq/s")
+
+
+def _quantiles(metric: Metric, totals: Totals) -> str:
+    summary = totals.summary_of(metric.results_field or "")
+    if metric.unit == "s":  # a percentile the data could not reach reads ``≥ N`` (report/truth.py)
+        return " / ".join(truth.bound_ms(summary, q) for q in metric.columns)
+    return " / ".join(rate(getattr(summary, q)) for q in metric.columns)
 
 
 def _metric_cells(totals: Totals) -> list[str]:
     """Compact cells (units in the headers) so the table fits a normal terminal."""
     return [
-        f"{truth.bound_ms(totals.ttft_s, 'p50')} / {truth.bound_ms(totals.ttft_s, 'p99')}",
-        f"{ms_bare(totals.itl_s.p50)} / {ms_bare(totals.itl_s.p99)}",
-        ms_bare(totals.tpot_s.p50),
+        *(_quantiles(m, totals) for m in _summarised()),
         rate(totals.output_tokens_per_s),
         f"{totals.requests.ok:,} / {totals.requests.failed:,}",
         errors_text(totals, limit=2),
@@ -77,7 +81,7 @@ def _metric_cells(totals: Totals) -> list[str]:
 
 
 def _add_metric_columns(table: Table) -> None:
-    for title in _HEADERS:
+    for title in _headers():
         table.add_column(
             title,
             justify="left" if title == "errors" else "right",
@@ -222,7 +226,7 @@ def render_comparison(comparison: Comparison) -> RenderableType:
         header_style="bold",
     )
     table.add_column("model")
-    for metric in METRICS:
+    for metric in summary_metrics():
         table.add_column(metric.title, justify="right")
     for row in comparison.rows:
         cells = []

@@ -13,9 +13,10 @@ import csv
 from collections.abc import Iterator
 from pathlib import Path
 
+from attnload.measure.metrics import METRICS, Metric
 from attnload.results.model import ModelSummary, Results, Totals
 
-LLM_CSV_COLUMNS = (
+_HEAD = (
     "Target",
     "Model",
     "Attention",
@@ -26,21 +27,27 @@ LLM_CSV_COLUMNS = (
     "Requests Failed",
     "Requests Cancelled",
     "Requests Abandoned",
-    "TTFT p50 (ms)",
-    "TTFT p99 (ms)",
-    "ITL p50 (ms)",
-    "ITL p99 (ms)",
-    "TPOT p50 (ms)",
-    "E2E p50 (ms)",
-    "Output Tokens/s",
-    "Requests/s",
-    "Goodput Requests/s",
-    "TTFAT p50 (ms)",
-    "TTFAT p99 (ms)",
-    "Reasoning Tokens",
-    "Reasoning Share",
-    "Server Reasoning Tokens",
 )
+_RATES = ("Output Tokens/s", "Requests/s", "Goodput Requests/s")
+_REASONING = ("Reasoning Tokens", "Reasoning Share", "Server Reasoning Tokens")
+
+
+def _metrics(first: bool) -> list[Metric]:
+    """The table's metrics with CSV columns: the first release's (before the rates) or the later ones."""
+    return [m for m in METRICS if m.csv and m.results_field is not None and m.csv_first == first]
+
+
+def _titles(metrics: list[Metric]) -> tuple[str, ...]:
+    return tuple(f"{m.title} {q} ({'ms' if m.unit == 's' else m.unit})" for m in metrics for q in m.csv)
+
+
+def llm_csv_columns() -> tuple[str, ...]:
+    """The header: each metric's quantiles where the table puts them (``measure.metrics``), around
+    the counts, the rates and the reasoning columns."""
+    return (*_HEAD, *_titles(_metrics(True)), *_RATES, *_titles(_metrics(False)), *_REASONING)
+
+
+LLM_CSV_COLUMNS = llm_csv_columns()
 AGGREGATED = "Aggregated"
 """Locust's name for the total row."""
 NA = "N/A"
@@ -56,7 +63,7 @@ def write_llm_csv(results: Results, prefix: str | Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("w", newline="", encoding="utf-8") as handle:
         writer = csv.writer(handle)
-        writer.writerow(LLM_CSV_COLUMNS)
+        writer.writerow(llm_csv_columns())
         writer.writerows(llm_rows(results))
     return path
 
@@ -80,21 +87,25 @@ def _row(model: ModelSummary, stage: str, users: int | None, rate: float | None,
         str(t.requests.failed),
         str(t.requests.cancelled),
         str(t.requests.abandoned),
-        _ms(t.ttft_s.p50),
-        _ms(t.ttft_s.p99),
-        _ms(t.itl_s.p50),
-        _ms(t.itl_s.p99),
-        _ms(t.tpot_s.p50),
-        _ms(t.e2e_s.p50),
+        *_cells(_metrics(True), t),
         _num(t.output_tokens_per_s),
         _num(t.requests_per_s),
         _plain(t.goodput_rps),
-        _ms(t.ttfat_s.p50),
-        _ms(t.ttfat_s.p99),
+        *_cells(_metrics(False), t),
         str(t.reasoning_tokens),
         NA if t.reasoning_share is None else f"{t.reasoning_share:.4f}",
         NA if t.server_reasoning_tokens is None else str(t.server_reasoning_tokens),
     ]
+
+
+def _cells(metrics: list[Metric], t: Totals) -> list[str]:
+    cells = []
+    for m in metrics:
+        summary = t.summary_of(m.results_field or "")
+        for q in m.csv:
+            value: float | None = getattr(summary, q)
+            cells.append(_ms(value) if m.unit == "s" else NA if value is None else _num(value))
+    return cells
 
 
 def _ms(seconds: float | None) -> str:

@@ -16,7 +16,9 @@ from typing import Generic, TypeVar
 from rich import box
 from rich.table import Table
 
-from attnload.results.model import GpuSummary, ModelSummary, Results, ServerSummary, StageSummary, Summary, Totals
+from attnload.measure.metrics import METRICS as TABLE
+from attnload.measure.metrics import Metric as TableMetric
+from attnload.results.model import GpuSummary, ModelSummary, Results, ServerSummary, StageSummary, Totals
 
 DASH = "—"
 
@@ -131,25 +133,40 @@ class Metric:
     higher_is_better: bool = False
 
 
-def _summary(name: str, q: str) -> Callable[[Totals], float | None]:
+def _quantile(field: str, q: str) -> Callable[[Totals], float | None]:
     def get(totals: Totals) -> float | None:
-        summary: Summary = getattr(totals, name)
-        value: float | None = getattr(summary, q)
+        value: float | None = getattr(totals.summary_of(field), q)
         return value
 
     return get
 
 
-METRICS: tuple[Metric, ...] = (
-    Metric("ttft_p50", "TTFT p50", "ttft_s.p50", _summary("ttft_s", "p50"), ms),
-    Metric("ttft_p99", "TTFT p99", "ttft_s.p99", _summary("ttft_s", "p99"), ms),
-    Metric("itl_p50", "ITL p50", "itl_s.p50", _summary("itl_s", "p50"), ms),
-    Metric("itl_p99", "ITL p99", "itl_s.p99", _summary("itl_s", "p99"), ms),
-    Metric("tpot_p50", "TPOT p50", "tpot_s.p50", _summary("tpot_s", "p50"), ms),
-    Metric("output_tps", "out tok/s", "output_tokens_per_s", lambda t: t.output_tokens_per_s, lambda v: rate(v), True),
-    Metric("goodput", "goodput req/s", "goodput_rps", lambda t: t.goodput_rps, lambda v: rate(v), True),
-)
-"""Medians first (the seed's advice), then tails, then throughput."""
+def _shown(metric: TableMetric) -> Callable[[float | None], str]:
+    return ms if metric.unit == "s" else rate
+
+
+def summary_metrics() -> tuple[Metric, ...]:
+    """The summary's columns: each metric's quantiles that the table names for it (``measure.metrics``),
+    then throughput."""
+    latencies = (
+        Metric(
+            f"{m.key}_{q}",
+            f"{m.title} {q}",
+            f"{m.results_field}.{q}",
+            _quantile(m.results_field, q),
+            ms if m.unit == "s" else rate,
+        )
+        for m in TABLE
+        if m.results_field is not None
+        for q in m.columns
+    )
+    return (
+        *latencies,
+        Metric(
+            "output_tps", "out tok/s", "output_tokens_per_s", lambda t: t.output_tokens_per_s, lambda v: rate(v), True
+        ),
+        Metric("goodput", "goodput req/s", "goodput_rps", lambda t: t.goodput_rps, rate, True),
+    )
 
 
 Viewed = TypeVar("Viewed", ServerSummary, GpuSummary)

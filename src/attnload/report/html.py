@@ -21,7 +21,7 @@ from attnload.report.clienthealth import render as client_health
 from attnload.report.compare import Comparison, compare_results
 from attnload.report.console import errors_text, fleet_notes
 from attnload.report.explain import MIXED_MODELS_NOTE, attention_facts, explain, presets_differ
-from attnload.report.fmt import DASH, METRICS, count, error_total, pct, series_name, stage_label
+from attnload.report.fmt import DASH, count, error_total, pct, series_name, stage_label, summary_metrics
 from attnload.report.ladder.html import ladder_charts, verdict_section
 from attnload.report.paired import ci_ms, diff_ms, paired_rows
 from attnload.report.reasoning import view as reasoning_view
@@ -39,25 +39,28 @@ def _num_cell(path: str, value: float | int | None, text: str, extra_class: str 
 
 
 def _totals_cells(totals: Totals) -> str:
+    *latencies, output, goodput = summary_metrics()
     cells = [
-        _num_cell(m.path, m.get(totals), truth.marked(m.path, totals, m.show(m.get(totals))), "num")
-        for m in METRICS[:5]
+        _num_cell(m.path, m.get(totals), truth.marked(m.path, totals, m.show(m.get(totals))), "num") for m in latencies
     ]
-    cells.append(
-        _num_cell("output_tokens_per_s", totals.output_tokens_per_s, METRICS[5].show(totals.output_tokens_per_s), "num")
-    )
+    cells.append(_num_cell(output.path, totals.output_tokens_per_s, output.show(totals.output_tokens_per_s), "num"))
     cells.append(_num_cell("requests.ok", totals.requests.ok, f"{totals.requests.ok:,}", "num"))
     failed_cls = "num bad" if totals.requests.failed else "num"
     cells.append(_num_cell("requests.failed", totals.requests.failed, f"{totals.requests.failed:,}", failed_cls))
     cells.append(f'<td class="errors" data-total="{error_total(totals)}">{escape(errors_text(totals))}</td>')
-    cells.append(_num_cell("goodput_rps", totals.goodput_rps, METRICS[6].show(totals.goodput_rps), "num"))
+    cells.append(_num_cell(goodput.path, totals.goodput_rps, goodput.show(totals.goodput_rps), "num"))
     return "".join(cells)
 
 
-_HEAD = (
-    "<th>TTFT p50</th><th>TTFT p99</th><th>ITL p50</th><th>ITL p99</th><th>TPOT p50</th>"
-    '<th>out tok/s</th><th>ok</th><th>failed</th><th class="l">errors</th><th>goodput req/s</th>'
-)
+def _head() -> str:
+    """The summary's and the stages' header: the metrics' columns (``fmt.summary_metrics``), then the counts."""
+    *latencies, output, goodput = summary_metrics()
+    return (
+        "".join(f"<th>{escape(m.title)}</th>" for m in latencies)
+        + f'<th>{escape(output.title)}</th><th>ok</th><th>failed</th><th class="l">errors</th>'
+        + f"<th>{escape(goodput.title)}</th>"
+    )
+
 
 _ATTENTION_FACTS = {
     "kv_bytes_per_token_per_gpu": "<th>KV B/token/GPU</th>",
@@ -68,7 +71,7 @@ _ATTENTION_FACTS = {
 
 def _summary_table(results: Results) -> str:
     facts = [fact for fact in _ATTENTION_FACTS if any(fact in m.attention_info for m in results.models)]
-    head = '<th>model</th><th class="l">attention</th>' + _HEAD + "".join(_ATTENTION_FACTS[fact] for fact in facts)
+    head = '<th>model</th><th class="l">attention</th>' + _head() + "".join(_ATTENTION_FACTS[fact] for fact in facts)
     rows = []
     for m in results.models:
         sub = f'<div class="sub">{escape(m.model)}</div>' if m.model != m.key else ""
@@ -108,7 +111,7 @@ def _stage_table(results: Results) -> str:
             )
     if not rows:
         return '<p class="note">This run had a single stage; the summary above is the whole story.</p>'
-    return _table("stages", "stage-table", f'<th>model</th><th class="l">stage</th>{_HEAD}', rows)
+    return _table("stages", "stage-table", f'<th>model</th><th class="l">stage</th>{_head()}', rows)
 
 
 def _attention_section(results: Results) -> str:
@@ -123,7 +126,7 @@ def _attention_section(results: Results) -> str:
 
 
 def _compare_section(comparison: Comparison, baseline: Results) -> str:
-    head = "".join(f"<th>{escape(m.title)}</th>" for m in METRICS) + "<th>failure ratio</th>"
+    head = "".join(f"<th>{escape(m.title)}</th>" for m in summary_metrics()) + "<th>failure ratio</th>"
     rows = []
     for row in comparison.rows:
         cells = []

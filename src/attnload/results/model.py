@@ -12,9 +12,10 @@ import json
 from pathlib import Path
 from typing import Any, Final, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
+from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer, model_validator
 
 from attnload.errors import UsageError, validated
+from attnload.measure.metrics import METRICS
 from attnload.results.fleet import LostWorker, Partial, RefusedWorker, StalledWorker
 from attnload.results.truth.fields import Censored, ErrorExample, Evidence, Interval, StalledExcluded
 from attnload.scrape.summary import GaugeSummary as GaugeSummary  # the results' types, built by scrape/
@@ -74,7 +75,14 @@ class Requests(_Model):
 
 
 class Totals(_Model):
-    """What one model (or one of its stages) did, with its latency summaries."""
+    """What one model (or one of its stages) did, with a :class:`Summary` per metric of the table.
+
+    Each metric's ``results_field`` (``measure.metrics``) is a field here; the ones that other modules
+    read by attribute are declared (typed), and the rest are kept as typed extras, written and read
+    like any field (``totals.summary_of(field)``)."""
+
+    model_config = ConfigDict(frozen=True, extra="allow")
+    __pydantic_extra__: dict[str, Summary] = Field(init=False)
 
     requests: Requests = Requests()
     errors: dict[str, int] = {}
@@ -93,8 +101,6 @@ class Totals(_Model):
     requests_per_s: float = 0.0
     goodput_rps: float | None = None
     """Requests/s that met every SLO in the config; None when the config sets no SLO."""
-    ttfat_s: Summary = Summary()
-    """Time to the first answer token (content after any reasoning); equal to TTFT without reasoning."""
     reasoning_tokens: int = 0
     """Output tokens streamed as reasoning deltas (a part of ``completion_tokens``), counted by the client."""
     reasoning_share: float | None = None
@@ -110,6 +116,24 @@ class Totals(_Model):
     """Set with the ``no_data`` flag: why no request finished here, in words."""
     without_stalled: StalledExcluded | None = None
     """Set when a stalled worker's requests are in these latencies: the same percentiles without them."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _every_metric(cls, data: Any) -> Any:
+        """Every metric of the table has its summary (an empty one where none was given); unknown keys
+        that are not a metric's are dropped, as for every results object."""
+        if not isinstance(data, dict):
+            return data
+        fields = {m.results_field for m in METRICS if m.results_field is not None}
+        kept = {k: v for k, v in data.items() if k in cls.model_fields or k in fields}
+        for name in fields:
+            kept.setdefault(name, Summary())
+        return kept
+
+    def summary_of(self, field: str) -> Summary:
+        """The summary in ``field`` (a metric's ``results_field``), declared or not."""
+        value: Summary = getattr(self, field)
+        return value
 
 
 class PairedDiff(_Model):

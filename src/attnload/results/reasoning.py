@@ -1,4 +1,4 @@
-"""Reasoning in the results: TTFAT, the reasoning share of output, and the server's own count beside it.
+"""Reasoning in the results: the reasoning share of output, and the server's own count beside it.
 
 The client counts reasoning tokens from the streamed reasoning deltas; a server's
 ``usage.completion_tokens_details.reasoning_tokens`` is kept beside that count, never in its

@@ -1,25 +1,25 @@
-"""Turn the merged recorder into a :class:`Results` object (the only place summaries are computed)."""
+"""Turn the merged recorder into a :class:`Results` object (the only place summaries are computed).
+
+:func:`build_results` takes the run's facts and the parts its collector's channels give
+(``runner/collector/channels.py``): a feature adds to the results through its part, not here."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 from attnload.config.model import ModelTarget, TestConfig
 from attnload.measure.cgroup import throttled_reason
-from attnload.measure.context import ContextRecorder
 from attnload.measure.histogram import LogHistogram
 from attnload.measure.looplag import behind_reason
-from attnload.measure.paired import PairedRecorder
+from attnload.measure.metrics import METRICS
 from attnload.measure.recorder import Recorder, Series
 from attnload.results.bursts import MIN_ITL_SAMPLES_RUN, client_behind, itl_collapsed, tokens_per_read_p50
-from attnload.results.context import context_fields, with_replay_rates
-from attnload.results.gpu import GpuResults, per_token, with_gpu
 from attnload.results.ladder import context_scaling, decode_speed
 from attnload.results.model import ClientInfo, ModelSummary, Requests, Results, StageSummary, Summary, Totals
 from attnload.results.reasoning import reasoning_fields, reasoning_note
-from attnload.results.server import ServerResults, with_server
 from attnload.results.truth import nodata
 from attnload.results.truth.censoring import censored_of, ttft_long_note, ttft_summary
 from attnload.results.truth.evidence import stage_evidence
@@ -91,6 +91,11 @@ def prompt_sizes(target: ModelTarget, whole: Series) -> str:
     return "calibrated" if whole.counts.get("calibrated", 0) else "estimated"
 
 
+def metric_summaries(series: Series) -> dict[str, Summary]:
+    """A :class:`Summary` per metric of the table that names a results field (``ttft_s``, ``itl_s``, …)."""
+    return {m.results_field: summary(series.hists[m.key]) for m in METRICS if m.results_field is not None}
+
+
 def totals(series: Series, duration_s: float, slo_set: bool) -> dict[str, Any]:
     """The fields shared by model, profile and stage summaries."""
     counts = series.counts
@@ -104,10 +109,8 @@ def totals(series: Series, duration_s: float, slo_set: bool) -> dict[str, Any]:
             dropped=counts.get("dropped", 0),
         ),
         "errors": dict(sorted(series.errors.items())),
-        "ttft_s": ttft_summary(series),
-        "itl_s": summary(series.hists["itl"]),
-        "tpot_s": summary(series.hists["tpot"]),
-        "e2e_s": summary(series.hists["e2e"]),
+        **metric_summaries(series),
+        "ttft_s": ttft_summary(series),  # over finished and cut requests (Kaplan–Meier: ``measure.survival``)
         "prompt_tokens": counts.get("prompt_tokens", 0),
         "completion_tokens": counts.get("completion_tokens", 0),
         "cached_prompt_tokens": cached_total(counts),
@@ -115,7 +118,6 @@ def totals(series: Series, duration_s: float, slo_set: bool) -> dict[str, Any]:
         "output_tokens_per_s": counts.get("completion_tokens", 0) / duration_s,
         "requests_per_s": counts.get("ok", 0) / duration_s,
         "goodput_rps": counts.get("good", 0) / duration_s if slo_set else None,
-        "ttfat_s": summary(series.hists["ttfat"]),
         **reasoning_fields(counts),
         "tokens_per_read_p50": tokens_per_read_p50(series),
         "censored": censored_of(series),
@@ -124,26 +126,45 @@ def totals(series: Series, duration_s: float, slo_set: bool) -> dict[str, Any]:
     }
 
 
-def build_results(
-    config: TestConfig,
-    recorder: Recorder,
-    *,
-    started_at: float,
-    ended_at: float,
-    stages: list[StageWindow],
-    client: ClientInfo,
-    run_info: dict[str, Any],
-    attention_info: dict[str, dict[str, Any]] | None = None,
-    paired: PairedRecorder | None = None,
-    sweep: dict[str, dict[str, Any]] | None = None,
-    in_flight: dict[str, int] | None = None,
-    server: ServerResults | None = None,
-    gpu: GpuResults | None = None,
-    context: ContextRecorder | None = None,
-    trace_rate_per_s: float | None = None,
-) -> Results:
-    """Summaries per model, per profile and per stage; wall times are epoch seconds."""
-    duration_s = max(ended_at - started_at, 1e-9)
+@dataclass(frozen=True)
+class RunFacts:
+    """What every results document has: the run, its merged recorder, its stages and its client."""
+
+    config: TestConfig
+    recorder: Recorder
+    started_at: float
+    ended_at: float
+    stages: list[StageWindow]
+    client: ClientInfo
+    run_info: dict[str, Any]
+    paired: bool = False
+    """``--paired``: every user drives every model (each model's stage users are the total)."""
+    replay: bool = False
+    """A trace replay: stages are checked by arrival rate, and name the trace as their arrivals."""
+    interrupted: bool = False
+
+
+class ResultsPart:
+    """One collected feature's share of the results (the collector's channels give them).
+
+    Each hook returns its input unchanged unless the feature adds to it: ``stage`` adds to a model's
+    stage summary, ``fields`` gives model summary fields over the recorder's (before the verdict reads them),
+    ``finish`` adds to the whole document (after the verdict)."""
+
+    def stage(self, key: str, stage: StageSummary) -> StageSummary:
+        return stage
+
+    def fields(self, key: str, whole: Series) -> dict[str, Any]:
+        return {}
+
+    def finish(self, results: Results) -> Results:
+        return results
+
+
+def build_results(run: RunFacts, parts: Sequence[ResultsPart] = ()) -> Results:
+    """Summaries per model, per profile and per stage, then each part's share; wall times are epoch seconds."""
+    config, recorder = run.config, run.recorder
+    duration_s = max(run.ended_at - run.started_at, 1e-9)
     slo_set = any(v is not None for v in config.slo.model_dump().values())
     models = []
     for target in config.models:
@@ -153,85 +174,54 @@ def build_results(
             for p in config.profiles
             if any(k[0] == target.key and k[1] == p.name for k in recorder.series)
         }
-        stage_summaries = _stage_summaries(
-            config, recorder, target.key, stages, slo_set, run_info, paired, server, gpu, context, trace_rate_per_s
-        )
-        fields = totals(whole, duration_s, slo_set)
-        models.append(
-            ModelSummary(
-                **fields,
-                flags=nodata.with_flag([], fields["no_data_reason"]),
-                error_examples=whole.examples,
-                key=target.key,
-                model=target.id,
-                attention=target.attention,
-                stages=stage_summaries,
-                profiles=profiles,
-                attention_info=(attention_info or {}).get(target.key, {}),
-                paired=paired.summary(target.key) if paired is not None else None,
-                sweep=(sweep or {}).get(target.key),
-                in_flight=(in_flight or {}).get(target.key),
-                server=server.total(target.key) if server is not None else None,
-                gpu=per_token(gpu.total(target.key), whole.counts.get("completion_tokens", 0)) if gpu else None,
-                **context_fields(context, target.key),
-                context_scaling=context_scaling(stage_summaries),
-                reasoning_note=reasoning_note(target.key, whole.counts),
-                target=target.key,
-                prompt_sizes=prompt_sizes(target, whole),
-            )
-        )
-    return Results.model_validate(
+        stage_summaries = _stage_summaries(run, target.key, slo_set, parts)
+        fields = {
+            **totals(whole, duration_s, slo_set),
+            "key": target.key,
+            "model": target.id,
+            "attention": target.attention,
+            "stages": stage_summaries,
+            "profiles": profiles,
+            "context_scaling": context_scaling(stage_summaries),
+            "reasoning_note": reasoning_note(target.key, whole.counts),
+            "target": target.key,
+            "prompt_sizes": prompt_sizes(target, whole),
+            "error_examples": whole.examples,
+        }
+        fields["flags"] = nodata.with_flag([], fields["no_data_reason"])
+        for part in parts:
+            fields.update(part.fields(target.key, whole))
+        models.append(ModelSummary(**fields))
+    results = Results.model_validate(
         {
             "schema": "attnload.results/v1",
-            "started_at": _iso(started_at),
-            "ended_at": _iso(ended_at),
+            "started_at": _iso(run.started_at),
+            "ended_at": _iso(run.ended_at),
             "duration_s": duration_s,
             "config_sha256": config.sha256,
-            "config": run_info,
-            "client": client,
+            "config": run.run_info,
+            "client": run.client,
             "models": models,
             "verdict": build_verdict(config, models),
+            "interrupted": run.interrupted,
         }
     )
+    for part in parts:
+        results = part.finish(results)
+    return results
 
 
-def _stage_summaries(
-    config: TestConfig,
-    recorder: Recorder,
-    key: str,
-    stages: list[StageWindow],
-    slo_set: bool,
-    run_info: dict[str, Any],
-    paired: PairedRecorder | None,
-    server: ServerResults | None,
-    gpu: GpuResults | None,
-    context: ContextRecorder | None,
-    trace_rate_per_s: float | None,
-) -> list[StageSummary]:
-    """One model's stages, each with its arrivals and, where scraped, its server and GPU views."""
-    stage_summaries = [
-        with_replay_rates(
-            _stage_summary(
-                recorder,
-                key,
-                window,
-                slo_set,
-                paired,
-                replay=trace_rate_per_s is not None,
-                users=stage_users(window, config, key, paired is not None),
-            ),
-            context,
-            key,
-            trace_rate_per_s,
-        )
-        for window in stages
-    ]
-    stage_summaries = [with_arrivals(s, run_info, trace_rate_per_s is not None) for s in stage_summaries]
-    if server is not None:
-        stage_summaries = [with_server(s, server.stage(key, s.index)) for s in stage_summaries]
-    if gpu is not None:
-        stage_summaries = [with_gpu(s, gpu.stage(key, s.index)) for s in stage_summaries]
-    return stage_summaries
+def _stage_summaries(run: RunFacts, key: str, slo_set: bool, parts: Sequence[ResultsPart]) -> list[StageSummary]:
+    """One model's stages, each with its arrivals and what each part adds (server and GPU views, …)."""
+    out = []
+    for window in run.stages:
+        users = stage_users(window, run.config, key, run.paired)
+        stage = _stage_summary(run.recorder, key, window, slo_set, replay=run.replay, users=users)
+        stage = with_arrivals(stage, run.run_info, run.replay)
+        for part in parts:
+            stage = part.stage(key, stage)
+        out.append(stage)
+    return out
 
 
 def _stage_summary(
@@ -239,7 +229,6 @@ def _stage_summary(
     model_key: str,
     window: StageWindow,
     slo_set: bool,
-    paired: PairedRecorder | None,
     replay: bool = False,
     users: int | None = None,
 ) -> StageSummary:
@@ -276,7 +265,6 @@ def _stage_summary(
         dispatch_lag_s=summary(lag) if lag.count else None,
         flags=flags,
         achieved_rate_rps=achieved,
-        paired=paired.summary(model_key, window.index) if paired is not None else None,
         context=window.context,
         prompt_tokens_p50=round(prompt_p50, 1) if prompt_p50 is not None else None,
         evidence=stage_evidence(series),

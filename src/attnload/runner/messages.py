@@ -3,6 +3,8 @@
 Shaped like Locust's ``stats.setup_distributed_stats_event_listeners``: each exchange registers the
 worker's half (what it sends, or how it handles what the master sends) next to the master's half, beside
 the type of the data they carry. Workers ship deltas, never snapshots, so the master's totals are exact.
+What a report carries is not listed here: each feature registers its channel (take, merge, reset, its part
+of the results) once in ``runner/collector/channels.py``.
 
 =====================  ==================  ==========================================================
 message                direction           payload
@@ -24,6 +26,7 @@ from typing import Any, TypedDict
 import gevent
 
 from attnload.runner import admission
+from attnload.runner.collector.channels import CHANNELS
 from attnload.runner.collector.collector import MasterCollector
 from attnload.runner.runtime import Runtime
 from attnload.runner.sender.sender import Sender, sample_cpu
@@ -44,75 +47,29 @@ LEARNED_MESSAGE = "attnload_pace_learned"
 # ---------------------------------------------------------------------- the report and the final counts
 
 
-class WorkerReport(TypedDict, total=False):
-    """What a worker recorded since its previous report (deltas), and its state now."""
-
-    delta: dict[str, Any]
-    """The recorder's histograms and counters since the last report."""
-    users: dict[str, int]
-    cpu: float
-    """Peak sustained CPU ratio since the last report."""
-    context: dict[str, Any]
-    health: dict[str, Any]
-    """Crash counts (cumulative: a lost report loses nothing)."""
-    throttled: float
-    paired: dict[str, Any]
-    requests: dict[str, Any] | None
-    """``--requests-out`` lines: one report's share, everything in the final one."""
-    stall: dict[str, Any]
-    """The worker's freezes since the last report and its requests marked across them."""
-    loop_lag: dict[str, Any]
-    """The event loop's lateness since the last report (a histogram, ``measure.looplag``)."""
-    first_requests: list[list[Any]]
-    """First-request stamps per (model, stage) (cumulative, ``sender.arrivalphase``)."""
+WorkerReport = dict[str, Any]
+"""What a worker recorded since its previous report (deltas), and its state now: each registered
+channel's payload under its key (``runner/collector/channels.py``; a channel with nothing to send is absent)."""
 
 
 def worker_report(sender: Sender, final: bool = False) -> WorkerReport:
-    """Worker: take every delta (they restart from zero) for one report."""
-    state = sender.state
-    report: WorkerReport = {
-        "delta": state.recorder.take_delta(),
-        "users": dict(sender.users_by_model),
-        "cpu": sender.cpu.peak(),
-        "context": state.context.take_delta(),
-        "health": sender.health.payload(sender.spawned),
-        "throttled": sender.throttle.peak(),
-        "loop_lag": sender.loop_lag.take_delta(),
-        "first_requests": sender.first_requests.payload(),
-    }
-    if state.paired is not None:
-        report["paired"] = state.paired.take_delta()
-    if sender.lines is not None:
-        report["requests"] = sender.lines.take(final)
-    if (stall := sender.stall.take()) is not None:
-        report["stall"] = stall
+    """Worker: take every channel's delta (they restart from zero) for one report."""
+    report: WorkerReport = {}
+    for channel in CHANNELS:
+        if channel.key and (payload := channel.take(sender, final)) is not None:
+            report[channel.key] = payload
     return report
 
 
 def merge_report(collector: MasterCollector, worker_id: str, report: WorkerReport) -> None:
-    """Master: fold one worker's report into the fleet's totals."""
-    state = collector.state
+    """Master: fold one worker's report into the fleet's totals, channel by channel; the worker watch
+    reads the report whole (a report is a sign of life, its users and stalls say how the worker fares)."""
     collector.workers_seen.add(worker_id)
     collector.merged_at[worker_id] = time.perf_counter()
-    state.recorder.merge_delta(report.get("delta") or {})
-    state.context.merge_delta(report.get("context") or {})
-    if collector.requests is not None:
-        collector.requests.write(report.get("requests"))
-    if state.paired is not None and report.get("paired"):
-        state.paired.merge_delta(report["paired"])
-    if "health" in report:
-        collector.health.merge(worker_id, report["health"])
-    if "cpu" in report:
-        collector.note_cpu(worker_id, float(report["cpu"]))
-    if "throttled" in report:
-        collector.note_throttled(float(report["throttled"]))
-    if "users" in report and worker_id not in collector.workers_lost:
-        collector.note_worker_users(worker_id, report["users"])
+    for channel in collector.channels:
+        if channel.key and (payload := report.get(channel.key)) is not None:
+            channel.merge(collector, worker_id, payload)
     collector.watch.report(worker_id, report.get("delta") or {}, report.get("users"), report.get("stall"))
-    if "loop_lag" in report:
-        collector.note_loop_lag(worker_id, report["loop_lag"])
-    if "first_requests" in report:
-        collector.first_requests.merge(worker_id, report["first_requests"])
 
 
 def report_exchange(runner: Any, sender: Sender | None, collector: MasterCollector | None) -> None:
@@ -130,11 +87,11 @@ def report_exchange(runner: Any, sender: Sender | None, collector: MasterCollect
     if collector is not None:
         events.heartbeat_sent.add_listener(lambda client_id, **_: collector.watch.heartbeat(client_id))
         events.worker_report.add_listener(
-            lambda client_id, data: merge_report(collector, client_id, data.get(REPORT_KEY) or WorkerReport())
+            lambda client_id, data: merge_report(collector, client_id, data.get(REPORT_KEY) or {})
         )
 
         def final_counts(environment: Any, msg: Any, **_: Any) -> None:
-            merge_report(collector, msg.node_id, msg.data or WorkerReport())
+            merge_report(collector, msg.node_id, msg.data or {})
             collector.final_counts_from.add(msg.node_id)
 
         runner.register_message(FINAL_DELTA_MESSAGE, final_counts)

@@ -14,6 +14,7 @@ from attnload.attention import FactsLookup, no_facts
 from attnload.config.model import TestConfig
 from attnload.plan.options import RunOptions
 from attnload.plan.traffic import check_traffic
+from attnload.runner.collector.channels import CHANNELS
 from attnload.runner.collector.collector import Collector, LocalCollector, MasterCollector
 from attnload.runner.collector.requestsfile import RequestsWriter
 from attnload.runner.sender.requestlines import RequestLines
@@ -37,7 +38,7 @@ class Runtime:
         """A single process: it sends and collects."""
         state = RunState(config, options, attention_facts)
         sender = Sender(state)
-        return cls(state, sender, LocalCollector(state, sender))
+        return cls(state, sender, LocalCollector(state, sender, CHANNELS))
 
     @classmethod
     def worker(cls, config: TestConfig, options: RunOptions, attention_facts: FactsLookup = no_facts) -> Runtime:
@@ -55,7 +56,7 @@ class Runtime:
         check_traffic(config, state.workload.profiles)
         for target in config.models:
             target.api_key()
-        return cls(state, None, MasterCollector(state))
+        return cls(state, None, MasterCollector(state, CHANNELS))
 
     def begin_test(self) -> None:
         """A new test: fresh recorder, clock and stages (shape start, or test_start without a shape)."""

@@ -14,13 +14,7 @@ from attnload.runner.collector.fleet import stop_users
 from attnload.runner.messages import StageMessage, send_stage
 from attnload.runner.runtime import Runtime
 from attnload.runner.stretch import RungStretch, stage_ttft_p50_s
-from attnload.workload.shapes import (
-    ReplaySpec,
-    ShapeSpec,
-    SweepSpec,
-    parse_duration,
-    parse_shape,
-)
+from attnload.workload.shapes import ShapeSpec, parse_duration, parse_shape
 from attnload.workload.sweep import Slo, SweepPlan, SweepStage
 
 log = logging.getLogger(__name__)
@@ -77,7 +71,8 @@ class StagedShape(LoadTestShape):
             stage = stretch.stage_at(elapsed_s, lambda index: stage_ttft_p50_s(runtime.state.recorder, index))
         if stage is None:
             return None
-        if isinstance(self.spec, ReplaySpec) and elapsed_s >= self.spec.replay_s and runtime.state.replay_done():
+        replay = self.spec.replay
+        if replay is not None and elapsed_s >= replay.replay_s and runtime.state.replay_done():
             return None  # every line answered by every model: no need to wait out the drain allowance
         if stage.index != runtime.state.stage.index:
             rates = {m.key: stage.rate for m in runtime.state.config.models} if stage.rate is not None else None
@@ -156,7 +151,7 @@ def shape_class() -> type[LoadTestShape] | None:
     if spec is None:
         return None
     spawn_rate = env_value("spawn-rate")
-    base = SweepShape if isinstance(spec, SweepSpec) else StagedShape
+    base = SweepShape if spec.planned_live else StagedShape
     stretch = RungStretch(spec) if spec.stretches and env_value("ladder-stretch") != "off" else None
     attributes = {"spec": spec, "spawn_rate": float(spawn_rate) if spawn_rate else None, "stretch": stretch}
     return type("AttnloadShape", (base,), attributes)

@@ -21,7 +21,6 @@ from attnload.results.summarize import StageWindow
 from attnload.workload.arrivals import stage_arrivals
 from attnload.workload.conversation import new_salt
 from attnload.workload.prompts import Workload
-from attnload.workload.shapes import ContextSpec, ReplaySpec
 
 WARMUP_STAGE = -1
 """Stage tag of requests that started before the test or inside a stage's warm-up window."""
@@ -52,7 +51,8 @@ class RunState:
         self.context = ContextRecorder()
         """Latency by turn and by prompt length, and open-loop send times (merged like the recorder)."""
         self.paired = PairedRecorder(config.models[0].key, seed=config.seed) if options.paired else None
-        self.workload = Workload(config, list(options.profiles) or None)
+        sized = options.shape is not None and options.shape.sizes_prompts
+        self.workload = Workload(config, list(options.profiles) or None, shape_sizes_prompts=sized)
         self.run_salt = new_salt()
         """One salt for the whole run (replayed prefixes are shared inside it); the master's wins."""
         self.stage = StageClock()
@@ -110,11 +110,9 @@ class RunState:
         return rates
 
     def stage_context(self, index: int) -> int | None:
-        """A context ladder's rung at stage ``index`` (None for other shapes)."""
+        """A context ladder's rung at stage ``index`` (None for other shapes, whose stages set no context)."""
         shape = self.options.shape
-        if not isinstance(shape, ContextSpec):
-            return None
-        stages = shape.stages
+        stages = shape.stages if shape is not None else ()
         return stages[index].context if 0 <= index < len(stages) else None
 
     def end(self) -> bool:
@@ -132,19 +130,19 @@ class RunState:
     @property
     def trace_rate_per_s(self) -> float | None:
         """A replay's own arrival rate at its speed (None for other shapes)."""
-        shape = self.options.shape
-        return shape.arrival_rate_per_s * shape.speed if isinstance(shape, ReplaySpec) else None
+        replay = self.options.shape.replay if self.options.shape is not None else None
+        return replay.arrival_rate_per_s * replay.speed if replay is not None else None
 
     def replay_done(self) -> bool:
         """Replay: every trace line has an outcome for every model (the stage may end before its allowance)."""
-        shape = self.options.shape
-        if not isinstance(shape, ReplaySpec):
+        replay = self.options.shape.replay if self.options.shape is not None else None
+        if replay is None:
             return False
         counts = self.recorder.combined().counts
         finished = (
             counts.get("ok", 0) + counts.get("failed", 0) + counts.get("cancelled", 0) + counts.get("abandoned", 0)
         )
-        return finished >= shape.requests * len(self.config.models)
+        return finished >= replay.requests * len(self.config.models)
 
     @property
     def arrivals(self) -> str:

@@ -320,7 +320,8 @@ def _configure_offline(parser: argparse.ArgumentParser) -> None:
 def engine_config(args: argparse.Namespace) -> EngineConfig:
     """The flags as an :class:`EngineConfig` (the base every served model starts from): flags left
     unset take the ``--engine`` profile's value."""
-    fields: dict[str, Any] = {name: getattr(args, name) for name in EngineConfig.__dataclass_fields__}
+    flags = vars(args)
+    fields: dict[str, Any] = {name: flags[name] for name in EngineConfig.__dataclass_fields__}
     for name, value in engine_profile(fields["engine"]).items():
         if fields[name] is None:
             fields[name] = value

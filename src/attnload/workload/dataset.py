@@ -13,7 +13,7 @@ Record shapes (one :class:`DatasetRecord` each):
   array. ``system`` turns become the system prompt; other speakers (``chatgpt``, ``bard``,
   ``bing``) count as the assistant. A record with no human text is skipped (the public
   file has some), and counted in ``Dataset.skipped``.
-- JSONL, one object a line: ``{"prompt": "..."}`` or ``{"messages": [{"role", "content"}, ...]}``
+- JSONL, one object a line: ``{"prompt": "..."}`` or a chat ``messages`` list of ``{"role", "content"}``
   (or a ShareGPT ``conversations`` list), with an optional ``max_tokens``.
 """
 
@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Literal
 
+from attnload.apis.base import MESSAGES
 from attnload.config.model import DatasetSpec as DatasetSpec  # re-exported: the dataset key's model
 from attnload.config.model import Distribution, sample_count
 from attnload.errors import UsageError
@@ -182,15 +183,15 @@ def record_from_jsonl(value: Any, where: str, number: int = 0, line: int = 0) ->
     """A JSONL object (``prompt``, ``messages`` or ``conversations``, optional ``max_tokens``) as a record."""
     if not isinstance(value, Mapping):
         raise UsageError(
-            f'{where}: each line must be a JSON object with "prompt" or "messages"; found {type(value).__name__}'
+            f'{where}: each line must be a JSON object with "prompt" or "{MESSAGES}"; found {type(value).__name__}'
         )
     max_tokens = value.get("max_tokens")
     if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1):
         raise UsageError(f"{where}: max_tokens must be a positive integer, not {max_tokens!r}")
     if isinstance(value.get("prompt"), str):
         pairs = [("user", value["prompt"])]
-    elif isinstance(value.get("messages"), list):
-        pairs = _message_pairs(value["messages"], where)
+    elif isinstance(value.get(MESSAGES), list):
+        pairs = _message_pairs(value[MESSAGES], where)
     elif "conversations" in value:
         record = record_from_sharegpt(value, where, number, line)
         if record is None:
@@ -198,7 +199,7 @@ def record_from_jsonl(value: Any, where: str, number: int = 0, line: int = 0) ->
         return DatasetRecord(number, line, record.user_turns, record.assistant_replies, record.system, max_tokens)
     else:
         raise UsageError(
-            f'{where}: needs "prompt" (a string) or "messages" (a list of '
+            f'{where}: needs "prompt" (a string) or "{MESSAGES}" (a list of '
             '{"role", "content"}); found keys ' + ", ".join(sorted(map(str, value)))
         )
     record = _record(pairs, number, line, max_tokens)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import random
 import uuid
 import zlib
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -82,13 +83,32 @@ def filler_text(n_bytes: int, seed: int) -> str:
     return "".join(words)[:n_bytes]
 
 
+def check_prompts(profiles: Sequence[Profile], shape_sizes_prompts: bool = False) -> None:
+    """Every profile says what to send, unless the run's shape sizes every prompt itself (a context ladder)."""
+    if shape_sizes_prompts:
+        return
+    for profile in profiles:
+        if not profile.sized:
+            raise UsageError(
+                f"profile {profile.name!r} needs `prompt` (text) or `prompt_tokens` (a count), "
+                "or a shape that sizes prompts itself (--shape context:1k)"
+            )
+
+
 class Workload:
     """Chooses a profile per request (by weight) and builds its messages."""
 
-    def __init__(self, config: TestConfig, profile_names: list[str] | None = None, seed: int | None = None) -> None:
+    def __init__(
+        self,
+        config: TestConfig,
+        profile_names: list[str] | None = None,
+        seed: int | None = None,
+        shape_sizes_prompts: bool = False,
+    ) -> None:
         profiles = [config.profile(name) for name in profile_names] if profile_names else list(config.profiles)
         if not profiles:
             raise UsageError("no workload profile selected: add test_prompts or workload to the config")
+        check_prompts(profiles, shape_sizes_prompts)
         self.profiles = profiles
         self.weights = [p.weight for p in profiles]
         self.default_max_tokens = config.request.max_tokens

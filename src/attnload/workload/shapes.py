@@ -3,8 +3,13 @@
 and ``sweep`` (an adaptive capacity study, planned stage by stage in ``sweep.py``).
 
 A shape is parsed once into :class:`ShapeSpec` (bad specs are one-line usage errors);
-``stage_at(elapsed_s)`` says which stage a moment belongs to. Locust's ``LoadTestShape``
-adapter lives in ``runner/shape.py``; this module has no Locust import so tests call it directly.
+``stage_at(elapsed_s)`` says which stage a moment belongs to. Each kind is one class that carries its
+behaviour: its texts (``usage``, ``flag_help``), what it checks of a run (``check_run``, ``with_users``,
+``with_speed``), whether it sizes its own prompts (``sizes_prompts``), whether its stages are planned live
+(``planned_live``) and what it replays (``replay``); the planner, the runner and the progress line ask the
+spec, never its class. Adding a kind is one class here and one entry in :data:`SHAPE_KINDS`. Locust's
+``LoadTestShape`` adapter lives in ``runner/shape.py``; this module has no Locust import so tests call it
+directly.
 """
 
 from __future__ import annotations
@@ -15,7 +20,9 @@ from dataclasses import dataclass, replace
 from typing import ClassVar, Self
 
 from attnload.config.limits import MAX_DURATION_S, MAX_PROMPT_TOKENS, MAX_RATE, MAX_USERS
+from attnload.config.model import Profile, TestConfig
 from attnload.errors import UsageError
+from attnload.workload.ladder import check_ladder
 from attnload.workload.sessiontrace import is_session_trace, load_sessions
 from attnload.workload.trace import load_trace
 
@@ -62,12 +69,43 @@ class StagedSpec:
     """What every shape kind has: equal-length stages at ``levels``; ``kind`` tags the union."""
 
     kind: ClassVar[str]
+    usage: ClassVar[str]
+    """How the unknown-shape error names this kind (e.g. ``rate:0.5,1,2 (req/s per model)``)."""
+    flag_help: ClassVar[str]
+    """How ``--shape``'s help names this kind."""
     open_loop: ClassVar[bool] = False
+    takes_burstiness: ClassVar[bool] = False
+    """Its stages schedule open-loop arrivals whose law ``--burstiness`` sets."""
+    planned_live: ClassVar[bool] = False
+    """Its stages are decided during the run (no fixed ``stages``, no planned duration)."""
+    sizes_prompts: ClassVar[bool] = False
+    """It sets every prompt's length itself, so a profile needs no ``prompt``/``prompt_tokens``."""
     stretches: ClassVar[bool] = False
     """Its stages may run longer than planned when their TTFT takes a sizable share of them
     (``runner/stretch.py``, ``--ladder-stretch``)."""
     levels: tuple[float, ...]
     stage_duration_s: float
+
+    @property
+    def replay(self) -> ReplaySpec | None:
+        """The trace this shape replays (None: it replays none; its requests come from the profiles)."""
+        return None
+
+    @property
+    def replay_speed(self) -> float | None:
+        """The speed-up handed to every process with the shape (None: not a replay)."""
+        return None
+
+    def check_run(self, config: TestConfig, profiles: list[Profile], paired: bool) -> None:
+        """Refuse, before any load, a run this shape cannot make of ``config`` (a one-line usage error)."""
+
+    def with_users(self, users: tuple[int, ...]) -> Self:
+        """This shape at ``--users``: only a shape without a user count of its own takes one."""
+        raise UsageError("--users and --shape both set the user count: pass one of them")
+
+    def with_speed(self, speed: float) -> Self:
+        """This shape at ``--replay-speed``: only a replay takes one."""
+        raise UsageError("--replay-speed applies to --shape replay:PATH only")
 
     @property
     def stages(self) -> tuple[Stage, ...]:
@@ -120,6 +158,8 @@ class ConcurrencySpec(StagedSpec):
     """``concurrency:1,8,64``: closed-loop users per stage."""
 
     kind: ClassVar[str] = "concurrency"
+    usage: ClassVar[str] = "concurrency:1,8,64 (users)"
+    flag_help: ClassVar[str] = "concurrency:1,8,64 (users per stage)"
     level_meaning: ClassVar[str] = f"a whole number of users from 1 to {MAX_USERS:,}"
 
     @property
@@ -141,7 +181,10 @@ class RateSpec(StagedSpec):
     """``rate:0.5,1,2``: open-loop arrivals per stage (req/s per model)."""
 
     kind: ClassVar[str] = "rate"
+    usage: ClassVar[str] = "rate:0.5,1,2 (req/s per model)"
+    flag_help: ClassVar[str] = usage
     open_loop: ClassVar[bool] = True
+    takes_burstiness: ClassVar[bool] = True
     level_meaning: ClassVar[str] = f"a finite rate in req/s above 0 and at most {MAX_RATE:,.0f}"
 
     @staticmethod
@@ -160,6 +203,14 @@ class SweepSpec(StagedSpec):
     the per-model user cap of the probe (a power of two is natural)."""
 
     kind: ClassVar[str] = "sweep"
+    usage: ClassVar[str] = "sweep"
+    flag_help: ClassVar[str] = "sweep[:CAP]"
+    takes_burstiness: ClassVar[bool] = True
+    planned_live: ClassVar[bool] = True
+
+    def check_run(self, config: TestConfig, profiles: list[Profile], paired: bool) -> None:
+        if paired:
+            raise UsageError("--paired cannot run a sweep (each model gets its own rates there): drop one of them")
 
     @classmethod
     def parse(cls, text: str, values: str, stage_duration_s: float) -> Self:
@@ -194,6 +245,8 @@ class ReplaySpec(StagedSpec):
     """
 
     kind: ClassVar[str] = "replay"
+    usage: ClassVar[str] = "replay:TRACE"
+    flag_help: ClassVar[str] = usage
     open_loop: ClassVar[bool] = True
     path: str = ""
     span_s: float = 0.0
@@ -205,6 +258,14 @@ class ReplaySpec(StagedSpec):
     @property
     def speed(self) -> float:
         return self.levels[0]
+
+    @property
+    def replay(self) -> ReplaySpec:
+        return self
+
+    @property
+    def replay_speed(self) -> float:
+        return self.speed
 
     @property
     def replay_s(self) -> float:
@@ -225,7 +286,7 @@ class ReplaySpec(StagedSpec):
     def to_text(self) -> str:
         return f"replay:{self.path}"
 
-    def with_speed(self, speed: float) -> ReplaySpec:
+    def with_speed(self, speed: float) -> Self:
         if not speed > 0:
             raise UsageError(f"--replay-speed {speed:g}: must be above 0 (2 replays twice as fast)")
         return replace(self, levels=(float(speed),))
@@ -292,6 +353,9 @@ class ContextSpec(StagedSpec):
     pair is a stage, contexts outer, users inner (``levels`` holds the contexts)."""
 
     kind: ClassVar[str] = "context"
+    usage: ClassVar[str] = "context:1k,16k (prompt tokens)"
+    flag_help: ClassVar[str] = "context:1k,16k (prompt tokens per stage; with --users 1,8 a grid)"
+    sizes_prompts: ClassVar[bool] = True
     stretches: ClassVar[bool] = True
     users: tuple[int, ...] = (DEFAULT_LADDER_USERS,)
 
@@ -313,8 +377,11 @@ class ContextSpec(StagedSpec):
     def contexts(self) -> tuple[int, ...]:
         return tuple(int(c) for c in self.levels)
 
-    def with_users(self, users: tuple[int, ...]) -> ContextSpec:
+    def with_users(self, users: tuple[int, ...]) -> Self:
         return replace(self, users=users)
+
+    def check_run(self, config: TestConfig, profiles: list[Profile], paired: bool) -> None:
+        check_ladder(config, self.contexts, profiles)
 
     def to_text(self) -> str:
         return f"context:{','.join(str(c) for c in self.contexts)}{_USERS_SEP}{','.join(map(str, self.users))}"
@@ -341,20 +408,22 @@ class ContextSpec(StagedSpec):
 ShapeSpec = ConcurrencySpec | RateSpec | SweepSpec | ReplaySpec | ContextSpec
 """A parsed shape: one class per kind (``kind`` is the tag), each with the same protocol."""
 SHAPE_KINDS: dict[str, type[ShapeSpec]] = {
-    cls.kind: cls for cls in (ConcurrencySpec, RateSpec, SweepSpec, ReplaySpec, ContextSpec)
+    cls.kind: cls for cls in (ConcurrencySpec, RateSpec, ContextSpec, SweepSpec, ReplaySpec)
 }
+"""Every kind by its ``kind`` tag, in the order the help and error texts list them."""
+
+
+def _kinds_text(texts: list[str]) -> str:
+    return ", ".join(texts[:-1]) + " or " + texts[-1]
 
 
 def parse_shape(text: str, stage_duration_s: float, replay_speed: str | float | None = None) -> ShapeSpec:
-    """Parse ``concurrency:1,8,64``, ``rate:0.5,1,2``, ``context:1k,16k``, ``sweep[:CAP]`` or ``replay:PATH``
-    (at ``--replay-speed``); errors say what a valid spec looks like."""
+    """Parse ``concurrency:1,8,64``, ``rate:0.5,1,2``, ``context:1k,16k``, ``sweep[:CAP]``, ``replay:PATH``
+    (at ``--replay-speed``), or any kind :data:`SHAPE_KINDS` holds; errors say what a valid spec looks like."""
     kind, _colon, values = text.partition(":")
     spec_class = SHAPE_KINDS.get(kind.strip().lower())
     if spec_class is None:
-        raise UsageError(
-            f"unknown shape {text!r}: use concurrency:1,8,64 (users), rate:0.5,1,2 (req/s per model), "
-            "context:1k,16k (prompt tokens), sweep or replay:TRACE"
-        )
+        raise UsageError(f"unknown shape {text!r}: use {_kinds_text([k.usage for k in SHAPE_KINDS.values()])}")
     return with_replay_speed(spec_class.parse(text, values, stage_duration_s), replay_speed)
 
 
@@ -366,6 +435,9 @@ def with_replay_speed(spec: ShapeSpec, speed: str | float | None) -> ShapeSpec:
         value = float(speed)
     except ValueError:
         raise UsageError(f"--replay-speed {speed!r} is not a number: e.g. 2 (twice as fast) or 0.5") from None
-    if not isinstance(spec, ReplaySpec):
-        raise UsageError("--replay-speed applies to --shape replay:PATH only")
     return spec.with_speed(value)
+
+
+def shape_help() -> str:
+    """``--shape``'s help: every kind :data:`SHAPE_KINDS` knows."""
+    return _kinds_text([k.flag_help for k in SHAPE_KINDS.values()])

@@ -16,7 +16,7 @@ from rich import box
 from rich.table import Table
 
 from attnload.report.fmt import count, ms_bare, percent, series_name, stage_label
-from attnload.results.model import ModelSummary, Results, StageSummary, Totals
+from attnload.results.model import ModelSummary, Results, StageSummary, Summary, Totals
 
 
 @dataclass(frozen=True)
@@ -37,10 +37,15 @@ def _share(value: float | int | None) -> str:
     return percent(None if value is None else float(value))
 
 
+def _answer(totals: Totals) -> Summary:
+    """TTFAT's summary (its row of the metrics table, ``measure.metrics``)."""
+    return totals.summary_of("ttfat_s")
+
+
 COLUMNS: tuple[Column, ...] = (
     Column("TTFT p50 ms", "ttft_s.p50", lambda t: t.ttft_s.p50, _ms),
-    Column("TTFAT p50 ms", "ttfat_s.p50", lambda t: t.ttfat_s.p50, _ms),
-    Column("TTFAT p99 ms", "ttfat_s.p99", lambda t: t.ttfat_s.p99, _ms),
+    Column("TTFAT p50 ms", "ttfat_s.p50", lambda t: _answer(t).p50, _ms),
+    Column("TTFAT p99 ms", "ttfat_s.p99", lambda t: _answer(t).p99, _ms),
     Column("reasoning tok", "reasoning_tokens", lambda t: t.reasoning_tokens, count),
     Column("out tok", "completion_tokens", lambda t: t.completion_tokens, count),
     Column("reasoning share", "reasoning_share", lambda t: t.reasoning_share, _share),
@@ -134,8 +139,8 @@ LIVE_KEYS = tuple(key for key, _ in LIVE_COLUMNS)
 def live_cells(totals: Totals) -> dict[str, str]:
     """The LLM tab's reasoning cells of one row, formatted as the console formats them."""
     return {
-        "ttfat_p50_ms": "" if totals.ttfat_s.p50 is None else ms_bare(totals.ttfat_s.p50),
-        "ttfat_p99_ms": "" if totals.ttfat_s.p99 is None else ms_bare(totals.ttfat_s.p99),
+        "ttfat_p50_ms": "" if (p50 := _answer(totals).p50) is None else ms_bare(p50),
+        "ttfat_p99_ms": "" if (p99 := _answer(totals).p99) is None else ms_bare(p99),
         "reasoning_share": "" if totals.reasoning_share is None else percent(totals.reasoning_share),
     }
 

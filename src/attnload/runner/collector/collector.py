@@ -3,7 +3,8 @@
 Locust's habit, one class per role: a :class:`MasterCollector` merges the deltas its workers send
 (``runner/messages.py``) and watches them come and go; a :class:`LocalCollector` reads the sender of
 its own process. Both scrape the model servers and GPUs, keep the fleet's gauges, and build and
-write the results.
+write the results. What each feature adds (its merge, its reset, its part of the results) is its
+:class:`Channel`, registered once in ``channels.py``; the collector only runs them in order.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import logging
 import os
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Protocol
@@ -22,18 +23,17 @@ from attnload.measure.cgroup import throttled_reason
 from attnload.measure.looplag import FleetLoopLag
 from attnload.report.csvout import write_llm_csv
 from attnload.report.html import write_html
-from attnload.results.bursts import client_behind, with_server_bursts
-from attnload.results.fleet import FleetFaults, LostWorker, UnreportedTraffic
-from attnload.results.model import Results
-from attnload.results.summarize import StageWindow, build_results, client_info, summary
+from attnload.results.fleet import LostWorker, UnreportedTraffic
+from attnload.results.model import Results, Summary
+from attnload.results.summarize import ResultsPart, RunFacts, StageWindow, build_results, client_info, summary
 from attnload.results.write import write_final
 from attnload.runner.collector.gpuview import GpuView, gpu_targets
 from attnload.runner.collector.health import FleetHealth
 from attnload.runner.collector.reach import Reachability
 from attnload.runner.collector.requestsfile import RequestsWriter
 from attnload.runner.collector.serverview import ServerView, scrape_targets
-from attnload.runner.collector.workerloss import WorkerWatch, with_fleet_faults
-from attnload.runner.sender.arrivalphase import FleetFirstRequests, with_start_spread
+from attnload.runner.collector.workerloss import WorkerWatch
+from attnload.runner.sender.arrivalphase import FleetFirstRequests
 from attnload.runner.sender.sender import Sender
 from attnload.runner.sender.startspread import PilotBoard
 from attnload.runner.state import RunState
@@ -54,6 +54,31 @@ class StageView(Protocol):
     def stop(self) -> None: ...
 
 
+class Channel:
+    """One feature a collector gathers, registered once in ``channels.CHANNELS`` with all its hooks.
+
+    Shaped like Locust's per-feature listeners (``stats.setup_distributed_stats_event_listeners``): a
+    worker takes its delta under :attr:`key` for each report, the master merges it, a new test resets it,
+    and the results get the feature's :class:`ResultsPart`. Every hook does nothing unless overridden."""
+
+    key = ""
+    """Where a worker's payload rides in its report ("": workers send none; the master gathers it)."""
+
+    def take(self, sender: Sender, final: bool) -> Any:
+        """Worker: what to send since the last report (None: nothing this time)."""
+        return None
+
+    def merge(self, master: MasterCollector, worker: str, payload: Any) -> None:
+        """Master: fold one worker's payload into the fleet's totals."""
+
+    def reset(self, collector: Collector) -> None:
+        """A new test starts: what the previous one gathered goes."""
+
+    def part(self, collector: Collector) -> ResultsPart | None:
+        """The feature's share of the results (None: it adds nothing to this document)."""
+        return None
+
+
 class Collector:
     """Fleet gauges, scrapers and results of one collecting process (see the subclasses)."""
 
@@ -62,8 +87,10 @@ class Collector:
     own_workers = 0
     """Sending processes counted beside the workers that reported (a single process sends itself)."""
 
-    def __init__(self, state: RunState) -> None:
+    def __init__(self, state: RunState, channels: Sequence[Channel] = ()) -> None:
         self.state = state
+        self.channels = tuple(channels)
+        """Every feature this collector gathers and puts in the results (``channels.CHANNELS``)."""
         config = state.config
         self.fleet = FleetState(model_labels={m.key: (m.id, m.attention) for m in config.models})
         self.health = FleetHealth()
@@ -104,13 +131,8 @@ class Collector:
 
     def begin_test(self) -> None:
         self.reach.reset()
-        if self.requests is not None:
-            self.requests.restart()
-        self.loop_lag.reset()
-        self.first_requests.reset()
-        self.fleet.worker_loop_lag.clear()
-        for view in self._views():
-            view.start()
+        for channel in self.channels:
+            channel.reset(self)
 
     def enter_stage(self, users: int | None, rate: float | None, rates: dict[str, float] | None) -> None:
         fleet = self.fleet
@@ -227,19 +249,15 @@ class Collector:
         """A single process: take its own sender's loop lateness and first-request stamps."""
 
     def results(self) -> Results:
+        """The results now: the run's facts, and each channel's part in registry order."""
         state = self.state
-        started = state.started_at or time.time()
-        ended = state.ended_at or time.time()
         workers, lost = self.workers_counted()
-        sweep = self.sweep_final() if self.sweep_final is not None else None
-        running_stage = state.stage.index if state.running else None
         self.pull_own()
-        loop_lag = {worker: summary(hist) for worker, hist in self.loop_lag.run.items()}
-        results = build_results(
-            state.config,
-            state.recorder,
-            started_at=started,
-            ended_at=ended,
+        run = RunFacts(
+            config=state.config,
+            recorder=state.recorder,
+            started_at=state.started_at or time.time(),
+            ended_at=state.ended_at or time.time(),
             stages=self._windows(),
             client=client_info(
                 workers,
@@ -247,28 +265,18 @@ class Collector:
                 self.cpu_max_ratio,
                 state.recorder,
                 throttled_ratio=self.throttled_max_ratio,
-                loop_lag=loop_lag,
+                loop_lag=self.loop_lag_summaries(),
             ),
             run_info=self._run_info(),
-            attention_info={m.key: facts for m in state.config.models if (facts := state.attention_facts(m.id))},
-            paired=state.paired,
-            sweep=sweep,
-            in_flight=dict(self.fleet.users) if state.running else None,
-            context=state.context,
-            trace_rate_per_s=state.trace_rate_per_s,
-            server=self.server_view.results(running_stage) if self.server_view is not None else None,
-            gpu=self.gpu_view.results(running_stage) if self.gpu_view is not None else None,
+            paired=state.paired is not None,
+            replay=state.trace_rate_per_s is not None,
+            interrupted=state.interrupted,
         )
-        results = with_server_bursts(
-            results, state.recorder, client_behind(self.cpu_max_ratio, self.throttled_max_ratio, loop_lag)
-        )
-        results = with_start_spread(results, state.options.start_spread, self.first_requests.combined())
-        client = results.client.model_copy(update=self.health.client_fields(self.own_health()))
-        update: dict[str, Any] = {"client": client, "interrupted": state.interrupted}
-        if self.requests is not None:
-            self.drain_requests()
-            update["requests_out"] = self.requests.summary(final=not state.running)
-        return results.model_copy(update=update)
+        return build_results(run, [part for channel in self.channels if (part := channel.part(self)) is not None])
+
+    def loop_lag_summaries(self) -> dict[str, Summary]:
+        """Each sending process's event-loop lateness over the run."""
+        return {worker: summary(hist) for worker, hist in self.loop_lag.run.items()}
 
     def _windows(self) -> list[StageWindow]:
         state = self.state
@@ -294,7 +302,7 @@ class Collector:
             "start_spread": options.start_spread,
             "burstiness": state.burstiness,
             "slo": config.slo.model_dump(),
-            "models": {m.key: {"id": m.id, "attention": m.attention, "url": m.chat_url} for m in config.models},
+            "models": {m.key: {"id": m.id, "attention": m.attention, "url": m.url} for m in config.models},
         }
 
     def write_results(self) -> Path | None:
@@ -321,8 +329,8 @@ class LocalCollector(Collector):
     process_role = "local"
     own_workers = 1
 
-    def __init__(self, state: RunState, sender: Sender) -> None:
-        super().__init__(state)
+    def __init__(self, state: RunState, sender: Sender, channels: Sequence[Channel] = ()) -> None:
+        super().__init__(state, channels)
         self.sender = sender
 
     def users_now(self) -> dict[str, int] | None:
@@ -354,8 +362,8 @@ class MasterCollector(Collector):
 
     process_role = "master"
 
-    def __init__(self, state: RunState) -> None:
-        super().__init__(state)
+    def __init__(self, state: RunState, channels: Sequence[Channel] = ()) -> None:
+        super().__init__(state, channels)
         self.pilots = PilotBoard()
         """Which worker runs each model's first-stage pilot (``--start-spread auto``)."""
         self.worker_users: dict[str, dict[str, int]] = {}
@@ -388,16 +396,6 @@ class MasterCollector(Collector):
         self.workers_lost.discard(worker_id)
         return self.watch.came_back(worker_id)
 
-    def results(self) -> Results:
-        results = super().results()
-        ended = self.state.ended_at or time.time()
-        faults = self.watch.faults(ended, self.final_counts_from)
-        if faults.lost:
-            faults = faults.model_copy(update={"lost": [_with_server_gap(w, results) for w in faults.lost]})
-        if faults == FleetFaults():
-            return results
-        return with_fleet_faults(results, faults)
-
     def users_now(self) -> dict[str, int] | None:
         """The workers' report (every ~3 s): a sample closer than that to the stage start may still show
         the previous stage, so none is taken."""
@@ -421,7 +419,7 @@ class MasterCollector(Collector):
         return len(self.workers_seen), len(self.watch.missing)
 
 
-def _with_server_gap(worker: LostWorker, results: Results) -> LostWorker:
+def with_server_gap(worker: LostWorker, results: Results) -> LostWorker:
     """A lost worker's estimate beside the servers' own count over its stage: server generation tokens
     minus the client's, per model (where the server view read them)."""
     unreported = dict(worker.unreported)

@@ -19,7 +19,6 @@ from locust.env import Environment
 
 from attnload.report.live.progress import ProgressPrinter, ProgressState
 from attnload.runner.collector.collector import Collector
-from attnload.workload.shapes import SweepSpec
 
 TICK_S = 1.0
 LOCUST_TABLES_LOGGER = "locust.stats_logger"
@@ -36,7 +35,7 @@ def progress_state(collector: Collector) -> ProgressState:
     """The run now: stage k of n, users (or rate), elapsed/planned time, ok/failed, tokens per model."""
     state, fleet = collector.state, collector.fleet
     shape = state.options.shape
-    planned = shape is not None and not isinstance(shape, SweepSpec)
+    planned = shape is not None and not shape.planned_live
     counts: Counter[str] = Counter()
     tokens: dict[str, int] = {m.key: 0 for m in state.config.models}
     for (model_key, _profile, _stage), series in list(state.recorder.series.items()):

@@ -6,8 +6,8 @@ greenlet per stage. At the stage start it computes its share of every model's ar
 times (:func:`arrival_offsets`, seeded, so the fleet's union is the whole schedule) and
 then, for each arrival, spawns one request greenlet at the intended instant, from an
 absolute deadline, never a chain of relative sleeps. A request takes a keep-alive
-:class:`ChatClient` from a bounded per-model pool; when the pool is exhausted it waits,
-and that wait counts: ``ChatClient.send(intended_start=...)`` measures latency from the
+:class:`ApiClient` from a bounded per-model pool; when the pool is exhausted it waits,
+and that wait counts: ``ApiClient.send(intended_start=...)`` measures latency from the
 intended time and records ``dispatch_lag_s``. A stalled client therefore shows up as
 lag and latency, and the stage keeps its send count (it is flagged ``client_behind``
 in the results, not silently slowed). While a model's server refuses connections its clients back off
@@ -30,7 +30,7 @@ import gevent.queue
 from gevent import Greenlet
 
 from attnload.client.backoff import Backoff
-from attnload.client.chat import ChatClient
+from attnload.client.chat import ApiClient
 from attnload.config.model import ModelTarget
 from attnload.workload.arrivals import gamma_offsets
 from attnload.workload.prompts import PlannedRequest
@@ -92,31 +92,31 @@ class OpenStage:
     share_count: int
 
 
-SendPlan = Callable[[ChatClient, ModelTarget, PlannedRequest, int, float], object]
+SendPlan = Callable[[ApiClient, ModelTarget, PlannedRequest, int, float], object]
 """``(client, target, plan, stage, intended_start)``: send and report one request."""
-SendPair = Callable[[dict[str, ChatClient], PlannedRequest, int, float], object]
+SendPair = Callable[[dict[str, ApiClient], PlannedRequest, int, float], object]
 
 
 class ClientPool:
     """Idle keep-alive clients per model, at most ``limit`` open; the newest idle one is reused."""
 
-    def __init__(self, targets: list[ModelTarget], make: Callable[[ModelTarget], ChatClient], limit: int) -> None:
+    def __init__(self, targets: list[ModelTarget], make: Callable[[ModelTarget], ApiClient], limit: int) -> None:
         self.limit = limit
         self._make = make
         self._targets = {t.key: t for t in targets}
         self._idle: dict[str, gevent.queue.LifoQueue] = {t.key: gevent.queue.LifoQueue() for t in targets}
         self._opened: dict[str, int] = dict.fromkeys(self._targets, 0)
 
-    def acquire(self, key: str) -> ChatClient:
+    def acquire(self, key: str) -> ApiClient:
         """A client for model ``key``; blocks while ``limit`` are busy (the wait is dispatch lag)."""
         idle = self._idle[key]
         if idle.qsize() == 0 and self._opened[key] < self.limit:
             self._opened[key] += 1
             return self._make(self._targets[key])
-        client: ChatClient = idle.get()
+        client: ApiClient = idle.get()
         return client
 
-    def release(self, key: str, client: ChatClient) -> None:
+    def release(self, key: str, client: ApiClient) -> None:
         self._idle[key].put(client)
 
     def close(self) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from dataclasses import replace
 
 import gevent
 
@@ -103,12 +104,13 @@ class Sender:
         now = time.perf_counter()
         start = record.started_perf if record.started_perf is not None else now - record.e2e_s
         stalled_s = self.stall.overlap(start, now)
-        if stalled_s:
+        if stalled_s:  # its latency holds the freeze or silence: kept apart as well (``results/truth/stalls.py``)
             self.stall.requests += 1
-        state.recorder.add(record, stalled=bool(stalled_s))
+            record = replace(record, worker_stalled_s=stalled_s)
+        state.recorder.add(record)
         state.context.add(record)
         if self.lines is not None:
-            self.lines.observe(record, state.worker_index, who, stalled_s=stalled_s)
+            self.lines.observe(record, state.worker_index, who)
 
     def is_good(self, ttft_s: float | None, itl_gaps: tuple[tuple[float, int], ...], e2e_s: float) -> bool:
         """Whether one successful request met every configured SLO (goodput)."""

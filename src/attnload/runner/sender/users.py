@@ -14,9 +14,9 @@ from gevent import GreenletExit
 from locust import User, constant, task
 from locust.env import Environment
 
-from attnload.client.apis import request_body
+from attnload.apis import request_body
 from attnload.client.backoff import Backoff
-from attnload.client.chat import Cancelled, ChatClient
+from attnload.client.chat import ApiClient, Cancelled
 from attnload.client.classify import TOOL_CHOICE_FIX
 from attnload.config.model import ModelTarget
 from attnload.measure.paired import send_together
@@ -29,7 +29,6 @@ from attnload.runner.sender.sender import Sender
 from attnload.runner.sender.sessionreplay import SessionReplay
 from attnload.workload.prompts import PlannedRequest
 from attnload.workload.sessiontrace import is_session_trace
-from attnload.workload.shapes import ReplaySpec
 
 log = logging.getLogger(__name__)
 OPEN_LOOP_IDLE_S = 0.2
@@ -85,7 +84,7 @@ class ChatUser(User):
         self.chat.close()
 
     @task
-    def chat_completion(self) -> None:
+    def send_request(self) -> None:
         sender, state = self.sender, self.sender.state
         if state.stage.rates is not None:
             gevent.sleep(OPEN_LOOP_IDLE_S)  # an open-loop stage: the scheduler sends, users being stopped idle
@@ -108,7 +107,7 @@ class ChatUser(User):
         self._pilot = None
         started = time.perf_counter()
         try:
-            self.chat_completion()
+            self.send_request()
         finally:
             keys = [t.key for t in self.targets] if self.sender.state.paired is not None else [self.target.key]
             self.sender.start_spread.pilot_done(pace, keys, time.perf_counter() - started)
@@ -202,12 +201,12 @@ def send_child(
             client.close()
 
 
-def chat_client(sender: Sender, target: ModelTarget, backoff: Backoff | None = None) -> ChatClient:
+def chat_client(sender: Sender, target: ModelTarget, backoff: Backoff | None = None) -> ApiClient:
     """A closed-loop user's client, with its own connection backoff; the open loop's clients share their model's
     (``backoff``) and never sleep in it: an arrival inside it is dropped instead (``openloop.py``)."""
     request = sender.state.config.request
-    return ChatClient(
-        target.chat_url,
+    return ApiClient(
+        target.url,
         sender.api_keys[target.key],
         sender.timeouts,
         retry_after_max_s=request.retry_after_max_s,
@@ -220,7 +219,7 @@ def chat_client(sender: Sender, target: ModelTarget, backoff: Backoff | None = N
 def send_plan(
     environment: Environment,
     sender: Sender,
-    client: ChatClient,
+    client: ApiClient,
     target: ModelTarget,
     plan: PlannedRequest,
     stage: int,
@@ -262,7 +261,7 @@ def send_plan(
     return _report(environment, sender, _annotated(sender, record, plan, target, intended_start), who)
 
 
-def _say_tool_choice(target: ModelTarget, client: ChatClient) -> None:
+def _say_tool_choice(target: ModelTarget, client: ApiClient) -> None:
     """vLLM refused ``tools`` for want of tool-call parsing: one line per model naming the server flags."""
     failure = client.last_failure
     if failure is None or TOOL_CHOICE_FIX not in failure.detail or target.key in _TOLD_TOOL_CHOICE:
@@ -296,7 +295,7 @@ def _annotated(
 def send_pair(
     environment: Environment,
     sender: Sender,
-    clients: dict[str, ChatClient],
+    clients: dict[str, ApiClient],
     plan: PlannedRequest | Mapping[str, PlannedRequest],
     stage: int,
     intended_start: float | None,
@@ -354,10 +353,10 @@ def open_loop(environment: Environment, sender: Sender) -> OpenLoop:
         state.options.max_in_flight,
     )
 
-    def send(client: ChatClient, target: ModelTarget, plan: PlannedRequest, stage: int, intended: float) -> None:
+    def send(client: ApiClient, target: ModelTarget, plan: PlannedRequest, stage: int, intended: float) -> None:
         send_plan(environment, sender, client, target, plan, stage, intended)
 
-    def pair(clients: dict[str, ChatClient], plan: PlannedRequest, stage: int, intended: float) -> None:
+    def pair(clients: dict[str, ApiClient], plan: PlannedRequest, stage: int, intended: float) -> None:
         send_pair(environment, sender, clients, plan, stage, intended)
 
     keys = [m.key for m in config.models]
@@ -380,10 +379,10 @@ def open_loop(environment: Environment, sender: Sender) -> OpenLoop:
     loop.on_dropped = lambda key, profile, stage: state.recorder.count(
         key, profile or state.workload.profiles[0].name, stage, "dropped"
     )
-    shape = state.options.shape
-    if isinstance(shape, ReplaySpec) and is_session_trace(shape.path):
+    replay = state.options.shape.replay if state.options.shape is not None else None
+    if replay is not None and is_session_trace(replay.path):
         first = config.models[0]
-        sessions = SessionReplay(shape, keys, lambda: state.run_salt, sender.traffic.tokens[first.key])
+        sessions = SessionReplay(replay, keys, lambda: state.run_salt, sender.traffic.tokens[first.key])
         targets = {m.key: m for m in config.models}
 
         def play(stream: str, intended: float, stage: int) -> None:
@@ -400,10 +399,10 @@ def open_loop(environment: Environment, sender: Sender) -> OpenLoop:
 
         loop.planned = sessions.schedule  # type: ignore[assignment]
         loop.arrival = play
-    elif isinstance(shape, ReplaySpec):
+    elif replay is not None:
         first = config.models[0]
         loop.planned = ReplaySchedule(
-            shape, keys, state.paired is not None, lambda: state.run_salt, sender.traffic.tokens[first.key]
+            replay, keys, state.paired is not None, lambda: state.run_salt, sender.traffic.tokens[first.key]
         )
     elif sender.traffic.conversational:
         loop.arrival = lambda stream, intended, stage: converse_open(environment, sender, pool, stream, intended, stage)

@@ -56,7 +56,6 @@ _WORDS = (
 )
 _N_WORDS = len(_WORDS)  # the filler repeats after this many tokens (_filler)
 SIM_KEY: web.AppKey[SimServer] = web.AppKey("sim")
-_ID_PREFIX = {"chat": "chatcmpl-", "completions": "cmpl-", "responses": "resp", "messages": "msg_"}
 _SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
 ITL_BACKLOG_MAX = 4096
 WRITE_BUFFER_LIMIT = 0x10000  # bytes queued on a stream's socket before it waits for the client (as aiohttp)
@@ -100,10 +99,11 @@ class SimServer:
     def app(self) -> web.Application:
         app = web.Application(client_max_size=64 * 1024 * 1024)
         # /api is the seed's gateway root: the openai SDK appends /chat/completions to it, curl adds /v1.
-        for prefix in ("/v1", "/api/v1", "/api"):
-            app.router.add_post(prefix + "/chat/completions", self.chat_completions)
-            for api in ("completions", "responses", "messages"):
-                app.router.add_post(f"{prefix}/{api}", functools.partial(self.serve_api, api=api))
+        prefixes = ("/v1", "/api/v1", "/api")
+        for dialect in dialects.DIALECTS.values():
+            for path in dialect.routes(prefixes):
+                app.router.add_post(path, functools.partial(self.serve_api, dialect=dialect))
+        for prefix in prefixes:
             app.router.add_get(prefix + "/models", self.models)
         app.router.add_get("/metrics", self.metrics)
         app.router.add_get("/stats", self.stats)
@@ -152,24 +152,24 @@ class SimServer:
 
     # ------------------------------------------------------------------ completions
 
-    async def chat_completions(self, request: web.Request) -> web.StreamResponse:
-        return await self.serve_api(request, "chat")
-
-    async def serve_api(self, request: web.Request, api: str) -> web.StreamResponse:
-        """One request of ``api`` (chat, completions, responses, messages): one timing model, its own wire."""
+    async def serve_api(self, request: web.Request, dialect: type[dialects.Dialect]) -> web.StreamResponse:
+        """One request of the API ``dialect`` speaks: one timing model, its own wire."""
         received_at = time.perf_counter()
         raw = await request.read()
-        _error = functools.partial(dialects.error, api)
+        _error = dialect.error
         try:
             body = json.loads(raw)
         except (json.JSONDecodeError, UnicodeDecodeError):
             return _error(400, "invalid_request_error", "invalid_json", "request body is not valid JSON")
         if not isinstance(body, dict):
             return _error(400, "invalid_request_error", "invalid_body", "request body must be a JSON object")
-        problem = dialects.validate(api, body)
+        model = dialect.model_of(request, body)
+        if not isinstance(model, str) or not model:
+            return _error(400, "invalid_request_error", "missing_model", "`model` is required")
+        problem = dialect.validate(body)
         if problem:
             return _error(400, "invalid_request_error", problem[0], problem[1])
-        model_name = str(body["model"])
+        model_name = model
         engine = self.engine_for(model_name)
         if engine is None:
             served = ", ".join(e.model.id for e in self.engines)
@@ -180,13 +180,13 @@ class SimServer:
                 f"The model `{model_name}` does not exist (served: {served})",
             )
         truth = self.truth[engine.model.id]
-        max_tokens = dialects.max_tokens(body) or self.default_output_tokens
-        messages = dialects.prompt_messages(body)
+        max_tokens = dialect.max_tokens(body) or self.default_output_tokens
+        messages = dialect.prompt_messages(body)
         tools = body.get("tools")
         n_prompt = prompt_tokens(messages) + tools_tokens(tools)
         if n_prompt + max_tokens > engine.model.max_model_len:
             return self._reject(
-                api,
+                dialect,
                 truth,
                 400,
                 "context_length_exceeded",
@@ -195,7 +195,7 @@ class SimServer:
             )
         if self.max_waiting is not None and engine.snapshot().waiting >= self.max_waiting:
             return self._reject(
-                api,
+                dialect,
                 truth,
                 429,
                 "rate_limit_exceeded",
@@ -219,20 +219,25 @@ class SimServer:
             gen,
             model_name,
             received_at,
-            include_usage=api not in ("chat", "completions")
-            or bool((body.get("stream_options") or {}).get("include_usage")),
-            api=api,
+            include_usage=dialect.always_usage or bool((body.get("stream_options") or {}).get("include_usage")),
+            dialect=dialect,
         )
-        if body.get("stream"):
+        if dialect.streams(body):
             return await call.stream(request)
         return await call.complete()
 
     def _reject(
-        self, api: str, truth: ModelTruth, status: int, code: str, message: str, retry_after_s: float | None = None
+        self,
+        dialect: type[dialects.Dialect],
+        truth: ModelTruth,
+        status: int,
+        code: str,
+        message: str,
+        retry_after_s: float | None = None,
     ) -> web.Response:
         truth.rejected[status] = truth.rejected.get(status, 0) + 1
         kind = "rate_limit_error" if status == 429 else "invalid_request_error"
-        response = dialects.error(api, status, kind, code, message)
+        response = dialect.error(status, kind, code, message)
         if retry_after_s is not None:
             response.headers["Retry-After"] = str(max(1, round(retry_after_s)))
         return response
@@ -250,7 +255,7 @@ class _Call:
         model_name: str,
         received_at: float,
         include_usage: bool,
-        api: str = "chat",
+        dialect: type[dialects.Dialect] = dialects.ChatDialect,
     ) -> None:
         self.server = server
         self.engine = engine
@@ -260,9 +265,9 @@ class _Call:
         self.model_name = model_name
         self.received_at = received_at
         self.include_usage = include_usage
-        self.chat_id = _ID_PREFIX[api] + gen.request_id[:24]
+        self.chat_id = dialect.id_prefix + gen.request_id[:24]
         self.created = int(time.time())
-        self.dialect = dialects.Dialect(api, self.chat_id, self.created, model_name)
+        self.dialect = dialect(self.chat_id, self.created, model_name)
         self.reasoning = round(server.reasoning_ratio * gen.max_tokens)
         """The first this many tokens are reasoning (``--reasoning-ratio``)."""
         self.emitted = 0
@@ -296,7 +301,7 @@ class _Call:
             "total_tokens": self.gen.prompt_tokens + self.emitted,
             "prompt_tokens_details": {"cached_tokens": self.state.cached_tokens},
         }
-        if self.reasoning and self.dialect.api != "completions":  # completions stream reasoning as text
+        if self.reasoning and not self.dialect.reasoning_as_text:
             usage["completion_tokens_details"] = {"reasoning_tokens": self._reasoned()}
         return usage
 
@@ -394,7 +399,7 @@ class _Call:
                 self.truth.received -= 1
                 self.truth.prompt_tokens -= self.gen.prompt_tokens
                 return self.server._reject(
-                    self.dialect.api, self.truth, exc.status, exc.code, str(exc), exc.retry_after_s
+                    type(self.dialect), self.truth, exc.status, exc.code, str(exc), exc.retry_after_s
                 )
             if not response.prepared:
                 await response.prepare(request)
@@ -447,7 +452,9 @@ class _Call:
         except EngineRejected as exc:
             self.truth.received -= 1
             self.truth.prompt_tokens -= self.gen.prompt_tokens
-            return self.server._reject(self.dialect.api, self.truth, exc.status, exc.code, str(exc), exc.retry_after_s)
+            return self.server._reject(
+                type(self.dialect), self.truth, exc.status, exc.code, str(exc), exc.retry_after_s
+            )
         except asyncio.CancelledError:
             self.truth.cancelled += 1
             await _aclose(generator)
