@@ -16,14 +16,16 @@ RUN apt-get update \
  && rm -rf /var/lib/apt/lists/*
 RUN python3 -m venv /opt/attnload
 WORKDIR /src
-# .dockerignore is an allowlist: only pyproject, setup.py, README, src, deploy (package data), locustfiles,
-# examples arrive.
+# .dockerignore is an allowlist: only pyproject, setup.py, constraints.txt, README, src, deploy (package data),
+# locustfiles, examples arrive. constraints.txt pins every dependency to the versions CI tested; no extras:
+# the image runs the master, the workers and the simulator, and `attnload cluster` (attnload[cluster], the
+# Kubernetes client) runs where the cluster is driven from, not in it.
 COPY . .
 # An optional build secret `cacert` lets pip through a TLS-intercepting proxy without
 # baking the bundle into a layer: podman build --secret id=cacert,src=/etc/ssl/certs/ca-certificates.crt
 RUN --mount=type=secret,id=cacert,required=false \
     if [ -s /run/secrets/cacert ]; then export PIP_CERT=/run/secrets/cacert; fi; \
-    /opt/attnload/bin/pip install --no-cache-dir --disable-pip-version-check . \
+    /opt/attnload/bin/pip install --no-cache-dir --disable-pip-version-check -c constraints.txt . \
  && /opt/attnload/bin/pip uninstall -y --disable-pip-version-check pip
 
 # ---------------------------------------------------------------- runtime: python + the venv

@@ -1,5 +1,5 @@
 # attnload: `make demo` runs the GQA-vs-MLA demo, `make test` runs the test suite.
-# Both install what they need into .venv first (Python >= 3.11).
+# Both install what they need into .venv first (Python >= 3.11), at the versions in constraints.txt.
 # `make demo-vllm` / `make test-vllm` / `make bench-vllm` use real vLLM (CPU build) from its own
 # virtualenv, `make vllm-env` (VLLM_ENV, default .venv-vllm; ~3.4 GB; docs/vllm.md).
 
@@ -16,13 +16,52 @@ VLLM_TORCH ?= torch==2.13.0
 VLLM_PIP_ARGS ?=
 VLLM_STAMP := $(VLLM_ENV)/.installed
 
-.PHONY: vllm-env demo-vllm test-vllm bench-vllm bench-vllm-quick tiny-models demo test test-pure test-acceptance test-scenarios test-bimodal test-fast lint fmt typecheck gates bench bench-quick deploy-gen dashboards test-image observe clean
+# the tested versions of every dependency (constraints.txt); `make test-latest` installs without them
+CONSTRAINTS ?= constraints.txt
+LATEST_ENV ?= .venv-latest
 
-$(STAMP): pyproject.toml setup.py $(wildcard src/attnload/native/*.c src/attnload/native/*.h)  # a changed C file rebuilds the extension
+# LiteLLM's proxy in its own virtualenv, in front of the simulator (`make test-gateway`, docs/ci.md); 1.108.0:
+# later releases' [proxy] extra pins litellm-proxy-extras post-releases the registry does not carry
+# (1.108.14 wants 0.4.110.post1), so they do not install
+LITELLM_ENV ?= .venv-litellm
+LITELLM_VERSION ?= 1.108.0
+LITELLM_STAMP := $(LITELLM_ENV)/.installed
+
+.PHONY: constraints test-latest litellm-env test-gateway vllm-env demo-vllm test-vllm bench-vllm bench-vllm-quick tiny-models demo test test-pure test-acceptance test-scenarios test-bimodal test-fast lint fmt typecheck gates bench bench-quick deploy-gen dashboards test-image observe clean
+
+$(STAMP): pyproject.toml setup.py $(CONSTRAINTS) $(wildcard src/attnload/native/*.c src/attnload/native/*.h)  # a changed C file rebuilds the extension
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[test]'
+	$(BIN)/pip install --quiet -c $(CONSTRAINTS) -e '.[test]'
 	touch $(STAMP)
+
+# rewrites constraints.txt from what .venv holds now (after a deliberate upgrade that passed `make test`)
+constraints: $(STAMP)
+	{ sed -n '/^#/p' $(CONSTRAINTS); $(BIN)/pip freeze --exclude-editable | grep -vi '^attnload'; } > $(CONSTRAINTS).new
+	mv $(CONSTRAINTS).new $(CONSTRAINTS)
+
+# the fast suite against the newest releases pyproject.toml's bounds allow, in a venv of its own (rebuilt each
+# time, no constraints): a breaking release of a dependency shows here, in CI, before a user meets it
+test-latest:
+	rm -rf $(LATEST_ENV)
+	$(PYTHON) -m venv $(LATEST_ENV)
+	$(LATEST_ENV)/bin/pip install --quiet --upgrade pip
+	$(LATEST_ENV)/bin/pip install --quiet --upgrade --upgrade-strategy eager -e '.[test]'
+	$(LATEST_ENV)/bin/pip freeze --exclude-editable | grep -iE '^(locust|gevent|geventhttpclient|openai|httpx2|pydantic|prometheus.client|aiohttp|kubernetes)=='
+	$(LATEST_ENV)/bin/pytest -q -rfEs -n 2 -p no:cacheprovider -m "$(FAST) and not serial"
+	$(LATEST_ENV)/bin/pytest -q -rfEs -p no:cacheprovider -m "$(FAST) and serial"
+
+$(LITELLM_STAMP):
+	$(PYTHON) -m venv $(LITELLM_ENV)
+	$(LITELLM_ENV)/bin/pip install --quiet --upgrade pip
+	$(LITELLM_ENV)/bin/pip install --quiet 'litellm[proxy]==$(LITELLM_VERSION)'
+	touch $(LITELLM_STAMP)
+
+litellm-env: $(LITELLM_STAMP)
+
+# the four APIs through a real LiteLLM proxy in front of the simulator (tests/e2e/test_gateway_litellm.py)
+test-gateway: $(STAMP) $(LITELLM_STAMP)
+	ATTNLOAD_LITELLM_ENV=$(LITELLM_ENV) $(BIN)/pytest -q -rfEs -m gateway -p no:cacheprovider
 
 demo: $(STAMP)
 	$(BIN)/attnload demo
@@ -62,7 +101,7 @@ bench-vllm-quick: $(STAMP) $(VLLM_STAMP)
 # end-to-end tests mostly wait on their stage timers (two workers kept 0.84 of 2 cores busy).
 PYTEST_WORKERS ?= $(shell n=$$(( 2 * $$(nproc) )); echo $$(( n < 8 ? n : 8 )))
 PARALLEL := -n $(PYTEST_WORKERS) --dist loadfile
-SUITE := not acceptance and not bimodal and not vllm and not scenario
+SUITE := not acceptance and not bimodal and not vllm and not scenario and not gateway
 FAST := not e2e and not browser and not slow
 
 test: gates
@@ -126,4 +165,4 @@ observe: $(STAMP)
 	$(BIN)/python -m attnload.dashboards.prometheus --master 127.0.0.1:9646 --sim 127.0.0.1:8000 --port 9090
 
 clean:
-	rm -rf $(VENV) results .pytest_cache build src/attnload/*.so
+	rm -rf $(VENV) $(LATEST_ENV) results .pytest_cache build src/attnload/*.so

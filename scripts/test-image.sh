@@ -78,6 +78,11 @@ smoke() {
   impl="$("${RUN[@]}" --network none --read-only --entrypoint python3 "$IMAGE" -c \
     'from attnload import native; print(native.implementation())')"
   [[ "$impl" == compiled ]] || { echo "image runs the pure-Python client path: $impl" >&2; exit 1; }
+  log "smoke: the image carries no Kubernetes client (attnload[cluster] is not installed)"
+  local cluster_rc=0 cluster_err
+  cluster_err="$("${RUN[@]}" --network none --read-only "$IMAGE" cluster status 2>&1)" || cluster_rc=$?
+  [[ "$cluster_rc" == 2 && "$cluster_err" == *"attnload[cluster]"* ]] \
+    || { echo "cluster status in the image: exit $cluster_rc: $cluster_err" >&2; exit 1; }
   log "smoke: runs as non-root"
   local uid
   uid="$("${RUN[@]}" --network none --entrypoint id "$IMAGE" -u)"

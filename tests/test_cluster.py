@@ -9,6 +9,7 @@ It is pointed to by a temporary kubeconfig, the way users point at kind.
 from __future__ import annotations
 
 import json
+import re
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -32,20 +33,65 @@ SLICES = (
 )
 
 
+def _resources(*kinds: tuple[str, str, bool]) -> dict[str, Any]:
+    listed = [
+        {"name": plural, "kind": kind, "namespaced": namespaced, "verbs": ["get", "patch"]}
+        for kind, plural, namespaced in kinds
+    ]
+    return {"kind": "APIResourceList", "resources": listed}
+
+
+DISCOVERY = {
+    "/api": {"kind": "APIVersions", "versions": ["v1"]},
+    "/api/v1": _resources(
+        ("Namespace", "namespaces", False),
+        ("ConfigMap", "configmaps", True),
+        ("Secret", "secrets", True),
+        ("Service", "services", True),
+        ("ServiceAccount", "serviceaccounts", True),
+        ("PersistentVolumeClaim", "persistentvolumeclaims", True),
+        ("Pod", "pods", True),
+    ),
+    "/apis/apps/v1": _resources(("Deployment", "deployments", True), ("Scale", "deployments/scale", True)),
+    "/apis/batch/v1": _resources(("Job", "jobs", True)),
+    "/apis/networking.k8s.io/v1": _resources(("NetworkPolicy", "networkpolicies", True)),
+    "/apis/rbac.authorization.k8s.io/v1": _resources(
+        ("Role", "roles", True), ("RoleBinding", "rolebindings", True), ("ClusterRole", "clusterroles", False)
+    ),
+}
+"""What a real API server's discovery answers for the group-versions deploy/ uses (kubectl api-resources)."""
+OPERATOR = {
+    "/apis/monitoring.coreos.com/v1": _resources(
+        ("ServiceMonitor", "servicemonitors", True),
+        ("PodMonitor", "podmonitors", True),
+        ("PrometheusRule", "prometheusrules", True),
+    )
+}
+"""The Prometheus Operator's CRDs, served only when the fake cluster "has" the operator."""
+
+
 class FakeKube:
-    """In-memory API server: objects by path, plus a scripted Locust master behind the proxy."""
+    """In-memory API server: objects by path, discovery, plus a scripted Locust master behind the proxy."""
 
     def __init__(self) -> None:
+        self.discovery: dict[str, dict[str, Any]] = dict(DISCOVERY)
         self.objects: dict[str, dict[str, Any]] = {}
+        self.discovered: list[str] = []
+        """Discovery GETs (``/api/v1``, ``/apis/G/V``), apart from ``calls``: each group-version once per run."""
         self.calls: list[tuple[str, str]] = []
         self.bodies: list[tuple[str, str, str, bytes]] = []
         self.auth: set[str] = set()
         self.results = {"20260101-000000.json": '{"schema": "attnload.results/v1", "models": []}'}
 
     def handle(self, method: str, target: str, content_type: str, body: bytes) -> tuple[int, str, str]:
+        path = urlsplit(target).path
+        if method == "GET" and re.fullmatch(r"/api(/v1)?|/apis(/[^/]+/[^/]+)?", path):  # discovery, kept apart
+            self.discovered.append(path)
+            if path in self.discovery:
+                return 200, "application/json", json.dumps(self.discovery[path])
+            return 404, "application/json", json.dumps({"kind": "Status", "code": 404, "reason": "NotFound"})
         self.calls.append((method, target))
         self.bodies.append((method, target, content_type, body))
-        path = urlsplit(target).path
         if path.startswith(PROXY):
             return self._master(method, path[len(PROXY) :], body)
         if path.startswith(RESULTS_PROXY):
@@ -69,6 +115,7 @@ class FakeKube:
             return 200, "application/json", json.dumps({"kind": "Status", "status": "Success"})
         if method == "GET" and path in self.objects:
             return 200, "application/json", json.dumps(self.objects[path])
+
         return (
             404,
             "application/json",
@@ -371,3 +418,47 @@ def test_up_keeps_the_placeholder_when_the_api_server_is_unknown(
     assert main(["cluster", "up", "--no-wait"]) == 0  # the fake has no EndpointSlices: 404
     assert fake.objects[APISERVER_POLICY]["spec"]["ingress"][0]["from"] == [{"ipBlock": {"cidr": "192.0.2.1/32"}}]
     assert "warning: cannot read the API server's addresses" in capsys.readouterr().out
+
+
+def test_up_with_extras_applies_every_kind_by_discovery(fake: FakeKube, capsys: pytest.CaptureFixture[str]) -> None:
+    """Job, ServiceMonitor, PodMonitor, PrometheusRule: no table of kinds, each group-version asked once."""
+    fake.discovery.update(OPERATOR)
+    assert main(["cluster", "up", "--extras", "--no-wait"]) == 0
+    extras = manifests.load(ROOT / "deploy" / "extras")
+    kinds = {o["kind"] for o in extras}
+    assert {"Job", "ServiceMonitor", "PodMonitor", "PrometheusRule", "PersistentVolumeClaim"} <= kinds
+    patched = [target for method, target in fake.calls if method == "PATCH"]
+    for obj in extras:
+        group = obj["apiVersion"]
+        prefix = f"/apis/{group}" if "/" in group else f"/api/{group}"
+        plural = next(r["name"] for r in fake.discovery[prefix]["resources"] if r["kind"] == obj["kind"])
+        path = f"{prefix}/namespaces/attnload/{plural}/{obj['metadata']['name']}"
+        assert path + APPLY_QUERY in patched, path
+        assert fake.objects[path]["kind"] == obj["kind"]
+    assert sorted(fake.discovered) == sorted(set(fake.discovered))  # cached: one GET per group-version
+    assert "/apis/monitoring.coreos.com/v1" in fake.discovered and "/apis/batch/v1" in fake.discovered
+    applied = [(m, t, c) for m, t, c, _b in fake.bodies if m == "PATCH" and "/scale" not in t]
+    assert all(c == "application/apply-patch+yaml" and "fieldManager=attnload" in t for _m, t, c in applied)
+    assert "applied prometheusrule/attnload" in capsys.readouterr().out
+
+
+def test_up_with_extras_names_a_group_the_cluster_does_not_serve(
+    fake: FakeKube, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["cluster", "up", "--extras", "--no-wait"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1
+    assert "does not serve monitoring.coreos.com/v1" in err and "Traceback" not in err
+
+
+def test_without_the_cluster_extra_the_command_names_it(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A plain install (no kubernetes client): one line naming the extra, exit 2, before any cluster call."""
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "kubernetes" else real(name, *a))
+    assert main(["cluster", "status"]) == 2
+    err = capsys.readouterr().err
+    assert err == "attnload cluster: error: the Kubernetes client is not installed: pip install 'attnload[cluster]'\n"

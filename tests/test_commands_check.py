@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import socket
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -201,3 +202,27 @@ def _dead_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def test_a_slow_first_request_is_named_as_a_warm_up(
+    server: HostileServer, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A first request over 10 s and the next under 1 s (LiteLLM offline looking for a tokenizer): said, with the
+    offline variables. The 10 s are scaled down to 0.3 s here; the SDK probe (the first request) is held 0.4 s."""
+    import attnload.commands.check as check_module
+    import attnload.commands.check_probes as probes
+
+    monkeypatch.setattr(probes, "SLOW_FIRST_S", 0.3)
+    original = check_module.sdk_probe
+
+    def slow_sdk_probe(*args: Any, **kwargs: Any) -> Any:
+        time.sleep(0.4)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(check_module, "sdk_probe", slow_sdk_probe)
+    code, out = check(capsys, write(tmp_path, server.url + "/api", {"mla_model": "ok"}))
+    assert code == 0, out
+    assert "the first request was slow: a gateway or server warming up" in out and "HF_HUB_OFFLINE=1" in out
+    monkeypatch.setattr(check_module, "sdk_probe", original)
+    code, out = check(capsys, write(tmp_path, server.url + "/api", {"mla_model": "ok"}))
+    assert "first request was slow" not in out

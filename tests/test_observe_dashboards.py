@@ -80,6 +80,11 @@ SERVER_METRICS = {
     "vllm:gpu_prefix_cache_queries_total",
     "vllm:time_to_first_token_seconds_bucket",
     "sglang:time_to_first_token_seconds_bucket",
+    "vllm:spec_decode_num_drafts_total",
+    "vllm:spec_decode_num_draft_tokens_total",
+    "vllm:spec_decode_num_accepted_tokens_total",
+    "sglang:spec_accept_rate",
+    "sglang:spec_accept_length",
 }
 """The server view's names (docs/server-metrics.md's table)."""
 HISTOGRAMS = {
@@ -280,6 +285,8 @@ def test_units_match_the_quantity(dashboard: dict[str, Any]) -> None:
             assert unit == "none" and panel["type"] == "stat", panel["title"]  # MLA/GQA: a plain number
         elif " / " in expr and "attnload_gpu_energy_joules_total" in expr:
             assert unit == "suffix: J/token", panel["title"]  # energy rate over token rate
+        elif " / " in expr and "spec_decode_num_drafts_total" in expr:
+            assert unit == "short", panel["title"]  # tokens per verify step: 1 + accepted over drafts
         elif " / " in expr:
             assert unit == "percentunit", panel["title"]
         elif "attnload_gpu_power_watts" in expr:
@@ -482,6 +489,7 @@ def test_requirements_classify_conditional_queries() -> None:
     assert gen.expr_requirements("sglang:token_usage") == {"sim", "sglang"}
     assert gen.expr_requirements("vllm:num_requests_running or sglang:num_running_reqs") == {"sim"}
     assert gen.expr_requirements("attnload_users") == frozenset()
+    assert gen.expr_requirements("rate(vllm:spec_decode_num_drafts_total[1m])") == {"sim", "speculation"}
 
 
 # -- provisioning ---------------------------------------------------------------------------

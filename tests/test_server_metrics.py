@@ -158,6 +158,7 @@ def test_window_exact_deltas_and_ttft_quantiles() -> None:
         # the buckets those quantiles were interpolated in (vLLM's bounds: …0.75, 1.0, 2.5, 5.0…)
         "ttft_p50_bucket_s": (1.0, 2.5),
         "ttft_p99_bucket_s": (2.5, 5.0),
+        "spec_decode": None,  # this server does not speculate
     }
     assert window.queue_time_mean_s == pytest.approx(0.3)  # (65 - 5) s over (300 - 100) requests
 

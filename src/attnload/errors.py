@@ -37,6 +37,11 @@ class ErrorClass(Enum):
     TIMEOUT = "raise [request] timeout (e.g. 120 s) or lower max_tokens"
     CONNECTION = "the endpoint refused or reset the connection: check base_url and that the server is up"
     PROXY = "a proxy env var is set and the proxy failed: unset HTTP_PROXY/HTTPS_PROXY/ALL_PROXY or fix it"
+    PROXY_AUTH = (
+        "the proxy refused its login (407, or a proxy's own 401): give its user and password in the proxy "
+        "variable (HTTPS_PROXY/HTTP_PROXY) as USER:PASSWORD@ before the proxy's host, percent-encoding @ : / "
+        "in them, or add the host to NO_PROXY"
+    )
     BAD_RESPONSE = "the response is not OpenAI-shaped (no choices): check base_url and the model id"
     TRUNCATED = "the output stopped early: raise max_tokens, or the server cut the stream"
     CANCELLED = "the test stopped while this request was in flight (not a server fault)"

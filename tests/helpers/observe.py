@@ -255,6 +255,8 @@ SERVER_GAUGES = (
     "sglang:num_running_reqs",
     "sglang:num_queue_reqs",
     "sglang:token_usage",
+    "sglang:spec_accept_rate",
+    "sglang:spec_accept_length",
 )
 SERVER_COUNTERS = (
     "vllm:num_preemptions_total",
@@ -263,6 +265,9 @@ SERVER_COUNTERS = (
     "sglang:num_retracted_requests_total",
     "sglang:prompt_tokens_total",
     "sglang:cached_tokens_total",
+    "vllm:spec_decode_num_drafts_total",
+    "vllm:spec_decode_num_draft_tokens_total",
+    "vllm:spec_decode_num_accepted_tokens_total",
 )
 SERVER_HISTOGRAMS = ("vllm:time_to_first_token_seconds", "sglang:time_to_first_token_seconds")
 

@@ -22,8 +22,8 @@ class AnthropicMessages(Api):
     path_tail = "/" + MESSAGES
     needs_key = True
 
-    def headers(self, api_key: str | None) -> str:
-        key = f"x-api-key: {api_key}\r\n" if api_key else ""
+    def headers(self, api_key: str | None, key_header: str | None = None) -> str:
+        key = f"{key_header or 'x-api-key'}: {api_key}\r\n" if api_key else ""
         return f"{key}anthropic-version: {ANTHROPIC_VERSION}\r\n"
 
     def body(self, model_id: str, messages: Sequence[dict[str, Any]], **settings: Any) -> dict[str, Any]:

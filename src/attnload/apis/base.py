@@ -60,9 +60,12 @@ class Api:
         """The request's path from the gateway root (its first segment is the API's version)."""
         return "/v1" + self.path_tail
 
-    def headers(self, api_key: str | None) -> str:
-        """The authentication header lines (``\\r\\n``-terminated)."""
-        return f"Authorization: Bearer {api_key}\r\n" if api_key else ""
+    def headers(self, api_key: str | None, key_header: str | None = None) -> str:
+        """The authentication header lines (``\\r\\n``-terminated); ``key_header`` (the model key ``auth_header``,
+        e.g. Azure OpenAI's ``api-key``) carries the key bare instead of the API's own header."""
+        if not api_key:
+            return ""
+        return f"{key_header}: {api_key}\r\n" if key_header else f"Authorization: Bearer {api_key}\r\n"
 
     def body(
         self,

@@ -47,8 +47,8 @@ class Gemini(Api):
     def path(self, model_id: str) -> str:
         return f"/v1beta/models/{model_id}:streamGenerateContent?alt=sse"
 
-    def headers(self, api_key: str | None) -> str:
-        return f"x-goog-api-key: {api_key}\r\n" if api_key else ""
+    def headers(self, api_key: str | None, key_header: str | None = None) -> str:
+        return f"{key_header or 'x-goog-api-key'}: {api_key}\r\n" if api_key else ""
 
     def body(
         self,

@@ -31,11 +31,11 @@ from gevent import GreenletExit
 from geventhttpclient.response import HTTPParseError
 
 from attnload.apis import api_of, request_body
-from attnload.apis.base import Api
 from attnload.client.backoff import Backoff
 from attnload.client.budget import DRAIN_READS, MAX_HEADER_BYTES, YIELD_EVERY
 from attnload.client.checks import NEVER, header
 from attnload.client.classify import classify_exception, classify_status
+from attnload.client.proxy import proxy_refusal
 from attnload.client.stream import (
     BODY_ERRORS,
     PUMP_ABANDON,
@@ -94,6 +94,7 @@ class ApiClient:
         backoff: Backoff | None = None,
         waits_backoff: bool = True,
         api: str = "chat",
+        key_header: str | None = None,
     ) -> None:
         self.endpoint = Endpoint.from_url(url)
         self.backoff = backoff
@@ -110,10 +111,11 @@ class ApiClient:
         self._resume_at = 0.0
         self._sock: Any = None
         self._ssl = ssl_context
-        auth = self.api.headers(api_key)
-        target = self.endpoint.path
-        if self.endpoint.proxy and not self.endpoint.tls:
-            target = f"http://{self.endpoint.host_header}{self.endpoint.path}"  # absolute-form via a proxy
+        auth = self.api.headers(api_key, key_header)
+        target = self.endpoint.path  # with its query string: client/transport.py
+        if self.endpoint.proxy and not self.endpoint.tls:  # absolute-form via a proxy, with the proxy's login
+            target = f"http://{self.endpoint.host_header}{self.endpoint.path}"
+            auth += self.endpoint.proxy_auth
         self._head = (
             f"POST {target} HTTP/1.1\r\nHost: {self.endpoint.host_header}\r\n"
             f"Content-Type: application/json\r\nAccept: text/event-stream\r\n"
@@ -151,10 +153,8 @@ class ApiClient:
 
     def _tunnel(self, sock: Any) -> Any:
         endpoint = self.endpoint
-        sock.sendall(
-            f"CONNECT {endpoint.host}:{endpoint.port} HTTP/1.1\r\n"
-            f"Host: {endpoint.host}:{endpoint.port}\r\n\r\n".encode()
-        )
+        authority = endpoint.authority
+        sock.sendall(f"CONNECT {authority} HTTP/1.1\r\nHost: {authority}\r\n{endpoint.proxy_auth}\r\n".encode())
         reply = b""
         deadline = time.perf_counter() + self.timeouts.connect_s
         while b"\r\n\r\n" not in reply:
@@ -166,9 +166,8 @@ class ApiClient:
             reply += data
         status = reply.split(b" ", 2)[1:2]
         if status != [b"200"]:
-            raise RequestFailed(
-                ErrorClass.PROXY, f"proxy refused CONNECT: {reply.splitlines()[0].decode(errors='replace')}"
-            )
+            kind = ErrorClass.PROXY_AUTH if status in ([b"407"], [b"401"]) else ErrorClass.PROXY  # 401: tinyproxy's
+            raise RequestFailed(kind, f"proxy refused CONNECT: {reply.splitlines()[0].decode(errors='replace')}")
         return sock
 
     # ------------------------------------------------------------------ request
@@ -244,11 +243,8 @@ class ApiClient:
             if error.retry_after_s and self.retry_after_max_s > 0:
                 self._resume_at = time.perf_counter() + min(error.retry_after_s, self.retry_after_max_s)
         record = self._record(body, stream, origin, outcome, error, model_key, profile, stage, intended_start, started)
-        if self.backoff is not None:
-            if error is not None and error.kind is ErrorClass.CONNECTION and record.http_status is None:
-                self.backoff.failed()  # refused, reset before a response, DNS: the server is not there
-            elif outcome == "ok" or record.http_status is not None:
-                self.backoff.succeeded()
+        if self.backoff is not None:  # what waits and what resets it: client/backoff.py
+            self.backoff.after(None if error is None else error.kind, record.http_status is not None)
         return record
 
     def _read_buffered(self, stream: Stream, origin: float) -> None:
@@ -311,9 +307,9 @@ class ApiClient:
                 raise RequestFailed(ErrorClass.TIMEOUT, _timeout_detail(stream, timeouts))
             try:
                 data = self._recv(sock, wait)
-            except ConnectionResetError:
+            except ConnectionResetError as reset:
                 if fresh:
-                    raise
+                    raise self._answer_or(reset, response) from None
                 data = b""
             except (TimeoutError, gevent.socket.timeout):
                 raise RequestFailed(ErrorClass.TIMEOUT, _timeout_detail(stream, timeouts)) from None
@@ -360,12 +356,24 @@ class ApiClient:
             ended = response.message_complete or after_end  # after_end: the connection carries junk, it goes
             if response.headers_complete and response.get_code() != 200:
                 if ended:
-                    raise _refused(response, self.api)
+                    raise self._refused(response)
                 continue
             if ended:
                 if after_end or response.should_close():
                     self.close()
                 return
+
+    def _answer_or(self, reset: ConnectionResetError, response: Response) -> Exception:
+        """A reset right after an error's head (a proxy's 401/407 closing with the body unread) is that error."""
+        if response.headers_complete and response.get_code() != 200:
+            return self._refused(response)
+        return reset
+
+    def _refused(self, response: Response) -> RequestFailed:
+        """A complete non-200 response as its error class, in the API's own words (a proxy's refused login:
+        ``proxy_auth``)."""
+        failure = classify_status(response.get_code(), bytes(response.body), header(response, "retry-after"), self.api)
+        return proxy_refusal(failure, self.endpoint.proxy is not None, lambda name: header(response, name))
 
     def _send_request(self, request: bytes) -> tuple[Any, bool]:
         """Send on the keep-alive connection, or a new one: (socket, whether it was a reused one)."""
@@ -516,11 +524,6 @@ def _feed_head(response: Response, stream: CStream, data: bytes, seen: bytes) ->
     if cut < len(data):  # llhttp reads an empty feed as the peer's close
         response.feed(data[cut:])
     return None, False
-
-
-def _refused(response: Response, api: Api) -> RequestFailed:
-    """A complete non-200 response as its error class, in the API's own words."""
-    return classify_status(response.get_code(), bytes(response.body), header(response, "retry-after"), api)
 
 
 def _status_code(stream: Stream) -> int | None:

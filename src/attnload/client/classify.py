@@ -141,6 +141,8 @@ def _by_status(status: int, message: str, code: str, retry_after: str | None) ->
     wait_s = _retry_after_s(retry_after)
     if retry_after:
         detail += f" (Retry-After {printable(retry_after[:40])})"
+    if status == 407:  # Proxy Authentication Required: only a proxy sends it, whatever its page says
+        return RequestFailed(ErrorClass.PROXY_AUTH, detail)
     if status == 402 or any(w in text for w in _QUOTA_WORDS):
         return RequestFailed(ErrorClass.QUOTA, detail)
     if any(w in text for w in _CONTEXT_WORDS):
@@ -151,8 +153,6 @@ def _by_status(status: int, message: str, code: str, retry_after: str | None) ->
         return RequestFailed(ErrorClass.NOT_FOUND, detail)
     if status == 429 or any(w in text for w in _RATE_WORDS):
         return RequestFailed(ErrorClass.RATE_LIMITED, detail, retry_after_s=wait_s)
-    if status == 407:
-        return RequestFailed(ErrorClass.PROXY, detail)
     if status in (408, 504, 524):
         return RequestFailed(ErrorClass.TIMEOUT, detail)
     if 300 <= status < 400:  # a redirect is never a chat completion: usually http vs https or a wrong path

@@ -1,10 +1,9 @@
-"""Transport: endpoints and proxies, timeouts, the llhttp response parser and the timer-free socket reader."""
+"""Transport: endpoints (their proxy: proxy.py), timeouts, the llhttp response parser, the timer-free reader."""
 
 from __future__ import annotations
 
 import time
-import urllib.request
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -15,12 +14,12 @@ from geventhttpclient.response import HTTPResponse
 
 from attnload.client.budget import MAX_BODY_BYTES
 from attnload.client.classify import classify_status
+from attnload.client.proxy import proxy_authorization, proxy_for
 from attnload.client.sse import EventSplitter
 from attnload.errors import ErrorClass, RequestFailed
 
 RECV_BYTES = 65536
 ERROR_BODY_LIMIT = 64 * 1024
-_LOOPBACK = ("127.", "localhost", "::1", "[::1]")
 
 
 class Response(HTTPResponse):
@@ -144,8 +143,11 @@ class Endpoint:
     host: str
     port: int
     path: str
+    """The request target: the URL's path and its query string, kept (Azure's ``?api-version=``)."""
     tls: bool
     proxy: tuple[str, int] | None
+    proxy_auth: str = field(default="", repr=False)
+    """The ``Proxy-Authorization`` header line from the proxy URL's userinfo (client/proxy.py), or ""."""
 
     @classmethod
     def from_url(cls, url: str) -> Endpoint:
@@ -153,26 +155,29 @@ class Endpoint:
         tls = parts.scheme == "https"
         host = parts.hostname or ""
         port = parts.port or (443 if tls else 80)
-        return cls(host=host, port=port, path=parts.path or "/", tls=tls, proxy=proxy_for(parts.scheme, host))
+        path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+        return cls(
+            host=host,
+            port=port,
+            path=path,
+            tls=tls,
+            proxy=proxy_for(parts.scheme, host),
+            proxy_auth=proxy_authorization(parts.scheme, host),
+        )
+
+    @property
+    def authority(self) -> str:
+        """``host:port`` as a request line or CONNECT names it: an IPv6 literal in brackets (RFC 9110 §7.2)."""
+        return f"{_bracketed(self.host)}:{self.port}"
 
     @property
     def host_header(self) -> str:
         default = 443 if self.tls else 80
-        return self.host if self.port == default else f"{self.host}:{self.port}"
+        return _bracketed(self.host) if self.port == default else self.authority
 
 
-def proxy_for(scheme: str, host: str) -> tuple[str, int] | None:
-    """The proxy from HTTP(S)_PROXY/ALL_PROXY unless NO_PROXY (or loopback) bypasses it."""
-    # proxy_bypass is proxy_bypass_environment on Linux; on macOS and Windows it reads NO_PROXY the same way
-    # whenever a proxy variable is set, and without one there is no proxy to bypass
-    if host.startswith(_LOOPBACK) or urllib.request.proxy_bypass(host):
-        return None
-    proxies = urllib.request.getproxies_environment()
-    url = proxies.get(scheme) or proxies.get("all")
-    if not url:
-        return None
-    parts = urlsplit(url if "://" in url else "http://" + url)
-    return parts.hostname or "", parts.port or 8080
+def _bracketed(host: str) -> str:
+    return f"[{host}]" if ":" in host else host
 
 
 @dataclass(frozen=True)

@@ -4,8 +4,9 @@ The kubernetes Python client supplies what is hard (kubeconfig and in-cluster co
 TLS, tokens, exec credential plugins); the calls themselves are made by path so each one
 is exactly what ``kubectl`` would send and a test can assert it:
 
-- apply = server-side apply (``PATCH`` with ``application/apply-patch+yaml``), which
-  creates or updates in one call, like ``kubectl apply --server-side``;
+- apply = server-side apply (``PATCH`` with ``application/apply-patch+yaml``, field manager
+  ``attnload``), which creates or updates in one call, like ``kubectl apply --server-side``; the
+  object's path comes from the API's discovery (resources.py), so any kind the cluster serves applies;
 - pod HTTP (Locust's /swarm, /stop, the results listing) goes through the API server's
   service proxy (``/api/v1/namespaces/NS/services/NAME:PORT/proxy/PATH``), so nothing
   is port-forwarded and nothing but the API server needs to be reachable.
@@ -28,22 +29,11 @@ from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
 
+from attnload.cluster.resources import Discovery
 from attnload.errors import UsageError
 
 FIELD_MANAGER = "attnload"
 NO_CLUSTER = "no Kubernetes cluster configured: set KUBECONFIG or create ~/.kube/config (kind create cluster)"
-# kind -> (API prefix, plural); enough for what deploy/ holds.
-_RESOURCES = {
-    "Namespace": ("/api/v1", "namespaces"),
-    "ConfigMap": ("/api/v1", "configmaps"),
-    "Secret": ("/api/v1", "secrets"),
-    "Service": ("/api/v1", "services"),
-    "ServiceAccount": ("/api/v1", "serviceaccounts"),
-    "Deployment": ("/apis/apps/v1", "deployments"),
-    "NetworkPolicy": ("/apis/networking.k8s.io/v1", "networkpolicies"),
-    "Role": ("/apis/rbac.authorization.k8s.io/v1", "roles"),
-    "RoleBinding": ("/apis/rbac.authorization.k8s.io/v1", "rolebindings"),
-}
 
 
 class NotFound(UsageError):
@@ -80,6 +70,7 @@ class Kube:
     def __init__(self, api: k8s.ApiClient, timeout_s: float = 30.0) -> None:
         self.api = api
         self.timeout_s = timeout_s
+        self.discovery = Discovery(lambda path: self.request("GET", path), NotFound)
 
     @property
     def server(self) -> str:
@@ -137,15 +128,8 @@ class Kube:
     # ----------------------------------------------------------------- objects
 
     def object_path(self, obj: Mapping[str, Any]) -> str:
-        kind = obj["kind"]
-        if kind not in _RESOURCES:
-            raise UsageError(f"attnload cluster cannot apply kind {kind}; use kubectl apply for it")
-        prefix, plural = _RESOURCES[kind]
-        name = obj["metadata"]["name"]
-        namespace = obj["metadata"].get("namespace")
-        if kind == "Namespace" or not namespace:
-            return f"{prefix}/{plural}/{name}"
-        return f"{prefix}/namespaces/{namespace}/{plural}/{name}"
+        """The object's path, its kind's plural and scope found by discovery (resources.py)."""
+        return self.discovery.path(obj)
 
     def apply(self, obj: Mapping[str, Any]) -> dict[str, Any]:
         """Server-side apply: create or update ``obj`` in one call; we own the fields we set."""

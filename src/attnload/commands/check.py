@@ -29,13 +29,22 @@ from urllib.parse import urlsplit
 from attnload.apis import DEFAULT_API, api_of
 from attnload.client.budget import MAX_BODY_BYTES
 from attnload.client.classify import TOOL_CHOICE_FIX, printable
-from attnload.client.transport import Timeouts, proxy_for
+from attnload.client.proxy import proxy_for
+from attnload.client.transport import Timeouts
 from attnload.commands.check_budget import bounding_hook, within
-from attnload.commands.check_probes import Probe, ProxyInfo, raw_probe, sdk_client, sdk_probe
+from attnload.commands.check_probes import (
+    Access,
+    Probe,
+    ProxyInfo,
+    raw_probe,
+    sdk_client,
+    sdk_probe,
+    slow_first_note,
+)
 from attnload.config.limits import MAX_OUTPUT_TOKENS
 from attnload.config.load import load_config
 from attnload.config.model import ModelTarget, TestConfig
-from attnload.config.urls import sdk_base_url
+from attnload.config.urls import sdk_base_url, split_query
 from attnload.errors import ErrorClass, RequestFailed, UsageError, redact, register_secret
 from attnload.workload.agent import tool_definitions
 
@@ -145,6 +154,7 @@ def check_model(config: TestConfig, target: ModelTarget, max_tokens: int, prompt
     """Everything ``attnload check`` knows about one model, with the verdict and fix filled in."""
     api = api_of(target.api)
     sdk_base = sdk_base_url(target.url, target.base_url, target.api, target.id)
+    access = Access(key_header=target.auth_header, query=split_query(target.url)[1])  # the SDK's default_query
     key_info, key = _key_info(target)
     check = ModelCheck(
         key=target.key,
@@ -175,11 +185,12 @@ def check_model(config: TestConfig, target: ModelTarget, max_tokens: int, prompt
     messages = [{"role": "user", "content": prompt}]
     if api is not DEFAULT_API:
         return _check_api(check, config, target, key, messages, max_tokens, timeouts)
-    deadline = time.perf_counter() + timeouts.total_s
+    started = time.perf_counter()
+    deadline = started + timeouts.total_s
     check.sdk = within(
         deadline,
         timeouts.total_s,
-        lambda: sdk_probe(sdk_base, key, target.id, messages, max_tokens, timeouts, check.proxy),
+        lambda: sdk_probe(sdk_base, key, target.id, messages, max_tokens, timeouts, check.proxy, access),
         Probe.failed,
     )
     # The SDK ran out of time: confirm with the load path quickly, so check returns within total + ~5 s.
@@ -189,10 +200,15 @@ def check_model(config: TestConfig, target: ModelTarget, max_tokens: int, prompt
         and timeouts.total_s > CONFIRM_TIMEOUT_S
     )
     raw_timeouts = replace(timeouts, total_s=CONFIRM_TIMEOUT_S) if confirm else timeouts
-    check.raw = raw_probe(target.url, key, target.id, messages, max_tokens, raw_timeouts)
+    raw_started = time.perf_counter()
+    check.raw = raw_probe(target.url, key, target.id, messages, max_tokens, raw_timeouts, access=access)
+    if note := slow_first_note(raw_started - started, time.perf_counter() - raw_started):
+        check.notes.append(note)
     failing = next((p for p in (check.sdk, check.raw) if not p.ok), None)
     if failing is check.sdk and check.raw.error == check.sdk.error and not confirm:
         failing = check.raw  # same class: the load path's detail is the more specific one
+    if check.raw.error == ErrorClass.PROXY_AUTH.label:
+        failing = check.raw  # the load path sends the proxy's login itself: its verdict is the one `run` meets
     if failing is None:
         failing = _agent_probe(config, target, key, messages, max_tokens, timeouts)
     if failing is None:
@@ -222,15 +238,17 @@ def _check_api(
     A server that does not speak the API answers 404/405 or a body that is not its stream; if chat
     completions then work at the same base, the fix is the ``api`` key itself, said in one line.
     """
-    check.raw = raw_probe(target.url, key, target.id, messages, max_tokens, timeouts, target.api)
+    access = Access(key_header=target.auth_header)
+    check.raw = raw_probe(target.url, key, target.id, messages, max_tokens, timeouts, target.api, access=access)
     if check.raw.ok:
         check.verdict = "ok"
         return check
     failure = RequestFailed(ErrorClass.from_label(check.raw.error or "bad_response"), check.raw.detail)
     _decide(check, failure, config, max_tokens)
     if failure.kind in (ErrorClass.NOT_FOUND, ErrorClass.BAD_REQUEST, ErrorClass.BAD_RESPONSE):
-        chat_url = check.sdk_base_url + "/chat/completions"
-        chat = raw_probe(chat_url, key, target.id, messages, max_tokens, replace(timeouts, total_s=CONFIRM_TIMEOUT_S))
+        chat_url = check.sdk_base_url + "/chat/completions" + split_query(target.url)[1]
+        quick = replace(timeouts, total_s=CONFIRM_TIMEOUT_S)
+        chat = raw_probe(chat_url, key, target.id, messages, max_tokens, quick, access=access)
         if chat.ok:
             check.fix = (
                 f"the server does not speak the {target.api} API at {target.url} but answers chat completions "
@@ -254,7 +272,18 @@ def _agent_probe(
     if agent is None:
         return None
     tools = tool_definitions(agent.tools.model_copy(update={"count": max(agent.tools.count, 1)}))
-    probe = raw_probe(target.url, key, target.id, messages, max_tokens, timeouts, target.api, tools, agent.tool_choice)
+    probe = raw_probe(
+        target.url,
+        key,
+        target.id,
+        messages,
+        max_tokens,
+        timeouts,
+        target.api,
+        tools,
+        agent.tool_choice,
+        Access(key_header=target.auth_header),
+    )
     return None if probe.ok else probe
 
 

@@ -12,11 +12,13 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
+from urllib.parse import parse_qsl
 
 from attnload.apis import request_body
 from attnload.client.budget import max_events
 from attnload.client.chat import ApiClient
 from attnload.client.classify import classify_status
+from attnload.client.proxy import proxy_refusal
 from attnload.client.transport import Timeouts
 from attnload.commands.check_budget import bounding_hook, max_probe_bytes
 from attnload.errors import ErrorClass, RequestFailed
@@ -43,6 +45,24 @@ class Probe:
         return cls(ok=False, error=failure.kind.label, detail=failure.detail)
 
 
+SLOW_FIRST_S = 10.0
+"""A first request at least this long (seconds) ..."""
+FAST_LATER_S = 1.0
+"""... followed by one within this is a server or gateway warming up, not a slow endpoint."""
+
+
+def slow_first_note(first_s: float, later_s: float) -> str | None:
+    """The note for a first request far slower than the next: a gateway or server warming up (LiteLLM
+    offline looks ~23 s per request for a tokenizer on the internet until ``HF_HUB_OFFLINE=1``)."""
+    if first_s < SLOW_FIRST_S or later_s >= FAST_LATER_S:
+        return None
+    return (
+        f"the first request was slow: a gateway or server warming up ({first_s:.1f} s, the next {later_s:.2f} s); "
+        "a run's first TTFTs will show it. LiteLLM offline: set HF_HUB_OFFLINE=1 and LITELLM_LOCAL_MODEL_COST_MAP=True "
+        "where it runs (docs/troubleshooting.md)"
+    )
+
+
 @dataclass
 class ProxyInfo:
     """Proxy variables as set (passwords redacted), and the one each client would use for this URL."""
@@ -62,6 +82,7 @@ def sdk_probe(
     max_tokens: int,
     timeouts: Timeouts,
     proxy: ProxyInfo,
+    access: Access | None = None,
 ) -> Probe:
     """One streaming request through the openai SDK (httpx honours the proxy variables).
 
@@ -75,7 +96,7 @@ def sdk_probe(
     timeout = httpx2.Timeout(read_s, connect=timeouts.connect_s)
     started = time.perf_counter()
     hook = bounding_hook(started + timeouts.total_s, max_probe_bytes(max_tokens), timeouts.total_s)
-    client = sdk_client(base_url, key, timeout, hook)
+    client = sdk_client(base_url, key, timeout, hook, access)
     try:
         stream = client.chat.completions.create(
             model=model,
@@ -89,13 +110,15 @@ def sdk_probe(
     except RequestFailed as failure:
         return Probe.failed(failure)
     except openai.APIStatusError as exc:
-        return Probe.failed(
-            classify_status(exc.status_code, exc.response.content, exc.response.headers.get("retry-after"))
-        )
+        headers = exc.response.headers
+        status = classify_status(exc.status_code, exc.response.content, headers.get("retry-after"))
+        return Probe.failed(proxy_refusal(status, proxy.sdk_proxy is not None, headers.get))
     except openai.APITimeoutError:
         return Probe.failed(RequestFailed(ErrorClass.TIMEOUT, f"no data within {read_s:g} s (openai SDK)"))
     except openai.APIConnectionError as exc:
         return Probe.failed(_connection_failure(exc.__cause__ or exc, proxy))
+    except httpx2.TransportError as exc:  # the SDK reading an error's body that the peer reset (a proxy's 401)
+        return Probe.failed(_connection_failure(exc, proxy))
     except openai.APIError as exc:  # an error event inside a 200 stream
         body = exc.body if exc.body is not None else exc.message
         return Probe.failed(classify_status(200, json.dumps({"error": body}).encode()))
@@ -199,10 +222,11 @@ def raw_probe(
     api: str = "chat",
     tools: list[dict[str, Any]] | None = None,
     tool_choice: str | None = None,
+    access: Access | None = None,
 ) -> Probe:
     """The same request through the load path's own client (and ``api``), so `attnload run` is known to work too
     (with an agent profile's ``tools`` array and ``tool_choice`` when given)."""
-    client = ApiClient(url, key, timeouts, api=api)
+    client = ApiClient(url, key, timeouts, api=api, key_header=access.key_header if access else None)
     try:
         record = client.send(
             request_body(
@@ -220,16 +244,36 @@ def raw_probe(
     return Probe.failed(failure)
 
 
+@dataclass(frozen=True)
+class Access:
+    """How a model's endpoint wants its requests besides the key: the key's header (model key
+    ``auth_header``, e.g. ``api-key``) and the URL's query string (``?api-version=...``), kept."""
+
+    key_header: str | None = None
+    query: str = ""
+    """``"?a=b"`` or ""."""
+
+
 def sdk_client(
-    base_url: str, key: str | None, timeout: float | httpx2.Timeout, hook: Callable[[Any], None]
+    base_url: str,
+    key: str | None,
+    timeout: float | httpx2.Timeout,
+    hook: Callable[[Any], None],
+    access: Access | None = None,
 ) -> openai.OpenAI:
     """The openai SDK without retries, each response body behind ``hook``'s bounds (check_budget.py)."""
     import openai
 
+    access = access or Access()
+    headers: dict[str, Any] = {}
+    if access.key_header:  # the key bare in its own header, and no Authorization beside it
+        headers = {access.key_header: key or "", "Authorization": openai.Omit()}
     return openai.OpenAI(
         base_url=base_url,
         api_key=key or "no-key",
         max_retries=0,
         timeout=timeout,
+        default_headers=headers or None,
+        default_query=dict(parse_qsl(access.query.removeprefix("?"))) or None,
         http_client=openai.DefaultHttpxClient(timeout=timeout, event_hooks={"response": [hook]}),
     )

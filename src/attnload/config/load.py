@@ -33,7 +33,7 @@ from attnload.config.model import (
     TestConfig,
     env_name,
 )
-from attnload.config.urls import api_url, check_api, check_url, metrics_url, resolve_chat_url
+from attnload.config.urls import api_url, check_api, check_header_name, check_url, metrics_url, resolve_chat_url
 from attnload.errors import UsageError, describe_validation
 from attnload.scrape.dcgm import check_selector
 
@@ -60,8 +60,10 @@ class _SeedModel(StrictModel):
     gpu_hour_usd: float | None = Field(default=None, ge=0, le=1e6)
     price_per_mtok: Price | None = None
     api: str = "chat"
+    auth_header: str | None = None
 
     _attention = field_validator("attention")(lambda v: parse_attention(v))
+    _auth_header = field_validator("auth_header")(lambda v: v if v is None else check_header_name(v))
     _api = field_validator("api")(lambda v: check_api(v))
     _url = field_validator("base_url")(lambda v: v if v is None else check_url(v))
     _env = field_validator("api_key_env")(lambda v: env_name(v))
@@ -265,6 +267,7 @@ def _targets(models: Mapping[str, _SeedModel], base_url: str, api_key_env: str |
                 gpu_hour_usd=raw.gpu_hour_usd,
                 price_per_mtok=raw.price_per_mtok,
                 api=raw.api,
+                auth_header=raw.auth_header,
             )
         )
     return tuple(targets)

@@ -90,6 +90,9 @@ class ModelTarget(StrictModel):
     """An API: USD per million input and output tokens."""
     api: str = "chat"
     """The API requests go through (a name registered in ``attnload.apis``); ``url`` is that API's endpoint."""
+    auth_header: str | None = None
+    """The header that carries the key bare (e.g. Azure OpenAI's ``api-key``) instead of the API's own
+    (``Authorization: Bearer``, ``x-api-key``, ``x-goog-api-key``); the key still comes from ``api_key_env``."""
 
     def api_key(self) -> str | None:
         """The key from the environment (never from a file); registered for redaction."""

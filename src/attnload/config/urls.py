@@ -17,15 +17,17 @@ def resolve_chat_url(base_url: str) -> tuple[str, str, str]:
     ``/v1/chat/completions``; a base that already ends in ``/v1`` must not become
     ``/v1/v1``.
     """
-    url = check_url(base_url).rstrip("/")
+    url, query = split_query(check_url(base_url))
+    url = url.rstrip("/")
     if url.endswith("/chat/completions"):
         root = url[: -len("/chat/completions")]
         root = root[:-3] if root.endswith("/v1") else root
-        return root, url, "base_url is a full chat-completions URL; used as given"
+        return root, url + query, "base_url is a full chat-completions URL; used as given"
     if url.endswith("/v1"):
         root = url[:-3]
-        return root, root + CHAT_PATH, f"base_url ends in /v1; used {root + CHAT_PATH} (not /v1/v1)"
-    return url, url + CHAT_PATH, f"appended {CHAT_PATH} to base_url"
+        chat = root + CHAT_PATH + query
+        return root, chat, f"base_url ends in /v1; used {chat} (not /v1/v1)"
+    return url, url + CHAT_PATH + query, f"appended {CHAT_PATH} to base_url"
 
 
 def check_api(value: str) -> str:
@@ -38,21 +40,23 @@ def api_url(chat_url: str, api: str, model_id: str) -> str:
 
     An API under ``/v1`` keeps the base as resolved (a full chat URL's prefix included); one under
     another version (``/v1beta``) goes from the root, so a base ending in that version does
-    not double it.
+    not double it. The base's query string (``?api-version=...``) stays, after the API's own.
     """
+    chat_url, query = split_query(chat_url)
     path = api_of(api).path(model_id)
     base = chat_url.removesuffix("/chat/completions")
     if path.startswith("/v1/"):
-        return base + path[3:]
+        return with_query(base + path[3:], query)
     version = path[: path.index("/", 1)]
-    return base.removesuffix("/v1").removesuffix(version) + path
+    return with_query(base.removesuffix("/v1").removesuffix(version) + path, query)
 
 
 def sdk_base_url(url: str, root: str, api: str, model_id: str) -> str:
-    """The ``.../v1`` base an OpenAI client would be given for a model whose requests go to ``url``."""
+    """The ``.../v1`` base an OpenAI client would be given for a model whose requests go to ``url``
+    (its query string apart: the client takes that as its default query)."""
     path = api_of(api).path(model_id)
     if path.startswith("/v1/"):
-        return url.removesuffix(path[3:])
+        return split_query(url)[0].removesuffix(path[3:])
     at = url.rfind(path[: path.index("/", 1)] + "/")  # another version (``/v1beta``): the root before it
     return (url[:at] if at >= 0 else root) + "/v1"
 
@@ -100,3 +104,33 @@ def metrics_url(value: str | None) -> str | None:
     if value is None:
         return None
     return check_url(value, "metrics_url")
+
+
+# ---------------------------------------------------------------- query strings and the key's header
+
+
+def with_query(url: str, query: str) -> str:
+    """``url`` with ``query`` (``"?a=b"`` or ""), after the URL's own query if it has one (``?alt=sse``)."""
+    if not query:
+        return url
+    return url + ("&" + query[1:] if "?" in url else query)
+
+
+def split_query(url: str) -> tuple[str, str]:
+    """``(url without its query, "?query" or "")``: paths are resolved on the first, the query is kept
+    and goes on every request (Azure OpenAI's ``?api-version=2024-10-21``)."""
+    head, mark, query = url.partition("?")
+    return head, mark + query
+
+
+_TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+"""An HTTP field name (RFC 9110 §5.1: a token)."""
+
+
+def check_header_name(value: str) -> str:
+    """The model key ``auth_header`` (e.g. ``api-key``) if it is an HTTP field name; else a one-line ``ValueError``."""
+    if not _TOKEN.fullmatch(value):
+        raise ValueError(
+            f"auth_header {value!r} is not an HTTP header name: use letters, digits and '-' (e.g. api-key)"
+        )
+    return value

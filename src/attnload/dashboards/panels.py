@@ -257,6 +257,7 @@ def server_view() -> tuple[Panel, ...]:
             dashed_legend="^p99",
             width=8,
         ),
+        *speculation_panels(),
     )
 
 
@@ -280,6 +281,31 @@ def reasoning_share() -> Panel:
     )
 
 
+def speculation_panels() -> tuple[Panel, ...]:
+    """Speculative decoding from the server's counters (vLLM) or gauges (SGLang): empty where nothing speculates."""
+    accepted, drafts, draft_tokens = (
+        f"sum by (model_name) (rate(vllm:spec_decode_num_{name}_total{{{SEL_SERVER}}}[{RATE}]))"
+        for name in ("accepted_tokens", "drafts", "draft_tokens")
+    )
+    return (
+        _server_panel(
+            "Server: draft acceptance",
+            "percentunit",
+            engines(f"{accepted} / {draft_tokens}", f"avg by (model_name) (sglang:spec_accept_rate{{{SEL_SERVER}}})"),
+            "Speculative decoding: accepted draft tokens over proposed ones (vLLM's and SGLang's ratio; the "
+            "results' spec_decode.acceptance_rate is the per-token one, higher for long drafts).",
+            max_value=1.0,
+        ),
+        _server_panel(
+            "Server: tokens per decode step",
+            "short",
+            engines(f"1 + {accepted} / {drafts}", f"avg by (model_name) (sglang:spec_accept_length{{{SEL_SERVER}}})"),
+            "Speculative decoding: tokens one sequence gets per verify step (1 + accepted drafts), what a "
+            "speculating server writes per event.",
+        ),
+    )
+
+
 def expr_requirements(expr: str) -> frozenset[str]:
     """What a query needs before it can return data, for the non-empty test.
 
@@ -287,7 +313,8 @@ def expr_requirements(expr: str) -> frozenset[str]:
     measured against a fixed schedule (``--shape rate:``). ``sim``: the simulator is scraped
     (it exports the vLLM names; a server-view query covers vLLM and SGLang names together, so any
     engine satisfies it). ``prefix_cache``: the simulator exports prefix-cache counters in roofline
-    mode only. ``sglang``: a query with SGLang names only (the server view has none).
+    mode only. ``sglang``: a query with SGLang names only (the server view has none). ``speculation``: the
+    simulator speculates (``--spec-tokens``).
     """
     needs: set[str] = set()
     if (f"{names.REQUEST_ERRORS}_total" in expr or 'outcome="failed"' in expr) and "(0 * sum" not in expr:
@@ -300,6 +327,8 @@ def expr_requirements(expr: str) -> frozenset[str]:
         needs.add("prefix_cache")
     if "sglang:" in expr and "vllm:" not in expr:
         needs.add("sglang")
+    if "spec_decode" in expr or "spec_accept" in expr:
+        needs.add("speculation")
     if "attnload_gpu_" in expr:  # GPU telemetry: the roofline simulator's DCGM fields (or dcgm-exporter)
         needs.add("gpu")
     return frozenset(needs)

@@ -109,6 +109,16 @@ def read_sizes(itl_samples: Pairs) -> Pairs:
     return tuple((float(size), count) for size, count in sizes.items())
 
 
+def event_sizes(itl_samples: Pairs) -> Pairs:
+    """(tokens in one event, events of that size) of a stream after its first event: what each server
+    write carried, whether or not the client read several at once (a speculating server's verify step
+    sends 1 + accepted drafts in one event)."""
+    sizes: dict[int, int] = {}
+    for _, n in itl_samples:
+        sizes[n] = sizes.get(n, 0) + 1
+    return tuple((float(size), count) for size, count in sizes.items())
+
+
 @dataclass(frozen=True)
 class PanelText:
     """A metric's dashboard panels (one per percentile): the title and the description."""
@@ -166,6 +176,10 @@ def _stalled_itl(record: RequestRecord) -> Pairs:
 
 def _reads(record: RequestRecord) -> Pairs:
     return read_sizes(record.itl_samples) if record.ttft_s is not None else ()
+
+
+def _events(record: RequestRecord) -> Pairs:
+    return event_sizes(record.itl_samples) if record.ttft_s is not None else ()
 
 
 METRICS: list[Metric] = [
@@ -254,16 +268,16 @@ METRICS: list[Metric] = [
     ),
     Metric("prompt", "prompt", take=_positive_prompt, unit="tokens"),
     Metric("read_tokens", "tokens per read", take_pairs=_reads, outcomes=ANSWERED, unit="tokens"),
+    Metric("event_tokens", "tokens per event", take_pairs=_events, outcomes=ANSWERED, unit="tokens"),
     Metric("ttft_censored", "TTFT censored", take=lambda r: r.e2e_s if r.ttft_s is None else None, outcomes=CUT),
     Metric("stalled_ttft", "stalled TTFT", take=lambda r: r.ttft_s if r.worker_stalled_s else None, outcomes=SEEN),
-    Metric(
-        "stalled_itl", "stalled ITL", take_pairs=lambda r: r.itl_samples if r.worker_stalled_s else (), outcomes=SEEN
-    ),
+    Metric("stalled_itl", "stalled ITL", take_pairs=_stalled_itl, outcomes=SEEN),
     Metric("stalled_e2e", "stalled E2E", take=lambda r: r.e2e_s if r.worker_stalled_s else None),
 ]
 """``lag``: open-loop dispatch lag (a stage's ``dispatch_lag_s``, the request log's ``dispatch_lag_s``);
 ``prompt``: prompt tokens of each successful request (a context ladder's measured size per stage);
-``read_tokens``: tokens per read of a stream (one sample per read, :func:`read_sizes`);
+``read_tokens``: tokens per read of a stream (one sample per read, :func:`read_sizes`); ``event_tokens``:
+tokens per streamed event after the first (``tokens_per_step``, :func:`event_sizes`);
 ``ttft_censored``: how long each request a stop cut had waited for a first token that never came (its TTFT
 is at least that: ``measure.survival``); ``stalled_*``: the share of ``ttft``, ``itl`` and ``e2e`` from
 requests whose worker was frozen or cut off while they ran, taken where those are, so the results give each

@@ -78,6 +78,8 @@ class RunOptions:
     """``--accept-foreign-workers``: admit a joining worker whose config hash or version differs."""
     ladder_stretch: str = "auto"
     """``auto``: a context ladder's rung whose TTFT is long runs longer (``runner/stretch.py``); ``off``: not."""
+    keep_going: bool = False
+    """``--keep-going``: a model failing one deterministic way 20 times in a row keeps sending (giveup.py)."""
     given: Mapping[str, str] = field(default_factory=dict, compare=False)
     """The texts these options were read from, by option name: what ``attnload run`` hands its processes."""
 
@@ -385,6 +387,16 @@ OPTIONS: tuple[Option, ...] = (
         "0",
         run={"action": "store_true", "default": None},
         field="accept_foreign_workers",
+        read=truthy,
+    ),
+    Option(
+        "keep-going",
+        "keep sending to a model whose requests fail one way that retrying cannot fix (not_found, auth, "
+        "bad_request, context_length, proxy_auth) 20 times in a row with no success (default: its users stop, "
+        "with the fix on the console, and the run exits 1)",
+        "0",
+        run={"action": "store_true", "default": None},
+        field="keep_going",
         read=truthy,
     ),
     Option(

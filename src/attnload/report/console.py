@@ -18,6 +18,7 @@ from attnload.report import truth
 from attnload.report.agent import steps as agent_steps
 from attnload.report.clienthealth import render as client_health
 from attnload.report.compare import Comparison
+from attnload.report.decode import view as decode_view
 from attnload.report.explain import MIXED_MODELS_NOTE, presets_differ
 from attnload.report.fmt import (
     DASH,
@@ -163,6 +164,7 @@ def render_table(results: Results) -> RenderableType:
         parts.append(ladder)
     if (reasoning := reasoning_view.console_table(results)) is not None:
         parts.append(reasoning)
+    parts += decode_view.console_tables(results)
     server = server_view.console_table(results)
     if server is not None:
         parts.append(server)

@@ -20,6 +20,7 @@ from attnload.report.charts import charts
 from attnload.report.clienthealth import render as client_health
 from attnload.report.compare import Comparison, compare_results
 from attnload.report.console import errors_text, fleet_notes
+from attnload.report.decode import view as decode_view
 from attnload.report.explain import MIXED_MODELS_NOTE, attention_facts, explain, presets_differ
 from attnload.report.fmt import DASH, count, error_total, pct, series_name, stage_label, summary_metrics
 from attnload.report.ladder.html import ladder_charts, verdict_section
@@ -258,6 +259,8 @@ def render_html(
         sections.append(("server", "Server view", server_view.html_section(results)))
     if gpu_view.has_gpu(results):
         sections.append(("gpu", "GPU view", gpu_view.html_section(results)))
+    if decode := decode_view.html_section(results):
+        sections.append(("decode-steps", "Decode steps: speculation and prefill interference", decode))
     if health := client_health.html_section(results):
         sections.append(("client-health", "Client health and arrival phase", health))
     if any(m.turns for m in results.models):

@@ -9,6 +9,10 @@ users their latencies include load-generator delay when they do not. So the sign
 against the client only with evidence that the client was behind: its CPU was high, its cgroup
 throttled it, or its event loop ran late (``measure.looplag``); without that evidence the stage
 gets the ``server_bursts`` flag with the burst size, and ITL is read as the server's flush cadence.
+
+A server that speculates (its own counters say so: ``stages[].server.spec_decode``) writes 1 + the
+accepted drafts of each verify step at once, so its reads carry several tokens whatever the client
+does: such a stage gets the flag with ``reason: speculation`` and is never read as client delay.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from attnload.measure.cgroup import throttled_reason
 from attnload.measure.histogram import LogHistogram
 from attnload.measure.looplag import behind_reason
 from attnload.measure.recorder import Recorder, Series
-from attnload.results.model import ModelSummary, Results, ServerBursts, StageSummary, Summary
+from attnload.results.model import ModelSummary, Results, ServerBursts, ServerSummary, StageSummary, Summary
 
 SERVER_BURSTS_FLAG = "server_bursts"
 CLIENT_BUSY_CPU_RATIO = 0.75
@@ -42,6 +46,13 @@ def itl_collapsed(itl: LogHistogram, min_samples: int = MIN_ITL_SAMPLES) -> bool
         and p50 < ITL_COLLAPSED_S < p99
         and p99 > 50 * p50
     )
+
+
+def tokens_per_step(series: Series) -> float | None:
+    """Mean tokens per streamed event after the first (3 decimals): what one decode step sends a stream
+    when the server writes each step as an event (a speculating server: 1 + accepted drafts)."""
+    value = series.hists["event_tokens"].mean
+    return None if value is None else round(value, 3)
 
 
 def tokens_per_read_p50(series: Series) -> float | None:
@@ -72,31 +83,50 @@ def burst_note(size: float | None) -> str:
     )
 
 
-def _bursts(series: Series) -> ServerBursts | None:
-    if not itl_collapsed(series.hists["itl"]):
+SPECULATION_MIN_TOKENS_PER_EVENT = 1.05
+"""Mean tokens per event above this, with the server's speculative counters: the writes are the verify steps'."""
+
+
+def speculation_note(size: float, per_step: float | None) -> str:
+    steps = f" (its counters: {per_step:.2f} tokens per step)" if per_step is not None else ""
+    return (
+        f"the server speculates{steps} and writes each verify step's tokens at once: {size:g} tokens per read "
+        "(p50) are its steps, not client delay; ITL per token is the step's gap over its tokens"
+    )
+
+
+def _bursts(series: Series, server: ServerSummary | None, behind: str | None) -> ServerBursts | None:
+    spec = server.spec_decode if server is not None else None
+    mean = tokens_per_step(series)
+    if spec is not None and mean is not None and mean > SPECULATION_MIN_TOKENS_PER_EVENT:
+        size = tokens_per_read_p50(series) or mean
+        return ServerBursts(
+            tokens_per_read_p50=size, note=speculation_note(size, spec.tokens_per_step), reason="speculation"
+        )
+    if behind is not None or not itl_collapsed(series.hists["itl"]):
         return None
     size = tokens_per_read_p50(series) or 1.0
     return ServerBursts(tokens_per_read_p50=size, note=burst_note(size))
 
 
-def _stage(stage: StageSummary, series: Series) -> StageSummary:
-    bursts = _bursts(series)
+def _stage(stage: StageSummary, series: Series, behind: str | None) -> StageSummary:
+    bursts = _bursts(series, stage.server, behind)
     if bursts is None:
         return stage
     flags = stage.flags if SERVER_BURSTS_FLAG in stage.flags else [*stage.flags, SERVER_BURSTS_FLAG]
     return stage.model_copy(update={"server_bursts": bursts, "flags": flags})
 
 
-def _model(model: ModelSummary, recorder: Recorder) -> ModelSummary:
-    stages = [_stage(s, recorder.combined(model_key=model.key, stage=s.index)) for s in model.stages]
-    return model.model_copy(update={"stages": stages, "server_bursts": _bursts(recorder.combined(model_key=model.key))})
+def _model(model: ModelSummary, recorder: Recorder, behind: str | None) -> ModelSummary:
+    stages = [_stage(s, recorder.combined(model_key=model.key, stage=s.index), behind) for s in model.stages]
+    whole = _bursts(recorder.combined(model_key=model.key), model.server, behind)
+    return model.model_copy(update={"stages": stages, "server_bursts": whole})
 
 
 def with_server_bursts(results: Results, recorder: Recorder, behind: str | None) -> Results:
-    """Flag each stage (and model) whose reads carried several events, unless the client was ``behind``."""
-    if behind is not None:
-        return results
-    return results.model_copy(update={"models": [_model(m, recorder) for m in results.models]})
+    """Flag each stage (and model) whose reads carried several events, unless the client was ``behind``;
+    a speculating server's multi-token writes are flagged as its own whatever the client did."""
+    return results.model_copy(update={"models": [_model(m, recorder, behind) for m in results.models]})
 
 
 def any_server_bursts(results: Results) -> list[tuple[str, str, ServerBursts]]:

@@ -22,7 +22,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from attnload.config.model import Slo
-from attnload.errors import UsageError
+from attnload.errors import ErrorClass, UsageError
 from attnload.results.model import ModelSummary, Results
 from attnload.results.server import SERVER_GAP_FLAG
 from attnload.results.truth.fields import NO_DATA_FLAG
@@ -71,7 +71,7 @@ def run_status(results: Results, policy: ExitPolicy) -> tuple[int, list[str]]:
     code = 1 if reasons else 0
     failed = _failed(results.models)
     if failed and policy.on_error:
-        code = code or policy.on_error
+        code = policy.on_error  # the code the user asked for failures wins over no_data's 1
         reasons.append(failed)
     watched: list[str] = []
     if "slo" in policy.fail_on:
@@ -117,10 +117,20 @@ def empty_stages(models: Iterable[ModelSummary]) -> list[str]:
 
 
 def _failed(models: Iterable[ModelSummary]) -> str:
-    parts = [f"{m.key} {m.requests.failed}/{m.requests.total}" for m in models if m.requests.failed]
+    parts = [f"{m.key} {m.requests.failed}/{m.requests.total}{_only_fix(m)}" for m in models if m.requests.failed]
     if not parts:
         return ""
     return f"failed requests: {', '.join(parts)} (--exit-code-on-error 0 ignores them)"
+
+
+def _only_fix(model: ModelSummary) -> str:
+    """A model that never succeeded and failed one way only: that class and its fix (a wrong model id, key,
+    proxy login: the whole run measured nothing, and the fix is the one thing to do next)."""
+    classes = [label for label, n in model.errors.items() if n and label != ErrorClass.CANCELLED.label]
+    if model.requests.ok or len(classes) != 1:
+        return ""
+    kind = ErrorClass.from_label(classes[0])
+    return f" all {kind.label}: {kind.value}"
 
 
 _SLO_FIELDS = (

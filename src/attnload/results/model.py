@@ -116,6 +116,9 @@ class Totals(_Model):
     """Set with the ``no_data`` flag: why no request finished here, in words."""
     without_stalled: StalledExcluded | None = None
     """Set when a stalled worker's requests are in these latencies: the same percentiles without them."""
+    tokens_per_step: float | None = None
+    """Mean tokens per streamed event after the first: what one decode step sends a stream when the server
+    writes each step as an event (1 + accepted drafts under speculative decoding); None: no stream read."""
 
     @model_validator(mode="before")
     @classmethod
@@ -237,6 +240,32 @@ class ServerBursts(_Model):
     """The burst size: median tokens per read."""
     note: str
     """What it means for the numbers: ITL shows the server's flush cadence."""
+    reason: Literal["flush", "speculation"] = "flush"
+    """``speculation``: the server's own counters show speculative decoding, whose verify steps send
+    1 + accepted drafts per write (ITL per token is the step's gap over its tokens)."""
+
+
+class PrefillInterference(_Model):
+    """``--shape interference:L``: what injected long prompts did to this model's decoders (docs/workloads.md)."""
+
+    prefill_tokens: int
+    """Prompt tokens of one injected request (the server's count where it reported usage)."""
+    injections: int = 0
+    itl_p50_baseline_s: float | None = None
+    """ITL p50 of the decode gaps that overlapped no injected prefill."""
+    itl_p50_during_s: float | None = None
+    """ITL during an injected prefill (from its send to its first token): the median over (decode stream,
+    window) pairs of the stream's mean ITL over its gaps overlapping the window."""
+    itl_max_during_s: float | None = None
+    ms_per_1k_prefill_tokens: float | None = None
+    """What one decode stream lost per injection (Σ of its gaps in the window − the baseline's), ms per 1000
+    injected prompt tokens: the wire's counterpart of ``attnload sim --explain``'s mixed-step stall."""
+    injected_ttft_p50_s: float | None = None
+    """TTFT p50 of the injected prompts: how long each window lasted."""
+    itl_timeline: list[tuple[float, float]] = []
+    """(seconds since the test began, mean decode ITL of the gaps ending in that half second): the report's chart."""
+    windows_s: list[tuple[float, float]] = []
+    """Each injected prefill's window (sent, first token), seconds since the test began."""
 
 
 class StartSpreadInfo(_Model):
@@ -335,6 +364,16 @@ class VerdictModel(_Model):
     """TTFT p50 at the stage the figures come from (the longest rung of a ladder)."""
     tpot_p50_s: Interval | None = None
     """TPOT p50 at that stage."""
+    tokens_per_step: float | None = None
+    """Speculative decoding (the server's counters show it): the client's mean tokens per decode step."""
+    spec_acceptance_rate: float | None = None
+    """The server's per-token draft acceptance over the run (``server.spec_decode.acceptance_rate``)."""
+    itl_p50_s: float | None = None
+    """With speculation: ITL per token, p50, over the run."""
+    baseline: str | None = None
+    """The entry with the same model id that did not speculate, when both were run."""
+    itl_speedup: float | None = None
+    """The baseline's ITL p50 ÷ this model's: what speculation bought per token."""
 
 
 class Verdict(_Model):
@@ -379,6 +418,8 @@ class ModelSummary(Totals):
     """E.g. ``no_data`` (no request of this model finished) or ``worker_stalled`` (a run without stages)."""
     error_examples: dict[str, list[ErrorExample]] = {}
     """Per error class, its first three failures as the server answered them."""
+    prefill_interference: PrefillInterference | None = None
+    """``--shape interference:L``: decode ITL without and during injected prefills; None for other shapes."""
     start_spread: StartSpreadInfo | None = None
     """An unstaged closed-loop run: how its users were started (a staged run says it per stage)."""
     target: str = ""

@@ -16,7 +16,13 @@ from attnload.measure.histogram import LogHistogram
 from attnload.measure.looplag import behind_reason
 from attnload.measure.metrics import METRICS
 from attnload.measure.recorder import Recorder, Series
-from attnload.results.bursts import MIN_ITL_SAMPLES_RUN, client_behind, itl_collapsed, tokens_per_read_p50
+from attnload.results.bursts import (
+    MIN_ITL_SAMPLES_RUN,
+    client_behind,
+    itl_collapsed,
+    tokens_per_read_p50,
+    tokens_per_step,
+)
 from attnload.results.ladder import context_scaling, decode_speed
 from attnload.results.model import ClientInfo, ModelSummary, Requests, Results, StageSummary, Summary, Totals
 from attnload.results.reasoning import reasoning_fields, reasoning_note
@@ -123,6 +129,7 @@ def totals(series: Series, duration_s: float, slo_set: bool) -> dict[str, Any]:
         "censored": censored_of(series),
         "no_data_reason": nodata.no_data_reason(series),
         "without_stalled": without_stalled(series),
+        "tokens_per_step": tokens_per_step(series),
     }
 
 

@@ -11,6 +11,7 @@ failures, no GPU count) the text says what is missing instead of guessing.
 from __future__ import annotations
 
 from attnload.config.model import ModelTarget, Slo, TestConfig
+from attnload.results.decode.speculation import speculation_sentence, with_speculation
 from attnload.results.ladder import longest_rung, pair_sentences, tokens_label
 from attnload.results.model import ModelSummary, StageSummary, Verdict, VerdictModel
 from attnload.results.truth.fields import NO_DATA_FLAG, Interval
@@ -194,7 +195,10 @@ def build_verdict_of(config: TestConfig, models: list[ModelSummary]) -> Verdict:
             f"Prompt sizes of {', '.join(estimated)} are estimated (no tokenizer, no usage to calibrate from): "
             "the measured prompt tokens are in each stage."
         )
-    verdicts = [model_verdict(targets[m.key], m, config.slo) for m in models if m.key in targets]
+    verdicts = [
+        with_speculation(model_verdict(targets[m.key], m, config.slo), m, models) for m in models if m.key in targets
+    ]
+    sentences += [text for v in verdicts if (text := speculation_sentence(v)) is not None]
     if config.slo.is_set:
         capacity = "; ".join(_capacity_sentence(v, targets[v.target], m) for v, m in zip(verdicts, models, strict=True))
         sentences.append(f"At the SLO ({_slo_text(config.slo)}): {capacity}.")

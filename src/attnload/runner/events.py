@@ -30,6 +30,7 @@ from attnload.runner.collector.requestsfile import pump
 from attnload.runner.gcpolicy import quiet_full_collections
 from attnload.runner.messages import setup_distributed_messages
 from attnload.runner.runtime import Runtime
+from attnload.runner.sender.injector import Injector
 from attnload.runner.sender.sender import Sender
 from attnload.runner.sender.stallwatch import watch as watch_stalls
 from attnload.runner.sender.users import open_loop
@@ -115,6 +116,9 @@ def _init_sender(environment: Environment, sender: Sender) -> None:
     loop = open_loop(environment, sender)
     loop.on_error = sender.health.scheduler_died
     sender.open_loop = loop
+    shape = sender.state.options.shape
+    if shape is not None and (tokens := shape.injected_prefill_tokens) is not None:
+        sender.injector = Injector(sender, tokens)
     gevent.spawn(watch_stalls, sender.stall)  # a frozen process's requests carry the freeze: mark them
     # a worker cut off from its master keeps running: the master's answers to its heartbeats stop instead
     environment.events.heartbeat_received.add_listener(lambda **_: sender.stall.heard())

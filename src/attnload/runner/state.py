@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 from attnload.attention import FactsLookup, no_facts
 from attnload.config.model import TestConfig
 from attnload.measure.context import ContextRecorder
+from attnload.measure.interference import InterferenceRecorder
 from attnload.measure.paired import PairedRecorder
 from attnload.measure.recorder import Recorder
 from attnload.plan.options import RunOptions
@@ -50,6 +51,8 @@ class RunState:
         self.recorder = Recorder()
         self.context = ContextRecorder()
         """Latency by turn and by prompt length, and open-loop send times (merged like the recorder)."""
+        self.interference = InterferenceRecorder()
+        """``--shape interference:L``: injected prefill windows and the decode gaps around them."""
         self.paired = PairedRecorder(config.models[0].key, seed=config.seed) if options.paired else None
         sized = options.shape is not None and options.shape.sizes_prompts
         self.workload = Workload(config, list(options.profiles) or None, shape_sizes_prompts=sized)
@@ -86,6 +89,7 @@ class RunState:
             self.paired.reset()
         self.started_at = time.time()
         self.started_perf = time.perf_counter()
+        self.interference.reset(self.started_perf)
         self.ended_at = None
         self.stage = StageClock()
         self.running = True

@@ -71,6 +71,15 @@ class ServerSample:
     queue_time_count: float | None = None
     aborted: float | None = None
     """Requests the server aborted, e.g. because the client closed the stream (counter)."""
+    spec_drafts: float | None = None
+    """Speculative decoding (vLLM counters): verify steps that carried drafts, per sequence."""
+    spec_draft_tokens: float | None = None
+    spec_accepted_tokens: float | None = None
+    spec_accepted_all: float | None = None
+    """Drafts accepted in full: vLLM's accepted-tokens-per-position counter at the last position."""
+    spec_accept_length: float | None = None
+    """SGLang's gauges: accepted drafts + the bonus token per verify step, and accepted ÷ draft tokens."""
+    spec_accept_rate: float | None = None
 
 
 ABORTED = ("vllm:request_success_total", "finished_reason", "abort")
@@ -93,6 +102,12 @@ class _Names:
     generation_tokens: tuple[str, ...]
     ttft: tuple[str, ...]
     queue_time: tuple[str, ...]
+    spec_drafts: tuple[str, ...] = ()
+    spec_draft_tokens: tuple[str, ...] = ()
+    spec_accepted_tokens: tuple[str, ...] = ()
+    spec_accepted_per_pos: tuple[str, ...] = ()
+    spec_accept_length: tuple[str, ...] = ()
+    spec_accept_rate: tuple[str, ...] = ()
 
 
 VLLM_NAMES = _Names(
@@ -108,6 +123,10 @@ VLLM_NAMES = _Names(
     generation_tokens=("vllm:generation_tokens_total",),
     ttft=("vllm:time_to_first_token_seconds",),
     queue_time=("vllm:request_queue_time_seconds",),
+    spec_drafts=("vllm:spec_decode_num_drafts_total",),
+    spec_draft_tokens=("vllm:spec_decode_num_draft_tokens_total",),
+    spec_accepted_tokens=("vllm:spec_decode_num_accepted_tokens_total",),
+    spec_accepted_per_pos=("vllm:spec_decode_num_accepted_tokens_per_pos_total",),
 )
 SGLANG_NAMES = _Names(
     model_label="model_name",
@@ -123,6 +142,8 @@ SGLANG_NAMES = _Names(
     generation_tokens=("sglang:generation_tokens_total",),
     ttft=("sglang:time_to_first_token_seconds",),
     queue_time=("sglang:queue_time_seconds",),
+    spec_accept_length=("sglang:spec_accept_length",),
+    spec_accept_rate=("sglang:spec_accept_rate",),
 )
 SIM_NAMES = _Names(  # the simulator's own names; what it lacks comes from its vLLM names (_merge)
     model_label="model",
@@ -243,7 +264,23 @@ def _sample(series: Mapping[str, Series], names: _Names, source: str, model: str
         if queue_sum is not None
         else None,
         aborted=_aborted(series, names.model_label, model) if names is VLLM_NAMES else None,
+        spec_drafts=value(names.spec_drafts, "count"),
+        spec_draft_tokens=value(names.spec_draft_tokens, "count"),
+        spec_accepted_tokens=value(names.spec_accepted_tokens, "count"),
+        spec_accepted_all=_last_position(series, names.spec_accepted_per_pos, names.model_label, model),
+        spec_accept_length=value(names.spec_accept_length, "fraction"),
+        spec_accept_rate=value(names.spec_accept_rate, "fraction"),
     )
+
+
+def _last_position(series: Mapping[str, Series], candidates: tuple[str, ...], label: str, model: str) -> float | None:
+    """A per-position counter at its last ``position`` (vLLM: drafts whose every token was accepted)."""
+    for name in candidates:
+        rows = [(labels, v) for labels, v in _of_model(series.get(name, ()), label, model) if "position" in labels]
+        if rows:
+            last = max(int(labels["position"]) for labels, _ in rows)
+            return combine([(labels, v) for labels, v in rows if int(labels["position"]) == last], "count", label)
+    return None
 
 
 def _aborted(series: Mapping[str, Series], label: str, model: str) -> float | None:

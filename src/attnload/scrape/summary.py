@@ -29,6 +29,26 @@ class GaugeSummary(_Summary):
     max: float | None = None
 
 
+class SpecDecode(_Summary):
+    """Speculative decoding over a stage, from the server's counters (docs/server-metrics.md).
+
+    ``acceptance_rate`` is the probability that a draft token is accepted given the drafts before it
+    were (what ``attnload sim --spec-acceptance`` sets, comparable across draft lengths): accepted
+    drafts ÷ (accepted + rejections), a rejection being each draft not accepted in full. vLLM's and
+    SGLang's own "acceptance rate" (accepted ÷ draft tokens, lower for longer drafts) is
+    ``draft_acceptance_rate``."""
+
+    acceptance_rate: float | None = None
+    mean_accepted_tokens: float | None = None
+    """Accepted draft tokens per verify step of one sequence (the tokens per step are 1 more)."""
+    draft_tokens: int | float | None = None
+    """Draft tokens proposed over the stage (None: the server exports gauges only, SGLang)."""
+    draft_acceptance_rate: float | None = None
+    """Accepted ÷ draft tokens, as vLLM logs it and SGLang's ``spec_accept_rate`` gauge says."""
+    tokens_per_step: float | None = None
+    """1 + ``mean_accepted_tokens``: tokens one sequence gets per decode step (vLLM's mean acceptance length)."""
+
+
 class ServerSummary(_Summary):
     """What the model server's own /metrics said over a stage (docs/server-metrics.md).
 
@@ -56,6 +76,8 @@ class ServerSummary(_Summary):
     ``+Inf`` bucket): ``ttft_p50_s`` is interpolated inside it, so the true p50 is only known to lie there."""
     ttft_p99_bucket_s: tuple[float, float | None] | None = None
     """The same for the p99."""
+    spec_decode: SpecDecode | None = None
+    """Speculative decoding's acceptance over the stage; None where the server does not speculate."""
 
 
 class GpuSummary(_Summary):

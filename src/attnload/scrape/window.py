@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+from attnload.scrape import specdecode
 from attnload.scrape.parse import ServerSample
 from attnload.scrape.source import Gauge, StageWindow, counter_delta
 from attnload.scrape.summary import ServerSummary
@@ -26,8 +27,12 @@ _COUNTERS = (
     "prompt_tokens",
     "generation_tokens",
     "aborted",
+    "spec_drafts",
+    "spec_draft_tokens",
+    "spec_accepted_tokens",
+    "spec_accepted_all",
 )
-_GAUGES = ("kv_cache_usage", "running", "waiting", "prefix_cache_hit_rate")
+_GAUGES = ("kv_cache_usage", "running", "waiting", "prefix_cache_hit_rate", "spec_accept_length", "spec_accept_rate")
 
 
 def histogram_quantile(q: float, buckets: Sequence[tuple[float, float]]) -> float | None:
@@ -127,6 +132,10 @@ class ServerWindow(StageWindow[ServerSample, ServerSummary]):
             ttft_p99_s=histogram_quantile(0.99, buckets),
             ttft_p50_bucket_s=histogram_bucket(0.50, buckets),
             ttft_p99_bucket_s=histogram_bucket(0.99, buckets),
+            spec_decode=specdecode.from_counters(self._deltas)
+            or specdecode.from_gauges(
+                self._gauges["spec_accept_length"].mean(), self._gauges["spec_accept_rate"].mean()
+            ),
         )
 
     def _count(self, name: str) -> int | float | None:

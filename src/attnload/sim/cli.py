@@ -18,6 +18,7 @@ import argparse
 from collections.abc import Callable
 from typing import Any
 
+from attnload.errors import UsageError
 from attnload.sim.costmodel import EngineConfig, engine_profile
 
 _DEFAULTS = EngineConfig()
@@ -101,6 +102,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     serve.add_argument("--host", default="127.0.0.1", help="listen address (default 127.0.0.1)")
     serve.add_argument("--port", type=_port, default=8000, help="listen port (default 8000)")
+    _access_flags(serve)
     serve.add_argument(
         "--mode",
         choices=("roofline", "fixed"),
@@ -252,6 +254,7 @@ def _configure_scheduler(parser: argparse.ArgumentParser) -> None:
         help="attention DP holds the dense MLPs, shared experts and lm_head whole in every group "
         "(default from --engine: off; trtllm on)",
     )
+    _configure_speculation(eng)
 
     eff = parser.add_argument_group("efficiency")
     eff.add_argument("--eff-gemm", type=_float_range(0, 1, low_open=True), default=d.eff_gemm)
@@ -274,6 +277,25 @@ def _configure_scheduler(parser: argparse.ArgumentParser) -> None:
         type=_float_range(0, 1, low_open=True),
         default=None,
         help="expert GEMM compute rate ÷ the dense GEMM rate (default from --engine: 1; trtllm 0.54)",
+    )
+
+
+def _configure_speculation(eng: argparse._ArgumentGroup) -> None:
+    d = _DEFAULTS
+    eng.add_argument(
+        "--spec-tokens",
+        type=_non_negative_int,
+        default=d.spec_tokens,
+        metavar="K",
+        help="speculative decoding: draft tokens verified per sequence per decode step; each step reads "
+        "weights and KV once for K+1 query tokens (default 0: off; roofline mode)",
+    )
+    eng.add_argument(
+        "--spec-acceptance",
+        type=_float_range(0, 1),
+        default=d.spec_acceptance,
+        metavar="A",
+        help="probability each draft token is accepted, stopping at the first rejection (default 0.7)",
     )
 
 
@@ -328,6 +350,23 @@ def engine_config(args: argparse.Namespace) -> EngineConfig:
     return EngineConfig(**fields)
 
 
+def _access_flags(serve: argparse._ArgumentGroup) -> None:
+    """What the simulator demands beyond the body, as Azure OpenAI does (serving/access.py)."""
+    serve.add_argument(
+        "--require-header",
+        action="append",
+        metavar="NAME=VALUE",
+        help="answer 401 to a request without this header and value, e.g. api-key=KEY (Azure OpenAI's key "
+        "header; repeatable)",
+    )
+    serve.add_argument(
+        "--require-query",
+        action="append",
+        metavar="NAME=VALUE",
+        help="answer 400 to a request without this query parameter, e.g. api-version=2024-10-21 (repeatable)",
+    )
+
+
 def run(args: argparse.Namespace) -> int:
     """List, explain, or serve until SIGINT/SIGTERM."""
     from attnload.sim.explain import render_explain, render_list
@@ -357,8 +396,18 @@ def run(args: argparse.Namespace) -> int:
         jitter=args.jitter,
         clock=VirtualClock() if args.clock == "virtual" else None,
     )
+    from attnload.sim.serving.access import Demands, parse_pairs
     from attnload.sim.serving.server import serve
 
+    try:
+        demands = Demands(
+            parse_pairs(args.require_header, "--require-header"), parse_pairs(args.require_query, "--require-query")
+        )
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    extra: dict[str, Any] = {"reasoning_ratio": args.reasoning_ratio} if args.reasoning_ratio else {}
+    if demands.headers or demands.query:
+        extra["demands"] = demands
     serve(
         engines,
         host=args.host,
@@ -366,7 +415,7 @@ def run(args: argparse.Namespace) -> int:
         tokens_per_event=args.tokens_per_event,
         default_output_tokens=args.output_tokens,
         max_waiting=args.max_waiting,
-        **({"reasoning_ratio": args.reasoning_ratio} if args.reasoning_ratio else {}),
+        **extra,
     )
     return 0
 

@@ -75,6 +75,10 @@ class EngineConfig:
     """Under attention DP, the dense non-expert weights (dense MLPs, shared experts, embeddings and lm_head)
     are held whole by every attention group, as the attention weights are, instead of split over tp
     (TensorRT-LLM: MLP and shared-expert TP size 1 and a replicated lm_head under attention DP)."""
+    spec_tokens: int = 0
+    """Speculative decoding: draft tokens verified per sequence per decode step (0: off; ``sim/speculation.py``)."""
+    spec_acceptance: float = 0.7
+    """Probability each draft token is accepted, given those before it were."""
 
 
 ENGINE_PROFILES: dict[str, dict[str, object]] = {
@@ -435,6 +439,8 @@ def deploy(m: ModelPreset, cfg: EngineConfig, *, require_fit: bool = True) -> De
             raise UsageError(f"{name} must be one of {', '.join(DTYPE_BYTES)}, got {getattr(cfg, name)!r}")
     if cfg.block_size < 1 or cfg.max_num_seqs < 1 or cfg.max_num_batched_tokens < 1:
         raise UsageError("block_size, max_num_seqs and max_num_batched_tokens must be ≥ 1")
+    if cfg.spec_tokens < 0 or not 0.0 <= cfg.spec_acceptance <= 1.0:
+        raise UsageError(f"{m.key}: spec_tokens must be ≥ 0 and spec_acceptance within [0, 1]")
     dp = resolve_dp_attention(m, cfg)
     if cfg.ep != 1:
         if not m.is_moe:
@@ -495,22 +501,26 @@ def refusal_reason(dep: Deployment) -> str:
     )
 
 
-def decode_loads(dep: Deployment, batch: int, context_tokens: int) -> list[GroupLoad]:
-    """B decodes at context L spread evenly over the D groups (sequence i in group i mod D), as §6."""
+def decode_loads(dep: Deployment, batch: int, context_tokens: int, query_tokens: int = 1) -> list[GroupLoad]:
+    """B decodes at context L spread evenly over the D groups (sequence i in group i mod D), as §6.
+    ``query_tokens`` q > 1 is a speculative verify step (§11): q tokens per sequence through the GEMMs
+    and attention (q·L attended pairs), the KV read once."""
     loads = []
     for g in range(dep.dp):
         n = batch // dep.dp + (1 if g < batch % dep.dp else 0)
         loads.append(
             GroupLoad(
-                tokens=n, decode_context_tokens=float(n * context_tokens), kv_read_tokens=float(n * context_tokens)
+                tokens=n * query_tokens,
+                decode_context_tokens=float(n * context_tokens * query_tokens),
+                kv_read_tokens=float(n * context_tokens),
             )
         )
     return loads
 
 
-def decode_step(dep: Deployment, batch: int, context_tokens: int) -> StepBreakdown:
+def decode_step(dep: Deployment, batch: int, context_tokens: int, query_tokens: int = 1) -> StepBreakdown:
     """The step for ``batch`` decodes at ``context_tokens`` spread over groups (may exceed capacity: †)."""
-    return dep.step_breakdown(decode_loads(dep, batch, context_tokens))
+    return dep.step_breakdown(decode_loads(dep, batch, context_tokens, query_tokens))
 
 
 def step_time(

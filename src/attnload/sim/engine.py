@@ -20,6 +20,7 @@ from typing import Protocol
 from attnload.measure.histogram import LogHistogram
 from attnload.sim.api import EngineRejected, EngineSnapshot, GenerationRequest, GenerationState, ServedModel
 from attnload.sim.costmodel import Deployment
+from attnload.sim.decode.speculation import SpecCounts
 from attnload.sim.gpu import GpuActivity
 from attnload.sim.scheduler import Scheduler, SimSequence
 
@@ -49,9 +50,9 @@ class WallClock:
         return asyncio.get_running_loop().time()
 
     async def sleep_until(self, deadline_s: float) -> None:
-        delay = deadline_s - asyncio.get_running_loop().time()
-        if delay > 0:
-            await asyncio.sleep(delay)
+        """Sleep to the deadline, and yield even when it has passed: the streams woken by the last step
+        write its tokens before the next step emits more (a late loop must not merge steps into one event)."""
+        await asyncio.sleep(max(0.0, deadline_s - asyncio.get_running_loop().time()))
 
     async def settle(self) -> None:
         """Nothing: consumers run while the engine sleeps through the next step."""
@@ -174,6 +175,12 @@ class RooflineEngine:
     @property
     def lag_seconds_total(self) -> float:
         return self._lag_s
+
+    @property
+    def spec_counts(self) -> SpecCounts | None:
+        """Speculative decoding's counters since start (vLLM's); None when the model does not speculate."""
+        speculator = self._sched.speculator
+        return speculator.counts if speculator is not None else None
 
     async def aclose(self) -> None:
         """Stop the engine task (tests, shutdown); requests in flight stop receiving tokens."""

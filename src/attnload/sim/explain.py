@@ -29,6 +29,7 @@ from attnload.sim.costmodel import (
     refusal_reason,
     upproj_flop_per_prefix_token,
 )
+from attnload.sim.decode.explain import interference_view, speculation_view
 from attnload.sim.factory import ModelSpec
 from attnload.sim.presets import PRESETS, aliases_of
 
@@ -143,6 +144,8 @@ def render_explain(spec: ModelSpec, batches: Sequence[int], context_tokens: int)
     lines.append(_table(header, rows))
     lines.append("† beyond KV capacity or max_num_seqs: the engine never forms this batch")
     lines += calibrated_terms(dep, max(batches), context_tokens)
+    lines += speculation_view(dep, batches, context_tokens, _table)
+    lines += interference_view(dep, batches, context_tokens, _table)
     lines += dp_attention_view(dep, batches, context_tokens)
     return "\n".join(lines)
 

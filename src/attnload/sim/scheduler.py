@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 
 from attnload.sim.api import EngineRejected, GenerationState
 from attnload.sim.costmodel import Deployment, GroupLoad, StepBreakdown
+from attnload.sim.decode.speculation import Speculator
 
 PREFIX_BLOCK_TOKENS = 16  # one 64-byte prompt block (§4.5)
 AFFINITY_IMBALANCE_SEQS = 32
@@ -175,6 +176,10 @@ class Scheduler:
         """Running sequences with prefill work left (admitted and not yet at their target)."""
         self.last_step: StepBreakdown | None = None
         """The breakdown of the step :meth:`plan` planned last (the engine's GPU telemetry reads it)."""
+        cfg = dep.cfg
+        self.speculator = Speculator(cfg.spec_tokens, cfg.spec_acceptance, cfg.seed) if cfg.spec_tokens else None
+        """Speculative decoding (``--spec-tokens``): each decode verifies K + 1 tokens and emits 1 + accepted."""
+        self._query = 1 + cfg.spec_tokens
 
     # ------------------------------------------------------------------ requests in and out
 
@@ -250,7 +255,8 @@ class Scheduler:
                     if seq.computed >= seq.target:
                         decodes.append(seq)
                         ctx += seq.prompt_tokens + seq.generated
-            budget = per_group - len(decodes)
+            query = self._query
+            budget = per_group - len(decodes) * query
             pairs = prefix = 0.0
             kv_read = float(ctx)
             for seq in g.running:
@@ -270,10 +276,10 @@ class Scheduler:
                     kv_read += l0 + c
                     prefix += l0
                     budget -= c
-            tokens = len(decodes) + sum(c for _, c in chunks)
+            tokens = len(decodes) * query + sum(c for _, c in chunks)
             if tokens:
                 plan.append((g, decodes, chunks))
-                loads.append(GroupLoad(tokens, float(ctx), pairs, kv_read, prefix))
+                loads.append(GroupLoad(tokens, float(ctx * query), pairs, kv_read, prefix))
         self._plan = plan
         if not loads:
             return None
@@ -293,8 +299,8 @@ class Scheduler:
         Results equal those of :meth:`plan`/:meth:`complete` step by step (the offline driver's
         tests check it); the HTTP engine does not use it.
         """
-        if self._plan or self._prefilling or max_steps < 2:
-            return now_s
+        if self._plan or self._prefilling or max_steps < 2 or self.speculator is not None:
+            return now_s  # speculative steps emit a random number of tokens: not known in advance
         if self.queue and self._choose(self.queue[0]) is not None:
             return now_s
         running = [(g, seq) for g in self.groups for seq in g.running]
@@ -366,10 +372,14 @@ class Scheduler:
     def complete(self, now_s: float) -> None:
         """The planned step ended at ``now_s``: emit decode tokens, then first tokens; free finished."""
         plan, self._plan = self._plan, []
+        speculator = self.speculator
         for g, decodes, chunks in plan:
             for seq in decodes:
                 if seq.group is g:  # not preempted or cancelled earlier in this pass
-                    self._emit(seq, g, now_s)
+                    if speculator is None:
+                        self._emit(seq, g, now_s)
+                    else:  # the bonus token and the accepted drafts, never past max_tokens
+                        self._emit(seq, g, now_s, min(1 + speculator.accept(), seq.max_tokens - seq.generated))
             for seq, c in chunks:
                 if seq.group is not g:
                     continue
@@ -382,14 +392,17 @@ class Scheduler:
 
     # ------------------------------------------------------------------ internals
 
-    def _emit(self, seq: SimSequence, g: _Group, now_s: float) -> None:
-        seq.generated += 1
+    def _emit(self, seq: SimSequence, g: _Group, now_s: float, n: int = 1) -> None:
+        seq.generated += n
         if seq.first_token_s is None:
             seq.first_token_s = now_s
         elif self.scheduled_gaps is not None:
-            self.scheduled_gaps.append(now_s - seq.last_token_s)
+            if n == 1:
+                self.scheduled_gaps.append(now_s - seq.last_token_s)
+            else:  # several tokens of one verify step share its gap
+                self.scheduled_gaps.extend([(now_s - seq.last_token_s) / n] * n)
         seq.last_token_s = now_s
-        self.on_tokens(seq, 1)
+        self.on_tokens(seq, n)
         if seq.generated >= seq.max_tokens:
             seq.finished = True
             self._release(seq)

@@ -1,6 +1,7 @@
 """Load shapes: ``concurrency:1,8,64`` (closed-loop users per stage), ``rate:0.5,1`` (open loop),
-``context:1k,16k`` (a context ladder: one prompt length per stage, optionally times a ``--users`` list)
-and ``sweep`` (an adaptive capacity study, planned stage by stage in ``sweep.py``).
+``context:1k,16k`` (a context ladder: one prompt length per stage, optionally times a ``--users`` list),
+``interference:16k`` (decode users while long prompts are injected among them) and ``sweep`` (an adaptive
+capacity study, planned stage by stage in ``sweep.py``).
 
 A shape is parsed once into :class:`ShapeSpec` (bad specs are one-line usage errors);
 ``stage_at(elapsed_s)`` says which stage a moment belongs to. Each kind is one class that carries its
@@ -85,6 +86,11 @@ class StagedSpec:
     (``runner/stretch.py``, ``--ladder-stretch``)."""
     levels: tuple[float, ...]
     stage_duration_s: float
+
+    @property
+    def injected_prefill_tokens(self) -> int | None:
+        """The prompt length one extra sender per model injects among the decoders (None: it injects none)."""
+        return None
 
     @property
     def replay(self) -> ReplaySpec | None:
@@ -405,10 +411,72 @@ class ContextSpec(StagedSpec):
         return cls(levels=tuple(contexts), stage_duration_s=stage_duration_s, users=users)
 
 
-ShapeSpec = ConcurrencySpec | RateSpec | SweepSpec | ReplaySpec | ContextSpec
+DECODE_PROMPT_TOKENS = 128
+"""``interference:L``: the decode users' prompt (short: their own prefill must not be the interference)."""
+INJECT_EVERY_S = 5.0
+"""``interference:L``: the injector sends its next prompt this long after the previous one (or half of it
+after that one's first token, when its prefill took longer)."""
+DEFAULT_INTERFERENCE_USERS = 16
+"""``interference:L`` without ``--users``: decode users over all models (8 each of the default pair)."""
+
+
+@dataclass(frozen=True)
+class InterferenceSpec(ContextSpec):
+    """``interference:16k``: one stage of decode users (short prompts, pinned answers: a one-rung context ladder
+    at ``DECODE_PROMPT_TOKENS``) while one extra sender per model injects a prompt of L tokens (answer of one
+    token) every ``INJECT_EVERY_S``; ``levels`` holds L (``measure/interference.py`` measures the stall)."""
+
+    kind: ClassVar[str] = "interference"
+    usage: ClassVar[str] = "interference:16k (prefills among decodes)"
+    flag_help: ClassVar[str] = "interference:16k (a prompt of that many tokens injected among decode users)"
+    users: tuple[int, ...] = (DEFAULT_INTERFERENCE_USERS,)
+
+    @property
+    def injected_prefill_tokens(self) -> int:
+        return int(self.levels[0])
+
+    @property
+    def contexts(self) -> tuple[int, ...]:
+        return (DECODE_PROMPT_TOKENS,)
+
+    @property
+    def stages(self) -> tuple[Stage, ...]:
+        d = self.stage_duration_s
+        return (Stage(0, 0.0, d, users=self.users[0], context=DECODE_PROMPT_TOKENS),)
+
+    @property
+    def duration_s(self) -> float:
+        return self.stage_duration_s
+
+    def with_users(self, users: tuple[int, ...]) -> Self:
+        if len(users) != 1:
+            raise UsageError(f"interference:L runs one stage: give one --users value, not {len(users)}")
+        return replace(self, users=users)
+
+    def to_text(self) -> str:
+        return f"interference:{self.injected_prefill_tokens}{_USERS_SEP}{self.users[0]}"
+
+    @classmethod
+    def parse(cls, text: str, values: str, stage_duration_s: float) -> Self:
+        length, _sep, users_text = values.partition(_USERS_SEP)
+        try:
+            tokens = parse_tokens(length)
+        except (ValueError, IndexError):
+            raise UsageError(f"shape {text!r}: give the injected prompt's tokens, e.g. interference:16k") from None
+        if not 1 <= tokens <= MAX_PROMPT_TOKENS:
+            raise UsageError(f"shape {text!r}: the injected prompt must be from 1 to {MAX_PROMPT_TOKENS:,} tokens")
+        users = parse_users_list(users_text, f"shape {text!r} users") if users_text.strip() else None
+        return cls(
+            levels=(float(tokens),),
+            stage_duration_s=stage_duration_s,
+            users=users[:1] if users else (DEFAULT_INTERFERENCE_USERS,),
+        )
+
+
+ShapeSpec = ConcurrencySpec | RateSpec | SweepSpec | ReplaySpec | ContextSpec | InterferenceSpec
 """A parsed shape: one class per kind (``kind`` is the tag), each with the same protocol."""
 SHAPE_KINDS: dict[str, type[ShapeSpec]] = {
-    cls.kind: cls for cls in (ConcurrencySpec, RateSpec, ContextSpec, SweepSpec, ReplaySpec)
+    cls.kind: cls for cls in (ConcurrencySpec, RateSpec, ContextSpec, InterferenceSpec, SweepSpec, ReplaySpec)
 }
 """Every kind by its ``kind`` tag, in the order the help and error texts list them."""
 

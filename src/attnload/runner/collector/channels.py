@@ -18,6 +18,7 @@ from attnload.measure.paired import PairedRecorder
 from attnload.measure.recorder import Series
 from attnload.results.bursts import client_behind, with_server_bursts
 from attnload.results.context import context_fields, with_replay_rates
+from attnload.results.decode.interference import prefill_interference
 from attnload.results.fleet import FleetFaults
 from attnload.results.gpu import GpuResults, per_token, with_gpu
 from attnload.results.model import PairedSummary, Results, StageSummary
@@ -203,6 +204,27 @@ class Context(Channel):
         return ContextPart(state.context, state.trace_rate_per_s)
 
 
+class Interference(Channel):
+    """``--shape interference:L``: injected prefill windows and the decode gaps classified around them
+    (``measure.interference``): each model's ``prefill_interference``."""
+
+    key = "interference"
+
+    def take(self, sender: Sender, final: bool) -> Any:
+        return sender.state.interference.take_delta()
+
+    def merge(self, master: MasterCollector, worker: str, payload: Any) -> None:
+        master.state.interference.merge_delta(payload)
+
+    def part(self, collector: Collector) -> ResultsPart | None:
+        recorder = collector.state.interference
+        if not recorder.series:
+            return None
+        return ModelFields(
+            {key: {"prefill_interference": prefill_interference(recorder, key)} for key in recorder.series}
+        )
+
+
 class Paired(Channel):
     """``--paired``: per-prompt differences against the baseline (``measure.paired``)."""
 
@@ -363,6 +385,7 @@ CHANNELS: tuple[Channel, ...] = (
     Throttled(),
     LoopLag(),
     Context(),
+    Interference(),
     Paired(),
     Stall(),
     Attention(),

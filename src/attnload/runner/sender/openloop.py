@@ -159,6 +159,8 @@ class OpenLoop:
         """Told when a schedule greenlet raises (every later arrival of the stage is lost)."""
         self.backoffs: dict[str, Backoff] = {}
         """Per model key: the connection backoff its pooled clients share (``client/backoff.py``)."""
+        self.stopped: Callable[[str], bool] = lambda key: False
+        """Whether a model's users stopped (runner/sender/giveup.py): its arrivals are dropped too."""
         self.on_dropped: Callable[[str, str, int], object] | None = None
         """``(model key, profile, stage)``: an arrival fell inside its model's backoff and was not sent."""
 
@@ -229,9 +231,9 @@ class OpenLoop:
             self._requests.spawn(self._one, stream, intended, tag, plan)
 
     def _backing_off(self, stream: str) -> list[str]:
-        """The models of ``stream`` whose connection backoff is running now (empty: send)."""
+        """The models of ``stream`` whose backoff is running now, or that gave up (empty: send)."""
         keys = list(self.targets) if stream == PAIR_STREAM else [stream]
-        return [key for key in keys if key in self.backoffs and self.backoffs[key].wait_s() > 0]
+        return [key for key in keys if self.stopped(key) or key in self.backoffs and self.backoffs[key].wait_s() > 0]
 
     def _drop(self, stream: str, stage: int, plan: PlannedRequest | None) -> None:
         """Count an arrival the backoff stops as ``dropped`` on each of its models (never silently skipped)."""

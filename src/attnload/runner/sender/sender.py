@@ -9,9 +9,11 @@ process's collector reads the same recorders.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections import Counter
 from dataclasses import replace
+from typing import Protocol
 
 import gevent
 
@@ -24,6 +26,7 @@ from attnload.measure.requestlog import NOBODY, Who
 from attnload.runner.sender.arrivalphase import FirstRequests
 from attnload.runner.sender.cpumeter import CpuMeter
 from attnload.runner.sender.dialogs import Traffic
+from attnload.runner.sender.giveup import GiveUp
 from attnload.runner.sender.health import RunHealth
 from attnload.runner.sender.openloop import PAIR_STREAM, OpenLoop, OpenStage
 from attnload.runner.sender.requestlines import RequestLines
@@ -31,6 +34,16 @@ from attnload.runner.sender.stallwatch import StallWatch
 from attnload.runner.sender.startspread import StartSpread
 from attnload.runner.state import RunState
 from attnload.workload.abandon import Abandoner
+
+log = logging.getLogger(__name__)
+
+
+class StageTask(Protocol):
+    """Something a sending process runs from a stage's start until the test stops (the injector)."""
+
+    def start(self, started_perf: float) -> None: ...
+
+    def stop(self) -> None: ...
 
 
 class Sender:
@@ -78,6 +91,10 @@ class Sender:
         """When each new closed-loop user sends its first request (``--start-spread``)."""
         self.stall = StallWatch()
         """This process's freezes (ticked on workers): requests in flight across one are marked."""
+        self.injector: StageTask | None = None
+        """``--shape interference:L``: the prefill injector (set by the event wiring; worker 0 runs it)."""
+        self.giveup = GiveUp(options.keep_going)
+        """Models stopped after failing one deterministic way again and again (giveup.py)."""
 
     # ------------------------------------------------------------------ users
 
@@ -102,6 +119,7 @@ class Sender:
     def observe(self, record: RequestRecord, who: Who = NOBODY) -> None:
         state = self.state
         now = time.perf_counter()
+        state.interference.observe(record, now)
         start = record.started_perf if record.started_perf is not None else now - record.e2e_s
         stalled_s = self.stall.overlap(start, now)
         if stalled_s:  # its latency holds the freeze or silence: kept apart as well (``results/truth/stalls.py``)
@@ -111,6 +129,11 @@ class Sender:
         state.context.add(record)
         if self.lines is not None:
             self.lines.observe(record, state.worker_index, who)
+        said = self.giveup.observe(record)
+        if said is not None:
+            log.error(said)
+            if self.giveup.stopped >= {m.key for m in state.config.models}:
+                state.stop_requested = True  # nothing left to send: the shape ends the test at its next tick
 
     def is_good(self, ttft_s: float | None, itl_gaps: tuple[tuple[float, int], ...], e2e_s: float) -> bool:
         """Whether one successful request met every configured SLO (goodput)."""
@@ -138,6 +161,8 @@ class Sender:
 
     def enter_stage(self, index: int, rates: dict[str, float] | None, started_perf: float) -> None:
         """A rate stage starts this process's share of its schedule; a closed-loop stage stops the schedule."""
+        if self.injector is not None and self.state.worker_index == 0:
+            self.injector.start(started_perf)
         if self.open_loop is None:
             return
         if rates:
@@ -166,6 +191,8 @@ class Sender:
         """The test stopped: no more arrivals; open-loop requests in flight end as ``cancelled``."""
         if self.open_loop is not None:
             self.open_loop.stop()
+        if self.injector is not None:
+            self.injector.stop()
 
 
 def sample_cpu(sender: Sender) -> None:

@@ -86,8 +86,8 @@ class ChatUser(User):
     @task
     def send_request(self) -> None:
         sender, state = self.sender, self.sender.state
-        if state.stage.rates is not None:
-            gevent.sleep(OPEN_LOOP_IDLE_S)  # an open-loop stage: the scheduler sends, users being stopped idle
+        if state.stage.rates is not None or any(k in sender.giveup.stopped for k in self.keys):
+            gevent.sleep(OPEN_LOOP_IDLE_S)  # an open-loop stage (the scheduler sends) or a model given up: idle
             return
         if self._pilot is not None:
             self._pilot_request(self._pilot)
@@ -213,6 +213,7 @@ def chat_client(sender: Sender, target: ModelTarget, backoff: Backoff | None = N
         backoff=backoff or Backoff(request.connect_backoff_s, request.connect_backoff_max_s),
         waits_backoff=backoff is None,
         api=target.api,
+        key_header=target.auth_header,
     )
 
 
@@ -376,6 +377,7 @@ def open_loop(environment: Environment, sender: Sender) -> OpenLoop:
     )
     loop.burstiness = state.options.burstiness
     loop.backoffs = backoffs
+    loop.stopped = sender.giveup.is_stopped
     loop.on_dropped = lambda key, profile, stage: state.recorder.count(
         key, profile or state.workload.profiles[0].name, stage, "dropped"
     )

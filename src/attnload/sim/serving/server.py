@@ -27,6 +27,7 @@ from attnload.sim.api import Engine, EngineRejected, GenerationRequest, Generati
 from attnload.sim.fixed import FixedEngine
 from attnload.sim.gpu import GpuActivity, dcgm_text
 from attnload.sim.serving import dialects
+from attnload.sim.serving.access import Demands, demanding
 from attnload.sim.serving.truth import ModelTruth, StepTimes, exposition
 
 log = logging.getLogger(__name__)
@@ -568,6 +569,7 @@ def serve(
     default_output_tokens: int = 256,
     max_waiting: int | None = None,
     reasoning_ratio: float = 0.0,
+    demands: Demands | None = None,
 ) -> None:
     """Run the simulator until SIGINT/SIGTERM."""
     app = build_app(
@@ -577,8 +579,11 @@ def serve(
         max_waiting=max_waiting,
         reasoning_ratio=reasoning_ratio,
     )
+    if demands is not None:
+        app.middlewares.append(demanding(demands))  # --require-header/--require-query (access.py)
     ids = ", ".join(f"{e.model.id} ({e.model.attention})" for e in engines)
-    log.info("attnload sim serving %s on http://%s:%d/v1 (simulated timings)", ids, host, port)
+    shown = f"[{host}]" if ":" in host else host  # an IPv6 literal in a URL is bracketed
+    log.info("attnload sim serving %s on http://%s:%d/v1 (simulated timings)", ids, shown, port)
     web.run_app(
         app, host=host, port=port, print=None, access_log=None, handle_signals=True, shutdown_timeout=1.0, backlog=4096
     )

@@ -199,6 +199,45 @@ def _vllm_families(engines: Sequence[Engine], truths: Mapping[str, ModelTruth]) 
         ttft.add_metric(values, _prom_buckets(truth.ttft, VLLM_TTFT_BUCKETS_S), truth.ttft.total)
         itl.add_metric(values, _prom_buckets(truth.itl, VLLM_ITL_BUCKETS_S), truth.itl.total)
     yield from (*gauges.values(), *counters.values(), finished, ttft, itl)
+    yield from _spec_families(engines)
+
+
+def _spec_families(engines: Sequence[Engine]) -> Iterator[Any]:
+    """Speculative decoding's counters under vLLM's names (``vllm/v1/spec_decode/metrics.py``), and
+    SGLang's two gauges (``sglang:spec_accept_length``, ``sglang:spec_accept_rate``) from the same counts,
+    for the models that speculate (``--spec-tokens``); nothing when none does."""
+    speculating = [(e, counts) for e in engines if (counts := getattr(e, "spec_counts", None)) is not None]
+    if not speculating:
+        return
+    labels = ("model_name", "engine")
+    counters = [
+        CounterMetricFamily(f"vllm:spec_decode_num_{name}", doc, labels=labels)
+        for name, doc in (
+            ("drafts", "Number of spec decoding drafts."),
+            ("draft_tokens", "Number of draft tokens."),
+            ("accepted_tokens", "Number of accepted tokens."),
+        )
+    ]
+    per_pos = CounterMetricFamily(
+        "vllm:spec_decode_num_accepted_tokens_per_pos",
+        "Accepted tokens per draft position.",
+        labels=(*labels, "position"),
+    )
+    length = GaugeMetricFamily(
+        "sglang:spec_accept_length", "The average acceptance length of speculative decoding.", labels=("model_name",)
+    )
+    rate = GaugeMetricFamily(
+        "sglang:spec_accept_rate", "The average acceptance rate of speculative decoding.", labels=("model_name",)
+    )
+    for engine, counts in speculating:
+        values = (engine.model.id, "0")
+        for family, value in zip(counters, (counts.drafts, counts.draft_tokens, counts.accepted_tokens), strict=True):
+            family.add_metric(values, value)
+        for pos, accepted in enumerate(counts.accepted_per_pos):
+            per_pos.add_metric((*values, str(pos)), accepted)
+        length.add_metric((engine.model.id,), counts.accept_length)
+        rate.add_metric((engine.model.id,), counts.accept_rate)
+    yield from (*counters, per_pos, length, rate)
 
 
 def _prom_buckets(hist: LogHistogram, bounds_s: Sequence[float]) -> list[tuple[str, float]]:
