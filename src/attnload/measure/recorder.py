@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 from attnload import native
@@ -34,13 +35,20 @@ COUNTERS = (
     "server_reasoning_tokens",
     "reasoning_reported",
     "reasoning_tokens_reported",
+    "censored_waiting",
+    "censored_streaming",
+    "stalled",
 )
 """``cached_reported``: requests whose server reported cached tokens (the sum counts only those);
 ``dropped``: open-loop arrivals not sent because their model's connection backoff was running;
 ``calibrated``: successful requests whose prompt was sized by a calibration learned from the server;
 ``reasoning_reported``: requests whose server reported its own reasoning count (summed in
 ``server_reasoning_tokens``); ``reasoning_tokens_reported`` is the client's streamed count over those
-same requests, so the two are compared like for like."""
+same requests, so the two are compared like for like; ``censored_waiting`` / ``censored_streaming``: requests
+a stop cut before their first token / while their answer streamed; ``stalled``: requests in flight across
+a freeze or partition of their worker (``RequestRecord.worker_stalled_s``)."""
+EXAMPLES_PER_CLASS = 3
+"""Error examples kept per error class (the first ones; a run of a million failures keeps three)."""
 
 
 @dataclass
@@ -54,6 +62,9 @@ class Series:
     fit: DecodeFit = field(default_factory=DecodeFit)
     """Least-squares sums and position bins of ITL against position (prompt + token index): the decode step
     against context (``measure.decodefit``; not a histogram, so not in the metrics table)."""
+    examples: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    """Per error class, its first ``EXAMPLES_PER_CLASS`` failures (``error_example``): bounded whatever
+    the failure count."""
 
     def merge(self, other: Series) -> None:
         for name, hist in other.hists.items():
@@ -64,6 +75,9 @@ class Series:
         for name, n in other.errors.items():
             self.errors[name] = self.errors.get(name, 0) + n
         self.fit.merge(other.fit)
+        for name, items in other.examples.items():
+            merged = sorted([*self.examples.get(name, ()), *items], key=lambda e: e["time"])
+            self.examples[name] = merged[:EXAMPLES_PER_CLASS]
 
     def to_wire(self) -> dict[str, Any]:
         wire = {
@@ -73,6 +87,8 @@ class Series:
         }
         if self.fit.n:
             wire["f"] = self.fit.to_wire()
+        if self.examples:
+            wire["x"] = self.examples
         return wire
 
     @classmethod
@@ -84,6 +100,7 @@ class Series:
         series.errors.update(data["e"])
         if "f" in data:
             series.fit = DecodeFit.from_wire(data["f"])
+        series.examples.update(data.get("x") or {})
         return series
 
 
@@ -181,6 +198,14 @@ def _apply(series: Series, record: RequestRecord) -> None:
     counts[record.outcome] += 1
     if record.error is not None:
         series.errors[record.error] = series.errors.get(record.error, 0) + 1
+        if (
+            record.outcome == "failed"
+            and len(kept := series.examples.setdefault(record.error, [])) < EXAMPLES_PER_CLASS
+        ):
+            kept.append(error_example(record))
+    if record.outcome == "cancelled":  # cut by a stop: its TTFT counts, or is censored (measure.metrics)
+        counts["censored_waiting" if record.ttft_s is None else "censored_streaming"] += 1
+    counts["stalled"] += record.worker_stalled_s > 0
     counts["prompt_tokens"] += record.prompt_tokens
     counts["completion_tokens"] += record.completion_tokens
     if record.cached_prompt_tokens is not None:
@@ -190,6 +215,16 @@ def _apply(series: Series, record: RequestRecord) -> None:
     counts["good"] += record.good
     counts["calibrated"] += record.prompt_calibrated and record.outcome == "ok"
     _apply_reasoning(counts, record)
+
+
+def error_example(record: RequestRecord) -> dict[str, Any]:
+    """A failed request as the results' error examples show it (``time``: when it was recorded)."""
+    return {
+        "time": datetime.now(UTC).isoformat(timespec="milliseconds"),
+        "http_status": record.http_status,
+        "body": record.error_body,
+        "detail": record.error_detail or "",
+    }
 
 
 def _apply_reasoning(counts: dict[str, int], record: RequestRecord) -> None:

@@ -124,6 +124,8 @@ def _init_sender(environment: Environment, sender: Sender) -> None:
     if shape is not None and (tokens := shape.injected_prefill_tokens) is not None:
         sender.injector = Injector(sender, tokens)
     gevent.spawn(watch_stalls, sender.stall)  # a frozen process's requests carry the freeze: mark them
+    # a worker cut off from its master keeps running: the master's answers to its heartbeats stop instead
+    environment.events.heartbeat_received.add_listener(lambda **_: sender.stall.heard())
     environment.events.user_error.add_listener(lambda user_instance, **_: sender.health.user_error(user_instance))
     quiet_full_collections()
     gevent.spawn(watch_loop, sender.loop_lag)

@@ -14,6 +14,7 @@ from attnload.results.microscope.capacity import Bracket, knee, next_users
 from attnload.runner.collector.fleet import stop_users
 from attnload.runner.messages import StageMessage, send_stage
 from attnload.runner.runtime import Runtime
+from attnload.runner.stretch import RungStretch, stage_ttft_p50_s
 from attnload.workload.shapes import (
     CAPACITY_MAX_STAGES,
     CAPACITY_MAX_USERS,
@@ -52,6 +53,8 @@ class StagedShape(LoadTestShape):
 
     spec: ShapeSpec
     spawn_rate: float | None = None
+    stretch: RungStretch | None = None
+    """A context ladder's rungs lengthened when their TTFT is long (None: planned durations)."""
 
     def tick(self) -> tuple[int, float] | None:
         users = self._tick()
@@ -68,7 +71,11 @@ class StagedShape(LoadTestShape):
         if runtime is None:
             return None
         elapsed_s = self.get_run_time()
-        stage = self.spec.stage_at(elapsed_s)
+        stretch = self.stretch
+        if stretch is None:
+            stage = self.spec.stage_at(elapsed_s)
+        else:
+            stage = stretch.stage_at(elapsed_s, lambda index: stage_ttft_p50_s(runtime.state.recorder, index))
         if stage is None:
             return None
         replay = self.spec.replay
@@ -236,4 +243,6 @@ def shape_class() -> type[LoadTestShape] | None:
         base = SweepShape
     elif spec.lockstep:
         base = LockstepShape
-    return type("AttnloadShape", (base,), {"spec": spec, "spawn_rate": float(spawn_rate) if spawn_rate else None})
+    stretch = RungStretch(spec) if spec.stretches and env_value("ladder-stretch") != "off" else None
+    attributes = {"spec": spec, "spawn_rate": float(spawn_rate) if spawn_rate else None, "stretch": stretch}
+    return type("AttnloadShape", (base,), attributes)

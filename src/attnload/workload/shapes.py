@@ -9,9 +9,8 @@ A shape is parsed once into :class:`ShapeSpec` (bad specs are one-line usage err
 behaviour: its texts (``usage``, ``flag_help``), what it checks of a run (``check_run``, ``with_users``,
 ``with_speed``), whether it sizes its own prompts (``sizes_prompts``), whether its stages are planned live
 (``planned_live``) and what it replays (``replay``); the planner, the runner and the progress line ask the
-spec, never its class. Adding a kind is one class here and one entry in :data:`SHAPE_KINDS`. Locust's
-``LoadTestShape`` adapter lives in ``runner/shape.py``; this module has no Locust import so tests call it
-directly.
+spec, never its class. Adding a kind is one class here and one entry in :data:`SHAPE_KINDS`. No Locust
+import here (its ``LoadTestShape`` adapter is ``runner/shape.py``), so tests call this module directly.
 """
 
 from __future__ import annotations
@@ -86,6 +85,8 @@ class StagedSpec:
     """It sets every prompt's length itself, so a profile needs no ``prompt``/``prompt_tokens``."""
     lockstep: ClassVar[bool] = False
     """Every user of a stage sends one request at once (no start spread); the stage ends when all are answered."""
+    stretches: ClassVar[bool] = False
+    """Its stages may run longer than planned when TTFT is a sizable share of them (``--ladder-stretch``)."""
     levels: tuple[float, ...]
     stage_duration_s: float
 
@@ -348,6 +349,7 @@ class ContextSpec(StagedSpec):
     usage: ClassVar[str] = "context:1k,16k (prompt tokens)"
     flag_help: ClassVar[str] = "context:1k,16k (prompt tokens per stage; with --users 1,8 a grid)"
     sizes_prompts: ClassVar[bool] = True
+    stretches: ClassVar[bool] = True
     users: tuple[int, ...] = (DEFAULT_LADDER_USERS,)
 
     @property

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
+from dataclasses import replace
 from typing import Protocol
 
 import gevent
@@ -118,16 +119,17 @@ class Sender:
 
     def observe(self, record: RequestRecord, who: Who = NOBODY) -> None:
         state = self.state
-        state.recorder.add(record)
-        state.context.add(record)
         now = time.perf_counter()
         state.interference.observe(record, now)
         start = record.started_perf if record.started_perf is not None else now - record.e2e_s
         stalled_s = self.stall.overlap(start, now)
-        if stalled_s:
+        if stalled_s:  # its latency holds the freeze or silence: kept apart as well (``results/truth/stalls.py``)
             self.stall.requests += 1
+            record = replace(record, worker_stalled_s=stalled_s)
+        state.recorder.add(record)
+        state.context.add(record)
         if self.lines is not None:
-            self.lines.observe(record, state.worker_index, who, stalled_s=stalled_s)
+            self.lines.observe(record, state.worker_index, who)
         said = self.giveup.observe(record)
         if said is not None:
             log.error(said)
