@@ -86,6 +86,7 @@ setup(
                 "src/attnload/native/stream.c",
                 "src/attnload/native/readloop.c",
                 "src/attnload/native/histogram.c",
+                "src/attnload/native/decodefit.c",
             ],
             depends=["src/attnload/native/fastpath.h"],
             optional=True,

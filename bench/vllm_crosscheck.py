@@ -10,8 +10,12 @@ prompts with the model's tokenizer) and the same chat endpoint. Three modes:
     burst-started closed loop: ``vllm bench serve --max-concurrency N`` starts N requests together and
     keeps N in flight; attnload runs N users with ``--start-spread off``, which starts them together too.
 ``poisson``
-    open loop at one rate R: ``vllm bench serve --request-rate R`` against attnload ``--shape rate:R``
-    (Poisson arrivals both), R = half the burst mode's request throughput.
+    open loop at one rate R (half the burst mode's request throughput) on one shared schedule: ``vllm bench
+    serve --request-rate R`` draws its Poisson arrivals and records each request's send time
+    (``start_times``); attnload then replays exactly those send times (``--shape replay:`` a Mooncake JSONL of
+    them, at the same lengths). Two independent Poisson draws are two different loads, and on a small server a
+    different sequence is a different latency; the result names the arrival source (``arrivals``). Each round
+    runs vllm bench first, since its run makes the schedule.
 ``default``
     attnload's default closed loop (``--start-spread auto``) beside the burst mode's vllm bench: its users
     start at spread offsets, so their prefills do not coincide and decode steps share the engine with
@@ -70,6 +74,12 @@ BANDED = ("burst", "poisson")
 BAND = (0.9, 1.1)
 POISSON_LOAD = 0.5
 """The poisson mode's rate: this share of the burst mode's request throughput (a loaded, stable server)."""
+DRAIN_S = 60.0
+"""Poisson: attnload's replay waits this long after the last send for the answers (the replay's drain)."""
+ARRIVALS = (
+    "one shared schedule: vllm bench serve's Poisson draw, its recorded send times (start_times of "
+    "--save-detailed) replayed by attnload --shape replay (Mooncake JSONL)"
+)
 DEFAULT_REASON = (
     "attnload's default --start-spread auto starts its users at spread offsets instead of together, so their "
     "prefills do not coincide: a prefill no longer waits behind the other users' (lower TTFT), and decode steps "
@@ -169,6 +179,7 @@ def vllm_bench(
     ]
     rows: dict[str, Any] = {key: float(data[their]) for key, their in THEIRS.items()}
     rows.update(window_throughput(timed, full=lengths.concurrency))
+    rows["send_offsets_s"] = sorted(start - t0 for start in starts)  # the schedule attnload replays (poisson)
     rows.update(
         duration_s=float(data["duration"]),
         request_throughput=float(data["request_throughput"]),
@@ -203,16 +214,36 @@ def attnload_config(spec: ServerSpec, lengths: Lengths, out: Path) -> Path:
     return path
 
 
+def write_schedule(offsets_s: list[float], lengths: Lengths, path: Path) -> Path:
+    """vllm bench's send times as a Mooncake JSONL trace attnload replays: same offsets, same lengths (the input
+    counted with the chat template's overhead, as the fixed profile sizes it); no shared blocks (random prompts)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lines = (
+        json.dumps(
+            {
+                "timestamp": round(offset * 1000.0, 3),
+                "input_length": lengths.input_len + MESSAGE_OVERHEAD_TOKENS,
+                "output_length": lengths.output_len,
+                "hash_ids": [],
+            }
+        )
+        for offset in offsets_s
+    )
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
 def attnload_run(
-    spec: ServerSpec, out: Path, lengths: Lengths, *, duration_s: float, load: list[str]
+    spec: ServerSpec, out: Path, lengths: Lengths, *, duration_s: float, load: list[str], stage_s: float | None = None
 ) -> dict[str, Any]:
-    """One ``attnload run`` with ``load`` (users and start spread, or a rate shape): its rows."""
+    """One ``attnload run`` with ``load`` (users and start spread, or a replayed schedule): its rows."""
     out.mkdir(parents=True, exist_ok=True)
     results, requests = out / "results", out / "requests.jsonl.gz"
     seconds = f"{max(5, round(duration_s))}s"
+    stage = f"{max(5, round(stage_s))}s" if stage_s is not None else seconds
     command = [
         sys.executable, "-m", "attnload", "run", "-c", str(attnload_config(spec, lengths, out)),
-        *load, "--duration", seconds, "--stage-duration", seconds, "--spawn-rate", "100", "--workers", "1",
+        *load, "--duration", seconds, "--stage-duration", stage, "--spawn-rate", "100", "--workers", "1",
         "--stop-timeout", "600", "--metrics-port", "0", "--results", str(results), "--requests-out", str(requests),
     ]  # fmt: skip
     load_1m = os.getloadavg()[0]
@@ -294,21 +325,23 @@ def run_modes(env: Path, spec: ServerSpec, root: Path, lengths: Lengths, prompts
             burst[1].append(vllm_bench(env, spec, root / "bench", lengths, prompts=prompts, seed=seed))
     rate = round(POISSON_LOAD * statistics.median(r["request_throughput"] for r in burst[1]), 2)
     poisson: tuple[list[dict[str, Any]], list[dict[str, Any]]] = ([], [])
-    for index in range(n_rounds):
-        first_theirs = index % 2 == 1  # the other order than burst's, so no tool always follows the other
-        if first_theirs:
-            poisson[1].append(
-                vllm_bench(env, spec, root / "bench", lengths, prompts=prompts, seed=rng.randrange(1, 2**31), rate=rate)
-            )
+    for index in range(n_rounds):  # vllm bench first: its run draws the schedule attnload then replays
+        theirs = vllm_bench(
+            env, spec, root / "bench", lengths, prompts=prompts, seed=rng.randrange(1, 2**31), rate=rate
+        )
+        offsets = theirs.pop("send_offsets_s")
+        schedule = write_schedule(offsets, lengths, root / f"poisson-{index}" / "schedule.jsonl")
+        poisson[1].append(theirs)
         poisson[0].append(
             attnload_run(
-                spec, root / f"poisson-{index}", lengths, duration_s=prompts / rate, load=["--shape", f"rate:{rate}"]
+                spec,
+                root / f"poisson-{index}",
+                lengths,
+                duration_s=offsets[-1] + DRAIN_S,
+                load=["--shape", f"replay:{schedule}"],
+                stage_s=DRAIN_S,
             )
         )
-        if not first_theirs:
-            poisson[1].append(
-                vllm_bench(env, spec, root / "bench", lengths, prompts=prompts, seed=rng.randrange(1, 2**31), rate=rate)
-            )
     duration = statistics.median(r["duration_s"] for r in burst[1])
     default = [
         attnload_run(spec, root / f"default-{index}", lengths, duration_s=duration, load=closed)
@@ -323,6 +356,7 @@ def run_modes(env: Path, spec: ServerSpec, root: Path, lengths: Lengths, prompts
     modes["burst"]["vllm_bench_seeds"] = seeds
     modes["poisson"]["load"] = f"open loop, Poisson arrivals at {rate} requests/s ({POISSON_LOAD} x burst throughput)"
     modes["poisson"]["rate_rps"] = rate
+    modes["poisson"]["arrivals"] = ARRIVALS
     modes["default"]["load"] = f"attnload closed loop, {n} users, --start-spread auto; vllm bench: the burst mode's"
     modes["default"]["reason"] = DEFAULT_REASON
     return modes
@@ -352,6 +386,8 @@ def table(modes: dict[str, Any]) -> list[str]:
             lines.append(
                 f"  {label:20} {mode['attnload'][key]:10.1f} {mode['vllm_bench'][key]:10.1f} {ratio_text}{mark}"
             )
+        if "arrivals" in mode:
+            lines.append(f"  arrivals: {mode['arrivals']}")
         if "reason" in mode:
             lines.append(f"  why it differs: {mode['reason']}")
     return lines

@@ -68,9 +68,11 @@ def test_the_modes_run_in_order_and_write_every_mode(monkeypatch: pytest.MonkeyP
 
     def bench(env: object, spec: object, out: Path, lengths: object, **kw: object) -> dict[str, object]:
         calls.append(("vllm_bench", kw.get("rate")))
-        return {**rows, "duration_s": 5.0, "request_throughput": 8.0}
+        return {**rows, "duration_s": 5.0, "request_throughput": 8.0, "send_offsets_s": [0.0, 0.3, 1.1]}
 
-    def ours(spec: object, out: Path, lengths: object, *, duration_s: float, load: list[str]) -> dict[str, object]:
+    def ours(
+        spec: object, out: Path, lengths: object, *, duration_s: float, load: list[str], stage_s: float | None = None
+    ) -> dict[str, object]:
         calls.append(("attnload", " ".join(load)))
         return dict(rows)
 
@@ -80,6 +82,24 @@ def test_the_modes_run_in_order_and_write_every_mode(monkeypatch: pytest.MonkeyP
     assert list(modes) == ["burst", "poisson", "default"]
     assert modes["burst"]["within_band"] and modes["poisson"]["within_band"]
     assert modes["poisson"]["rate_rps"] == 4.0 and ("vllm_bench", 4.0) in calls
-    assert ("attnload", "--users 4 --start-spread off") in calls and ("attnload", "--shape rate:4.0") in calls
+    assert ("attnload", "--users 4 --start-spread off") in calls
+    replays = [c for c in calls if c[0] == "attnload" and "--shape replay:" in str(c[1])]
+    assert len(replays) == 2 and str(replays[0][1]).endswith("poisson-0/schedule.jsonl")
+    poisson_calls = calls[calls.index(("vllm_bench", 4.0)) :]
+    assert [c[0] for c in poisson_calls[:4]] == ["vllm_bench", "attnload"] * 2  # each schedule made, then replayed
+    assert "shared schedule" in modes["poisson"]["arrivals"]
     assert calls.count(("attnload", "--users 4")) == 2 and "reason" in modes["default"]
     assert any("OUTSIDE" not in line and "burst" in line for line in crosscheck.table(modes))
+
+
+def test_the_poisson_mode_replays_vllm_benchs_send_times_as_attnload_reads_them(tmp_path: Path) -> None:
+    """One shared schedule: the offsets vllm bench recorded come back as attnload's trace, same lengths."""
+    from attnload.measure.tokens import MESSAGE_OVERHEAD_TOKENS
+    from attnload.workload.trace import load_trace
+
+    offsets = [0.0, 0.137, 0.52, 0.521, 2.25]
+    lengths = crosscheck.Lengths(64, 32, 4)
+    trace = load_trace(crosscheck.write_schedule(offsets, lengths, tmp_path / "schedule.jsonl"))
+    assert [r.offset_s for r in trace.requests] == pytest.approx(offsets, abs=1e-6)
+    assert {(r.input_tokens, r.output_tokens) for r in trace.requests} == {(64 + MESSAGE_OVERHEAD_TOKENS, 32)}
+    assert "vllm bench" in crosscheck.ARRIVALS and "replay" in crosscheck.ARRIVALS

@@ -25,6 +25,7 @@ PROVISIONING = REPO / "grafana" / "provisioning"
 FILES = ("attnload-overview.json", "attnload-sweep.json", "attnload-health.json")
 
 MASTER_METRICS = {
+    "attnload_decode_slope_ms_per_ktok",
     "attnload_time_to_first_token_seconds",
     "attnload_ttfat_seconds",
     "attnload_reasoning_tokens_total",
@@ -105,6 +106,7 @@ SERVER_LATENCY = (
 )
 """Series whose values are simulated when the target is the simulator."""
 ALLOWED_LABELS = {
+    "stage",  # attnload_decode_slope_ms_per_ktok: one series per stage of the run (bounded by the shape)
     "model",
     "attention",
     "profile",
@@ -118,7 +120,7 @@ ALLOWED_LABELS = {
     "job",
 }
 """Bounded labels only: no request id, prompt, user or timestamp label may appear in a query."""
-UNITS = {"s", "suffix: tok/s", "reqps", "percentunit", "short", "none", "watt", "suffix: J/token"}
+UNITS = {"s", "suffix: tok/s", "reqps", "percentunit", "short", "none", "watt", "suffix: J/token", "suffix: ms/1K"}
 """Grafana unit ids (``suffix:<text>`` is Grafana's custom-unit form); ``tokens/s`` is not one."""
 DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
 
@@ -295,6 +297,8 @@ def test_units_match_the_quantity(dashboard: dict[str, Any]) -> None:
             assert unit == "s", panel["title"]
         elif "tokens_total" in expr:
             assert unit == "suffix: tok/s", panel["title"]
+        elif "attnload_decode_slope_ms_per_ktok" in expr:
+            assert unit == "suffix: ms/1K", panel["title"]  # ms of step per 1K tokens of context
 
 
 def test_datasource_is_the_uid_variable(dashboard: dict[str, Any]) -> None:
@@ -335,7 +339,8 @@ def test_per_model_queries_honour_the_variables(dashboard: dict[str, Any]) -> No
         split = re.search(r"\bby \(([^)]*)\)", expr)
         if split and "model" in {label.strip() for label in split.group(1).split(",")}:
             assert 'model=~"$model"' in expr and 'attention=~"$attention"' in expr, panel["title"]
-            if "attnload_users" not in expr and "attnload_sim_" not in expr and "attnload_gpu_" not in expr:
+            unprofiled = ("attnload_users", "attnload_sim_", "attnload_gpu_", "attnload_decode_slope")
+            if not any(name in expr for name in unprofiled):
                 assert 'profile=~"$profile"' in expr, panel["title"]
 
 

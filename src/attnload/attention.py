@@ -115,6 +115,15 @@ def no_facts(model_id: str) -> dict[str, object] | None:
     return None
 
 
+BandwidthLookup = Callable[[str], "float | None"]
+"""GPU preset name (a model's ``gpu_type``) -> peak memory bandwidth in GB/s, or None when unknown."""
+
+
+def no_bandwidth(gpu_type: str) -> float | None:
+    """The lookup of a run whose entry point knows no GPU presets: ``memory_bandwidth_gbps`` only."""
+    return None
+
+
 def kind_of(name: str) -> AttentionKind:
     """The arithmetic of attention type ``name`` (canonical); an unknown one is a ``ValueError``."""
     try:

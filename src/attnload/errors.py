@@ -67,6 +67,8 @@ class RequestFailed(Exception):
         self.detail = redact(detail)
         self.retry_after_s = retry_after_s
         """A 429's ``Retry-After`` in seconds, kept so a client may back off before its next request."""
+        self.body: str | None = None
+        """What the server sent with the failure, redacted and cut to ``BODY_EXAMPLE_BYTES`` (None: no body)."""
         super().__init__(f"{kind.label}: {self.detail}. Fix: {kind.value}")
 
 
@@ -95,6 +97,20 @@ def redact(text: str) -> str:
     for pattern in _SECRET_PATTERNS:
         text = pattern.sub(lambda m: m.group("keep") + "***", text)
     return text
+
+
+BODY_EXAMPLE_BYTES = 300
+"""An error body kept as an example is cut to this many bytes (after redaction, so no key is cut in two)."""
+_BODY_READ_BYTES = 4096
+
+
+def body_excerpt(body: bytes) -> str | None:
+    """The start of an error response's body as text: redacted first, then cut to ``BODY_EXAMPLE_BYTES``
+    (on a character boundary); None for an empty body."""
+    if not body:
+        return None
+    text = redact(body[:_BODY_READ_BYTES].decode("utf-8", errors="replace"))
+    return text.encode()[:BODY_EXAMPLE_BYTES].decode("utf-8", errors="ignore")
 
 
 def describe_validation(exc: Any, *, prefer_unknown_key: bool = False) -> tuple[str, str, dict[str, Any]]:

@@ -140,10 +140,24 @@ def test_context_scaling_and_a_verdict_that_follows_the_numbers(ladder: tuple[An
     for key, change in fell.items():
         assert f"fell {change:.0%}" in text or f"rose {-change:.0%}" in text, (key, change, text)
     more = max(fell, key=lambda k: fell[k])
-    if more == "mla_model":  # GQA keeps 4.7× more KV bytes per token: MLA falling more is called out
+    unclear = "no clear difference at this sample" in text
+    if more == "mla_model" and not unclear:  # GQA keeps 4.7× more KV bytes per token: MLA falling more is called out
         assert "yet mla_model's decode fell more" in text, text
     else:
         assert "yet" not in text, text
+    for verdict in data["verdict"]["models"]:  # each change carries its sample and its 95 % interval
+        change = verdict["decode_change"]
+        assert change["requests"] >= 1 and change["itl_samples"] > change["requests"], change
+        if change["requests"] >= 7:  # fewer: no rank pair of the medians reaches 97.5 % each
+            assert change["low"] <= change["value"] <= change["high"], change
+        else:
+            assert change["low"] is None and "too few for a 95 % interval" in text, (change, text)
+        assert verdict["tpot_p50_s"]["requests"] >= change["requests"]
+        assert f"{change['requests']:,} request{'s' if change['requests'] != 1 else ''}" in text
+    ci = {v["target"]: v["decode_change"] for v in data["verdict"]["models"]}
+    if all(c["low"] is not None for c in ci.values()):
+        gqa, mla = ci["gqa_model"], ci["mla_model"]
+        assert unclear == (gqa["low"] <= mla["high"] and mla["low"] <= gqa["high"]), text
     assert [v["target"] for v in data["verdict"]["models"]] == list(SERVED_AS)
     assert all(v["gpus"] == 8 for v in data["verdict"]["models"])  # the simulator's deployment
     assert "no slo in the config" in text and "estimated" not in text  # the simulator's usage calibrates the sizes

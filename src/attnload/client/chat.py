@@ -471,6 +471,10 @@ class ApiClient:
         usage = stream.usage or {}
         reported_prompt = usage.get("prompt_tokens")
         reported_completion = usage.get("completion_tokens")
+        if stream.streaming and not stream.done and isinstance(reported_completion, int):
+            # a usage seen before the stream's end is provisional (Messages sends one in message_start): a cut
+            # request counts the tokens it streamed, as chat's (whose usage comes only at the end) do
+            reported_completion = max(reported_completion, sum(stream.chunk_tokens))
         details = usage.get("prompt_tokens_details") or {}
         reasoning_details = usage.get("completion_tokens_details")
         estimated = not isinstance(reported_prompt, int) or not isinstance(reported_completion, int)
@@ -500,6 +504,8 @@ class ApiClient:
             ttfat_s=None if stream.answer_at is None else stream.answer_at - origin,
             reasoning_tokens=reasoning,
             server_reasoning_tokens=server_reasoning(reasoning_details),
+            error_detail=error.detail if error is not None and outcome == "failed" else None,
+            error_body=error.body if error is not None and outcome == "failed" else None,
         )
 
 

@@ -19,7 +19,7 @@ import gevent.socket
 from geventhttpclient.response import HTTPParseError
 
 from attnload.apis.base import Api
-from attnload.errors import ErrorClass, RequestFailed, redact
+from attnload.errors import ErrorClass, RequestFailed, body_excerpt, redact
 
 _ANSI = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)?|[@-Z\\-_])")
 """Terminal escape sequences: CSI (colours, cursor moves), OSC (titles, hyperlinks) and two-byte ones."""
@@ -41,7 +41,15 @@ def printable(text: str) -> str:
 
 def classify_status(status: int, body: bytes, retry_after: str | None = None, api: Api | None = None) -> RequestFailed:
     """Map an HTTP error status and its body (OpenAI or gateway JSON, HTML, text) to a class; ``api`` reads
-    its own error objects first (``Api.error_class``)."""
+    its own error objects first (``Api.error_class``). The failure keeps the body's start (redacted,
+    printable) as the example the results show."""
+    failed = _classify_status(status, body, retry_after, api)
+    excerpt = body_excerpt(body)
+    failed.body = printable(excerpt) if excerpt is not None else None
+    return failed
+
+
+def _classify_status(status: int, body: bytes, retry_after: str | None, api: Api | None) -> RequestFailed:
     try:
         data = json.loads(body) if body else None
     except ValueError:

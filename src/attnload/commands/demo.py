@@ -3,7 +3,8 @@
 Starts the simulator with the default pair (llama-3-70b GQA on 8×H200 TP8 vs deepseek-v3
 MLA with DP attention, docs/cost-model.md §4.6) scaled for a laptop, runs a short
 concurrency sweep through real Locust processes, then a short context ladder (the seed's
-"push the prompt past 4K": how each model's per-user decode speed falls with context), prints
+"push the prompt past 4K": how each model's per-user decode speed falls with context) and a short
+decode sweep (how each decode step grows with context, and the KV bytes it reads; docs/microscope.md), prints
 each run's verdict and tables and writes ``results/`` (JSON + HTML). The config it writes uses the
 seed's model ids.
 """
@@ -36,6 +37,10 @@ DEMO_LADDER_USERS = "2"
 """One user per model: the seed's single-stream decode criterion, with nothing else in the batch."""
 DEMO_LADDER_STAGE_S = "15s"
 DEMO_LADDER_MAX_CONTEXT = 32768
+DEMO_DECODE = "decode:1k-2k"
+DEMO_DECODE_USERS = "16"
+"""Eight sequences per model decoding in lockstep from 1K to 2K tokens: the microscope's slope in ~20 s."""
+DEMO_DECODE_STAGE_S = "45s"
 _DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # loopback never goes through a proxy
 
 
@@ -76,6 +81,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
         default=None,
         help=f"the context ladder run after the stages ({DEMO_LADDER} at one user per model, "
         f"{DEMO_LADDER_STAGE_S} each; vllm: context:256,2k); off: none",
+    )
+    parser.add_argument(
+        "--decode",
+        default=None,
+        help=f"the decode sweep run last ({DEMO_DECODE}, {DEMO_DECODE_USERS} users: the KV read per token, "
+        "docs/microscope.md; vllm: off); off: none",
     )
     parser.add_argument("--results", default="results", help="directory for results JSON + HTML")
     parser.add_argument("--metrics-port", type=int, default=9646, help="master's /metrics port (0 = off)")
@@ -165,6 +176,15 @@ def run(args: argparse.Namespace) -> int:
                     args, ladder, DEMO_LADDER_STAGE_S, locust_stats=args.locust_stats, users=DEMO_LADDER_USERS
                 )
                 results = execute(plan_from_args(load, ladder_path))
+            decode = args.decode or DEMO_DECODE
+            if results is not None and decode != "off":
+                decode_path = Path(tmp) / "demo_decode.json"
+                decode_path.write_text(json.dumps(ladder_config(f"http://127.0.0.1:{port}/api"), indent=2), "utf-8")
+                print(f"decode sweep: {decode}, {DEMO_DECODE_USERS} users decoding in lockstep (the KV read per token)")
+                load = run_arguments(
+                    args, decode, DEMO_DECODE_STAGE_S, locust_stats=args.locust_stats, users=DEMO_DECODE_USERS
+                )
+                results = execute(plan_from_args(load, decode_path))
         finally:
             sim.terminate()
             try:

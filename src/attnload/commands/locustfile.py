@@ -7,9 +7,11 @@ from locust import events
 from attnload.runner.events import register
 from attnload.runner.sender.users import ChatUser
 from attnload.runner.shape import shape_class
-from attnload.sim.costmodel import attention_info
+from attnload.sim.costmodel import attention_info, gpu_bandwidth_gbps
 
-register(events, attention_facts=attention_info)  # init: validate config (exit 2), /metrics, deltas from workers
+register(
+    events, attention_facts=attention_info, gpu_bandwidth=gpu_bandwidth_gbps
+)  # init: validate config (exit 2), /metrics, deltas from workers
 
 
 class Chat(ChatUser):

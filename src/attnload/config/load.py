@@ -61,6 +61,8 @@ class _SeedModel(StrictModel):
     price_per_mtok: Price | None = None
     api: str = "chat"
     auth_header: str | None = None
+    gpu_type: str | None = Field(default=None, pattern=r"^[a-z0-9][a-z0-9_-]{0,31}$")
+    memory_bandwidth_gbps: float | None = Field(default=None, gt=0, le=1e6)
 
     _attention = field_validator("attention")(lambda v: parse_attention(v))
     _auth_header = field_validator("auth_header")(lambda v: v if v is None else check_header_name(v))
@@ -268,6 +270,8 @@ def _targets(models: Mapping[str, _SeedModel], base_url: str, api_key_env: str |
                 price_per_mtok=raw.price_per_mtok,
                 api=raw.api,
                 auth_header=raw.auth_header,
+                gpu_type=raw.gpu_type,
+                memory_bandwidth_gbps=raw.memory_bandwidth_gbps,
             )
         )
     return tuple(targets)

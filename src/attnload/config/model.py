@@ -93,6 +93,11 @@ class ModelTarget(StrictModel):
     auth_header: str | None = None
     """The header that carries the key bare (e.g. Azure OpenAI's ``api-key``) instead of the API's own
     (``Authorization: Bearer``, ``x-api-key``, ``x-goog-api-key``); the key still comes from ``api_key_env``."""
+    gpu_type: str | None = None
+    """The GPU serving it, as a simulator GPU preset name (``h200``): its memory bandwidth turns the decode
+    fit's slope into KV bytes read per token (``kv_read``, docs/microscope.md)."""
+    memory_bandwidth_gbps: float | None = Field(default=None, gt=0, le=1e6)
+    """The GPU's memory bandwidth in GB/s (decimal), when it is no preset; wins over ``gpu_type``."""
 
     def api_key(self) -> str | None:
         """The key from the environment (never from a file); registered for redaction."""

@@ -37,6 +37,7 @@ from attnload.dashboards.panels import (
     Dashboard,
     Panel,
     Target,
+    decode_slope,
     expr_requirements,
     latency_pair,
     quantile,
@@ -102,6 +103,7 @@ def overview() -> Dashboard:
     panels = (
         *ratio_panels(),
         *metric_panels(),
+        decode_slope(),
         Panel(
             "Output tokens/s",
             TOKENS_PER_S,

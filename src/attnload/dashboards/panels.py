@@ -332,3 +332,22 @@ def expr_requirements(expr: str) -> frozenset[str]:
     if "attnload_gpu_" in expr:  # GPU telemetry: the roofline simulator's DCGM fields (or dcgm-exporter)
         needs.add("gpu")
     return frozenset(needs)
+
+
+def decode_slope() -> Panel:
+    """The decode fit's slope per model and stage: how much the step grows per 1K tokens of context."""
+    sel = SEL_USERS  # one slope per model and stage, over every profile (like attnload_users)
+    return Panel(
+        "Decode slope: ms per 1K tokens of context, per stage",
+        "suffix: ms/1K",
+        (
+            Target(
+                f"max by ({SPLIT}, stage) ({names.DECODE_SLOPE}{{{sel}}})",
+                "{{attention}} {{model}} [{{target}}] stage {{stage}}",
+            ),
+        ),
+        "How much the decode step grows per 1K tokens of context: the line through ITL against position "
+        "(prompt + token index). With a decode sweep (--shape decode:A-B) it is the KV read per token "
+        "(docs/microscope.md); a steeper line reads more KV per token.",
+        decimals=3,
+    )

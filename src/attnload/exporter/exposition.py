@@ -31,6 +31,7 @@ from attnload.exporter.names import (
     REQUEST_ERRORS,
     REQUESTS,
 )
+from attnload.measure.decodefit import DecodeFit
 from attnload.measure.histogram import LogHistogram
 from attnload.measure.metrics import METRICS
 from attnload.measure.recorder import Recorder, Series
@@ -71,6 +72,7 @@ class FleetCollector(Collector):
         yield from self._histograms(merged)
         yield from self._counters(merged)
         yield from self._gauges()
+        yield self._slopes()
 
     def _by_labels(self) -> dict[tuple[str, ...], Series]:
         merged: dict[tuple[str, ...], Series] = {}
@@ -121,6 +123,23 @@ class FleetCollector(Collector):
         yield errors
         yield from tokens
         yield good
+
+    def _slopes(self) -> Metric:
+        """The decode fit's slope per model and stage (a stage without a line yet has no sample)."""
+        fits: dict[tuple[str, int], DecodeFit] = {}
+        for (model_key, _profile, stage), series in list(self.recorder.series.items()):
+            fits.setdefault((model_key, stage), DecodeFit()).merge(series.fit)
+        family = GaugeMetricFamily(
+            names.DECODE_SLOPE,
+            "ms the decode step grows per 1K tokens of context (ITL against position), per stage.",
+            labels=("model", "attention", "target", "stage"),
+        )
+        for (model_key, stage), fit in sorted(fits.items()):
+            slope = fit.slope_ms_per_1k
+            if slope is not None:
+                model_id, attention = self.state.model_labels.get(model_key, (model_key, "unknown"))
+                family.add_metric([model_id, attention, model_key, str(stage + 1)], slope)
+        return family
 
     def _gauges(self) -> Iterator[Metric]:
         state = self.state

@@ -21,6 +21,9 @@ Pairs = tuple[tuple[float, int], ...]
 
 ANSWERED = frozenset({"ok", "abandoned"})
 """What an abandoned request saw is real: its first-token times and gaps count; whole-answer times do not."""
+SEEN = ANSWERED | {"cancelled"}
+"""What a request a stop cut saw is real too: a first token that came, and its gaps (``measure.survival``)."""
+CUT = frozenset({"cancelled"})
 OK = frozenset({"ok"})
 EVERY = frozenset({"ok", "failed", "cancelled", "abandoned"})
 
@@ -65,6 +68,12 @@ class RequestRecord:
     """Output tokens that arrived as reasoning deltas (counted by the client)."""
     server_reasoning_tokens: int | None = None
     """The server's own reasoning count from usage (None: not reported)."""
+    error_detail: str | None = None
+    """A failure's one-line reading (redacted), for ``--requests-out`` and the error examples."""
+    error_body: str | None = None
+    """A failure's response body, redacted and cut to 300 bytes (None: no body)."""
+    worker_stalled_s: float = 0.0
+    """Seconds its worker was frozen or cut off from its master while it ran (set by the sender)."""
 
     @property
     def tpot_s(self) -> float | None:
@@ -161,6 +170,10 @@ def _positive_prompt(record: RequestRecord) -> float | None:
     return float(record.prompt_tokens) if record.prompt_tokens > 0 else None
 
 
+def _stalled_itl(record: RequestRecord) -> Pairs:
+    return record.itl_samples if record.worker_stalled_s else ()
+
+
 def _reads(record: RequestRecord) -> Pairs:
     return read_sizes(record.itl_samples) if record.ttft_s is not None else ()
 
@@ -174,7 +187,7 @@ METRICS: list[Metric] = [
         "ttft",
         "TTFT",
         take=lambda r: r.ttft_s,
-        outcomes=ANSWERED,
+        outcomes=SEEN,
         prometheus="attnload_time_to_first_token_seconds",
         help="Request start to the first content chunk.",
         results_field="ttft_s",
@@ -190,7 +203,7 @@ METRICS: list[Metric] = [
         "ttfat",
         "TTFAT",
         take=answer_latency,
-        outcomes=ANSWERED,
+        outcomes=SEEN,
         prometheus="attnload_ttfat_seconds",
         help="Request start to the first answer chunk (content after any reasoning).",
         results_field="ttfat_s",
@@ -207,7 +220,7 @@ METRICS: list[Metric] = [
         "itl",
         "ITL",
         take_pairs=lambda r: r.itl_samples,
-        outcomes=ANSWERED,
+        outcomes=SEEN,
         prometheus="attnload_inter_token_latency_seconds",
         help="Gap between content chunks, per token.",
         results_field="itl_s",
@@ -256,12 +269,20 @@ METRICS: list[Metric] = [
     Metric("prompt", "prompt", take=_positive_prompt, unit="tokens"),
     Metric("read_tokens", "tokens per read", take_pairs=_reads, outcomes=ANSWERED, unit="tokens"),
     Metric("event_tokens", "tokens per event", take_pairs=_events, outcomes=ANSWERED, unit="tokens"),
+    Metric("ttft_censored", "TTFT censored", take=lambda r: r.e2e_s if r.ttft_s is None else None, outcomes=CUT),
+    Metric("stalled_ttft", "stalled TTFT", take=lambda r: r.ttft_s if r.worker_stalled_s else None, outcomes=SEEN),
+    Metric("stalled_itl", "stalled ITL", take_pairs=_stalled_itl, outcomes=SEEN),
+    Metric("stalled_e2e", "stalled E2E", take=lambda r: r.e2e_s if r.worker_stalled_s else None),
 ]
 """``lag``: open-loop dispatch lag (a stage's ``dispatch_lag_s``, the request log's ``dispatch_lag_s``);
 ``prompt``: prompt tokens of each successful request (a context ladder's measured size per stage);
 ``read_tokens``: tokens per read of a stream (one sample per read, :func:`read_sizes`); ``event_tokens``:
-tokens per streamed event after the first (``tokens_per_step``, :func:`event_sizes`) — each
-summarised by its own view, not a generic ``Summary``."""
+tokens per streamed event after the first (``tokens_per_step``, :func:`event_sizes`);
+``ttft_censored``: how long each request a stop cut had waited for a first token that never came (its TTFT
+is at least that: ``measure.survival``); ``stalled_*``: the share of ``ttft``, ``itl`` and ``e2e`` from
+requests whose worker was frozen or cut off while they ran, taken where those are, so the results give each
+latency without them (``results/truth/stalls.py``) — each summarised by its own view, not a generic
+``Summary``."""
 
 
 def metric(key: str) -> Metric:

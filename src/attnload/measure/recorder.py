@@ -10,9 +10,11 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 from attnload import native
+from attnload.measure.decodefit import DecodeFit, request_fit
 from attnload.measure.histogram import LogHistogram
 from attnload.measure.metrics import METRICS, Pairs, RequestRecord
 
@@ -33,13 +35,20 @@ COUNTERS = (
     "server_reasoning_tokens",
     "reasoning_reported",
     "reasoning_tokens_reported",
+    "censored_waiting",
+    "censored_streaming",
+    "stalled",
 )
 """``cached_reported``: requests whose server reported cached tokens (the sum counts only those);
 ``dropped``: open-loop arrivals not sent because their model's connection backoff was running;
 ``calibrated``: successful requests whose prompt was sized by a calibration learned from the server;
 ``reasoning_reported``: requests whose server reported its own reasoning count (summed in
 ``server_reasoning_tokens``); ``reasoning_tokens_reported`` is the client's streamed count over those
-same requests, so the two are compared like for like."""
+same requests, so the two are compared like for like; ``censored_waiting`` / ``censored_streaming``: requests
+a stop cut before their first token / while their answer streamed; ``stalled``: requests in flight across
+a freeze or partition of their worker (``RequestRecord.worker_stalled_s``)."""
+EXAMPLES_PER_CLASS = 3
+"""Error examples kept per error class (the first ones; a run of a million failures keeps three)."""
 
 
 @dataclass
@@ -50,6 +59,12 @@ class Series:
     """One histogram per metric of the table (``measure.metrics``)."""
     counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(COUNTERS, 0))
     errors: dict[str, int] = field(default_factory=dict)
+    fit: DecodeFit = field(default_factory=DecodeFit)
+    """Least-squares sums and position bins of ITL against position (prompt + token index): the decode step
+    against context (``measure.decodefit``; not a histogram, so not in the metrics table)."""
+    examples: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    """Per error class, its first ``EXAMPLES_PER_CLASS`` failures (``error_example``): bounded whatever
+    the failure count."""
 
     def merge(self, other: Series) -> None:
         for name, hist in other.hists.items():
@@ -59,13 +74,22 @@ class Series:
             self.counts[name] = self.counts.get(name, 0) + n
         for name, n in other.errors.items():
             self.errors[name] = self.errors.get(name, 0) + n
+        self.fit.merge(other.fit)
+        for name, items in other.examples.items():
+            merged = sorted([*self.examples.get(name, ()), *items], key=lambda e: e["time"])
+            self.examples[name] = merged[:EXAMPLES_PER_CLASS]
 
     def to_wire(self) -> dict[str, Any]:
-        return {
+        wire = {
             "h": {k: v.to_wire() for k, v in self.hists.items() if v.count},
             "c": {k: v for k, v in self.counts.items() if v},
             "e": self.errors,
         }
+        if self.fit.n:
+            wire["f"] = self.fit.to_wire()
+        if self.examples:
+            wire["x"] = self.examples
+        return wire
 
     @classmethod
     def from_wire(cls, data: dict[str, Any]) -> Series:
@@ -74,6 +98,9 @@ class Series:
             series.hists[name] = LogHistogram.from_wire(hist)
         series.counts.update(data["c"])
         series.errors.update(data["e"])
+        if "f" in data:
+            series.fit = DecodeFit.from_wire(data["f"])
+        series.examples.update(data.get("x") or {})
         return series
 
 
@@ -102,8 +129,15 @@ class Recorder:
     def add(self, record: RequestRecord) -> None:
         key = (record.model_key, record.profile, record.stage)
         samples = _samples(record)
+        fit = (
+            request_fit(record.prompt_tokens, record.completion_tokens, record.itl_samples)
+            if record.outcome == "ok" and record.itl_samples
+            else None
+        )
         for series in self._both(key):
             _apply(series, record)
+            if fit is not None:
+                series.fit.merge(fit)
             hists = series.hists
             for name, value, pairs in samples:
                 if pairs is None:
@@ -164,6 +198,14 @@ def _apply(series: Series, record: RequestRecord) -> None:
     counts[record.outcome] += 1
     if record.error is not None:
         series.errors[record.error] = series.errors.get(record.error, 0) + 1
+        if (
+            record.outcome == "failed"
+            and len(kept := series.examples.setdefault(record.error, [])) < EXAMPLES_PER_CLASS
+        ):
+            kept.append(error_example(record))
+    if record.outcome == "cancelled":  # cut by a stop: its TTFT counts, or is censored (measure.metrics)
+        counts["censored_waiting" if record.ttft_s is None else "censored_streaming"] += 1
+    counts["stalled"] += record.worker_stalled_s > 0
     counts["prompt_tokens"] += record.prompt_tokens
     counts["completion_tokens"] += record.completion_tokens
     if record.cached_prompt_tokens is not None:
@@ -173,6 +215,16 @@ def _apply(series: Series, record: RequestRecord) -> None:
     counts["good"] += record.good
     counts["calibrated"] += record.prompt_calibrated and record.outcome == "ok"
     _apply_reasoning(counts, record)
+
+
+def error_example(record: RequestRecord) -> dict[str, Any]:
+    """A failed request as the results' error examples show it (``time``: when it was recorded)."""
+    return {
+        "time": datetime.now(UTC).isoformat(timespec="milliseconds"),
+        "http_status": record.http_status,
+        "body": record.error_body,
+        "detail": record.error_detail or "",
+    }
 
 
 def _apply_reasoning(counts: dict[str, int], record: RequestRecord) -> None:

@@ -110,7 +110,7 @@ def request_line(
         started = now_epoch - record.e2e_s + (lag or 0.0)
     origin = started - (lag or 0.0)
     p50, peak = itl_p50_max(record.itl_samples)
-    return {
+    line = {
         "v": SCHEMA,
         "target": facts.target,
         "model": facts.model,
@@ -142,6 +142,9 @@ def request_line(
         "error_class": record.error,
         "http_status": record.http_status,
     }
+    if record.error_detail is not None:  # a failed request says what went wrong, not only its class
+        line["error_detail"] = record.error_detail
+    return line
 
 
 def encode(line: dict[str, Any]) -> str:

@@ -77,3 +77,13 @@ def record_pairs(
     log_gamma: float,
     /,
 ) -> tuple[int, float, float, float] | None: ...
+def fit_pairs(
+    samples: tuple[tuple[float, int], ...],
+    prompt_tokens: int,
+    completion_tokens: int,
+    bins: dict[int, int],
+    window_tokens: int,
+    min_value: float,
+    log_gamma: float,
+    /,
+) -> tuple[int, float, float, float, float, float, float, float] | None: ...

@@ -6,6 +6,7 @@
  *   readloop.c   StreamBase.pump     the read loop of attnload.client.chat.ApiClient._exchange
  *   histogram.c  gap_pairs,          attnload.measure.recorder.split_gaps,
  *                record_pairs        attnload.measure.histogram.LogHistogram.record_pairs
+ *   decodefit.c  fit_pairs           attnload.measure.decodefit.request_fit
  *   module.c     the module itself: its types, functions and constants
  */
 #ifndef ATTNLOAD_FASTPATH_H
@@ -90,5 +91,6 @@ int readloop_init(PyObject *module);
 /* histogram.c */
 PyObject *gap_pairs(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
 PyObject *record_pairs(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
+PyObject *fit_pairs(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
 
 #endif

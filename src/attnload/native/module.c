@@ -11,6 +11,8 @@ static PyMethodDef module_methods[] = {
      "((gap / n, n) for gap, n in zip(gaps, tokens)) as a tuple"},
     {"record_pairs", (PyCFunction)(void (*)(void))record_pairs, METH_FASTCALL,
      "LogHistogram.record_pairs on its fields; None when a sample is not (float, int)"},
+    {"fit_pairs", (PyCFunction)(void (*)(void))fit_pairs, METH_FASTCALL,
+     "one answer's decode-fit sums and position bins (decodefit.request_fit); None when a sample is not (float, int)"},
     {NULL}
 };
 

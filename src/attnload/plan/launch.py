@@ -34,8 +34,9 @@ from attnload.plan.writable import check_outputs
 from attnload.results.model import Results, load_results
 from attnload.results.requests_file import requests_out_path
 from attnload.results.write import fallback_dir
+from attnload.workload.ladder import parse_users_list
 from attnload.workload.prompts import check_prompts
-from attnload.workload.shapes import ShapeSpec, parse_duration, parse_shape, parse_users_list
+from attnload.workload.shapes import ShapeSpec, parse_duration, parse_shape
 
 LOCUSTFILE = Path(__file__).parents[1] / "commands" / "locustfile.py"
 """The packaged locustfile (an entry point, so it lives with the commands; ``locustfiles/chat.py`` imports it)."""
@@ -130,7 +131,9 @@ def _shape_from_flags(flags: Mapping[str, Any], config: TestConfig) -> ShapeSpec
         shape = parse_shape(shape_text, stage_s, flags.get("replay_speed"))
         return shape if users is None else shape.with_users(users)
     if users is not None and len(users) > 1:
-        raise UsageError(f"--users {users_text}: a list of users needs --shape context:LIST (a grid); give one")
+        raise UsageError(
+            f"--users {users_text}: a list of users needs --shape context:LIST (a grid) or decode:A-B; give one"
+        )
     duration = parse_duration(flags.get("duration") or DEFAULT_DURATION, "--duration")
     return parse_shape(f"concurrency:{users[0] if users else 8}", duration)
 

@@ -76,6 +76,8 @@ class RunOptions:
     """``--restart-lost-users``: a lost worker's users start again on the workers left."""
     accept_foreign_workers: bool = False
     """``--accept-foreign-workers``: admit a joining worker whose config hash or version differs."""
+    ladder_stretch: str = "auto"
+    """``auto``: a context ladder's rung whose TTFT is long runs longer (``runner/stretch.py``); ``off``: not."""
     keep_going: bool = False
     """``--keep-going``: a model failing one deterministic way 20 times in a row keeps sending (giveup.py)."""
     given: Mapping[str, str] = field(default_factory=dict, compare=False)
@@ -319,6 +321,15 @@ OPTIONS: tuple[Option, ...] = (
         read=values.gpu_metrics_mode,
     ),
     Option(
+        "ladder-stretch",
+        "auto: a context ladder's rung whose TTFT p50 is over a third of it runs one more --stage-duration, up to "
+        "4 times its length (its requests would be cut before they finish); off: keep the stage duration",
+        "auto",
+        run={"choices": ("auto", "off"), "default": "auto"},
+        field="ladder_stretch",
+        read=lambda text: values.server_metrics_mode(text, "--ladder-stretch"),
+    ),
+    Option(
         "exit-code-on-error",
         "exit status when any request failed, as Locust's (default 1; 0: ignore failures)",
         run={"type": int, "default": 1, "metavar": "N"},
@@ -328,7 +339,8 @@ OPTIONS: tuple[Option, ...] = (
         "fail-on",
         "also exit 1 when, comma-separated: slo (a model's p99 over the config's slo), saturated "
         "(client_saturated), server-gap (a stage flagged server_client_gap), worker-lost (a worker went "
-        "missing and never came back)",
+        "missing and never came back), no-data (a stage that finished no request; a model that finished none "
+        "always exits 1)",
         run={"default": "", "metavar": "REASONS"},
         locust=False,
     ),

@@ -14,6 +14,7 @@ from rich.text import Text
 from attnload.measure.metrics import METRICS, Metric
 from attnload.report import gpu as gpu_view
 from attnload.report import server as server_view
+from attnload.report import truth
 from attnload.report.agent import steps as agent_steps
 from attnload.report.clienthealth import render as client_health
 from attnload.report.compare import Comparison
@@ -23,7 +24,6 @@ from attnload.report.fmt import (
     DASH,
     count,
     kib,
-    ms_bare,
     pct,
     rate,
     series_name,
@@ -31,6 +31,7 @@ from attnload.report.fmt import (
     summary_metrics,
 )
 from attnload.report.ladder.console import ladder_table, render_verdict
+from attnload.report.microscope.console import decode_fit_table, kv_capacity_table
 from attnload.report.paired import ci_ms, diff_ms, paired_rows
 from attnload.report.reasoning import view as reasoning_view
 from attnload.report.turns import cached_notes
@@ -65,8 +66,9 @@ def _headers() -> tuple[str, ...]:
 
 def _quantiles(metric: Metric, totals: Totals) -> str:
     summary = totals.summary_of(metric.results_field or "")
-    values: list[float | None] = [getattr(summary, q) for q in metric.columns]
-    return " / ".join(ms_bare(v) if metric.unit == "s" else rate(v) for v in values)
+    if metric.unit == "s":  # a percentile the data could not reach reads ``≥ N`` (report/truth.py)
+        return " / ".join(truth.bound_ms(summary, q) for q in metric.columns)
+    return " / ".join(rate(getattr(summary, q)) for q in metric.columns)
 
 
 def _metric_cells(totals: Totals) -> list[str]:
@@ -108,7 +110,7 @@ def _model_table(results: Results) -> Table:
             row.append(count(model.attention_info.get("kv_bytes_per_token_per_gpu")))
         if show_cap:
             row.append(count(model.attention_info.get("kv_capacity_tokens")))
-        style = "red" if model.requests.ok == 0 and model.requests.total > 0 else None
+        style = "red" if truth.empty(model) or (model.requests.ok == 0 and model.requests.total > 0) else None
         table.add_row(*row, style=style)
     return table
 
@@ -150,14 +152,18 @@ def _paired_table(results: Results) -> Table | None:
 
 def render_table(results: Results) -> RenderableType:
     """The whole terminal summary as one rich renderable (tables plus notes)."""
+    # what was not measured comes before the answer: an empty measurement must not read as a clean one
+    parts: list[RenderableType] = [Text(line, style="bold red") for line in truth.no_data_lines(results)]
     verdict = render_verdict(results)  # the answer first
-    parts: list[RenderableType] = [verdict] if verdict is not None else []
+    if verdict is not None:
+        parts.append(verdict)
     parts.append(_model_table(results))
     stages = _stage_table(results)
     if stages is not None:
         parts.append(stages)
     if (ladder := ladder_table(results)) is not None:
         parts.append(ladder)
+    parts.extend(t for t in (decode_fit_table(results), kv_capacity_table(results)) if t is not None)
     if (reasoning := reasoning_view.console_table(results)) is not None:
         parts.append(reasoning)
     parts += decode_view.console_tables(results)
@@ -171,7 +177,10 @@ def render_table(results: Results) -> RenderableType:
         parts.append(paired)
     if (steps := agent_steps.console_table(results)) is not None:
         parts.append(steps)
-    notes: list[str] = []
+    notes: list[str] = truth.error_example_lines(results)
+    notes.extend(f"note: {text}" for text in truth.cut_lines(results))
+    notes.extend(f"warning: {text}" for text in truth.stalled_lines(results))
+    notes.extend(f"warning: server/client gap: {text}" for text in truth.gap_lines(results))
     if presets_differ(results):
         notes.append(f"note: {MIXED_MODELS_NOTE}")
     notes.extend(f"note: {text}" for text in cached_notes(results))

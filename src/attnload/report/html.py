@@ -14,6 +14,7 @@ from pathlib import Path
 from attnload import __version__
 from attnload.report import gpu as gpu_view
 from attnload.report import server as server_view
+from attnload.report import truth
 from attnload.report.agent import steps as agent_steps
 from attnload.report.charts import charts
 from attnload.report.clienthealth import render as client_health
@@ -23,6 +24,7 @@ from attnload.report.decode import view as decode_view
 from attnload.report.explain import MIXED_MODELS_NOTE, attention_facts, explain, presets_differ
 from attnload.report.fmt import DASH, count, error_total, pct, series_name, stage_label, summary_metrics
 from attnload.report.ladder.html import ladder_charts, verdict_section
+from attnload.report.microscope.html import microscope_charts
 from attnload.report.paired import ci_ms, diff_ms, paired_rows
 from attnload.report.reasoning import view as reasoning_view
 from attnload.report.requests import RUN_SCAN_LINES, find_requests_file, scatter_figure
@@ -40,7 +42,9 @@ def _num_cell(path: str, value: float | int | None, text: str, extra_class: str 
 
 def _totals_cells(totals: Totals) -> str:
     *latencies, output, goodput = summary_metrics()
-    cells = [_num_cell(m.path, m.get(totals), m.show(m.get(totals)), "num") for m in latencies]
+    cells = [
+        _num_cell(m.path, m.get(totals), truth.marked(m.path, totals, m.show(m.get(totals))), "num") for m in latencies
+    ]
     cells.append(_num_cell(output.path, totals.output_tokens_per_s, output.show(totals.output_tokens_per_s), "num"))
     cells.append(_num_cell("requests.ok", totals.requests.ok, f"{totals.requests.ok:,}", "num"))
     failed_cls = "num bad" if totals.requests.failed else "num"
@@ -189,7 +193,7 @@ def _run_section(results: Results) -> str:
 
 
 def _banners(results: Results) -> str:
-    out = []
+    out = [truth.html_callouts(results)]
     client = results.client
     if client.client_saturated:
         reasons = "; ".join(client.saturation_reasons) or f"CPU peaked at {client.cpu_max_ratio:.0%}"
@@ -236,12 +240,17 @@ def render_html(
     scatter = scatter_figure(requests, requests_lines)
     figures = "".join(
         f"<figure><figcaption><strong>{escape(title)}</strong><span>{escape(caption)}</span></figcaption>{svg}</figure>"
-        for title, caption, svg in [*ladder_charts(results), *charts(results, compare), *([scatter] if scatter else [])]
+        for title, caption, svg in [
+            *ladder_charts(results),
+            *microscope_charts(results),
+            *charts(results, compare),
+            *([scatter] if scatter else []),
+        ]
     )
-    opening = verdict_section(results)  # the answer first
+    opening = truth.html_no_data(results) + (verdict_section(results) or "")  # what is missing, then the answer
     sections = [
         *([("verdict", "Verdict", opening)] if opening else []),
-        ("summary", "Summary", _banners(results) + _summary_table(results)),
+        ("summary", "Summary", _banners(results) + _summary_table(results) + truth.html_error_examples(results)),
         ("attention", "Attention", _attention_section(results)),
         (
             "plots",

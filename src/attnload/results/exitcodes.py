@@ -8,8 +8,9 @@ and the commands only print the reasons and return the code.
 code  meaning
 ====  =============================================================================================
 0     the run finished and nothing the policy watches went wrong
-1     requests failed (``--exit-code-on-error``, Locust's meaning and default), a ``--fail-on``
-      reason held, or ``report --fail-on-regression`` found a regression
+1     requests failed (``--exit-code-on-error``, Locust's meaning and default), a model finished no
+      request (``no_data``), a ``--fail-on`` reason held, or ``report --fail-on-regression`` found a
+      regression
 2     usage: a bad flag, config or file (one line, before anything is sent)
 130   interrupted by SIGINT (Ctrl-C); 143 by SIGTERM
 ====  =============================================================================================
@@ -24,8 +25,9 @@ from attnload.config.model import Slo
 from attnload.errors import ErrorClass, UsageError
 from attnload.results.model import ModelSummary, Results
 from attnload.results.server import SERVER_GAP_FLAG
+from attnload.results.truth.fields import NO_DATA_FLAG
 
-FAIL_ON = ("slo", "saturated", "server-gap", "worker-lost")
+FAIL_ON = ("slo", "saturated", "server-gap", "worker-lost", "no-data")
 """The ``--fail-on`` reasons, each a reason to exit 1."""
 DEFAULT_EXIT_CODE_ON_ERROR = 1
 """Locust's default: any failed request makes the run exit 1."""
@@ -65,11 +67,11 @@ def run_status(results: Results, policy: ExitPolicy) -> tuple[int, list[str]]:
     """The exit code of a finished run and one line per reason. Failed requests set ``on_error``
     (Locust's rule; cancellations at stop time are not failures); each ``--fail-on`` reason that holds
     sets 1 unless failures already set a code."""
-    reasons: list[str] = []
-    code = 0
+    reasons = empty_models(results.models, ignore_failed=policy.on_error == 0)
+    code = 1 if reasons else 0
     failed = _failed(results.models)
     if failed and policy.on_error:
-        code = policy.on_error
+        code = policy.on_error  # the code the user asked for failures wins over no_data's 1
         reasons.append(failed)
     watched: list[str] = []
     if "slo" in policy.fail_on:
@@ -81,9 +83,37 @@ def run_status(results: Results, policy: ExitPolicy) -> tuple[int, list[str]]:
         watched += server_gaps(results.models)
     if "worker-lost" in policy.fail_on:
         watched += workers_lost(results)
+    if "no-data" in policy.fail_on:
+        watched += empty_stages(results.models)
     if watched and not code:
         code = 1
     return code, reasons + watched
+
+
+def empty_models(models: Iterable[ModelSummary], ignore_failed: bool = False) -> list[str]:
+    """Each model that finished no request (``no_data``): a reason to exit 1, the run measured nothing for it.
+    ``ignore_failed`` (``--exit-code-on-error 0``): a model whose requests all failed is left to that policy."""
+    return [
+        f"no_data: {m.key} finished no request ({m.no_data_reason})"
+        for m in models
+        if NO_DATA_FLAG in m.flags and not (ignore_failed and _only_failed(m))
+    ]
+
+
+def _only_failed(model: ModelSummary) -> bool:
+    cut = model.censored
+    return model.requests.failed > 0 and not cut.waiting_first_token and not cut.streaming
+
+
+def empty_stages(models: Iterable[ModelSummary]) -> list[str]:
+    """Each stage that finished no request (``--fail-on no-data``), of a model that finished some."""
+    return [
+        f"no_data: {m.key} stage {s.index} ({_load(s.users, s.rate)}) finished no request ({s.no_data_reason})"
+        for m in models
+        if NO_DATA_FLAG not in m.flags
+        for s in m.stages
+        if NO_DATA_FLAG in s.flags
+    ]
 
 
 def _failed(models: Iterable[ModelSummary]) -> str:

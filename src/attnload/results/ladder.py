@@ -10,6 +10,8 @@ and still prefill far worse.
 from __future__ import annotations
 
 from attnload.results.model import ContextPoint, ModelSummary, StageSummary
+from attnload.results.truth.evidence import change_interval, overlap, sample_text
+from attnload.results.truth.fields import Interval
 
 PREFILL_WORSE_RATIO = 1.5
 """At the longest rung, a TTFT p50 this many times the other model's is called out as a worse prefill."""
@@ -25,11 +27,14 @@ def context_scaling(stages: list[StageSummary]) -> list[ContextPoint]:
     """Each ladder stage's decode speed per user relative to the shortest context's at the same users."""
     rungs = sorted((s for s in stages if s.context is not None), key=lambda s: (s.users or 0, s.context or 0))
     base: dict[int | None, float | None] = {}
+    base_tpot: dict[int | None, Interval | None] = {}
     points = []
     for stage in rungs:
         speed = decode_speed(stage)
         first = base.setdefault(stage.users, speed)
         relative = speed / first if speed is not None and first else None
+        tpot = stage.evidence.tpot_p50_s if stage.evidence is not None else None
+        first_tpot = base_tpot.setdefault(stage.users, tpot)
         points.append(
             ContextPoint(
                 context=stage.context or 0,
@@ -39,6 +44,8 @@ def context_scaling(stages: list[StageSummary]) -> list[ContextPoint]:
                 itl_p50_s=stage.itl_s.p50,
                 ttft_p50_s=stage.ttft_s.p50,
                 prompt_tokens_p50=stage.prompt_tokens_p50,
+                change=change_interval(first_tpot, tpot) if first_tpot and tpot and relative is not None else None,
+                ttft=stage.evidence.ttft_p50_s if stage.evidence is not None else None,
             )
         )
     return points
@@ -62,9 +69,25 @@ def _ends(model: ModelSummary) -> tuple[ContextPoint, ContextPoint] | None:
     return row[0], row[-1]
 
 
+def longest_rung(model: ModelSummary) -> ContextPoint | None:
+    """The longest rung at the model's fewest users, as the pair sentences read it (None: not a ladder)."""
+    ends = _ends(model)
+    return ends[1] if ends is not None else None
+
+
 def _fell(point: ContextPoint) -> str:
     change = 1.0 - (point.relative or 1.0)
-    return f"fell {change:.0%}" if change >= 0 else f"rose {-change:.0%}"
+    text = f"fell {change:.0%}" if change >= 0 else f"rose {-change:.0%}"
+    return text + (f" ({sample_text(point.change)})" if point.change is not None else "")
+
+
+def _unclear(a: Interval | None, b: Interval | None) -> str | None:
+    """Why two figures cannot be told apart at this sample (None: they can, or carry no evidence)."""
+    if a is None or b is None:
+        return None
+    if None in (a.low, a.high, b.low, b.high):
+        return "too few requests for a 95 % interval: no clear difference at this sample"
+    return "their 95 % intervals overlap: no clear difference at this sample" if overlap(a, b) else None
 
 
 def _kv(model: ModelSummary) -> float | None:
@@ -120,26 +143,38 @@ def pair_sentence(a: ModelSummary, b: ModelSummary) -> str | None:
         f"From {tokens_label(lo.context)} to {tokens_label(hi_a.context)} tokens of context{users}, "
         f"{a.key} ({a.attention})'s per-user decode speed {_fell(hi_a)} and {b.key} ({b.attention})'s {_fell(hi_b)}"
     )
+    unclear = _unclear(hi_a.change, hi_b.change)
     kv = _kv_order(a, b)
     if kv is not None:
         more_kv, less_kv, claim = kv
         text += f"; {claim}"
         falls = {a.key: 1.0 - (hi_a.relative or 1.0), b.key: 1.0 - (hi_b.relative or 1.0)}
-        if falls[more_kv.key] < falls[less_kv.key]:
+        if falls[more_kv.key] < falls[less_kv.key] and unclear is None:
             text += (
                 f", yet {less_kv.key}'s decode fell more: not what the KV sizes predict here "
                 f"({_server_says(less_kv, hi_a.context)})"
             )
-    text += "."
-    if hi_a.ttft_p50_s and hi_b.ttft_p50_s:
-        slow, fast = (a, b) if hi_a.ttft_p50_s > hi_b.ttft_p50_s else (b, a)
-        t_slow, t_fast = max(hi_a.ttft_p50_s, hi_b.ttft_p50_s), min(hi_a.ttft_p50_s, hi_b.ttft_p50_s)
-        if t_slow >= PREFILL_WORSE_RATIO * t_fast:
-            text += (
-                f" Prefill is another matter: at {tokens_label(hi_a.context)} {slow.key}'s TTFT p50 is "
-                f"{t_slow:.2f} s against {fast.key}'s {t_fast:.2f} s."
-            )
-    return text
+    text += f"; {unclear}." if unclear is not None else "."
+    return text + _prefill_sentence(a, b, hi_a, hi_b)
+
+
+def _prefill_sentence(a: ModelSummary, b: ModelSummary, hi_a: ContextPoint, hi_b: ContextPoint) -> str:
+    """At the longest rung, a TTFT p50 far above the other's, when the samples can tell them apart."""
+    if not hi_a.ttft_p50_s or not hi_b.ttft_p50_s:
+        return ""
+    (slow, p_slow), (fast, p_fast) = sorted(((a, hi_a), (b, hi_b)), key=lambda mp: -(mp[1].ttft_p50_s or 0.0))
+    t_slow, t_fast = p_slow.ttft_p50_s or 0.0, p_fast.ttft_p50_s or 0.0
+    if t_slow < PREFILL_WORSE_RATIO * t_fast:
+        return ""
+    figures = (
+        f"at {tokens_label(hi_a.context)} {slow.key}'s TTFT p50 is {t_slow:.2f} s against {fast.key}'s {t_fast:.2f} s"
+    )
+    if p_slow.ttft is None or p_fast.ttft is None:
+        return f" Prefill is another matter: {figures}."
+    samples = f"{slow.key} {sample_text(p_slow.ttft, 's')}; {fast.key} {sample_text(p_fast.ttft, 's')}"
+    if (unclear := _unclear(p_slow.ttft, p_fast.ttft)) is not None:
+        return f" On prefill, {figures} ({samples}): {unclear}."
+    return f" Prefill is another matter: {figures} ({samples})."
 
 
 def pair_sentences(models: list[ModelSummary]) -> list[str]:

@@ -17,6 +17,8 @@ from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler
 from attnload.errors import UsageError, validated
 from attnload.measure.metrics import METRICS
 from attnload.results.fleet import LostWorker, Partial, RefusedWorker, StalledWorker
+from attnload.results.microscope.schema import DecodeFitSummary, KvCapacity, KvRead
+from attnload.results.truth.fields import Censored, ErrorExample, Evidence, Interval, StalledExcluded
 from attnload.scrape.summary import GaugeSummary as GaugeSummary  # the results' types, built by scrape/
 from attnload.scrape.summary import GpuSummary, ServerSummary
 
@@ -37,6 +39,16 @@ class Summary(_Model):
     p95: float | None = None
     p99: float | None = None
     max: float | None = None
+    lower_bound: list[str] = []
+    """Percentiles (``p50`` … ``p99``) the data could not reach: too many requests were cut still waiting,
+    so the value is the longest wait and the true percentile lies beyond it (TTFT only)."""
+
+    @model_serializer(mode="wrap")
+    def _lower_bound_only_when_some(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data: dict[str, Any] = handler(self)
+        if not self.lower_bound:
+            data.pop("lower_bound", None)
+        return data
 
 
 class Requests(_Model):
@@ -99,6 +111,12 @@ class Totals(_Model):
     when none did. Shown beside ``reasoning_tokens``, never in its place."""
     tokens_per_read_p50: float | None = None
     """Median tokens the client found in one read of a stream (1: token by token); None: no stream read."""
+    censored: Censored = Censored()
+    """Requests a stop cut, by whether their first token had come (TTFT counts both: ``measure.survival``)."""
+    no_data_reason: str | None = None
+    """Set with the ``no_data`` flag: why no request finished here, in words."""
+    without_stalled: StalledExcluded | None = None
+    """Set when a stalled worker's requests are in these latencies: the same percentiles without them."""
     tokens_per_step: float | None = None
     """Mean tokens per streamed event after the first: what one decode step sends a stream when the server
     writes each step as an event (1 + accepted drafts under speculative decoding); None: no stream read."""
@@ -306,6 +324,10 @@ class StageSummary(Totals):
     """Set with the ``server_bursts`` flag: the server's burst size and what it means for ITL."""
     start_spread: StartSpreadInfo | None = None
     """Closed loop: how this stage's new users were started (None: open loop, or no user started here)."""
+    decode_fit: DecodeFitSummary | None = None
+    """ITL against position (prompt + token index): the decode step against context (docs/microscope.md)."""
+    evidence: Evidence | None = None
+    """TTFT and TPOT medians with their samples and intervals: what a verdict figure from this stage rests on."""
 
 
 class ContextPoint(_Model):
@@ -319,6 +341,10 @@ class ContextPoint(_Model):
     itl_p50_s: float | None = None
     ttft_p50_s: float | None = None
     prompt_tokens_p50: float | None = None
+    change: Interval | None = None
+    """``relative − 1`` with its 95 % interval and the sample behind it (None: no TPOT at one of the rungs)."""
+    ttft: Interval | None = None
+    """This rung's TTFT p50 with its 95 % interval and sample."""
 
 
 class VerdictModel(_Model):
@@ -335,6 +361,12 @@ class VerdictModel(_Model):
     users_per_gpu: float | None = None
     output_tokens_per_s_per_gpu: float | None = None
     usd_per_mtok_output: float | None = None
+    decode_change: Interval | None = None
+    """A ladder: the change of per-user decode speed from the shortest to the longest rung (−0.3: fell 30 %)."""
+    ttft_p50_s: Interval | None = None
+    """TTFT p50 at the stage the figures come from (the longest rung of a ladder)."""
+    tpot_p50_s: Interval | None = None
+    """TPOT p50 at that stage."""
     tokens_per_step: float | None = None
     """Speculative decoding (the server's counters show it): the client's mean tokens per decode step."""
     spec_acceptance_rate: float | None = None
@@ -385,10 +417,18 @@ class ModelSummary(Totals):
     """Set when the server's reasoning count disagrees with the streamed one: both numbers, in words."""
     server_bursts: ServerBursts | None = None
     """Over the whole run: the server wrote several events per read while the client kept up."""
+    flags: list[str] = []
+    """E.g. ``no_data`` (no request of this model finished) or ``worker_stalled`` (a run without stages)."""
+    error_examples: dict[str, list[ErrorExample]] = {}
+    """Per error class, its first three failures as the server answered them."""
     prefill_interference: PrefillInterference | None = None
     """``--shape interference:L``: decode ITL without and during injected prefills; None for other shapes."""
     start_spread: StartSpreadInfo | None = None
     """An unstaged closed-loop run: how its users were started (a staged run says it per stage)."""
+    kv_read: KvRead | None = None
+    """A decode sweep's KV bytes read per token per GPU, measured against the KV math (docs/microscope.md)."""
+    kv_capacity: KvCapacity | None = None
+    """A capacity probe's sequences and KV tokens served at once, against the KV math (docs/microscope.md)."""
     target: str = ""
     """The config key again, named as the Prometheus ``target`` label: what tells apart two entries
     with one model id (e.g. the same model on vLLM and on SGLang)."""

@@ -37,6 +37,12 @@ TTFT_RATIO = 0.5
 TTFT_MIN_GAP_S = 0.05
 """...when they are also this far apart (a few ms of network is no gap)."""
 MIN_REQUESTS_FOR_TTFT = 10
+"""A server TTFT above the client's is flagged from this many client TTFTs (a server far below is at any count)."""
+TTFT_BETWEEN = (
+    "the API server's queue and tokenization (before the engine's clock starts), a gateway, the network and the "
+    "client's own wait"
+)
+"""What a client's TTFT holds that the server's does not (vLLM's histogram starts when the engine gets the request)."""
 WIDE_BUCKET_RATIO = 1.25
 """A bucket whose upper bound exceeds this multiple of its lower one is shown as its range ("100–250 ms")."""
 
@@ -68,15 +74,21 @@ def gap_reasons(stage: StageSummary, server: ServerSummary) -> list[str]:
                 f"(allowed difference {allowance:.0f})"
             )
     client_p50, server_p50 = stage.ttft_s.p50, server.ttft_p50_s
-    if client_p50 is not None and server_p50 is not None and stage.ttft_s.count >= MIN_REQUESTS_FOR_TTFT:
+    if client_p50 is not None and server_p50 is not None and stage.ttft_s.count:
         bucket = server.ttft_p50_bucket_s
         low, high = (bucket[0], bucket[1]) if bucket is not None else (server_p50, server_p50)
         shown = ttft_text(server_p50, bucket)
+        count = stage.ttft_s.count
+        # far below the client's: named whatever the sample (the long rung of a ladder may finish one request),
+        # with what lies between the two clocks
         if high is not None and high < TTFT_RATIO * client_p50 and client_p50 - high > TTFT_MIN_GAP_S:
+            bound = "≥ " if "p50" in stage.ttft_s.lower_bound else ""
             reasons.append(
-                f"server TTFT p50 {shown} < half the client's "
-                f"{client_p50 * 1000:.0f} ms (a gateway or the network adds time)"
+                f"server TTFT p50 {shown} < half the client's {bound}{client_p50 * 1000:,.0f} ms "
+                f"({count:,} request{'s' if count != 1 else ''}): between them lie {TTFT_BETWEEN}"
             )
+        elif count < MIN_REQUESTS_FOR_TTFT:
+            pass
         elif low > client_p50 / TTFT_RATIO and low - client_p50 > TTFT_MIN_GAP_S:
             reasons.append(
                 f"server TTFT p50 {shown} > twice the client's "

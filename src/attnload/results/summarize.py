@@ -26,6 +26,11 @@ from attnload.results.bursts import (
 from attnload.results.ladder import context_scaling, decode_speed
 from attnload.results.model import ClientInfo, ModelSummary, Requests, Results, StageSummary, Summary, Totals
 from attnload.results.reasoning import reasoning_fields, reasoning_note
+from attnload.results.truth import nodata
+from attnload.results.truth.censoring import censored_of, ttft_long_note, ttft_summary
+from attnload.results.truth.evidence import stage_evidence
+from attnload.results.truth.fields import TTFT_LONG_FLAG
+from attnload.results.truth.stalls import without_stalled
 from attnload.results.verdict import build_verdict
 
 SATURATION_CPU_RATIO = 0.9
@@ -111,6 +116,7 @@ def totals(series: Series, duration_s: float, slo_set: bool) -> dict[str, Any]:
         ),
         "errors": dict(sorted(series.errors.items())),
         **metric_summaries(series),
+        "ttft_s": ttft_summary(series),  # over finished and cut requests (Kaplan–Meier: ``measure.survival``)
         "prompt_tokens": counts.get("prompt_tokens", 0),
         "completion_tokens": counts.get("completion_tokens", 0),
         "cached_prompt_tokens": cached_total(counts),
@@ -120,6 +126,9 @@ def totals(series: Series, duration_s: float, slo_set: bool) -> dict[str, Any]:
         "goodput_rps": counts.get("good", 0) / duration_s if slo_set else None,
         **reasoning_fields(counts),
         "tokens_per_read_p50": tokens_per_read_p50(series),
+        "censored": censored_of(series),
+        "no_data_reason": nodata.no_data_reason(series),
+        "without_stalled": without_stalled(series),
         "tokens_per_step": tokens_per_step(series),
     }
 
@@ -184,7 +193,9 @@ def build_results(run: RunFacts, parts: Sequence[ResultsPart] = ()) -> Results:
             "reasoning_note": reasoning_note(target.key, whole.counts),
             "target": target.key,
             "prompt_sizes": prompt_sizes(target, whole),
+            "error_examples": whole.examples,
         }
+        fields["flags"] = nodata.with_flag([], fields["no_data_reason"])
         for part in parts:
             fields.update(part.fields(target.key, whole))
         models.append(ModelSummary(**fields))
@@ -246,6 +257,9 @@ def _stage_summary(
         short = not replay and expected >= _MIN_EXPECTED_FOR_COUNT_CHECK and sent < CLIENT_BEHIND_SENT_RATIO * expected
         if (behind or short) and "client_behind" not in flags:
             flags.append("client_behind")
+    flags = nodata.with_flag(flags, fields["no_data_reason"])
+    if ttft_long_note(fields["ttft_s"], window_s) is not None:
+        flags.append(TTFT_LONG_FLAG)
     prompt_p50 = series.hists["prompt"].quantile(0.5)
     stage = StageSummary(
         **fields,
@@ -260,6 +274,7 @@ def _stage_summary(
         achieved_rate_rps=achieved,
         context=window.context,
         prompt_tokens_p50=round(prompt_p50, 1) if prompt_p50 is not None else None,
+        evidence=stage_evidence(series),
     )
     return stage.model_copy(update={"decode_tokens_per_s_per_user": decode_speed(stage)})
 

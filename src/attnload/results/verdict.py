@@ -12,8 +12,9 @@ from __future__ import annotations
 
 from attnload.config.model import ModelTarget, Slo, TestConfig
 from attnload.results.decode.speculation import speculation_sentence, with_speculation
-from attnload.results.ladder import pair_sentences, tokens_label
+from attnload.results.ladder import longest_rung, pair_sentences, tokens_label
 from attnload.results.model import ModelSummary, StageSummary, Verdict, VerdictModel
+from attnload.results.truth.fields import NO_DATA_FLAG, Interval
 
 SECONDS_PER_HOUR = 3600.0
 
@@ -68,9 +69,11 @@ def model_verdict(target: ModelTarget, model: ModelSummary, slo: Slo) -> Verdict
     """One model's capacity at the SLO, per GPU, and its cost (fields None where the data says nothing)."""
     gpus, _source = gpu_count(target, model)
     stage = best_stage(model, slo) if slo.is_set else None
+    evidence = _evidence(model, stage)
     if stage is None:
-        return VerdictModel(target=model.key, gpus=gpus)
+        return VerdictModel(target=model.key, gpus=gpus, **evidence)
     return VerdictModel(
+        **evidence,
         target=model.key,
         context=stage.context,
         slo_met_users=stage.users,
@@ -80,6 +83,21 @@ def model_verdict(target: ModelTarget, model: ModelSummary, slo: Slo) -> Verdict
         output_tokens_per_s_per_gpu=stage.output_tokens_per_s / gpus if gpus else None,
         usd_per_mtok_output=usd_per_mtok_output(target, stage, gpus),
     )
+
+
+def _evidence(model: ModelSummary, stage: StageSummary | None) -> dict[str, Interval | None]:
+    """The intervals behind a model's figures: a ladder's decode change to its longest rung (at its fewest
+    users) and TTFT and TPOT at that rung; else at the stage that met the SLO."""
+    ends = longest_rung(model)
+    if ends is not None:
+        stage = next((s for s in model.stages if s.context == ends.context and s.users == ends.users), stage)
+    if stage is None or stage.evidence is None:
+        return {"decode_change": ends.change if ends is not None else None}
+    return {
+        "decode_change": ends.change if ends is not None else None,
+        "ttft_p50_s": stage.evidence.ttft_p50_s,
+        "tpot_p50_s": stage.evidence.tpot_p50_s,
+    }
 
 
 def _slo_text(slo: Slo) -> str:
@@ -148,8 +166,27 @@ def _comparison(models: list[VerdictModel]) -> str | None:
     return "; ".join(parts) or None
 
 
-def build_verdict(config: TestConfig, models: list[ModelSummary]) -> Verdict:
-    """``results.verdict``: the pair sentences of a ladder, each model's capacity and cost, what is missing."""
+def build_verdict(config: TestConfig, all_models: list[ModelSummary]) -> Verdict:
+    """``results.verdict``: the pair sentences of a ladder, each model's capacity and cost, what is missing.
+    A model that finished no request (``no_data``) is named first and compared with nothing."""
+    empty = [m for m in all_models if NO_DATA_FLAG in m.flags]
+    models = [m for m in all_models if NO_DATA_FLAG not in m.flags]
+    if not models:
+        return Verdict(text=_no_data_sentence(empty))
+    text = build_verdict_of(config, models)
+    if empty:
+        text = text.model_copy(update={"text": f"{_no_data_sentence(empty)} {text.text}"})
+    return text
+
+
+def _no_data_sentence(empty: list[ModelSummary]) -> str:
+    names = ", ".join(m.key for m in empty)
+    they = "it is" if len(empty) == 1 else "they are"
+    return f"No data (no_data) for {names}: no request finished, so {they} compared with nothing."
+
+
+def build_verdict_of(config: TestConfig, models: list[ModelSummary]) -> Verdict:
+    """The verdict over the models that measured something."""
     targets = {t.key: t for t in config.models}
     ladder = any(s.context is not None for m in models for s in m.stages)
     sentences = pair_sentences(models) if ladder else []

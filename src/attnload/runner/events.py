@@ -13,7 +13,7 @@ import gevent
 from locust.env import Environment
 from locust.runners import MasterRunner, WorkerRunner
 
-from attnload.attention import FactsLookup, no_facts
+from attnload.attention import BandwidthLookup, FactsLookup, no_bandwidth, no_facts
 from attnload.config.load import load_config
 from attnload.config.model import TestConfig
 from attnload.errors import UsageError
@@ -46,14 +46,17 @@ from attnload.runner.stops import (
 log = logging.getLogger(__name__)
 
 
-def register(events: Any, attention_facts: FactsLookup = no_facts) -> None:
+def register(
+    events: Any, attention_facts: FactsLookup = no_facts, gpu_bandwidth: BandwidthLookup = no_bandwidth
+) -> None:
     """Wire attnload into Locust's event hooks (call once, from the locustfile).
 
-    ``attention_facts`` gives each model's preset KV facts for the results (the packaged
-    locustfile passes the simulator's; by default a run reports measurements only).
+    ``attention_facts`` gives each model's preset KV facts for the results and ``gpu_bandwidth`` a GPU preset's
+    memory bandwidth (a model's ``gpu_type``, for ``kv_read``); the packaged locustfile passes the simulator's,
+    by default a run reports measurements only.
     """
     events.init_command_line_parser.add_listener(add_arguments)
-    events.init.add_listener(lambda environment, **kw: _on_init(environment, attention_facts, **kw))
+    events.init.add_listener(lambda environment, **kw: _on_init(environment, attention_facts, gpu_bandwidth, **kw))
 
 
 def _runtime_for(runner: Any, config: TestConfig, options: RunOptions, attention_facts: FactsLookup) -> Runtime:
@@ -65,7 +68,7 @@ def _runtime_for(runner: Any, config: TestConfig, options: RunOptions, attention
     return Runtime.local(config, options, attention_facts)
 
 
-def _on_init(environment: Environment, attention_facts: FactsLookup, **_: Any) -> None:
+def _on_init(environment: Environment, attention_facts: FactsLookup, gpu_bandwidth: BandwidthLookup, **_: Any) -> None:
     runner = environment.runner
     try:
         options = options_from(environment.parsed_options)
@@ -73,6 +76,7 @@ def _on_init(environment: Environment, attention_facts: FactsLookup, **_: Any) -
     except UsageError as exc:
         exit_usage(exc)
         return
+    runtime.state.gpu_bandwidth = gpu_bandwidth
     environment.attnload = runtime  # type: ignore[attr-defined]
     if not options.locust_stats:
         silence_locust_tables()
@@ -120,6 +124,8 @@ def _init_sender(environment: Environment, sender: Sender) -> None:
     if shape is not None and (tokens := shape.injected_prefill_tokens) is not None:
         sender.injector = Injector(sender, tokens)
     gevent.spawn(watch_stalls, sender.stall)  # a frozen process's requests carry the freeze: mark them
+    # a worker cut off from its master keeps running: the master's answers to its heartbeats stop instead
+    environment.events.heartbeat_received.add_listener(lambda **_: sender.stall.heard())
     environment.events.user_error.add_listener(lambda user_instance, **_: sender.health.user_error(user_instance))
     quiet_full_collections()
     gevent.spawn(watch_loop, sender.loop_lag)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field, replace
 
-from attnload.attention import FactsLookup, no_facts
+from attnload.attention import BandwidthLookup, FactsLookup, no_bandwidth, no_facts
 from attnload.config.model import TestConfig
 from attnload.measure.context import ContextRecorder
 from attnload.measure.interference import InterferenceRecorder
@@ -22,6 +22,7 @@ from attnload.results.summarize import StageWindow
 from attnload.workload.arrivals import stage_arrivals
 from attnload.workload.conversation import new_salt
 from attnload.workload.prompts import Workload
+from attnload.workload.shapes import Stage
 
 WARMUP_STAGE = -1
 """Stage tag of requests that started before the test or inside a stage's warm-up window."""
@@ -48,6 +49,8 @@ class RunState:
         self.options = options
         self.attention_facts = attention_facts
         """Preset KV facts per model id, handed in by the entry point (the runner never imports the simulator)."""
+        self.gpu_bandwidth: BandwidthLookup = no_bandwidth
+        """A GPU preset's memory bandwidth (a model's ``gpu_type``), handed in by the entry point like the facts."""
         self.recorder = Recorder()
         self.context = ContextRecorder()
         """Latency by turn and by prompt length, and open-loop send times (merged like the recorder)."""
@@ -107,11 +110,27 @@ class RunState:
         clock.index, clock.started, clock.rates = index, now, rates
         start_s = now - self.started_perf + self.options.warmup_s
         context = self.stage_context(index)
-        self.workload.context = context
+        planned = self.planned_stage(index)
+        shape = self.options.shape
+        fixed = shape.fixed_context if shape is not None else None
+        decode = planned.decode if planned is not None else None
+        self.workload.context = decode[0] if decode else planned.context if planned is not None else fixed
+        self.workload.output = decode[1] - decode[0] if decode else None
         clock.windows.append(
             StageWindow(index, start_s, -1.0, users, rate, rates=dict(rates) if rates else None, context=context)
         )
         return rates
+
+    def planned_stage(self, index: int) -> Stage | None:
+        """The shape's fixed stage ``index`` (None: a shape planned live, or past its end)."""
+        stages = self.options.shape.stages if self.options.shape is not None else ()
+        return stages[index] if 0 <= index < len(stages) else None
+
+    def stage_answered(self, index: int, users: int) -> bool:
+        """A lockstep stage (decode sweep): each of its ``users`` has an outcome for each model it drives."""
+        counts = self.recorder.combined(stage=index).counts
+        finished = sum(counts.get(k, 0) for k in ("ok", "failed", "cancelled", "abandoned"))
+        return finished >= users * (len(self.config.models) if self.paired is not None else 1)
 
     def stage_context(self, index: int) -> int | None:
         """A context ladder's rung at stage ``index`` (None for other shapes, whose stages set no context)."""

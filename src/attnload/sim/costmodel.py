@@ -581,4 +581,13 @@ def deployment_details(dep: Deployment) -> dict[str, object]:
         "max_seqs_at_8k": dep.seqs_at(CONTEXT_8K) if dep.fits else 0,
         "fits": dep.fits,
         "simulated": True,
+        "memory_bandwidth_gbps": dep.hw.hbm_bandwidth_bytes_per_s / 1e9,
     }
+
+
+def gpu_bandwidth_gbps(gpu_type: str) -> float | None:
+    """A GPU preset's peak memory bandwidth in GB/s (a model's ``gpu_type``); None for an unknown name."""
+    try:
+        return lookup_hardware(gpu_type).hbm_bandwidth_bytes_per_s / 1e9
+    except UsageError:
+        return None

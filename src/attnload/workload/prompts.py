@@ -119,6 +119,8 @@ class Workload:
         self._token_prefixes: dict[tuple[str, str], list[str]] = {}
         self.context: int | None = None
         """A context ladder's current rung (set at each stage): every prompt has this many tokens."""
+        self.output: int | None = None
+        """A decode sweep's pinned answer length (set at each stage; None: the profile's)."""
 
     def next(self, tokens: TextTokens | None = None) -> PlannedRequest:
         """The next single-turn request; ``tokens`` (a model's tokenizer, None: the estimator) sizes its prompt."""
@@ -131,7 +133,7 @@ class Workload:
     def plan(self, profile: Profile, tokens: TextTokens | None = None) -> PlannedRequest:
         """One single-turn request of ``profile``, sized by ``tokens`` when a model has a tokenizer."""
         if self.context is not None:
-            profile = rung_profile(profile, self.context, self.default_max_tokens)
+            profile = rung_profile(profile, self.context, self.default_max_tokens, self.output)
         max_tokens = sample_count(profile.max_tokens, self.rng) if profile.max_tokens is not None else None
         ignore_eos = self.default_ignore_eos if profile.ignore_eos is None else profile.ignore_eos
         return PlannedRequest(

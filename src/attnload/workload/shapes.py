@@ -1,6 +1,7 @@
 """Load shapes: ``concurrency:1,8,64`` (closed-loop users per stage), ``rate:0.5,1`` (open loop),
 ``context:1k,16k`` (a context ladder: one prompt length per stage, optionally times a ``--users`` list),
-``interference:16k`` (decode users while long prompts are injected among them) and ``sweep`` (an adaptive
+``interference:16k`` (decode users while long prompts are injected among them), ``decode:1k-32k`` and
+``capacity:8k`` (the attention microscope's decode sweep and KV capacity probe) and ``sweep`` (an adaptive
 capacity study, planned stage by stage in ``sweep.py``).
 
 A shape is parsed once into :class:`ShapeSpec` (bad specs are one-line usage errors);
@@ -8,9 +9,8 @@ A shape is parsed once into :class:`ShapeSpec` (bad specs are one-line usage err
 behaviour: its texts (``usage``, ``flag_help``), what it checks of a run (``check_run``, ``with_users``,
 ``with_speed``), whether it sizes its own prompts (``sizes_prompts``), whether its stages are planned live
 (``planned_live``) and what it replays (``replay``); the planner, the runner and the progress line ask the
-spec, never its class. Adding a kind is one class here and one entry in :data:`SHAPE_KINDS`. Locust's
-``LoadTestShape`` adapter lives in ``runner/shape.py``; this module has no Locust import so tests call it
-directly.
+spec, never its class. Adding a kind is one class here and one entry in :data:`SHAPE_KINDS`. No Locust
+import here (its ``LoadTestShape`` adapter is ``runner/shape.py``), so tests call this module directly.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from typing import ClassVar, Self
 from attnload.config.limits import MAX_DURATION_S, MAX_PROMPT_TOKENS, MAX_RATE, MAX_USERS
 from attnload.config.model import Profile, TestConfig
 from attnload.errors import UsageError
-from attnload.workload.ladder import check_ladder
+from attnload.workload.ladder import check_decode, check_ladder, parse_tokens, parse_users_list
 from attnload.workload.sessiontrace import is_session_trace, load_sessions
 from attnload.workload.trace import load_trace
 
@@ -59,6 +59,8 @@ class Stage:
     rate: float | None = None
     context: int | None = None
     """A context ladder's rung: every prompt of the stage has this many tokens (None: the profiles decide)."""
+    decode: tuple[int, int] | None = None
+    """A decode sweep's (prompt tokens, tokens reached at the answer's end); None for other shapes."""
 
 
 SWEEP_DEFAULT_MAX_USERS = 256
@@ -81,12 +83,21 @@ class StagedSpec:
     """Its stages are decided during the run (no fixed ``stages``, no planned duration)."""
     sizes_prompts: ClassVar[bool] = False
     """It sets every prompt's length itself, so a profile needs no ``prompt``/``prompt_tokens``."""
+    lockstep: ClassVar[bool] = False
+    """Every user of a stage sends one request at once (no start spread); the stage ends when all are answered."""
+    stretches: ClassVar[bool] = False
+    """Its stages may run longer than planned when TTFT is a sizable share of them (``--ladder-stretch``)."""
     levels: tuple[float, ...]
     stage_duration_s: float
 
     @property
     def injected_prefill_tokens(self) -> int | None:
         """The prompt length one extra sender per model injects among the decoders (None: it injects none)."""
+        return None
+
+    @property
+    def fixed_context(self) -> int | None:
+        """The prompt tokens of every stage of a shape planned live at one context (a capacity probe)."""
         return None
 
     @property
@@ -328,27 +339,6 @@ _USERS_SEP = ";users:"
 """How ``to_text`` carries a ladder's ``--users`` list to every Locust process (``ATTNLOAD_SHAPE``)."""
 
 
-def parse_tokens(text: str) -> int:
-    """``1k`` → 1024, ``32K`` → 32768, ``1m`` → 1048576, ``1500`` → 1500; anything else raises ValueError."""
-    value = text.strip().lower()
-    scale = {"k": 1024, "m": 1024 * 1024}.get(value[-1:], 1)
-    number = float(value[:-1] if scale > 1 else value)
-    tokens = number * scale
-    if not math.isfinite(tokens) or tokens != int(tokens):
-        raise ValueError(text)
-    return int(tokens)
-
-
-def parse_users_list(text: str, what: str = "--users") -> tuple[int, ...]:
-    """``8`` or ``1,8,32``: closed-loop users (each from 1 to MAX_USERS)."""
-    users = []
-    for part in (p.strip() for p in str(text).split(",")):
-        if not part.isdigit() or not 1 <= int(part) <= MAX_USERS:
-            raise UsageError(f"{what} {text!r}: {part!r} must be a whole number of users from 1 to {MAX_USERS:,}")
-        users.append(int(part))
-    return tuple(users)
-
-
 @dataclass(frozen=True)
 class ContextSpec(StagedSpec):
     """``context:1k,4k,16k``: a context ladder. Closed loop at the run's users; every request of a stage has a
@@ -359,6 +349,7 @@ class ContextSpec(StagedSpec):
     usage: ClassVar[str] = "context:1k,16k (prompt tokens)"
     flag_help: ClassVar[str] = "context:1k,16k (prompt tokens per stage; with --users 1,8 a grid)"
     sizes_prompts: ClassVar[bool] = True
+    stretches: ClassVar[bool] = True
     users: tuple[int, ...] = (DEFAULT_LADDER_USERS,)
 
     @property
@@ -469,10 +460,112 @@ class InterferenceSpec(ContextSpec):
         )
 
 
-ShapeSpec = ConcurrencySpec | RateSpec | SweepSpec | ReplaySpec | ContextSpec | InterferenceSpec
+@dataclass(frozen=True)
+class DecodeSpec(StagedSpec):
+    """``decode:1k-32k``: a decode sweep (docs/microscope.md). Every user of a model sends one request at once, a
+    prompt of the first length and an answer pinned to reach the second, so the batch decodes in lockstep; the
+    stage ends when every answer is in (at most ``stage_duration_s``). ``--users 1,8,32``: one stage per batch."""
+
+    kind: ClassVar[str] = "decode"
+    usage: ClassVar[str] = "decode:1k-32k (a decode sweep)"
+    flag_help: ClassVar[str] = "decode:1k-32k (one lockstep batch decoding from 1K to 32K; with --users 1,8 one each)"
+    sizes_prompts: ClassVar[bool] = True
+    lockstep: ClassVar[bool] = True
+    users: tuple[int, ...] = (DEFAULT_LADDER_USERS,)
+
+    @property
+    def stages(self) -> tuple[Stage, ...]:
+        d, span = self.stage_duration_s, (int(self.levels[0]), int(self.levels[1]))
+        return tuple(Stage(i, i * d, (i + 1) * d, users=u, decode=span) for i, u in enumerate(self.users))
+
+    @property
+    def peak_users(self) -> int:
+        return max(self.users)
+
+    @property
+    def duration_s(self) -> float:
+        return self.stage_duration_s * len(self.users)
+
+    def with_users(self, users: tuple[int, ...]) -> Self:
+        return replace(self, users=users)
+
+    def check_run(self, config: TestConfig, profiles: list[Profile], paired: bool) -> None:
+        check_decode(config, int(self.levels[0]), int(self.levels[1]), profiles)
+
+    def to_text(self) -> str:
+        return f"decode:{int(self.levels[0])}-{int(self.levels[1])}{_USERS_SEP}{','.join(map(str, self.users))}"
+
+    @classmethod
+    def parse(cls, text: str, values: str, stage_duration_s: float) -> Self:
+        span, _sep, users_text = values.partition(_USERS_SEP)
+        first, dash, last = span.partition("-")
+        try:
+            start, end = parse_tokens(first), parse_tokens(last)
+        except (ValueError, IndexError):
+            raise UsageError(f"shape {text!r}: use decode:START-END in tokens, e.g. decode:1k-32k") from None
+        if not dash or not 1 <= start < end <= MAX_PROMPT_TOKENS:
+            raise UsageError(f"shape {text!r}: START-END must rise, 1 to {MAX_PROMPT_TOKENS:,} tokens: decode:1k-32k")
+        users = parse_users_list(users_text, f"shape {text!r} users") if users_text.strip() else (DEFAULT_LADDER_USERS,)
+        return cls(levels=(float(start), float(end)), stage_duration_s=stage_duration_s, users=users)
+
+
+CAPACITY_MAX_USERS, CAPACITY_MAX_STAGES = 256, 13
+"""Per model, the capacity probe doubles users up to 256 (9 stages) and bisects 4 times: 13 stages at most."""
+
+
+@dataclass(frozen=True)
+class CapacitySpec(StagedSpec):
+    """``capacity:8k``: a KV capacity probe (docs/microscope.md). Closed-loop stages at one prompt length (output
+    pinned), users per model doubling from 1 and then bisecting until each model's knee; planned live
+    (``runner/shape.py``, ``results/microscope/capacity.py``). ``levels`` holds the context."""
+
+    kind: ClassVar[str] = "capacity"
+    usage: ClassVar[str] = "capacity:8k (a KV capacity probe)"
+    flag_help: ClassVar[str] = "capacity:8k (users doubling, then bisecting, to each model's KV capacity)"
+    sizes_prompts: ClassVar[bool] = True
+    planned_live: ClassVar[bool] = True
+
+    @property
+    def fixed_context(self) -> int:
+        return int(self.levels[0])
+
+    @property
+    def duration_s(self) -> float:
+        return self.stage_duration_s * CAPACITY_MAX_STAGES
+
+    def check_run(self, config: TestConfig, profiles: list[Profile], paired: bool) -> None:
+        check_ladder(config, [self.fixed_context], profiles)
+
+    def to_text(self) -> str:
+        return f"capacity:{self.fixed_context}"
+
+    @classmethod
+    def parse(cls, text: str, values: str, stage_duration_s: float) -> Self:
+        try:
+            tokens = parse_tokens(values)
+        except (ValueError, IndexError):
+            raise UsageError(f"shape {text!r}: use capacity:CONTEXT in tokens, e.g. capacity:8k") from None
+        if not 1 <= tokens <= MAX_PROMPT_TOKENS:
+            raise UsageError(f"shape {text!r}: the context must be from 1 to {MAX_PROMPT_TOKENS:,} tokens")
+        return cls(levels=(float(tokens),), stage_duration_s=stage_duration_s)
+
+
+ShapeSpec = (
+    ConcurrencySpec | RateSpec | SweepSpec | ReplaySpec | ContextSpec | InterferenceSpec | DecodeSpec | CapacitySpec
+)
 """A parsed shape: one class per kind (``kind`` is the tag), each with the same protocol."""
 SHAPE_KINDS: dict[str, type[ShapeSpec]] = {
-    cls.kind: cls for cls in (ConcurrencySpec, RateSpec, ContextSpec, InterferenceSpec, SweepSpec, ReplaySpec)
+    cls.kind: cls
+    for cls in (
+        ConcurrencySpec,
+        RateSpec,
+        ContextSpec,
+        InterferenceSpec,
+        DecodeSpec,
+        CapacitySpec,
+        SweepSpec,
+        ReplaySpec,
+    )
 }
 """Every kind by its ``kind`` tag, in the order the help and error texts list them."""
 

@@ -47,6 +47,7 @@ COLUMNS: tuple[tuple[str, str], ...] = (
     ("ttft_p99_ms", "TTFT p99 (ms)"),
     ("itl_p50_ms", "ITL p50 (ms)"),
     ("itl_p99_ms", "ITL p99 (ms)"),
+    ("decode_slope", "Slope (ms per 1K ctx)"),
     *reasoning_view.LIVE_COLUMNS,
     ("output_tok_s", "Output tok/s"),
     ("server_bursts", "Server bursts"),
@@ -82,6 +83,12 @@ def _mean_cell(value: float | None) -> str:
     return "" if value is None else f"{value:,.0f}"
 
 
+def _slope_cell(totals: Totals) -> str:
+    """The running stage's decode slope (ms per 1K tokens of context; docs/microscope.md), blank without a line."""
+    fit = getattr(totals, "decode_fit", None)  # stages have one; a whole unstaged run does not
+    return "" if fit is None or fit.slope_ms_per_1k is None else f"{fit.slope_ms_per_1k:.3f}"
+
+
 def _scope(model: ModelSummary) -> tuple[str, Totals]:
     """Live numbers describe the stage now running (the last), or the run when unstaged."""
     if model.stages:
@@ -106,6 +113,7 @@ def llm_rows(results: Results) -> list[dict[str, Any]]:
                 "ttft_p99_ms": _ms_cell(totals.ttft_s.p99),
                 "itl_p50_ms": _ms_cell(totals.itl_s.p50),
                 "itl_p99_ms": _ms_cell(totals.itl_s.p99),
+                "decode_slope": _slope_cell(totals),
                 "output_tok_s": _rate_cell(totals.output_tokens_per_s),
                 "server_bursts": llm_cell(totals),
                 "in_flight": in_flight if in_flight is not None else "",
@@ -133,6 +141,7 @@ def turn_rows(model: ModelSummary) -> list[dict[str, Any]]:
             "ttft_p99_ms": _ms_cell(row.ttft_s.p99),
             "itl_p50_ms": _ms_cell(row.itl_s.p50),
             "itl_p99_ms": _ms_cell(row.itl_s.p99),
+            "decode_slope": "",
             "output_tok_s": "",
             "server_bursts": "",
             "in_flight": "",

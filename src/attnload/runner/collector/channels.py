@@ -21,6 +21,7 @@ from attnload.results.context import context_fields, with_replay_rates
 from attnload.results.decode.interference import prefill_interference
 from attnload.results.fleet import FleetFaults
 from attnload.results.gpu import GpuResults, per_token, with_gpu
+from attnload.results.microscope.apply import with_microscope
 from attnload.results.model import PairedSummary, Results, StageSummary
 from attnload.results.server import ServerResults, with_server
 from attnload.results.summarize import ResultsPart
@@ -28,6 +29,7 @@ from attnload.runner.collector.collector import Channel, Collector, MasterCollec
 from attnload.runner.collector.workerloss import with_fleet_faults
 from attnload.runner.sender.arrivalphase import with_start_spread
 from attnload.runner.sender.sender import Sender
+from attnload.workload.ladder import pinned_max_tokens
 
 # ---------------------------------------------------------------------- parts of the results
 
@@ -335,6 +337,30 @@ class Sweep(Channel):
         return ModelFields({key: {"sweep": sweep} for key, sweep in collector.sweep_final().items()})
 
 
+class Microscope(Channel):
+    """The decode fit of every stage (its sums ride in the recorder's delta), a decode sweep's ``kv_read`` and a
+    capacity probe's ``kv_capacity`` (docs/microscope.md); after the attention facts and the server view."""
+
+    def part(self, collector: Collector) -> ResultsPart:
+        state, shape = collector.state, collector.state.options.shape
+        probe = None
+        if shape is not None and shape.fixed_context is not None:
+            workload = state.workload
+            output = max(pinned_max_tokens(p, workload.default_max_tokens) for p in workload.profiles)
+            probe = (shape.fixed_context, output)
+        lockstep = shape is not None and shape.lockstep
+        return Finish(
+            lambda results: with_microscope(
+                results,
+                state.config,
+                state.recorder,
+                lockstep=lockstep,
+                gpu_bandwidth=state.gpu_bandwidth,
+                capacity_probe=probe,
+            )
+        )
+
+
 class ServerMetrics(Channel):
     """The model servers' /metrics, scraped by the collecting process (``serverview.py``)."""
 
@@ -392,6 +418,7 @@ CHANNELS: tuple[Channel, ...] = (
     Sweep(),
     ServerMetrics(),
     GpuMetrics(),
+    Microscope(),
     FirstRequests(),
     Health(),
     Requests(),

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from attnload.results.fleet import (
+    WORKER_STALLED_FLAG,
     FleetFaults,
     LostWorker,
     MissingWindow,
@@ -274,7 +275,8 @@ def _by_model(users: dict[str, int]) -> str:
 
 
 def with_fleet_faults(results: Results, faults: FleetFaults) -> Results:
-    """``results`` with the faults in ``client``, ``partial`` and the flags of the stages they touched."""
+    """``results`` with the faults in ``client``, ``partial`` and the flags of the stages they touched (and of
+    the model: ``worker_stalled`` where a stall touched one of its stages, or the run had no stages)."""
     models = []
     for model in results.models:
         stages = [
@@ -287,7 +289,11 @@ def with_fleet_faults(results: Results, faults: FleetFaults) -> Results:
             )
             for i, stage in enumerate(model.stages)
         ]
-        models.append(model.model_copy(update={"stages": stages}))
+        stalled = faults.stalled and (not stages or any(WORKER_STALLED_FLAG in s.flags for s in stages))
+        flags = list(model.flags)
+        if stalled and WORKER_STALLED_FLAG not in flags:
+            flags.append(WORKER_STALLED_FLAG)
+        models.append(model.model_copy(update={"stages": stages, "flags": flags}))
     client = results.client.model_copy(
         update={
             "workers_lost": len(faults.lost),

@@ -22,12 +22,12 @@ class RequestLines:
         self.facts = {m.key: TargetFacts(m.key, m.id, m.attention) for m in config.models}
         self.buffer = LineBuffer()
 
-    def observe(self, record: RequestRecord, worker: int, who: Who = NOBODY, stalled_s: float = 0.0) -> None:
+    def observe(self, record: RequestRecord, worker: int, who: Who = NOBODY) -> None:
         facts = self.facts.get(record.model_key) or TargetFacts(record.model_key, record.model_key, "")
         line = request_line(record, facts, worker, who)
-        if stalled_s:  # the worker froze while this request was in flight: its latency holds the freeze
+        if record.worker_stalled_s:  # the worker froze or was cut off meanwhile: its latency holds the silence
             line["worker_stalled"] = True
-            line["worker_stalled_s"] = round(stalled_s, 3)
+            line["worker_stalled_s"] = round(record.worker_stalled_s, 3)
         self.buffer.add(encode(line))
 
     def take(self, final: bool = False) -> dict[str, Any] | None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
+from dataclasses import replace
 from typing import Protocol
 
 import gevent
@@ -80,8 +81,9 @@ class Sender:
         """``--requests-out``: one line per request, until shipped (worker) or written (single process)."""
         self.abandoner = Abandoner(options.abandon, config.seed) if options.abandon is not None else None
         """``--abandon-rate``: draws which requests close their stream early (None: none do)."""
+        lockstep = options.shape is not None and options.shape.lockstep
         self.start_spread = StartSpread(
-            options.start_spread,
+            "off" if lockstep else options.start_spread,
             stage_duration_s=options.shape.stage_duration_s if options.shape else None,
             seed=config.seed,
             recorder=state.recorder,
@@ -117,16 +119,17 @@ class Sender:
 
     def observe(self, record: RequestRecord, who: Who = NOBODY) -> None:
         state = self.state
-        state.recorder.add(record)
-        state.context.add(record)
         now = time.perf_counter()
         state.interference.observe(record, now)
         start = record.started_perf if record.started_perf is not None else now - record.e2e_s
         stalled_s = self.stall.overlap(start, now)
-        if stalled_s:
+        if stalled_s:  # its latency holds the freeze or silence: kept apart as well (``results/truth/stalls.py``)
             self.stall.requests += 1
+            record = replace(record, worker_stalled_s=stalled_s)
+        state.recorder.add(record)
+        state.context.add(record)
         if self.lines is not None:
-            self.lines.observe(record, state.worker_index, who, stalled_s=stalled_s)
+            self.lines.observe(record, state.worker_index, who)
         said = self.giveup.observe(record)
         if said is not None:
             log.error(said)

@@ -32,6 +32,8 @@ from attnload.workload.sessiontrace import is_session_trace
 
 log = logging.getLogger(__name__)
 OPEN_LOOP_IDLE_S = 0.2
+LOCKSTEP_IDLE_S = 0.05
+"""How often a decode sweep's user that has sent its request looks for the next stage."""
 _OPEN_CONVERSATIONS = itertools.count(1)
 """Open-loop conversations started by this process (their ids in ``--requests-out``)."""
 _TOLD_TOOL_CHOICE: set[str] = set()
@@ -50,6 +52,8 @@ class ChatUser(User):
     wait_time = constant(0)
     _pilot: str | None = None
     """The pace key while this user is its model's pilot and has not sent yet (``startspread.py``)."""
+    _sent_stage = -1
+    """A lockstep stage (decode sweep) this user has sent its one request in."""
 
     def on_start(self) -> None:
         sender = self.environment.attnload.sender
@@ -89,6 +93,11 @@ class ChatUser(User):
         if state.stage.rates is not None or any(k in sender.giveup.stopped for k in self.keys):
             gevent.sleep(OPEN_LOOP_IDLE_S)  # an open-loop stage (the scheduler sends) or a model given up: idle
             return
+        if state.options.shape is not None and state.options.shape.lockstep:
+            if self._sent_stage == state.stage.index:
+                gevent.sleep(LOCKSTEP_IDLE_S)  # one request per user and stage: wait for the next batch
+                return
+            self._sent_stage = state.stage.index
         if self._pilot is not None:
             self._pilot_request(self._pilot)
             return
