@@ -286,8 +286,10 @@ def test_vllms_tool_choice_refusal_is_one_line_naming_the_server_flags(processes
         attnload("run", "-c", str(config), "-u", "1", "-t", "2s", "--results", str(tmp_path / "r")), name="run"
     )
     process.wait(timeout=120)
-    lines = [line for line in processes.log_of(process).splitlines() if "--enable-auto-tool-choice" in line]
-    assert len(lines) == 1 and "gqa_model" in lines[0], lines
+    said = processes.log_of(process)
+    lines = [line for line in said.splitlines() if "agent steps are refused" in line]  # the fix, said once
+    assert len(lines) == 1 and "gqa_model" in lines[0] and "--enable-auto-tool-choice" in lines[0], lines
+    assert '"auto\\" tool choice requires' in said  # and the error example under the table quotes the server
     agent["tool_choice"] = "none"
     config = write_config(tmp_path, url, {"gqa_model": MODELS["gqa_model"]}, workload={"a": {"agent": agent}})
     data = run(processes, config, tmp_path / "r2", "-u", "1", "-t", "2s")

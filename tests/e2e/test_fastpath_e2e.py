@@ -68,7 +68,9 @@ def test_compiled_and_pure_runs_match_truth_and_each_other(processes: Processes,
         ok = model["requests"]["ok"]
         assert ok > 0 and model["requests"]["failed"] == 0
         assert model["completion_tokens"] >= ok * TOKENS and not model["estimated_tokens"]  # + cancelled ones' tokens
-        assert model["itl_s"]["count"] == ok * (TOKENS - 1)  # one ITL sample per token after the first
+        # one ITL sample per token after the first, the gaps a request cut at the stop had seen included
+        cut = model["requests"]["cancelled"]
+        assert ok * (TOKENS - 1) <= model["itl_s"]["count"] <= (ok + cut) * (TOKENS - 1), model["requests"]
         ttft = model["ttft_s"]["p50"]
         assert 0.049 <= ttft <= 0.1, ttft  # truth 50 ms: never early; late only by this shared machine's load
         assert 0.009 <= model["itl_s"]["mean"] <= 0.02, model["itl_s"]  # the mean: a late chunk shortens the next gap

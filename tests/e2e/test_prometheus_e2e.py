@@ -328,6 +328,18 @@ def error_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
         )
 
 
+@pytest.fixture(scope="module")
+def decode_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
+    """Answers of 192 tokens: long enough for the decode fit to settle and draw its line."""
+    tmp = tmp_path_factory.mktemp("decode")
+    with running_sim(tmp, "llama-3-70b", "--mode", "fixed", "--ttft-ms", "20", "--itl-ms", "2") as sim:
+        config = write_config(tmp / "config.json", sim, (("llama-3-70b", "GQA"),))
+        data = json.loads(config.read_text(encoding="utf-8"))
+        data["benchmark"]["max_tokens"] = 192
+        config.write_text(json.dumps(data), encoding="utf-8")
+        yield from load_run(tmp, sim, config, ["--users", "2", "--duration", "8s"], {"sim", "decode_fit"})
+
+
 @needs_core
 def test_request_and_token_totals_match_sim_and_results(fixed_run: Run) -> None:
     requests = prom_totals(fixed_run, "attnload_requests_total")
@@ -375,7 +387,7 @@ def test_median_within_one_bucket(fixed_run: Run, metric: str, summary: str, kno
 
 
 @needs_core
-def test_every_dashboard_query_has_data(fixed_run: Run, error_run: Run) -> None:
+def test_every_dashboard_query_has_data(fixed_run: Run, error_run: Run, decode_run: Run) -> None:
     """Every target of every panel of every dashboard file (read from grafana/, so a panel added later is
     covered) returns data in a run against the simulator alone: a clean closed-loop run, or the open-loop
     run with a failing model. A query whose needs neither run meets is reported, never skipped."""
@@ -384,7 +396,7 @@ def test_every_dashboard_query_has_data(fixed_run: Run, error_run: Run) -> None:
     missing = []
     for panel_expr in exprs:
         needs = expr_requirements(panel_expr.expr)
-        runs = [r for r in (fixed_run, error_run) if needs <= r.capabilities]
+        runs = [r for r in (fixed_run, error_run, decode_run) if needs <= r.capabilities]
         if not any(finite_values(r.prom.query(substitute(panel_expr.expr), at=r.at)) for r in runs):
             missing.append(f"{panel_expr} (needs {sorted(needs) or 'nothing'})")
     assert not missing, "dashboard queries without data:\n" + "\n".join(missing)

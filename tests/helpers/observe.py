@@ -222,6 +222,9 @@ def _master_registry() -> tuple[CollectorRegistry, dict[str, Any]]:
     for name in ("attnload_gpu_dram_active", "attnload_gpu_tensor_active", "attnload_gpu_power_watts"):
         metrics[name] = Gauge(name, name, gpu_labels, registry=reg)
     metrics["gpu_energy"] = Counter("attnload_gpu_energy_joules", "energy", gpu_labels, registry=reg)
+    metrics["decode_slope"] = Gauge(  # the decode fit's slope per model and stage (docs/microscope.md)
+        "attnload_decode_slope_ms_per_ktok", "decode slope", (*gpu_labels, "stage"), registry=reg
+    )
     metrics["stage_info"] = Gauge(
         "attnload_stage_info", "stage info", ("stage", "target_users", "target_rate"), registry=reg
     )
@@ -289,6 +292,9 @@ def _tick(master: dict[str, Any], sim: dict[str, Any], rng: random.Random, error
         master["attnload_gpu_tensor_active"].labels(model, attention, model).set(0.1 if attention == "GQA" else 0.5)
         master["attnload_gpu_power_watts"].labels(model, attention, model).set(4000 + 100 * stage)
         master["gpu_energy"].labels(model, attention, model).inc(800)
+        master["decode_slope"].labels(model, attention, model, str(stage + 1)).set(
+            0.175 if attention == "GQA" else 0.058
+        )
         for name in SERVER_GAUGES:
             sim[name].labels(model).set(0.1 * (stage + 1))
         for name in SERVER_COUNTERS:

@@ -314,7 +314,7 @@ def expr_requirements(expr: str) -> frozenset[str]:
     (it exports the vLLM names; a server-view query covers vLLM and SGLang names together, so any
     engine satisfies it). ``prefix_cache``: the simulator exports prefix-cache counters in roofline
     mode only. ``sglang``: a query with SGLang names only (the server view has none). ``speculation``: the
-    simulator speculates (``--spec-tokens``).
+    simulator speculates (``--spec-tokens``). ``decode_fit``: answers of a few hundred tokens.
     """
     needs: set[str] = set()
     if (f"{names.REQUEST_ERRORS}_total" in expr or 'outcome="failed"' in expr) and "(0 * sum" not in expr:
@@ -331,6 +331,8 @@ def expr_requirements(expr: str) -> frozenset[str]:
         needs.add("speculation")
     if "attnload_gpu_" in expr:  # GPU telemetry: the roofline simulator's DCGM fields (or dcgm-exporter)
         needs.add("gpu")
+    if names.DECODE_SLOPE in expr:  # a decode fit needs answers long enough to settle (measure/decodefit.py)
+        needs.add("decode_fit")
     return frozenset(needs)
 
 
