@@ -146,8 +146,10 @@ def test_attnload_run_counts_itl_per_token(processes: Processes, tmp_path: Path)
         ok = summary["requests"]["ok"]
         assert ok > 5 and not summary["estimated_tokens"]
         assert abs(summary["itl_s"]["p50"] - 0.010) <= 0.001
-        # every token after the first of each ok request is one ITL sample
-        assert summary["itl_s"]["count"] == ok * 32
+        # every token after the first of each ok request is one ITL sample, and so is each gap a request cut at
+        # the stop had already seen (what it saw is real: docs/design.md, measurement rules)
+        cut = summary["requests"]["cancelled"]
+        assert ok * 32 <= summary["itl_s"]["count"] <= (ok + cut) * 32, summary["requests"]
 
 
 def test_seed_single_request_through_openai_sdk(processes: Processes) -> None:
