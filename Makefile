@@ -122,7 +122,8 @@ test-acceptance: $(STAMP)
 	$(BIN)/pytest -q -rfEs -m "acceptance and not bimodal"
 
 # faults played out on real processes (a worker killed or frozen, a server down for 10 s, a disk that goes
-# read-only, SIGTERM/SIGKILL of each process) and the context ladder: minutes of wall clock, run alone
+# read-only, SIGTERM/SIGKILL of each process), the context ladder, the microscope, a partition, and the longer
+# wall-clock tests listed in tests/conftest.py LONG: minutes of wall clock, run alone
 test-scenarios: $(STAMP)
 	$(BIN)/pytest -q -rfEs -m "scenario and not vllm"
 

@@ -135,6 +135,21 @@ def _cooperate_with_execnet() -> None:
     gevent.spawn(keep_hub_alive)
 
 
+LONG = (
+    # wall-clock tests of half a minute or more each (rates, arrival statistics, replays, every API in turn, a CPU
+    # comparison): marked `scenario`, so `make test-scenarios` (a CI step of its own) runs them alone and
+    # `make test` stays within its 15 minutes
+    "tests/e2e/test_arrivals_e2e.py",
+    "tests/e2e/test_workloads_e2e.py::test_rate_mode_hits_the_target_and_a_stall_is_lag_not_fewer_sends",
+    "tests/e2e/test_workloads_e2e.py::test_poisson_rate_is_seeded_and_exact_per_stage",
+    "tests/e2e/test_traffic_e2e.py::test_mooncake_replay_keeps_the_trace_offsets",
+    "tests/e2e/test_traffic_e2e.py::test_replay_speed_two_halves_the_offsets",
+    "tests/e2e/test_apis_e2e.py::test_each_api_measures_as_chat_and_counts_as_the_simulator",
+    "tests/e2e/test_requests_out_e2e.py::test_one_line_per_request_matching_the_server",
+    "tests/test_client_perf_guard.py::test_attnload_costs_less_cpu_per_token_than_naive_baseline",
+)
+
+
 @pytest.hookimpl(tryfirst=True)  # before -m deselects: `-m serial` selects by this mark
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     _check_serial_entries(config.rootpath)
@@ -142,14 +157,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         test = item.nodeid.split("[", 1)[0]
         if any(test == entry or test.startswith(entry + "::") for entry in SERIAL):
             item.add_marker(pytest.mark.serial)
+        if any(test == entry or test.startswith(entry + "::") for entry in LONG):
+            item.add_marker(pytest.mark.scenario)
 
 
 def _check_serial_entries(root: Path) -> None:
-    """A renamed or moved test must not leave the serial run without a word."""
+    """A renamed or moved test must not leave the serial run (or the scenario step) without a word."""
     stale = []
-    for entry in SERIAL:
+    for entry in (*SERIAL, *LONG):
         path, _, name = entry.partition("::")
         if not (root / path).is_file() or (name and f"def {name}(" not in (root / path).read_text(encoding="utf-8")):
             stale.append(entry)
     if stale:
-        raise pytest.UsageError(f"tests/conftest.py SERIAL names tests that do not exist: {stale}")
+        raise pytest.UsageError(f"tests/conftest.py SERIAL or LONG names tests that do not exist: {stale}")
