@@ -73,6 +73,19 @@ def _plain(stream: Stream, pattern: re.Pattern[bytes], kind: bytes, data: bytes,
     return True
 
 
+def _event_choice(
+    stream: Stream, pattern: re.Pattern[bytes], kind: bytes, data: bytes, at: float
+) -> dict[str, Any] | None:
+    """The event's ``choices[0]`` left to read, or None when a plain delta, ``[DONE]`` or a choice-less
+    chunk (its usage taken) was the whole of it: the prologue chat and completions share."""
+    if _plain(stream, pattern, kind, data, at):
+        return None
+    if data == b"[DONE]":
+        stream.done = True
+        return None
+    return first_choice(stream, load_event(kind, data))
+
+
 def first_choice(stream: Stream, chunk: dict[str, Any]) -> dict[str, Any] | None:
     """A chunk's ``choices[0]`` (None: a usage-only or empty chunk), its usage kept."""
     usage = chunk.get("usage")
@@ -105,12 +118,7 @@ class Chat(Api):
         return True
 
     def event(self, stream: Stream, kind: bytes, data: bytes, at: float) -> None:
-        if _plain(stream, PLAIN_DELTA, kind, data, at):
-            return
-        if data == b"[DONE]":
-            stream.done = True
-            return
-        choice = first_choice(stream, load_event(kind, data))
+        choice = _event_choice(stream, PLAIN_DELTA, kind, data, at)
         if choice is None:
             return
         delta = choice.get("delta") or {}
@@ -161,12 +169,7 @@ class Completions(Api):
         return [{"role": "user", "content": prompt}] if isinstance(prompt, str) else []
 
     def event(self, stream: Stream, kind: bytes, data: bytes, at: float) -> None:
-        if _plain(stream, PLAIN_TEXT, kind, data, at):
-            return
-        if data == b"[DONE]":
-            stream.done = True
-            return
-        choice = first_choice(stream, load_event(kind, data))
+        choice = _event_choice(stream, PLAIN_TEXT, kind, data, at)
         if choice is None:
             return
         text = text_of(choice.get("text"))
