@@ -163,8 +163,10 @@ def test_paired_differences_ship_and_merge_with_a_ci() -> None:
     worker, master = PairedRecorder("gqa"), PairedRecorder("gqa")
     for _ in range(300):
         base = rng.uniform(0.05, 0.5)  # prompt-to-prompt variation cancels in the difference
-        worker.add(0, {"gqa": _record("gqa", base, base * 10), "mla": _record("mla", base + 0.03, base * 10 + 0.2)})
-    worker.add(0, {"gqa": _record("gqa", 0.1, 1.0), "mla": _record("mla", 0.1, 1.0, outcome="failed")})
+        order = rng.sample(["gqa", "mla"], 2)
+        pair = {"gqa": _record("gqa", base, base * 10), "mla": _record("mla", base + 0.03, base * 10 + 0.2)}
+        worker.add(0, pair, order)
+    worker.add(0, {"gqa": _record("gqa", 0.1, 1.0), "mla": _record("mla", 0.1, 1.0, outcome="failed")}, ["gqa", "mla"])
     master.merge_delta(worker.take_delta())
     assert worker.take_delta()["d"] == {}
     summary = master.summary("mla")
@@ -173,6 +175,26 @@ def test_paired_differences_ship_and_merge_with_a_ci() -> None:
     assert summary["ttft_s"]["median_diff"] == pytest.approx(0.03)
     assert summary["ttft_s"]["ci_low"] <= 0.03 <= summary["ttft_s"]["ci_high"]
     assert summary["e2e_s"]["median_diff"] == pytest.approx(0.2)
+
+
+def test_paired_head_start_cancels_whatever_the_share_of_each_order() -> None:
+    """Two identical targets: the one sent first is 50 µs faster. With the model ahead in 60 % of pairs a
+    plain median reads −50 µs with a CI away from 0; the two orders' medians averaged read 0."""
+    rng = random.Random(5)
+    recorder = PairedRecorder("a")
+    for i in range(800):
+        base = rng.uniform(0.02, 0.03)
+        ahead = i % 5 < 3
+        head = -50e-6 if ahead else 50e-6
+        noise = rng.gauss(0.0, 5e-6)
+        pair = {"a": _record("a", base, base), "b": _record("b", base + head + noise, base + head + noise)}
+        recorder.add(0, pair, ["b", "a"] if ahead else ["a", "b"])
+    ttft = recorder.summary("b")["ttft_s"]  # type: ignore[index]
+    assert ttft["n"] == 800
+    assert abs(ttft["median_diff"]) < 2e-6 and ttft["ci_low"] <= 0.0 <= ttft["ci_high"], ttft
+    both_orders = recorder.samples[(0, "b", "ttft_s", True)].values + recorder.samples[(0, "b", "ttft_s", False)].values
+    plain, low, high = bootstrap_median_ci(both_orders)
+    assert plain is not None and plain < -40e-6 and high is not None and high < 0.0
 
 
 def test_bootstrap_ci_covers_the_median_and_narrows_with_n() -> None:

@@ -325,7 +325,7 @@ def send_pair(
     )
     done = {k: r for k, r in records.items() if isinstance(r, RequestRecord)}
     if paired is not None:
-        paired.add(stage, done)
+        paired.add(stage, done, keys)
     return done
 
 
