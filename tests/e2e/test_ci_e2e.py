@@ -87,7 +87,11 @@ def test_slo_breach_with_fail_on_slo_exits_1(processes: Processes, tmp_path: Pat
     line = next(line for line in log.splitlines() if "slo breached" in line)
     measured_ms = float(line.split("TTFT p99 ")[1].split(" ms")[0])
     assert line.startswith("attnload run: slo breached: mla TTFT p99") and line.endswith("> 20 ms")
-    assert 50 <= measured_ms < 80  # fixed mode: 50 ms plus loopback and scheduling
+    # The p99 of a few dozen requests is their slowest, which a loaded 2-core machine can delay by tens of ms
+    # (81.7 ms seen in a full suite); the median is the fixed mode's 50 ms.
+    assert 50 <= measured_ms < 250, line
+    ttft = next(m for m in latest_results(tmp_path / "results")["models"] if m["key"] == "mla")["ttft_s"]
+    assert ttft["p50"] == pytest.approx(0.050, abs=0.010)
 
 
 def test_locust_flags_and_csv_files(processes: Processes, tmp_path: Path) -> None:
