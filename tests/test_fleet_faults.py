@@ -125,6 +125,25 @@ def test_reported_freeze_replaces_the_masters_coarser_one() -> None:
     assert watch.faults(1030.0).stalled == [StalledWorker(worker="w1", from_s=0.4, duration_s=8.2, stage=0, requests=3)]
 
 
+def test_marked_requests_count_whatever_order_the_report_and_the_stall_arrive_in() -> None:
+    """A partitioned worker marks requests while still silent: its report can reach the master before the
+    heartbeat that makes it "back", and its own span of the silence can come after requests were counted
+    on the master's coarser one. Every marked request lands on the stall (the partition e2e saw 8 of 10)."""
+    clock = Clock()
+    watch = WorkerWatch(clock)
+    watch.started_at = 1000.0
+    watch.heartbeat("w1")
+    clock.now = 1005.0
+    watch.went_missing("w1", stage=0)
+    clock.now = 1020.0
+    watch.report("w1", {}, None, {"stalls": [], "requests": 2})  # before the master knows it is back
+    watch.came_back("w1")
+    watch.report("w1", {}, None, {"stalls": [], "requests": 5})
+    watch.report("w1", {}, None, {"stalls": [{"at": 1001.0, "s": 17.5}], "requests": 3})  # its own, exact span
+    (stall,) = watch.faults(1030.0).stalled
+    assert (stall.from_s, stall.duration_s, stall.requests) == (1.0, 17.5, 10)
+
+
 def _results(faults: FleetFaults) -> Results:
     stages = [StageSummary(index=0, start_s=0.0, end_s=10.0), StageSummary(index=1, start_s=10.0, end_s=20.0)]
     model = ModelSummary(key="a", model="m", attention="GQA", stages=stages)

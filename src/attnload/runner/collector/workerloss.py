@@ -135,6 +135,8 @@ class WorkerWatch:
         """Wall time the test began (run times are relative to it)."""
         self.pids: dict[str, int] = {}
         """Each worker's process id, from its hello: what names it on its host."""
+        self.unplaced: dict[str, int] = {}
+        """Requests a worker marked stalled before the master knew of its stall (:meth:`_place_marked`)."""
 
     def reset(self) -> None:
         """A new test: forget the previous test's faults (refused workers stay refused)."""
@@ -142,6 +144,7 @@ class WorkerWatch:
         self.missing.clear()
         self.stalled.clear()
         self.silent_at_end.clear()
+        self.unplaced.clear()
 
     def _worker(self, worker_id: str) -> _Worker:
         return self.workers.setdefault(worker_id, _Worker())
@@ -179,14 +182,25 @@ class WorkerWatch:
             )
             seen = [i for i, s in enumerate(self.stalled) if s.worker == worker_id and _overlaps(s, own)]
             if seen:  # the master saw it first (missing, then back): the worker's own clock is the exact one
-                self.stalled[seen[0]] = own.model_copy(update={"stage": self.stalled[seen[0]].stage})
+                first = self.stalled[seen[0]]
+                self.stalled[seen[0]] = own.model_copy(update={"stage": first.stage, "requests": first.requests})
             else:
                 self.stalled.append(own)
-        marked = int(stall.get("requests") or 0)
+        self.unplaced[worker_id] = self.unplaced.get(worker_id, 0) + int(stall.get("requests") or 0)
+        self._place_marked(worker_id)
+
+    def _place_marked(self, worker_id: str) -> None:
+        """Count the worker's marked requests on its latest stall. A report can carry them before the stall
+        itself is known (a partitioned worker marks requests while still silent, and its report can reach
+        the master before the heartbeat that makes it "back"): they wait here for it."""
+        marked = self.unplaced.pop(worker_id, 0)
         mine = [i for i, s in enumerate(self.stalled) if s.worker == worker_id]
-        if marked and mine:
-            last = self.stalled[mine[-1]]
-            self.stalled[mine[-1]] = last.model_copy(update={"requests": last.requests + marked})
+        if not mine:
+            if marked:
+                self.unplaced[worker_id] = marked
+            return
+        last = self.stalled[mine[-1]]
+        self.stalled[mine[-1]] = last.model_copy(update={"requests": last.requests + marked})
 
     def went_missing(self, worker_id: str, stage: int | None) -> str:
         """A worker was marked missing: remember it and say so, in one line."""
@@ -217,6 +231,7 @@ class WorkerWatch:
         )
         if not any(s.worker == worker_id and _overlaps(s, seen) for s in self.stalled):
             self.stalled.append(seen)
+        self._place_marked(worker_id)
         return (
             f"worker {self.label(worker_id)} is back after {duration_s:.1f} s: stalled, not lost "
             "(requests across it are marked)"
@@ -238,6 +253,7 @@ class WorkerWatch:
                     stage=gone.stage,
                 )
             )
+            self._place_marked(worker_id)
         lost = [
             LostWorker(
                 worker=worker_id,
