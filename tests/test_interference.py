@@ -4,10 +4,12 @@ against injected-prefill windows (a stream that waits through a window loses the
 from __future__ import annotations
 
 import pytest
+from prometheus_client import CollectorRegistry
 
 from attnload.errors import UsageError
+from attnload.exporter.exposition import FleetCollector, FleetState
 from attnload.measure.interference import INJECTOR_PROFILE, InterferenceRecorder
-from attnload.measure.recorder import RequestRecord
+from attnload.measure.recorder import Recorder, RequestRecord
 from attnload.results.decode.interference import prefill_interference
 from attnload.workload.shapes import DECODE_PROMPT_TOKENS, InterferenceSpec, parse_shape
 
@@ -85,3 +87,22 @@ def test_worker_deltas_merge_on_the_master() -> None:
     master.merge_delta(worker.take_delta())
     assert prefill_interference(master, "m") == prefill_interference(worker, "m")
     assert worker.take_delta() == {}
+
+
+def test_the_stall_is_a_live_gauge_per_model_equal_to_the_results() -> None:
+    """``attnload_prefill_stall_ms_per_ktok`` is what results' ``ms_per_1k_prefill_tokens`` will say, per
+    model; a model nothing was injected into has no sample (an empty panel, not a 0)."""
+    recorder = InterferenceRecorder()
+    window = recorder.open_window("m", 10.0)
+    recorder.close_window("m", window, _injected(0.5), 16384)
+    recorder.observe(_decode(9.0, [0.01] * 89 + [0.2, 0.2] + [0.01] * 100), now_perf=20.0)
+    recorder.open_window("quiet", 10.0)
+    registry = CollectorRegistry()
+    labels = {"m": ("llama-3-70b", "GQA"), "quiet": ("deepseek-v3", "MLA")}
+    registry.register(FleetCollector(Recorder(), FleetState(model_labels=labels, interference=recorder)))
+    summary = prefill_interference(recorder, "m")
+    assert summary is not None and summary.ms_per_1k_prefill_tokens == pytest.approx(380 / 16.384, rel=0.03)
+    name = "attnload_prefill_stall_ms_per_ktok"
+    gauge = registry.get_sample_value(name, {"model": "llama-3-70b", "attention": "GQA", "target": "m"})
+    assert gauge == summary.ms_per_1k_prefill_tokens
+    assert registry.get_sample_value(name, {"model": "deepseek-v3", "attention": "MLA", "target": "quiet"}) is None

@@ -26,6 +26,7 @@ FILES = ("attnload-overview.json", "attnload-sweep.json", "attnload-health.json"
 
 MASTER_METRICS = {
     "attnload_decode_slope_ms_per_ktok",
+    "attnload_prefill_stall_ms_per_ktok",
     "attnload_time_to_first_token_seconds",
     "attnload_ttfat_seconds",
     "attnload_reasoning_tokens_total",
@@ -299,6 +300,8 @@ def test_units_match_the_quantity(dashboard: dict[str, Any]) -> None:
             assert unit == "suffix: tok/s", panel["title"]
         elif "attnload_decode_slope_ms_per_ktok" in expr:
             assert unit == "suffix: ms/1K", panel["title"]  # ms of step per 1K tokens of context
+        elif "attnload_prefill_stall_ms_per_ktok" in expr:
+            assert unit == "suffix: ms/1K", panel["title"]  # ms of stall per 1K injected prompt tokens
 
 
 def test_datasource_is_the_uid_variable(dashboard: dict[str, Any]) -> None:
@@ -339,7 +342,13 @@ def test_per_model_queries_honour_the_variables(dashboard: dict[str, Any]) -> No
         split = re.search(r"\bby \(([^)]*)\)", expr)
         if split and "model" in {label.strip() for label in split.group(1).split(",")}:
             assert 'model=~"$model"' in expr and 'attention=~"$attention"' in expr, panel["title"]
-            unprofiled = ("attnload_users", "attnload_sim_", "attnload_gpu_", "attnload_decode_slope")
+            unprofiled = (
+                "attnload_users",
+                "attnload_sim_",
+                "attnload_gpu_",
+                "attnload_decode_slope",
+                "attnload_prefill_stall",
+            )
             if not any(name in expr for name in unprofiled):
                 assert 'profile=~"$profile"' in expr, panel["title"]
 

@@ -330,14 +330,21 @@ def error_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
 
 @pytest.fixture(scope="module")
 def decode_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
-    """Answers of 192 tokens: long enough for the decode fit to settle and draw its line."""
+    """Answers of 192 tokens, long enough for the decode fit to settle and draw its line, with a 1k prompt
+    injected among them (``--shape interference:1k``: 2 s in, then every 5 s) for the prefill stall."""
     tmp = tmp_path_factory.mktemp("decode")
     with running_sim(tmp, "llama-3-70b", "--mode", "fixed", "--ttft-ms", "20", "--itl-ms", "2") as sim:
         config = write_config(tmp / "config.json", sim, (("llama-3-70b", "GQA"),))
         data = json.loads(config.read_text(encoding="utf-8"))
         data["benchmark"]["max_tokens"] = 192
         config.write_text(json.dumps(data), encoding="utf-8")
-        yield from load_run(tmp, sim, config, ["--users", "2", "--duration", "8s"], {"sim", "decode_fit"})
+        yield from load_run(
+            tmp,
+            sim,
+            config,
+            ["--shape", "interference:1k", "--users", "2", "--stage-duration", "8s"],
+            {"sim", "decode_fit", "interference"},
+        )
 
 
 @needs_core

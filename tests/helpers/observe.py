@@ -225,6 +225,9 @@ def _master_registry() -> tuple[CollectorRegistry, dict[str, Any]]:
     metrics["decode_slope"] = Gauge(  # the decode fit's slope per model and stage (docs/microscope.md)
         "attnload_decode_slope_ms_per_ktok", "decode slope", (*gpu_labels, "stage"), registry=reg
     )
+    metrics["prefill_stall"] = Gauge(  # --shape interference:L: decode stall per 1K injected prompt tokens
+        "attnload_prefill_stall_ms_per_ktok", "prefill stall", gpu_labels, registry=reg
+    )
     metrics["stage_info"] = Gauge(
         "attnload_stage_info", "stage info", ("stage", "target_users", "target_rate"), registry=reg
     )
@@ -295,6 +298,7 @@ def _tick(master: dict[str, Any], sim: dict[str, Any], rng: random.Random, error
         master["decode_slope"].labels(model, attention, model, str(stage + 1)).set(
             0.175 if attention == "GQA" else 0.058
         )
+        master["prefill_stall"].labels(model, attention, model).set(27.9 if attention == "GQA" else 121.4)
         for name in SERVER_GAUGES:
             sim[name].labels(model).set(0.1 * (stage + 1))
         for name in SERVER_COUNTERS:

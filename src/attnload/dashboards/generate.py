@@ -40,6 +40,7 @@ from attnload.dashboards.panels import (
     decode_slope,
     expr_requirements,
     latency_pair,
+    prefill_stall,
     quantile,
     rate_sum,
     ratio_panels,
@@ -104,6 +105,7 @@ def overview() -> Dashboard:
         *ratio_panels(),
         *metric_panels(),
         decode_slope(),
+        prefill_stall(),
         Panel(
             "Output tokens/s",
             TOKENS_PER_S,

@@ -315,6 +315,7 @@ def expr_requirements(expr: str) -> frozenset[str]:
     engine satisfies it). ``prefix_cache``: the simulator exports prefix-cache counters in roofline
     mode only. ``sglang``: a query with SGLang names only (the server view has none). ``speculation``: the
     simulator speculates (``--spec-tokens``). ``decode_fit``: answers of a few hundred tokens.
+    ``interference``: a ``--shape interference:L`` run (prefills injected among decodes).
     """
     needs: set[str] = set()
     if (f"{names.REQUEST_ERRORS}_total" in expr or 'outcome="failed"' in expr) and "(0 * sum" not in expr:
@@ -333,6 +334,8 @@ def expr_requirements(expr: str) -> frozenset[str]:
         needs.add("gpu")
     if names.DECODE_SLOPE in expr:  # a decode fit needs answers long enough to settle (measure/decodefit.py)
         needs.add("decode_fit")
+    if names.PREFILL_STALL in expr:  # only --shape interference:L injects prefills
+        needs.add("interference")
     return frozenset(needs)
 
 
@@ -352,4 +355,17 @@ def decode_slope() -> Panel:
         "(prompt + token index). With a decode sweep (--shape decode:A-B) it is the KV read per token "
         "(docs/microscope.md); a steeper line reads more KV per token.",
         decimals=3,
+    )
+
+
+def prefill_stall() -> Panel:
+    """The interference shape's decode stall per injected prefill, per model: the attention's prefill cost."""
+    sel = SEL_USERS
+    return Panel(
+        "Prefill interference: decode stall per 1K prefill tokens",
+        "suffix: ms/1K",
+        (Target(f"max by ({SPLIT}) ({names.PREFILL_STALL}{{{sel}}})", "{{attention}} {{model}} [{{target}}]"),),
+        "What a decoding stream lost while a long prompt was prefilled beside it (--shape interference:L), per "
+        "1K prompt tokens: a compute-heavy prefill (MLA's) stalls its decoders more (docs/microscope.md).",
+        decimals=2,
     )

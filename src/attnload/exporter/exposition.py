@@ -33,6 +33,7 @@ from attnload.exporter.names import (
 )
 from attnload.measure.decodefit import DecodeFit
 from attnload.measure.histogram import LogHistogram
+from attnload.measure.interference import InterferenceRecorder, stall_ms_per_1k_prefill_tokens
 from attnload.measure.metrics import METRICS
 from attnload.measure.recorder import Recorder, Series
 
@@ -58,6 +59,8 @@ class FleetState:
     client_saturated: bool = False
     gpu: GpuGauges = field(default_factory=GpuGauges)
     """The GPU poller's latest per-model readings (``attnload_gpu_*``, metrics/gpu.py)."""
+    interference: InterferenceRecorder = field(default_factory=InterferenceRecorder)
+    """``--shape interference:L``: the run's merged recorder (the collector passes its own; read, never written)."""
 
 
 class FleetCollector(Collector):
@@ -73,6 +76,7 @@ class FleetCollector(Collector):
         yield from self._counters(merged)
         yield from self._gauges()
         yield self._slopes()
+        yield self._prefill_stalls()
 
     def _by_labels(self) -> dict[tuple[str, ...], Series]:
         merged: dict[tuple[str, ...], Series] = {}
@@ -139,6 +143,20 @@ class FleetCollector(Collector):
             if slope is not None:
                 model_id, attention = self.state.model_labels.get(model_key, (model_key, "unknown"))
                 family.add_metric([model_id, attention, model_key, str(stage + 1)], slope)
+        return family
+
+    def _prefill_stalls(self) -> Metric:
+        """Each model's decode stall per injected prefill (a model with no window over a decode gap has no sample)."""
+        family = GaugeMetricFamily(
+            names.PREFILL_STALL,
+            "ms a decode stream lost per injected prefill, per 1K prompt tokens (--shape interference:L).",
+            labels=("model", "attention", "target"),
+        )
+        for model_key, series in sorted(self.state.interference.series.items()):
+            stall = stall_ms_per_1k_prefill_tokens(series)
+            if stall is not None:
+                model_id, attention = self.state.model_labels.get(model_key, (model_key, "unknown"))
+                family.add_metric([model_id, attention, model_key], stall)
         return family
 
     def _gauges(self) -> Iterator[Metric]:

@@ -34,6 +34,8 @@ WORKER_LOOP_LAG_SECONDS = "attnload_worker_loop_lag_seconds"
 CLIENT_SATURATED = "attnload_client_saturated"
 DECODE_SLOPE = "attnload_decode_slope_ms_per_ktok"
 """Per model and stage: ms the decode step grows per 1K tokens of context, so far (docs/microscope.md)."""
+PREFILL_STALL = "attnload_prefill_stall_ms_per_ktok"
+"""Per model, ``--shape interference:L``: ms a decode stream lost per injected prefill, per 1K prompt tokens."""
 SIM_PREFIX = "attnload_sim_"
 """The simulator's own series (``attnload_sim_*``) are named by the simulator, which imports nothing of this."""
 GPU_LABELS = ("model", "attention", "target")

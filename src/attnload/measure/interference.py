@@ -190,3 +190,14 @@ def stall_per_window_s(series: InterferenceSeries, baseline_itl_s: float) -> flo
     for gap, n, pair in series.during_gaps_s:
         by_pair[pair] = by_pair.get(pair, 0.0) + gap - n * baseline_itl_s
     return sum(by_pair.values()) / len(by_pair) if by_pair else None
+
+
+def stall_ms_per_1k_prefill_tokens(series: InterferenceSeries) -> float | None:
+    """What a decode stream lost per injected prefill, ms per 1000 injected prompt tokens (None before a window
+    overlapped a decode gap): ``prefill_interference.ms_per_1k_prefill_tokens`` and its live gauge."""
+    baseline = series.baseline.quantile(0.5)
+    if baseline is None or not series.injections:
+        return None
+    stall = stall_per_window_s(series, baseline)
+    per_injection = series.prefill_tokens / series.injections
+    return stall * 1e3 / (per_injection / 1000) if stall is not None and per_injection else None

@@ -92,7 +92,9 @@ class Collector:
         self.channels = tuple(channels)
         """Every feature this collector gathers and puts in the results (``channels.CHANNELS``)."""
         config = state.config
-        self.fleet = FleetState(model_labels={m.key: (m.id, m.attention) for m in config.models})
+        self.fleet = FleetState(
+            model_labels={m.key: (m.id, m.attention) for m in config.models}, interference=state.interference
+        )
         self.health = FleetHealth()
         self.cpu_max_ratio = 0.0
         self.throttled_max_ratio = 0.0
