@@ -366,6 +366,6 @@ def prefill_stall() -> Panel:
         "suffix: ms/1K",
         (Target(f"max by ({SPLIT}) ({names.PREFILL_STALL}{{{sel}}})", "{{attention}} {{model}} [{{target}}]"),),
         "What a decoding stream lost while a long prompt was prefilled beside it (--shape interference:L), per "
-        "1K prompt tokens: a compute-heavy prefill (MLA's) stalls its decoders more (docs/microscope.md).",
+        "1K prompt tokens: a compute-heavy prefill (MLA's) stalls its decoders more (docs/workloads.md).",
         decimals=2,
     )
