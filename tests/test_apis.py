@@ -251,6 +251,7 @@ POOLS: dict[str, st.SearchStrategy[bytes]] = {
             )
         ),
         st.just(_sse("error", {"type": "error", "code": "server_error", "message": "boom"})),
+        st.just(b"data: [DONE]\n\n"),  # a gateway's terminator (LiteLLM)
     ),
     "messages": st.one_of(
         st.sampled_from(TEXTS).map(
@@ -275,6 +276,7 @@ POOLS: dict[str, st.SearchStrategy[bytes]] = {
         st.just(_sse("message_stop", {"type": "message_stop"})),
         st.just(_sse("ping", {"type": "ping"})),
         st.just(_sse("error", {"type": "error", "error": {"type": "overloaded_error", "message": "busy"}})),
+        st.just(b"data: [DONE]\n\n"),
     ),
     "gemini": st.one_of(
         st.tuples(st.sampled_from(TEXTS), st.booleans()).map(
@@ -347,6 +349,21 @@ VLLM_COMPLETION = (
     b'"logprobs":null,"finish_reason":null,"stop_reason":null,"prompt_token_ids":null,"token_ids":null}]}'
 )
 """A completions delta as vLLM 0.32 writes it (``model_dump_json(exclude_unset=True)``)."""
+
+
+def test_a_gateways_done_after_the_apis_own_end_is_not_a_malformed_event() -> None:
+    """LiteLLM's Responses stream ends ``response.completed`` then ``data: [DONE]``: 1 request in 72 failed
+    ``bad_response`` ("malformed JSON in stream: b'[DONE]'") when both came in one read. Skipped; and a
+    ``[DONE]`` without the API's own end is still a truncated stream, not a complete one."""
+    delta = _sse("response.output_text.delta", {"type": "response.output_text.delta", "delta": "hi"})
+    completed = _sse("response.completed", {"type": "response.completed", "response": {"status": "completed"}})
+    for compiled in (False, True):
+        if compiled and streams.COMPILED_STREAM is None:
+            continue
+        result = _run(compiled, "responses", delta + completed + b"data: [DONE]\n\n", [])
+        assert result[0] is None and result[5] is True and result[4] == ["hi"], result
+        cut = _run(compiled, "responses", delta + b"data: [DONE]\n\n", [])
+        assert cut[0] is None and cut[5] is False, cut  # not done: finish() will call it truncated
 
 
 def test_vllms_completion_delta_arms_the_same_bytes_check() -> None:

@@ -96,7 +96,13 @@ class StreamChecks:
         self._stamp(at, tokens, None)
 
     def _event(self: StreamState, kind: bytes, data: bytes, at: float) -> None:
-        """One event the same-bytes check did not take: the API's own reader (attnload.apis) handles it."""
+        """One event the same-bytes check did not take: the API's own reader (attnload.apis) handles it.
+
+        ``[DONE]`` on the stream of an API that ends otherwise is a gateway's OpenAI-style terminator (LiteLLM
+        writes it after ``response.completed``): skipped, so the API's own end event still decides whether the
+        stream was complete."""
+        if data == b"[DONE]" and self.grammar.end != "[DONE]":
+            return
         try:
             self.grammar.event(self, kind, data, at)
         except ErrorEvent as exc:
