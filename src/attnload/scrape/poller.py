@@ -120,12 +120,9 @@ class ScrapePoller(Generic[TargetT, ExpositionT, SampleT, SummaryT]):
                 self._answered.add(url)
                 self._record(url, exposition)
 
-    def run(self, first_after_s: float = 0.0) -> None:
-        """Poll until ``stop()``, on absolute deadlines so a slow scrape does not drift the grid; the first poll
-        ``first_after_s`` from now (one interval when the caller took the baseline itself)."""
-        next_at = self._clock() + first_after_s
-        if first_after_s > 0:
-            self._stop.wait(first_after_s)
+    def run(self) -> None:
+        """Poll until ``stop()``, on absolute deadlines so a slow scrape does not drift the grid."""
+        next_at = self._clock()
         while not self._stop.is_set():
             self.poll_once()
             next_at += self.interval_s

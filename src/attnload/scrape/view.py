@@ -41,20 +41,14 @@ class ScrapeView(Generic[TargetT, ExpositionT, SampleT, SummaryT]):
         self._final: dict[str, SummaryT | None] | None = None
 
     def start(self) -> None:
-        """A new test: fresh windows, the baseline scrape, and a polling greenlet.
-
-        The baseline is scraped here, before this returns: ``start`` runs in the test-start event, before any
-        user is spawned. Left to the greenlet, it could come after the first requests had reached the server,
-        and a stage's counter deltas would miss them (one 2000-token prompt short of the server's count, seen
-        in a run whose generated tokens matched to the token)."""
+        """A new test: fresh windows (the first scrape is the baseline) and a polling greenlet."""
         self.stop()
         self.poller = ScrapePoller(
             self.source, self.targets, interval_s=self.interval_s, fetch=self._fetch, on_sample=self._on_sample
         )
         self.stages = {t.key: {} for t in self.targets}
         self._final = None
-        self.poller.poll_once()
-        self._greenlet = gevent.spawn(self.poller.run, self.interval_s)
+        self._greenlet = gevent.spawn(self.poller.run)
 
     def stage_ended(self, index: int) -> None:
         """Close stage ``index`` for every model (one scrape now, so its deltas end here)."""
