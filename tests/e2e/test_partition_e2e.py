@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import gzip
 import json
-import os
-import shutil
 import subprocess
 import sys
 import time
@@ -22,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from helpers import ROOT, Processes, free_port, latest_results, wait_http, write_config
+from helpers.netns import Namespace, namespace_host
 
 pytestmark = pytest.mark.scenario  # a minute of wall clock: `make test-scenarios`
 
@@ -34,35 +33,15 @@ def _ip(*args: str) -> None:
 
 
 @pytest.fixture
-def netns() -> Iterator[tuple[str, str, str]]:
-    """(namespace, host-side link, host address); the namespace side is .2 of the same /24."""
-    if os.geteuid() != 0 or shutil.which("ip") is None:
-        pytest.skip("needs root and iproute2 (ip netns)")
-    tag = f"{os.getpid() % 10000}"
-    name, host_link, ns_link = f"al42ns{tag}", f"al42h{tag}", f"al42n{tag}"
-    subnet = f"10.242.{os.getpid() % 250}"
-    try:
-        _ip("netns", "add", name)
-    except subprocess.CalledProcessError as exc:
-        pytest.skip(f"ip netns add failed: {exc.stderr.decode(errors='replace').strip()}")
-    try:
-        _ip("link", "add", host_link, "type", "veth", "peer", "name", ns_link)
-        _ip("link", "set", ns_link, "netns", name)
-        _ip("addr", "add", f"{subnet}.1/24", "dev", host_link)
-        _ip("link", "set", host_link, "up")
-        _ip("netns", "exec", name, "ip", "addr", "add", f"{subnet}.2/24", "dev", ns_link)
-        _ip("netns", "exec", name, "ip", "link", "set", ns_link, "up")
-        _ip("netns", "exec", name, "ip", "link", "set", "lo", "up")
-        yield name, host_link, f"{subnet}.1"
-    finally:
-        subprocess.run(["ip", "link", "del", host_link], capture_output=True, timeout=10)
-        subprocess.run(["ip", "netns", "del", name], capture_output=True, timeout=10)
+def netns() -> Iterator[Namespace]:
+    with namespace_host() as ns:
+        yield ns
 
 
 def test_a_partitioned_worker_is_stalled_and_its_requests_are_marked(
-    processes: Processes, tmp_path: Path, netns: tuple[str, str, str]
+    processes: Processes, tmp_path: Path, netns: Namespace
 ) -> None:
-    name, host_link, address = netns
+    host_link, address = netns.here_link, netns.here_address
     port, master_port = free_port(), free_port()
     sim = processes.start(
         [sys.executable, "-m", "attnload", "sim", "--host", address, "--port", str(port)]
@@ -87,7 +66,7 @@ def test_a_partitioned_worker_is_stalled_and_its_requests_are_marked(
     )
     worker = [*LOCUST, "--worker", "--master-port", str(master_port)]
     processes.start([*worker, "--master-host", "127.0.0.1"], env=env, name="near")
-    processes.start(["ip", "netns", "exec", name, *worker, "--master-host", address], env=env, name="far")
+    processes.start(netns.command([*worker, "--master-host", address]), env=env, name="far")
     time.sleep(DOWN_AT_S + 3.0)  # the workers join and the load starts within ~3 s
     down_at = time.time()
     _ip("link", "set", host_link, "down")

@@ -27,6 +27,11 @@ NETWORK = "198.18.{n}.{host}"
 class Namespace:
     name: str
     address: str
+    """The namespace side's address."""
+    here_address: str
+    """This side's address: a server here that the namespace's processes reach (over the link)."""
+    here_link: str
+    """This side's end of the veth pair: ``ip link set … down`` cuts the namespace off (a partition)."""
 
     def command(self, args: list[str]) -> list[str]:
         """``args`` run inside the namespace."""
@@ -59,7 +64,7 @@ def namespace_host() -> Iterator[Namespace]:
         _ip("netns", "exec", name, "ip", "addr", "add", f"{there_address}/30", "dev", there)
         _ip("netns", "exec", name, "ip", "link", "set", there, "up")
         _ip("netns", "exec", name, "ip", "link", "set", "lo", "up")
-        yield Namespace(name, there_address)
+        yield Namespace(name, there_address, here_address, here)
     finally:
         _end_processes(name)
         subprocess.run(["ip", "link", "del", here], capture_output=True, timeout=10)

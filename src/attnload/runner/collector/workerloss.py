@@ -135,7 +135,7 @@ class WorkerWatch:
         """Wall time the test began (run times are relative to it)."""
         self.pids: dict[str, int] = {}
         """Each worker's process id, from its hello: what names it on its host."""
-        self.unplaced: dict[str, int] = {}
+        self._unplaced: dict[str, int] = {}
         """Requests a worker marked stalled before the master knew of its stall (:meth:`_place_marked`)."""
 
     def reset(self) -> None:
@@ -144,7 +144,7 @@ class WorkerWatch:
         self.missing.clear()
         self.stalled.clear()
         self.silent_at_end.clear()
-        self.unplaced.clear()
+        self._unplaced.clear()
 
     def _worker(self, worker_id: str) -> _Worker:
         return self.workers.setdefault(worker_id, _Worker())
@@ -186,18 +186,18 @@ class WorkerWatch:
                 self.stalled[seen[0]] = own.model_copy(update={"stage": first.stage, "requests": first.requests})
             else:
                 self.stalled.append(own)
-        self.unplaced[worker_id] = self.unplaced.get(worker_id, 0) + int(stall.get("requests") or 0)
+        self._unplaced[worker_id] = self._unplaced.get(worker_id, 0) + int(stall.get("requests") or 0)
         self._place_marked(worker_id)
 
     def _place_marked(self, worker_id: str) -> None:
         """Count the worker's marked requests on its latest stall. A report can carry them before the stall
         itself is known (a partitioned worker marks requests while still silent, and its report can reach
         the master before the heartbeat that makes it "back"): they wait here for it."""
-        marked = self.unplaced.pop(worker_id, 0)
+        marked = self._unplaced.pop(worker_id, 0)
         mine = [i for i, s in enumerate(self.stalled) if s.worker == worker_id]
         if not mine:
             if marked:
-                self.unplaced[worker_id] = marked
+                self._unplaced[worker_id] = marked
             return
         last = self.stalled[mine[-1]]
         self.stalled[mine[-1]] = last.model_copy(update={"requests": last.requests + marked})
