@@ -37,7 +37,8 @@ APIS = ("chat", "completions", "responses", "messages")
 
 
 def litellm_binary() -> Path | None:
-    env = Path(os.environ.get("ATTNLOAD_LITELLM_ENV", ROOT / ".venv-litellm"))
+    # absolute: the proxy starts in its own temporary directory, and make passes the env relative to the root
+    env = Path(os.environ.get("ATTNLOAD_LITELLM_ENV", ROOT / ".venv-litellm")).resolve()
     binary = env / "bin" / "litellm"
     return binary if binary.is_file() else None
 
