@@ -1,12 +1,10 @@
-"""Each ``api`` against a real vLLM (CPU build, tiny GQA model; marker ``vllm``): the client's prompt and
-completion tokens equal vLLM's own counter deltas, whether the answer came as chat, completions, Responses
-or Anthropic Messages. vLLM 0.32 serves all four from one server; its wire is what the API objects
-(attnload.apis) read.
+"""Each ``api`` against a real vLLM (CPU build, the shared pair's tiny GQA server; marker ``vllm``): the
+client's prompt and completion tokens equal vLLM's own counter deltas, whether the answer came as chat,
+completions, Responses or Anthropic Messages. vLLM 0.32 serves all four from one server; its wire is what
+the API objects (attnload.apis) read.
 """
 
 from __future__ import annotations
-
-from collections.abc import Iterator
 
 import pytest
 
@@ -14,35 +12,14 @@ from attnload.apis import request_body
 from attnload.client.chat import ApiClient
 from attnload.client.transport import Timeouts
 from attnload.config.urls import api_url
-from attnload.engines import tiny_models
-from attnload.engines.vllm import INSTALL_HINT, ServerSpec, running, scrape, vllm_env
-from helpers import free_port
+from attnload.engines.vllm import scrape
 from helpers.exposition import sums_by_name
+from helpers.vllm_pair import Pair
 
 pytestmark = [pytest.mark.vllm, pytest.mark.timeout(900)]
 
 APIS = ("chat", "completions", "responses", "messages")
 MESSAGES = [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "Name three colours, please."}]
-
-
-@pytest.fixture(scope="module")
-def gqa(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerSpec]:
-    if vllm_env() is None:
-        pytest.skip(INSTALL_HINT)
-    root = tmp_path_factory.mktemp("vllm-apis")
-    tiny_models.write_pair(root / "models")
-    spec = ServerSpec(
-        root / "models" / tiny_models.GQA_NAME,
-        tiny_models.GQA_NAME,
-        free_port(),
-        core=0,
-        kv_cache_bytes=8 * 2**20,
-        max_model_len=448,
-        block_size=32,
-        max_num_seqs=8,
-    )
-    with running([spec], root / "logs"):
-        yield spec
 
 
 def _counters(base_url: str) -> tuple[float, float]:
@@ -51,7 +28,8 @@ def _counters(base_url: str) -> tuple[float, float]:
 
 
 @pytest.mark.parametrize("api", APIS)
-def test_each_api_counts_as_vllm(gqa: ServerSpec, api: str) -> None:
+def test_each_api_counts_as_vllm(vllm_pair: Pair, api: str) -> None:
+    gqa = vllm_pair.gqa
     url = api_url(f"{gqa.base_url}/v1/chat/completions", api, gqa.served_name)
     client = ApiClient(url, "sk-unused-by-vllm", Timeouts(connect_s=10, ttft_s=None, idle_s=120, total_s=300), api=api)
     before = _counters(gqa.base_url)

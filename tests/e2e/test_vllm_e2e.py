@@ -1,10 +1,7 @@
 """attnload against a real vLLM (CPU build) serving the tiny GQA and MLA models (marker ``vllm``).
 
-One pair of servers per session (a cold CPU server takes ~1 min on 2 cores), shared by every test:
-- ``tiny-gqa``: prefix caching with ``--block-size 32`` and ``--enable-prompt-tokens-details``;
-- ``tiny-mla``: the CPU MLA backend (block 16, no prefix cache), started *without*
-  ``--enable-prompt-tokens-details``, so vLLM sends no ``prompt_tokens_details`` at all;
-- both with the same 8 MiB KV budget: 480 GQA tokens (16 KiB each) against 1,808 MLA tokens.
+One pair of servers per session, shared by every test (``vllm_pair``, tests/helpers/vllm_pair.py says how
+they are started): GQA with prefix caching and prompt-token details, MLA without either, the same 8 MiB KV.
 
 Truth comes from vLLM itself: its counters and gauges, scraped here with prometheus_client's own
 parser (not attnload's), and its real error bodies. ``make test-vllm`` runs these (``.ci/run`` too,
@@ -20,8 +17,6 @@ import subprocess
 import threading
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -29,54 +24,13 @@ import pytest
 
 from attnload.client.classify import classify_status
 from attnload.engines import tiny_models
-from attnload.engines.vllm import INSTALL_HINT, ServerSpec, running, scrape, vllm_env
+from attnload.engines.vllm import ServerSpec, scrape
 from attnload.errors import ErrorClass
-from helpers import DIRECT, Processes, attnload, free_port, latest_results
+from helpers import DIRECT, Processes, attnload, latest_results
 from helpers.exposition import sums_by_name
+from helpers.vllm_pair import MAX_MODEL_LEN, Pair
 
 pytestmark = [pytest.mark.vllm, pytest.mark.timeout(900)]
-
-KV_BYTES = 8 * 2**20
-MAX_MODEL_LEN = 448
-"""8 MiB hold 16 GQA blocks of 32 tokens, one of them vLLM's null block: 480 tokens, so 448 fits."""
-
-
-@dataclass(frozen=True)
-class Pair:
-    gqa: ServerSpec
-    mla: ServerSpec
-    models: Path
-
-
-@pytest.fixture(scope="session")
-def vllm_pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pair]:
-    if vllm_env() is None:
-        pytest.skip(INSTALL_HINT)
-    root = tmp_path_factory.mktemp("vllm")
-    tiny_models.write_pair(root / "models")
-    gqa = ServerSpec(
-        root / "models" / tiny_models.GQA_NAME,
-        tiny_models.GQA_NAME,
-        free_port(),
-        core=0,
-        kv_cache_bytes=KV_BYTES,
-        max_model_len=MAX_MODEL_LEN,
-        block_size=32,
-        max_num_seqs=16,
-    )
-    mla = ServerSpec(
-        root / "models" / tiny_models.MLA_NAME,
-        tiny_models.MLA_NAME,
-        free_port(),
-        core=1,
-        kv_cache_bytes=KV_BYTES,
-        max_model_len=MAX_MODEL_LEN,
-        max_num_seqs=16,
-        prompt_tokens_details=False,
-    )
-    with running([gqa, mla], root / "logs"):
-        yield Pair(gqa, mla, root / "models")
-
 
 # ----------------------------------------------------------------------------- helpers
 
