@@ -123,9 +123,11 @@ test-acceptance: $(STAMP)
 
 # faults played out on real processes (a worker killed or frozen, a server down for 10 s, a disk that goes
 # read-only, SIGTERM/SIGKILL of each process), the context ladder, the microscope, a partition, and the longer
-# wall-clock tests listed in tests/conftest.py LONG: minutes of wall clock, run alone
+# wall-clock tests listed in tests/conftest.py LONG: minutes of wall clock. As in `make test`, those that read
+# no clock run two at a time (a module per worker), then the `serial` ones alone.
 test-scenarios: $(STAMP)
-	$(BIN)/pytest -q -rfEs -m "scenario and not vllm"
+	$(BIN)/pytest -q -rfEs -n 2 --dist loadfile -m "scenario and not vllm and not serial"
+	$(BIN)/pytest -q -rfEs -m "scenario and not vllm and serial"
 
 # the §7.13 ratio on the model's own preemption knife edge: a finding to look at, not a gate
 test-bimodal: $(STAMP)
