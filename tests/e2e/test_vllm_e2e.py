@@ -1,7 +1,11 @@
 """attnload against a real vLLM (CPU build) serving the tiny GQA and MLA models (marker ``vllm``).
 
-One pair of servers per session, shared by every test (``vllm_pair``, tests/helpers/vllm_pair.py says how
-they are started): GQA with prefix caching and prompt-token details, MLA without either, the same 8 MiB KV.
+One pair of servers for the module (a cold CPU server takes ~30 s to a minute on 2 cores; idle, its workers
+still keep a quarter of a core busy, so it stops before the next module starts its own), shared by every test:
+- ``tiny-gqa``: prefix caching with ``--block-size 32`` and ``--enable-prompt-tokens-details``;
+- ``tiny-mla``: the CPU MLA backend (block 16, no prefix cache), started *without*
+  ``--enable-prompt-tokens-details``, so vLLM sends no ``prompt_tokens_details`` at all;
+- both with the same 8 MiB KV budget: 480 GQA tokens (16 KiB each) against 1,808 MLA tokens.
 
 Truth comes from vLLM itself: its counters and gauges, scraped here with prometheus_client's own
 parser (not attnload's), and its real error bodies. ``make test-vllm`` runs these (``.ci/run`` too,
@@ -17,20 +21,67 @@ import subprocess
 import threading
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from attnload.apis import request_body
+from attnload.client.chat import ApiClient
 from attnload.client.classify import classify_status
+from attnload.client.transport import Timeouts
+from attnload.config.urls import api_url
 from attnload.engines import tiny_models
-from attnload.engines.vllm import ServerSpec, scrape
+from attnload.engines.vllm import INSTALL_HINT, ServerSpec, running, scrape, vllm_env
 from attnload.errors import ErrorClass
-from helpers import DIRECT, Processes, attnload, latest_results
+from helpers import DIRECT, Processes, attnload, free_port, latest_results
 from helpers.exposition import sums_by_name
-from helpers.vllm_pair import MAX_MODEL_LEN, Pair
 
 pytestmark = [pytest.mark.vllm, pytest.mark.timeout(900)]
+
+KV_BYTES = 8 * 2**20
+MAX_MODEL_LEN = 448
+"""8 MiB hold 16 GQA blocks of 32 tokens, one of them vLLM's null block: 480 tokens, so 448 fits."""
+
+
+@dataclass(frozen=True)
+class Pair:
+    gqa: ServerSpec
+    mla: ServerSpec
+    models: Path
+
+
+@pytest.fixture(scope="module")
+def vllm_pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pair]:
+    if vllm_env() is None:
+        pytest.skip(INSTALL_HINT)
+    root = tmp_path_factory.mktemp("vllm")
+    tiny_models.write_pair(root / "models")
+    gqa = ServerSpec(
+        root / "models" / tiny_models.GQA_NAME,
+        tiny_models.GQA_NAME,
+        free_port(),
+        core=0,
+        kv_cache_bytes=KV_BYTES,
+        max_model_len=MAX_MODEL_LEN,
+        block_size=32,
+        max_num_seqs=16,
+    )
+    mla = ServerSpec(
+        root / "models" / tiny_models.MLA_NAME,
+        tiny_models.MLA_NAME,
+        free_port(),
+        core=1,
+        kv_cache_bytes=KV_BYTES,
+        max_model_len=MAX_MODEL_LEN,
+        max_num_seqs=16,
+        prompt_tokens_details=False,
+    )
+    with running([gqa, mla], root / "logs"):
+        yield Pair(gqa, mla, root / "models")
+
 
 # ----------------------------------------------------------------------------- helpers
 
@@ -130,6 +181,41 @@ def post_chat(spec: ServerSpec, body: dict[str, Any]) -> tuple[int, bytes]:
 
 
 # ----------------------------------------------------------------------------- tests
+
+
+@pytest.mark.parametrize("api", ["chat", "completions", "responses", "messages"])
+def test_each_api_counts_as_vllm(vllm_pair: Pair, api: str) -> None:
+    """The client's prompt and completion tokens equal vLLM's counter deltas whether the answer came as chat,
+    completions, Responses or Anthropic Messages (vLLM 0.32 serves all four from one server), streamed or not."""
+    gqa = vllm_pair.gqa
+    client = ApiClient(
+        api_url(f"{gqa.base_url}/v1/chat/completions", api, gqa.served_name),
+        "sk-unused-by-vllm",
+        Timeouts(connect_s=10, ttft_s=None, idle_s=120, total_s=300),
+        api=api,
+    )
+    messages = [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "Name three colours."}]
+    before = series(gqa.base_url)
+    records = [
+        client.send(
+            request_body(api, gqa.served_name, messages, max_tokens=12, temperature=0, stream=stream, ignore_eos=True),
+            model_key="m",
+            profile="p",
+            stage=0,
+        )
+        for stream in (True, True, False)
+    ]
+    client.close()
+    after = series(gqa.base_url)
+    for record in records:
+        assert record.outcome == "ok", (api, record.error, client.last_failure)
+        assert not record.tokens_estimated and record.ttft_s is not None and record.completion_tokens > 0, api
+    prompt = after["vllm:prompt_tokens_total"] - before["vllm:prompt_tokens_total"]
+    generated = after["vllm:generation_tokens_total"] - before["vllm:generation_tokens_total"]
+    assert sum(r.prompt_tokens for r in records) == prompt, api
+    assert sum(r.completion_tokens for r in records) == generated, api
+    streamed = records[0]
+    assert streamed.ttfat_s is not None and streamed.ttfat_s >= streamed.ttft_s and streamed.reasoning_tokens == 0
 
 
 def test_client_tokens_equal_vllm_counters_and_server_view(
