@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import gzip
 import json
-import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -28,10 +27,6 @@ LOCUST = [sys.executable, "-m", "locust", "-f", str(ROOT / "locustfiles" / "chat
 DOWN_AT_S, DOWN_FOR_S, RUN_S = 12.0, 15.0, 45
 
 
-def _ip(*args: str) -> None:
-    subprocess.run(["ip", *args], check=True, capture_output=True, timeout=10)
-
-
 @pytest.fixture
 def netns() -> Iterator[Namespace]:
     with namespace_host() as ns:
@@ -41,7 +36,7 @@ def netns() -> Iterator[Namespace]:
 def test_a_partitioned_worker_is_stalled_and_its_requests_are_marked(
     processes: Processes, tmp_path: Path, netns: Namespace
 ) -> None:
-    host_link, address = netns.here_link, netns.here_address
+    address = netns.here_address
     port, master_port = free_port(), free_port()
     sim = processes.start(
         [sys.executable, "-m", "attnload", "sim", "--host", address, "--port", str(port)]
@@ -69,9 +64,8 @@ def test_a_partitioned_worker_is_stalled_and_its_requests_are_marked(
     processes.start(netns.command([*worker, "--master-host", address]), env=env, name="far")
     time.sleep(DOWN_AT_S + 3.0)  # the workers join and the load starts within ~3 s
     down_at = time.time()
-    _ip("link", "set", host_link, "down")
-    time.sleep(DOWN_FOR_S)
-    _ip("link", "set", host_link, "up")
+    with netns.cut_off():
+        time.sleep(DOWN_FOR_S)
     assert master.wait(timeout=RUN_S + 90) is not None
     log = processes.log_of(master)
     assert "Traceback" not in log, log[-3000:]

@@ -31,11 +31,21 @@ class Namespace:
     here_address: str
     """This side's address: a server here that the namespace's processes reach (over the link)."""
     here_link: str
-    """This side's end of the veth pair: ``ip link set … down`` cuts the namespace off (a partition)."""
+    """This side's end of the veth pair."""
 
     def command(self, args: list[str]) -> list[str]:
         """``args`` run inside the namespace."""
         return ["ip", "netns", "exec", self.name, *args]
+
+    @contextmanager
+    def cut_off(self) -> Iterator[None]:
+        """A partition for the block: this side's end of the link down, then up again. Processes on both sides
+        keep running; what they send meanwhile is lost, as on a cluster whose network fails."""
+        _ip("link", "set", self.here_link, "down")
+        try:
+            yield
+        finally:
+            _ip("link", "set", self.here_link, "up")
 
 
 def require_namespaces() -> None:
