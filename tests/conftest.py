@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -33,6 +34,7 @@ SERIAL = (
     "tests/e2e/test_fleet_faults_e2e.py",  # a kill at 10 s, a freeze of 8 s: the checks read those times
     "tests/e2e/test_observability_e2e.py::test_same_model_id_on_two_servers_stays_two_series",
     "tests/e2e/test_reasoning_e2e.py",
+    "tests/e2e/test_spec_decode_e2e.py::test_fixed_mode_speculation_is_exact",  # TTFT 20 ms, e2e 50 ms
     "tests/e2e/test_requests_out_e2e.py::test_one_line_per_request_matching_the_server",
     "tests/e2e/test_server_metrics_e2e.py::test_sim_counters_match_the_simulator_exactly",  # done by the last scrape
     "tests/e2e/test_server_metrics_e2e.py::test_gqa_queues_only_in_the_saturated_stage",  # (the same module run)
@@ -102,10 +104,21 @@ def pytest_configure_node(node: Any) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    _hear_sigint()
     workerinput = getattr(config, "workerinput", None)
     if workerinput is not None:
         _restore_columns(workerinput.get("columns"))
         _cooperate_with_execnet()
+
+
+def _hear_sigint() -> None:
+    """Let the processes a test starts hear the SIGINT it sends them (the Ctrl-C tests).
+
+    A shell without job control starts a background command (``make test &``, a CI script's ``&``) with
+    SIGINT ignored, every child inherits that, and a Python child keeps ignoring it: `attnload run` then
+    ran to its end and exited 0. A handler here is reset to the default at the children's exec."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def _restore_columns(columns: str | None) -> None:
