@@ -19,11 +19,13 @@ from aiohttp.test_utils import TestServer
 
 from attnload.commands.cli import main
 from attnload.scrape.parse import parse_exposition
+from attnload.sim.api import GenerationRequest, GenerationState, ServedModel
 from attnload.sim.costmodel import EngineConfig, decode_step, deploy
 from attnload.sim.decode.interference import prefill_stall
-from attnload.sim.decode.speculation import expected_tokens_per_step
+from attnload.sim.decode.speculation import Speculator, expected_tokens_per_step
 from attnload.sim.engine import RooflineEngine, VirtualClock
 from attnload.sim.factory import build_engines, resolve_models, served_model
+from attnload.sim.fixed import FixedEngine
 from attnload.sim.presets import PRESETS
 from attnload.sim.scheduler import Scheduler, SimSequence
 from attnload.sim.serving.server import build_app
@@ -148,3 +150,42 @@ def test_the_model_list_sets_speculation_per_model(tmp_path: Path) -> None:
     assert (spec.cfg.spec_tokens, spec.cfg.spec_acceptance, plain.cfg.spec_tokens) == (3, 0.6, 0)
     engines = build_engines([spec, plain], clock=VirtualClock())
     assert [getattr(e, "spec_counts", None) is not None for e in engines] == [True, False]
+
+
+def _fixed_steps(speculator: Speculator | None, max_tokens: int) -> tuple[list[int], list[int]]:
+    """What one fixed-mode request yields (``generate``) and hands its sink (``push``), step by step."""
+    model = ServedModel("llama-3-70b", "GQA", "llama-3-70b")
+
+    async def run() -> tuple[list[int], list[int]]:
+        engine = FixedEngine(model, 0.0, 0.0, speculator=speculator)
+        yielded = [n async for n in engine.generate(GenerationRequest("g", 8, max_tokens), GenerationState())]
+        pushed: list[int] = []
+
+        def sink(n: int) -> bool:
+            pushed.append(n)
+            return True
+
+        item = engine.push(GenerationRequest("p", 8, max_tokens), GenerationState(), sink, 0.0)
+        await item.done
+        return yielded, pushed
+
+    return asyncio.run(run())
+
+
+def test_fixed_mode_steps_bring_one_plus_accepted_drafts() -> None:
+    """Fixed mode's gaps are verify steps too: the prefill's token alone, then 1 + K at full acceptance,
+    cut at the request's budget; the counters count every step."""
+    speculator = Speculator(3, 1.0, seed=0)
+    yielded, pushed = _fixed_steps(speculator, 14)
+    assert yielded == [0, 1, 4, 4, 4, 1] and pushed == [1, 4, 4, 4, 1]
+    counts = speculator.counts
+    assert (counts.drafts, counts.draft_tokens, counts.accepted_tokens) == (8, 24, 24)
+    assert _fixed_steps(Speculator(3, 0.0, seed=0), 5) == ([0, 1, 1, 1, 1, 1], [1, 1, 1, 1, 1])
+    assert _fixed_steps(None, 3) == ([0, 1, 1, 1], [1, 1, 1])
+
+
+def test_fixed_mode_takes_speculation_from_the_flags() -> None:
+    (spec,) = resolve_models(["llama-3-70b"], EngineConfig(spec_tokens=2, spec_acceptance=0.5))
+    (engine,) = build_engines([spec], mode="fixed")
+    assert isinstance(engine, FixedEngine) and engine.spec_counts is not None
+    assert engine.spec_counts.spec_tokens == 2

@@ -75,3 +75,57 @@ def test_speculation_on_the_wire(processes: Processes, tmp_path: Path) -> None:
     with console.capture() as captured:
         console.print(render_table(report))
     assert "speculative decoding" in captured.get()
+
+
+def test_fixed_mode_speculation_is_exact(processes: Processes, tmp_path: Path) -> None:
+    """Fixed mode at full acceptance: every 10 ms gap is a verify step bringing 1 + 3 tokens, so a
+    13-token answer is the prefill's token and three steps of 4 (TTFT 20 ms, e2e 50 ms), exactly."""
+    sim = start_sim(
+        processes,
+        "--mode",
+        "fixed",
+        "--ttft-ms",
+        "20",
+        "--itl-ms",
+        "10",
+        "--spec-tokens",
+        "3",
+        "--spec-acceptance",
+        "1",
+    )
+    config = tmp_path / "config.json"
+    config.write_text(
+        json.dumps(
+            {
+                "base_url": sim,
+                "models": {"gqa_model": {"id": "llama-3-70b", "attention_type": "GQA"}},
+                "test_prompts": {"short": "hello"},
+                "request": {"max_tokens": 13},
+            }
+        ),
+        encoding="utf-8",
+    )
+    results = tmp_path / "results"
+    run = processes.start(
+        attnload(
+            "run",
+            "-c",
+            str(config),
+            "--users",
+            "4",
+            "--duration",
+            "5s",
+            "--results",
+            str(results),
+            "--metrics-port",
+            "0",
+        ),
+        name="run",
+    )
+    assert run.wait(timeout=60) == 0, processes.log_of(run)[-3000:]
+    (model,) = latest_results(results)["models"]
+    stage = model["stages"][0]
+    assert stage["tokens_per_step"] == 4.0, stage
+    assert stage["server"]["spec_decode"]["acceptance_rate"] == 1.0, stage["server"]
+    assert model["ttft_s"]["p50"] == pytest.approx(0.020, abs=0.004)
+    assert model["e2e_s"]["p50"] == pytest.approx(0.050, abs=0.006)

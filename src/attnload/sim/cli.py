@@ -288,7 +288,7 @@ def _configure_speculation(eng: argparse._ArgumentGroup) -> None:
         default=d.spec_tokens,
         metavar="K",
         help="speculative decoding: draft tokens verified per sequence per decode step; each step reads "
-        "weights and KV once for K+1 query tokens (default 0: off; roofline mode)",
+        "weights and KV once for K+1 query tokens; fixed mode: each --itl-ms gap is one such step (default 0: off)",
     )
     eng.add_argument(
         "--spec-acceptance",

@@ -16,6 +16,7 @@ from typing import Literal
 from attnload.errors import UsageError
 from attnload.sim.api import Engine, ServedModel
 from attnload.sim.costmodel import Deployment, EngineConfig, deploy, deployment_details
+from attnload.sim.decode.speculation import Speculator
 from attnload.sim.engine import Clock, RooflineEngine
 from attnload.sim.presets import DEFAULT_MODELS, ModelPreset, aliases_of, lookup_preset
 from attnload.sim.simconfig import SimConfigFile
@@ -85,8 +86,13 @@ def build_engines(
         if mode == "fixed":
             from attnload.sim.fixed import FixedEngine
 
-            seed = spec.cfg.seed
-            engines.append(FixedEngine(served_model(spec), ttft_s=ttft_s, itl_s=itl_s, jitter=jitter, seed=seed))
+            seed, k = spec.cfg.seed, spec.cfg.spec_tokens
+            speculator = Speculator(k, spec.cfg.spec_acceptance, seed) if k else None
+            engines.append(
+                FixedEngine(
+                    served_model(spec), ttft_s=ttft_s, itl_s=itl_s, jitter=jitter, seed=seed, speculator=speculator
+                )
+            )
             continue
         dep = deploy(spec.preset, spec.cfg)
         engines.append(RooflineEngine(served_model(spec, dep), dep, clock=clock, max_waiting=max_waiting))

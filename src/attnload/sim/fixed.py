@@ -10,6 +10,10 @@ stream. One ``asyncio.sleep`` per token per stream cost a timer, Python-level he
 comparisons and a cancel per token; under load one tick now releases several streams
 (docs/performance.md).
 
+With a :class:`Speculator` (``--spec-tokens K``) every gap after the first token is one verify step
+that emits 1 + the accepted drafts at once, as the roofline engine's steps do: the tokens per step
+and the served counters follow the acceptance exactly, at timings the test knows.
+
 ``push`` is the same schedule without an async generator: the tick calls the consumer's
 sink for each due token, so a token costs no task wake-up (the simulator's server uses
 it for streaming; ``generate`` remains the ``Engine`` protocol).
@@ -26,6 +30,7 @@ import time
 from collections.abc import AsyncIterator, Callable
 
 from attnload.sim.api import EngineSnapshot, GenerationRequest, GenerationState, ServedModel
+from attnload.sim.decode.speculation import SpecCounts, Speculator
 
 # asyncio runs a timer once it is due within the clock's resolution; release the same way.
 _RESOLUTION_S = time.get_clock_info("monotonic").resolution
@@ -35,11 +40,11 @@ class Pushed:
     """One request in push mode: its next deadline, tokens left, and a future that completes
     when the sink has had every token or declined one (see :meth:`FixedEngine.push`)."""
 
-    __slots__ = ("sink", "deadline", "left", "rng", "done")
+    __slots__ = ("sink", "deadline", "left", "rng", "done", "first")
 
     def __init__(
         self,
-        sink: Callable[[], bool],
+        sink: Callable[[int], bool],
         deadline: float,
         left: int,
         rng: random.Random | None,
@@ -50,12 +55,22 @@ class Pushed:
         self.left = left
         self.rng = rng
         self.done = done
+        self.first = True  # the prefill's token comes alone; decode steps may bring several
 
 
 class FixedEngine:
-    """Emits the first token ``ttft_s`` after admission, then one token every ``itl_s``."""
+    """Emits the first token ``ttft_s`` after admission, then one step every ``itl_s``: one token, or
+    1 + the accepted drafts when a ``speculator`` is given."""
 
-    def __init__(self, model: ServedModel, ttft_s: float, itl_s: float, jitter: float = 0.0, seed: int = 0) -> None:
+    def __init__(
+        self,
+        model: ServedModel,
+        ttft_s: float,
+        itl_s: float,
+        jitter: float = 0.0,
+        seed: int = 0,
+        speculator: Speculator | None = None,
+    ) -> None:
         if ttft_s < 0 or itl_s < 0 or not 0 <= jitter < 1:
             raise ValueError("ttft and itl must be ≥ 0 and jitter in [0, 1)")
         self.model = model
@@ -63,6 +78,7 @@ class FixedEngine:
         self.itl_s = itl_s
         self.jitter = jitter
         self.seed = seed
+        self.speculator = speculator
         self._running = 0
         self._loop: asyncio.AbstractEventLoop | None = None
         self._due: list[tuple[float, int, asyncio.Future[None] | Pushed]] = []
@@ -79,21 +95,25 @@ class FixedEngine:
             start = loop.time()
             yield 0
             deadline = start + self._scaled(self.ttft_s, rng)
-            for _ in range(request.max_tokens):
+            left, first = request.max_tokens, True
+            while left > 0:
                 # Absolute deadlines: a late wake-up does not push every later token back.
                 if deadline > loop.time():
                     await self._wait(loop, deadline)
-                yield 1
+                n = 1 if first else self._step_tokens(left)
+                yield n
+                left -= n
+                first = False
                 deadline += itl_s if rng is None else self._scaled(itl_s, rng)
         finally:
             self._running -= 1
 
     def push(
-        self, request: GenerationRequest, state: GenerationState, sink: Callable[[], bool], admitted_at: float
+        self, request: GenerationRequest, state: GenerationState, sink: Callable[[int], bool], admitted_at: float
     ) -> Pushed:
         """``generate`` without the generator, for a request admitted at ``admitted_at`` (loop time).
 
-        ``sink()`` is called from the engine's tick for each token at its deadline (absolute,
+        ``sink(n)`` is called from the engine's tick with each step's tokens at its deadline (absolute,
         as in ``generate``); it returns False to stop (the client is gone, or must be waited
         for: ``resume`` continues from the same deadlines). ``done`` completes after the last
         token or a False; cancelling it drops the request.
@@ -127,22 +147,30 @@ class FixedEngine:
         return loop
 
     def _fire(self, item: Pushed, heappush: Callable[..., None]) -> None:
-        """One token of a pushed request (called by the tick at its deadline)."""
+        """One step of a pushed request (called by the tick at its deadline): a token, or 1 + accepted drafts."""
         done = item.done
         if done.done():  # cancelled: its handler went away
             return
+        speculator = self.speculator  # the common case (None) costs no call per token
+        n = 1 if item.first or speculator is None else min(1 + speculator.accept(), item.left)
+        item.first = False
         try:
-            more = item.sink()
+            more = item.sink(n)
         except Exception as exc:  # the consumer's bug: fail its request, keep the tick alive for the rest
             done.set_exception(exc)
             return
-        item.left -= 1
+        item.left -= n
         rng = item.rng
         item.deadline += self.itl_s if rng is None else self._scaled(self.itl_s, rng)
         if item.left <= 0 or not more:
             done.set_result(None)
         else:
             heappush(self._due, (item.deadline, next(self._order), item))
+
+    def _step_tokens(self, left: int) -> int:
+        """Tokens one decode step emits: 1, or 1 + the accepted drafts, never past the request's budget."""
+        speculator = self.speculator
+        return 1 if speculator is None else min(1 + speculator.accept(), left)
 
     def _wait(self, loop: asyncio.AbstractEventLoop, deadline: float) -> asyncio.Future[None]:
         waiter: asyncio.Future[None] = loop.create_future()
@@ -184,6 +212,11 @@ class FixedEngine:
         if rng is None:
             return value_s
         return value_s * (1.0 + self.jitter * rng.uniform(-1.0, 1.0))
+
+    @property
+    def spec_counts(self) -> SpecCounts | None:
+        """Speculative decoding's counters since start (vLLM's); None when the model does not speculate."""
+        return self.speculator.counts if self.speculator is not None else None
 
     def snapshot(self) -> EngineSnapshot:
         return EngineSnapshot(running=self._running, waiting=0, kv_usage_ratio=0.0)

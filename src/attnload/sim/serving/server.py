@@ -431,7 +431,7 @@ class _Call:
         Cancelling this (server shutdown) cancels ``item.done``, which frees the engine's slot."""
         admitted_at = asyncio.get_running_loop().time()  # as generate() takes it, before the role chunk
         await self._start(request, response)
-        item = engine.push(self.gen, self.state, functools.partial(self._deliver, 1), admitted_at)
+        item = engine.push(self.gen, self.state, self._deliver, admitted_at)
         while True:
             await item.done
             if item.left <= 0:
