@@ -2,8 +2,9 @@
 
 `--shape decode:256-4k --users 4` (two sequences per model decoding in lockstep to the tiny models' 4,096
 positions): a positive slope for both with ``r2`` reported, and ``kv_read`` giving the slope only (a CPU has no
-GPU preset: the note says what is missing). `--shape capacity:1k` on servers with 128 MiB of KV each: each
-model's ``max_running`` is what vLLM's own ``num_requests_running`` said at the knee. Whatever the real engine
+GPU preset: the note says what is missing). `--shape capacity:1k` on servers whose KV holds ~7 sequences each
+(GQA 128 MiB, MLA 36 MiB): each model's ``max_running`` is what vLLM's own ``num_requests_running`` said at the
+knee, and MLA holds more than 2.5× GQA's sequences per MiB. Whatever the real engine
 shows is what the report says (docs/microscope.md, docs/vllm.md).
 """
 
@@ -23,11 +24,27 @@ from helpers import Processes, attnload, free_port, latest_results
 pytestmark = [pytest.mark.vllm, pytest.mark.timeout(1200)]
 
 
-def _pair(root: Path, kv_cache_bytes: int, max_model_len: int) -> tuple[ServerSpec, ServerSpec]:
+def _pair(
+    root: Path, kv_cache_bytes: int, max_model_len: int, mla_kv_cache_bytes: int | None = None
+) -> tuple[ServerSpec, ServerSpec]:
     tiny_models.write_pair(root / "models")
-    common: dict[str, Any] = {"kv_cache_bytes": kv_cache_bytes, "max_model_len": max_model_len}
-    gqa = ServerSpec(root / "models" / tiny_models.GQA_NAME, tiny_models.GQA_NAME, free_port(), core=0, **common)
-    mla = ServerSpec(root / "models" / tiny_models.MLA_NAME, tiny_models.MLA_NAME, free_port(), core=1, **common)
+    common: dict[str, Any] = {"max_model_len": max_model_len}
+    gqa = ServerSpec(
+        root / "models" / tiny_models.GQA_NAME,
+        tiny_models.GQA_NAME,
+        free_port(),
+        core=0,
+        kv_cache_bytes=kv_cache_bytes,
+        **common,
+    )
+    mla = ServerSpec(
+        root / "models" / tiny_models.MLA_NAME,
+        tiny_models.MLA_NAME,
+        free_port(),
+        core=1,
+        kv_cache_bytes=mla_kv_cache_bytes or kv_cache_bytes,
+        **common,
+    )
     return gqa, mla
 
 
@@ -102,9 +119,14 @@ def test_a_decode_sweep_gives_both_tiny_models_a_positive_slope(
 def test_a_capacity_probe_agrees_with_vllms_own_running_count(processes: Processes, tmp_path: Path) -> None:
     if vllm_env() is None:
         pytest.skip(INSTALL_HINT)
-    pair = _pair(tmp_path / "servers", 128 * 2**20, 2048)  # GQA ~7 sequences of 1,088 tokens, MLA ~26
+    # The same 8,192 tokens of KV for each (7.5 sequences of 1,088): GQA's 2 × 8 heads × 128 per token and layer in
+    # 128 MiB, MLA's 512 + 64 latent in 36 MiB. With 128 MiB MLA held ~26, and at 16 users it queued on the CPU's
+    # compute (12 running, then 13 in a later stage) before its KV was full: a knee, but not the KV's.
+    kv = {"gqa_model": 128, "mla_model": 36}
+    pair = _pair(tmp_path / "servers", kv["gqa_model"] * 2**20, 2048, mla_kv_cache_bytes=kv["mla_model"] * 2**20)
     with running(list(pair), tmp_path / "logs"):
         data = _run(processes, tmp_path / "run", pair, "--shape", "capacity:1k", "--stage-duration", "20s")
+    per_mib = {}
     for model in data["models"]:
         cap = model["kv_capacity"]
         assert cap is not None and cap["max_running"] and cap["knee"] is not None, (model["key"], cap)
@@ -112,3 +134,5 @@ def test_a_capacity_probe_agrees_with_vllms_own_running_count(processes: Process
         seen = max(s["server"]["requests_running"]["max"] for s in model["stages"] if s["server"])
         assert cap["max_running"] == round(seen), (model["key"], cap, seen)
         assert cap["kv_tokens"] == cap["max_running"] * (1024 + 64), cap
+        per_mib[model["key"]] = cap["max_running"] / kv[model["key"]]
+    assert per_mib["mla_model"] > 2.5 * per_mib["gqa_model"], per_mib  # MLA's compressed KV: more sequences a byte
