@@ -20,20 +20,26 @@ from helpers import Processes, attnload, latest_results, start_sim
 EXPECTED_TOKENS_PER_STEP = 1 + 0.6 + 0.6**2 + 0.6**3
 
 
-def test_speculation_on_the_wire(processes: Processes, tmp_path: Path) -> None:
-    sim = start_sim(processes, "--mode", "roofline", "--spec-tokens", "3", "--spec-acceptance", "0.6")
-    config = tmp_path / "config.json"
+def _config(directory: Path, sim: str, max_tokens: int) -> Path:
+    """One GQA model on the simulator, a short prompt, answers of ``max_tokens``."""
+    config = directory / "config.json"
     config.write_text(
         json.dumps(
             {
                 "base_url": sim,
                 "models": {"gqa_model": {"id": "llama-3-70b", "attention_type": "GQA"}},
                 "test_prompts": {"short": "hello"},
-                "request": {"max_tokens": 256},
+                "request": {"max_tokens": max_tokens},
             }
         ),
         encoding="utf-8",
     )
+    return config
+
+
+def test_speculation_on_the_wire(processes: Processes, tmp_path: Path) -> None:
+    sim = start_sim(processes, "--mode", "roofline", "--spec-tokens", "3", "--spec-acceptance", "0.6")
+    config = _config(tmp_path, sim, max_tokens=256)
     results = tmp_path / "results"
     run = processes.start(
         attnload(
@@ -93,18 +99,7 @@ def test_fixed_mode_speculation_is_exact(processes: Processes, tmp_path: Path) -
         "--spec-acceptance",
         "1",
     )
-    config = tmp_path / "config.json"
-    config.write_text(
-        json.dumps(
-            {
-                "base_url": sim,
-                "models": {"gqa_model": {"id": "llama-3-70b", "attention_type": "GQA"}},
-                "test_prompts": {"short": "hello"},
-                "request": {"max_tokens": 13},
-            }
-        ),
-        encoding="utf-8",
-    )
+    config = _config(tmp_path, sim, max_tokens=13)
     results = tmp_path / "results"
     run = processes.start(
         attnload(
