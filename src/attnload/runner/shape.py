@@ -67,7 +67,7 @@ class StagedShape(LoadTestShape):
         Locust restarts the shape's clock in ``start()``, after the first tick has returned; that tick
         began the test and scraped the servers' baselines, so Locust's clock ran that long behind the
         test's, and a stage that should end on the fifth tick ended on the sixth (a second late)."""
-        runtime: Runtime | None = getattr(self.runner.environment, "attnload", None) if self.runner else None
+        runtime = self._attached()
         if runtime is None or not runtime.state.running:
             return float(super().get_run_time())
         return time.perf_counter() - runtime.state.started_perf + TICK_SLACK_S
@@ -108,8 +108,12 @@ class StagedShape(LoadTestShape):
             return 0, STOP_RATE_PER_WORKER * max(workers, 1)
         return users, float(self.spawn_rate or max(users, 1))
 
+    def _attached(self) -> Runtime | None:
+        """The run's runtime on Locust's environment (None outside `attnload run`)."""
+        return getattr(self.runner.environment, "attnload", None) if self.runner else None
+
     def _runtime(self) -> Runtime | None:
-        runtime: Runtime | None = getattr(self.runner.environment, "attnload", None) if self.runner else None
+        runtime = self._attached()
         if runtime is None:
             return None
         if runtime.collector is not None:

@@ -151,8 +151,7 @@ class FixedEngine:
         done = item.done
         if done.done():  # cancelled: its handler went away
             return
-        speculator = self.speculator  # the common case (None) costs no call per token
-        n = 1 if item.first or speculator is None else min(1 + speculator.accept(), item.left)
+        n = 1 if item.first or self.speculator is None else self._step_tokens(item.left)  # no call when not speculating
         item.first = False
         try:
             more = item.sink(n)
