@@ -1,11 +1,9 @@
-"""Shapes, their clock, open-loop schedules, the sweep's plan and paired statistics: no processes."""
+"""Shapes, open-loop schedules, the sweep's plan and paired statistics: pure functions, no processes."""
 
 from __future__ import annotations
 
 import random
 import statistics
-import time
-from types import SimpleNamespace
 
 import pytest
 
@@ -13,7 +11,6 @@ from attnload.errors import UsageError
 from attnload.measure.paired import PairedRecorder, bootstrap_median_ci
 from attnload.measure.recorder import RequestRecord
 from attnload.runner.sender.openloop import arrival_offsets
-from attnload.runner.shape import TICK_SLACK_S, StagedShape
 from attnload.workload.shapes import parse_shape
 from attnload.workload.sweep import FRACTIONS, ModelStageStats, Slo, SweepPlan
 
@@ -210,15 +207,3 @@ def test_bootstrap_ci_covers_the_median_and_narrows_with_n() -> None:
     assert (hi_large - lo_large) < (hi_small - lo_small)  # type: ignore[operator]
     assert lo_large < 1.0 < hi_large  # type: ignore[operator]
     assert bootstrap_median_ci([]) == (None, None, None)
-
-
-def test_shape_clock_counts_from_the_test_start_not_from_locusts_late_reset() -> None:
-    """Locust restarts a shape's clock after the first tick, which began the test (and scraped the servers'
-    baselines); counted from there, the first stage of `rate:10,10 --stage-duration 5s` lasted 6 s."""
-    shape = StagedShape()
-    state = SimpleNamespace(running=True, started_perf=time.perf_counter() - 3.0)
-    shape.runner = SimpleNamespace(environment=SimpleNamespace(attnload=SimpleNamespace(state=state)))
-    shape.reset_time()  # what Locust's start() does once the first tick has returned
-    assert 3.0 + TICK_SLACK_S <= shape.get_run_time() < 3.5
-    state.running = False  # between tests: Locust's own clock
-    assert shape.get_run_time() < 0.5

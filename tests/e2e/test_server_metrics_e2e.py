@@ -150,8 +150,10 @@ def test_sim_counters_match_the_simulator_exactly(sim_run: tuple[Any, ...]) -> N
         stages = [_stage(model, i)["server"] for i in (0, 1)]
         assert all(s is not None and s["source"] == "attnload-sim" and s["samples"] >= 5 for s in stages), stages
         assert sum(s["generation_tokens"] for s in stages) == truth["completion_tokens"]
-        # the baseline is scraped before the first user is spawned, so every prompt is in the deltas
-        assert sum(s["prompt_tokens"] for s in stages) == truth["prompt_tokens"], (stages, truth)
+        # the baseline is scraped beside the first users: a prompt that reached the server before it is left
+        # out of the deltas (docs/server-metrics.md; one of 2000 tokens seen in five runs), its tokens not
+        prompt = sum(s["prompt_tokens"] for s in stages)
+        assert truth["prompt_tokens"] - 2 * 2000 <= prompt <= truth["prompt_tokens"], (prompt, truth)
         assert sum(s["preemptions"] for s in stages) == counters[("attnload_sim_preemptions_total", served_as)]
         total = model["server"]
         assert (total["generation_tokens"], total["preemptions"]) == (

@@ -4,7 +4,6 @@ workers each new stage with a typed :class:`~attnload.runner.messages.StageMessa
 from __future__ import annotations
 
 import logging
-import time
 
 from locust import LoadTestShape
 from locust.runners import MasterRunner
@@ -26,10 +25,6 @@ from attnload.workload.shapes import (
 from attnload.workload.sweep import Slo, SweepPlan, SweepStage
 
 log = logging.getLogger(__name__)
-
-TICK_SLACK_S = 0.01
-"""Locust ticks a shape once a second from its first tick, and the test's clock starts inside that tick:
-a stage boundary on a whole second is met by the tick that reaches it within this much."""
 
 STOP_RATE_PER_WORKER = 100.0
 """Users stopped per second and worker when a rate stage follows a closed-loop one (Locust warns above 100)."""
@@ -60,17 +55,6 @@ class StagedShape(LoadTestShape):
     spawn_rate: float | None = None
     stretch: RungStretch | None = None
     """A context ladder's rungs lengthened when their TTFT is long (None: planned durations)."""
-
-    def get_run_time(self) -> float:
-        """Seconds since the test began: the first tick's ``begin_test``, by the run's own clock.
-
-        Locust restarts the shape's clock in ``start()``, after the first tick has returned; that tick
-        began the test and scraped the servers' baselines, so Locust's clock ran that long behind the
-        test's, and a stage that should end on the fifth tick ended on the sixth (a second late)."""
-        runtime = self._attached()
-        if runtime is None or not runtime.state.running:
-            return float(super().get_run_time())
-        return time.perf_counter() - runtime.state.started_perf + TICK_SLACK_S
 
     def tick(self) -> tuple[int, float] | None:
         users = self._tick()
@@ -108,12 +92,8 @@ class StagedShape(LoadTestShape):
             return 0, STOP_RATE_PER_WORKER * max(workers, 1)
         return users, float(self.spawn_rate or max(users, 1))
 
-    def _attached(self) -> Runtime | None:
-        """The run's runtime on Locust's environment (None outside `attnload run`)."""
-        return getattr(self.runner.environment, "attnload", None) if self.runner else None
-
     def _runtime(self) -> Runtime | None:
-        runtime = self._attached()
+        runtime: Runtime | None = getattr(self.runner.environment, "attnload", None) if self.runner else None
         if runtime is None:
             return None
         if runtime.collector is not None:

@@ -41,20 +41,14 @@ class ScrapeView(Generic[TargetT, ExpositionT, SampleT, SummaryT]):
         self._final: dict[str, SummaryT | None] | None = None
 
     def start(self) -> None:
-        """A new test: fresh windows, their baseline scraped now, and a polling greenlet from one interval on.
-
-        The baseline is taken before this returns, so before the first user is spawned (the test's start
-        and the shape's first tick call this): scraped beside the first users, it could already count
-        a request of the test, which the first stage's deltas then left out. A server that does not
-        answer holds the start for at most the scrape's timeout."""
+        """A new test: fresh windows (the first scrape is the baseline) and a polling greenlet."""
         self.stop()
         self.poller = ScrapePoller(
             self.source, self.targets, interval_s=self.interval_s, fetch=self._fetch, on_sample=self._on_sample
         )
         self.stages = {t.key: {} for t in self.targets}
         self._final = None
-        self.poller.poll_once()
-        self._greenlet = gevent.spawn_later(self.interval_s, self.poller.run)
+        self._greenlet = gevent.spawn(self.poller.run)
 
     def stage_ended(self, index: int) -> None:
         """Close stage ``index`` for every model (one scrape now, so its deltas end here)."""
